@@ -1,0 +1,1 @@
+"""Billing: price sheets, the usage ledger, invoices and cost dashboards (see DESIGN)."""

@@ -1,0 +1,1 @@
+"""GitOps: renderers, checks, the pygit2 repository and change requests (see DESIGN)."""

@@ -1,0 +1,83 @@
+"""Create the demo's users and tenants (idempotent: running it twice changes nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from tenants import services
+from tenants.models import Membership, PlatformRole, Role, Tenant
+
+DEMO_PASSWORD = "demo-password-1"  # printed in the README; the demo only listens on 127.0.0.1
+
+USERS = [
+    # username, full name, platform role
+    ("platform", "Pat Platform", PlatformRole.Name.PLATFORM_ADMIN),
+    ("finance", "Fin Ance", PlatformRole.Name.FINANCE),
+    ("alice", "Alice Admin", None),
+    ("bob", "Bob Builder", None),
+    ("carol", "Carol Chen", None),
+    ("dave", "Dave Data", None),
+    ("erin", "Erin Eval", None),
+    ("frank", "Frank Viewer", None),
+]
+
+TENANTS = [
+    # slug, name, trust, cost centre, {username: role}
+    ("vision", "Vision Research", "shared", "CC-1001", {"alice": Role.ADMIN, "bob": Role.MEMBER}),
+    (
+        "llm-platform",
+        "LLM Platform",
+        "shared",
+        "CC-2002",
+        {"carol": Role.ADMIN, "dave": Role.MEMBER, "frank": Role.VIEWER},
+    ),
+    ("bank-risk", "Bank Risk (external)", "dedicated", "CC-9009", {"erin": Role.ADMIN}),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo users and tenants."
+
+    @transaction.atomic
+    def handle(self, *args: Any, **options: Any) -> None:
+        User = get_user_model()
+        users = {}
+        for username, full_name, role in USERS:
+            first, last = full_name.split(" ", 1)
+            user, created = User.objects.get_or_create(
+                username=username,
+                defaults={"email": f"{username}@example.com", "first_name": first, "last_name": last},
+            )
+            if created:
+                user.set_password(DEMO_PASSWORD)
+                user.save()
+            users[username] = user
+            if role:
+                services.do_grant_platform_role(user, acting_user=None, role=role)
+        platform = users["platform"]
+        for slug, name, trust, cost_centre, members in TENANTS:
+            tenant = Tenant.objects.filter(slug=slug).first()
+            if tenant is None:
+                tenant = services.do_create_tenant(
+                    acting_user=platform,
+                    slug=slug,
+                    display_name=name,
+                    trust_level=trust,
+                    cost_centre=cost_centre,
+                    contacts=[f"{slug}-team@example.com"],
+                )
+            for username, role in members.items():
+                if not Membership.objects.filter(tenant=tenant, user=users[username]).exists():
+                    services.do_add_member(
+                        tenant, acting_user=platform, user=users[username], role=role
+                    )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo ready: {len(USERS)} users (password {DEMO_PASSWORD!r}), "
+                f"{len(TENANTS)} tenants."
+            )
+        )

@@ -1,0 +1,229 @@
+"""Settings for the AI factory portal, read from the environment.
+
+With no environment at all the portal runs on its embedded defaults: SQLite under ``var/``,
+the in-process task runner, local accounts. Production sets DATABASE_URL (PostgreSQL),
+CELERY_BROKER_URL (Redis), SECRET_KEY, ALLOWED_HOSTS and the OIDC_* variables; see
+docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` instead of ``NAME``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from celery.schedules import crontab
+
+from portal.env import env, env_bool, env_int, env_list
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+# A deployment sets its own SECRET_KEY; that alone switches on the production defaults below
+# (secure cookies, hashed static files). The demo and the tests run without one.
+PRODUCTION = bool(env("SECRET_KEY")) and not DEBUG
+# The embedded default key only ever serves a local demo; `check --deploy` rejects it.
+SECRET_KEY = env("SECRET_KEY", "insecure-embedded-default-key-for-local-demo-only-change-me")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "portal",
+    "tenants",
+    "gitops",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "portal.middleware.RequestIdMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- database -----------------------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not memory, so a Celery worker started by a test sees the test database; WAL
+    # and a busy timeout let the web process and the in-process runner write side by side.
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- authentication -------------------------------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "home"
+ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
+# Accounts are made by platform admins or arrive through SSO; nobody signs up on their own.
+PORTAL_LOCAL_SIGNUP = env_bool("PORTAL_LOCAL_SIGNUP", False)
+ACCOUNT_ADAPTER = "tenants.auth.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "tenants.auth.SocialAccountAdapter"
+ACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_STORE_TOKENS = False
+
+# OpenID Connect (Keycloak or any OIDC provider). Enabled when OIDC_SERVER_URL is set.
+OIDC_PROVIDER_ID = env("OIDC_PROVIDER_ID", "keycloak")
+OIDC_PROVIDER_NAME = env("OIDC_PROVIDER_NAME", "Keycloak")
+OIDC_SERVER_URL = env("OIDC_SERVER_URL")
+OIDC_CLIENT_ID = env("OIDC_CLIENT_ID")
+OIDC_CLIENT_SECRET = env("OIDC_CLIENT_SECRET")
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "profile", "email"])
+# The claim that carries group paths such as /tenants/<slug>/admin (Keycloak's group mapper).
+OIDC_GROUPS_CLAIM = env("OIDC_GROUPS_CLAIM", "groups")
+OIDC_GROUP_PREFIX = env("OIDC_GROUP_PREFIX", "/")
+SOCIALACCOUNT_PROVIDERS: dict[str, dict[str, object]] = {"openid_connect": {"OAUTH_PKCE_ENABLED": True}}
+if OIDC_SERVER_URL:
+    SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"] = [
+        {
+            "provider_id": OIDC_PROVIDER_ID,
+            "name": OIDC_PROVIDER_NAME,
+            "client_id": OIDC_CLIENT_ID,
+            "secret": OIDC_CLIENT_SECRET,
+            "settings": {
+                "server_url": OIDC_SERVER_URL,
+                "oauth_pkce_enabled": True,
+                "scope": OIDC_SCOPES,
+            },
+        }
+    ]
+
+# --- security -------------------------------------------------------------------------------
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", PRODUCTION)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if env("SECURE_PROXY_SSL_HEADER"):
+    # e.g. "HTTP_X_FORWARDED_PROTO,https" behind an ingress that terminates TLS
+    _header, _value = env("SECURE_PROXY_SSL_HEADER").split(",", 1)
+    SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip())
+
+# --- static files ---------------------------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env("STATIC_ROOT", str(VAR_DIR / "static")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if env_bool("STATIC_MANIFEST", PRODUCTION)
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = True
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = env("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+# --- email ----------------------------------------------------------------------------------
+EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend")
+EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "portal@localhost")
+
+# --- background tasks -----------------------------------------------------------------------
+# With no broker the in-process runner (portal/jobs.py) executes tasks on a thread pool after
+# the transaction commits and runs the beat schedule on a timer thread. With a broker, tasks go
+# to Celery workers and `celery beat` runs the schedule.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL")
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", "portal")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "housekeeping": {"task": "portal.housekeeping", "schedule": crontab(minute="*/15")},
+}
+PORTAL_EMBEDDED_WORKERS = env_int("PORTAL_EMBEDDED_WORKERS", 2)
+PORTAL_JOB_MAX_ATTEMPTS = env_int("PORTAL_JOB_MAX_ATTEMPTS", 3)
+PORTAL_JOB_RETENTION_DAYS = env_int("PORTAL_JOB_RETENTION_DAYS", 30)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"request_id": {"()": "portal.middleware.RequestIdLogFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"}
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["request_id"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+}

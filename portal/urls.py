@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+from portal import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("switch/", views.switch_tenant, name="switch_tenant"),
+    path("jobs/", views.job_list, name="job_list"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job_detail"),
+    path("", include("tenants.urls")),
+    path("accounts/", include("allauth.urls")),
+    path("django-admin/", admin.site.urls),
+]

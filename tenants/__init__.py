@@ -1,0 +1,1 @@
+"""Tenants, memberships, roles, sign-in adapters and the audit log."""

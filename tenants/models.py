@@ -1,0 +1,154 @@
+"""Tenants, who belongs to them, platform roles and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import validate_email
+from django.db import models
+from django.utils import timezone
+
+from tenants.names import TENANT_SLUG_MAX, validate_tenant_slug
+
+
+class Tenant(models.Model):
+    """A team that uses the fleet: the unit of isolation, quota and billing."""
+
+    class TrustLevel(models.TextChoices):
+        # Shared: trusted teams; may get fractional GPUs (HAMi) on shared nodes.
+        SHARED = "shared", "Shared"
+        # Dedicated: low trust; whole GPUs or MIG slices only, never a shared GPU.
+        DEDICATED = "dedicated", "Dedicated"
+
+    slug = models.SlugField(
+        max_length=TENANT_SLUG_MAX,
+        unique=True,
+        validators=[validate_tenant_slug],
+        error_messages={"unique": "A tenant with this slug already exists."},
+        help_text="DNS-1123 label; becomes the tenant's namespace. Cannot be changed later.",
+    )
+    display_name = models.CharField(max_length=120)
+    trust_level = models.CharField(
+        max_length=16, choices=TrustLevel.choices, default=TrustLevel.SHARED
+    )
+    cost_centre = models.CharField(max_length=64, blank=True)
+    contacts = models.JSONField(
+        default=list, blank=True, help_text="E-mail addresses that hear about this tenant."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(trust_level__in=["shared", "dedicated"]),
+                name="tenant_trust_level_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.display_name or self.slug
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        bad = []
+        for address in self.contacts or []:
+            try:
+                validate_email(address)
+            except ValidationError:
+                bad.append(str(address))
+        if bad:
+            raise ValidationError({"contacts": f"Not e-mail addresses: {', '.join(bad)}"})
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+class Source(models.TextChoices):
+    # Granted in the portal by an admin.
+    LOCAL = "local", "Portal"
+    # Derived from the identity provider's group claim; re-synced at every sign-in.
+    OIDC = "oidc", "Identity provider"
+
+
+class Membership(models.Model):
+    """A user's role in one tenant."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.LOCAL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["tenant__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=["admin", "member", "viewer"]),
+                name="membership_role_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant.slug} as {self.role}"
+
+
+class PlatformRole(models.Model):
+    """A platform-wide role: platform admins run the fleet, finance reads every bill."""
+
+    class Name(models.TextChoices):
+        PLATFORM_ADMIN = "platform-admin", "Platform admin"
+        FINANCE = "finance", "Finance"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="platform_roles"
+    )
+    role = models.CharField(max_length=32, choices=Name.choices)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.LOCAL)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "role"], name="platform_role_unique"),
+            models.CheckConstraint(
+                condition=models.Q(role__in=["platform-admin", "finance"]),
+                name="platform_role_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role}"
+
+
+class AuditEvent(models.Model):
+    """One state-changing action: who did what to which object, and what changed."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # Kept as text too, so the log still names a deleted user.
+    actor_name = models.CharField(max_length=150, blank=True)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
+    )
+    tenant_slug = models.CharField(max_length=TENANT_SLUG_MAX, blank=True, db_index=True)
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_repr = models.CharField(max_length=200, blank=True)
+    # {"field": [before, after], ...}; created objects have before=None.
+    diff = models.JSONField(default=dict, blank=True)
+    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target_repr}"

@@ -1,0 +1,278 @@
+"""Actions on tenants, memberships and roles: atomic, audited, the only writers of these models.
+
+Each ``do_*`` takes the acting user as a keyword, validates (raising ValidationError with a
+message a person can act on, changing nothing), writes, and records an AuditEvent in the same
+transaction. Side effects (mail) are jobs enqueued on commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, models, transaction
+
+from portal.jobs import enqueue
+from portal.middleware import current_request_id
+from tenants.groups import parse_groups
+from tenants.models import AuditEvent, Membership, PlatformRole, Role, Source, Tenant
+
+logger = logging.getLogger(__name__)
+User = get_user_model()
+
+TENANT_FIELDS = ("display_name", "trust_level", "cost_centre", "contacts")
+
+
+def record_audit(
+    *,
+    actor: Any,
+    action: str,
+    target: models.Model,
+    tenant: Tenant | None = None,
+    diff: dict[str, list[Any]] | None = None,
+) -> AuditEvent:
+    """Store one audit row for an action on ``target``; called inside the action's transaction."""
+    actor_obj = actor if getattr(actor, "pk", None) else None
+    return AuditEvent.objects.create(
+        actor=actor_obj,
+        actor_name=getattr(actor_obj, "username", "") or "system",
+        tenant=tenant,
+        tenant_slug=tenant.slug if tenant else "",
+        action=action,
+        target_type=target._meta.label_lower,
+        target_id=str(target.pk or ""),
+        target_repr=str(target)[:200],
+        diff=diff or {},
+        request_id=current_request_id(),
+    )
+
+
+def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [before.get(k), after[k]] for k in after if before.get(k) != after[k]}
+
+
+def _snapshot(obj: models.Model, fields: Iterable[str]) -> dict[str, Any]:
+    return {f: getattr(obj, f) for f in fields}
+
+
+@transaction.atomic
+def do_create_tenant(
+    *,
+    acting_user: Any,
+    slug: str,
+    display_name: str,
+    trust_level: str = Tenant.TrustLevel.SHARED,
+    cost_centre: str = "",
+    contacts: list[str] | None = None,
+    admins: Iterable[Any] = (),
+) -> Tenant:
+    """Onboard a tenant (platform admins only; the view checks) with its first admins."""
+    tenant = Tenant(
+        slug=slug,
+        display_name=display_name,
+        trust_level=trust_level,
+        cost_centre=cost_centre,
+        contacts=list(contacts or []),
+    )
+    tenant.full_clean()  # includes the unique check on slug: a clear "already exists" error
+    try:
+        with transaction.atomic():
+            tenant.save()
+    except IntegrityError as exc:  # a concurrent onboarding of the same slug
+        raise ValidationError({"slug": "A tenant with this slug already exists."}) from exc
+    record_audit(
+        actor=acting_user,
+        action="tenant.create",
+        target=tenant,
+        tenant=tenant,
+        diff={f: [None, v] for f, v in _snapshot(tenant, ("slug", *TENANT_FIELDS)).items()},
+    )
+    for user in admins:
+        _add_member(tenant, user=user, role=Role.ADMIN, source=Source.LOCAL, actor=acting_user)
+    if tenant.contacts:
+        enqueue(
+            "tenants.notify_onboarded",
+            title=f"Welcome mail for {tenant.slug}",
+            tenant=tenant,
+            created_by=acting_user,
+            tenant_id=tenant.pk,
+        )
+    return tenant
+
+
+@transaction.atomic
+def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Tenant:
+    unknown = set(changes) - set(TENANT_FIELDS)
+    if unknown:
+        raise ValidationError(f"These fields cannot be changed: {', '.join(sorted(unknown))}.")
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = _snapshot(tenant, TENANT_FIELDS)
+    for field, value in changes.items():
+        setattr(tenant, field, value)
+    tenant.full_clean()
+    diff = _diff(before, _snapshot(tenant, TENANT_FIELDS))
+    if diff:
+        tenant.save(update_fields=list(diff))
+        record_audit(
+            actor=acting_user, action="tenant.update", target=tenant, tenant=tenant, diff=diff
+        )
+    return tenant
+
+
+def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any) -> Membership:
+    if role not in Role.values:
+        raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
+    if Membership.objects.filter(tenant=tenant, user=user).exists():
+        raise ValidationError(f"{user.username} is already a member of {tenant.slug}.")
+    membership = Membership.objects.create(tenant=tenant, user=user, role=role, source=source)
+    record_audit(
+        actor=actor,
+        action="membership.create",
+        target=membership,
+        tenant=tenant,
+        diff={"user": [None, user.username], "role": [None, role], "source": [None, source]},
+    )
+    return membership
+
+
+@transaction.atomic
+def do_add_member(tenant: Tenant, *, acting_user: Any, user: Any, role: str) -> Membership:
+    return _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
+
+
+def _ensure_an_admin_remains(membership: Membership) -> None:
+    others = (
+        Membership.objects.filter(tenant=membership.tenant, role=Role.ADMIN)
+        .exclude(pk=membership.pk)
+        .exists()
+    )
+    if membership.role == Role.ADMIN and not others:
+        raise ValidationError(
+            f"{membership.user.username} is the last admin of {membership.tenant.slug}; "
+            "make someone else admin first."
+        )
+
+
+@transaction.atomic
+def do_change_member_role(membership: Membership, *, acting_user: Any, role: str) -> Membership:
+    if role not in Role.values:
+        raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
+    membership = Membership.objects.select_for_update().select_related("tenant", "user").get(
+        pk=membership.pk
+    )
+    if membership.role == role:
+        return membership
+    if role != Role.ADMIN:
+        _ensure_an_admin_remains(membership)
+    before = membership.role
+    membership.role = role
+    membership.save(update_fields=["role"])
+    record_audit(
+        actor=acting_user,
+        action="membership.update",
+        target=membership,
+        tenant=membership.tenant,
+        diff={"role": [before, role]},
+    )
+    return membership
+
+
+@transaction.atomic
+def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
+    membership = Membership.objects.select_for_update().select_related("tenant", "user").get(
+        pk=membership.pk
+    )
+    _ensure_an_admin_remains(membership)
+    record_audit(
+        actor=acting_user,
+        action="membership.delete",
+        target=membership,
+        tenant=membership.tenant,
+        diff={"user": [membership.user.username, None], "role": [membership.role, None]},
+    )
+    membership.delete()
+
+
+@transaction.atomic
+def do_grant_platform_role(user: Any, *, acting_user: Any, role: str) -> PlatformRole:
+    if role not in PlatformRole.Name.values:
+        raise ValidationError(f"Unknown platform role '{role}'.")
+    grant, created = PlatformRole.objects.get_or_create(user=user, role=role)
+    if created:
+        record_audit(
+            actor=acting_user,
+            action="platform_role.create",
+            target=grant,
+            diff={"user": [None, user.username], "role": [None, role]},
+        )
+    return grant
+
+
+@transaction.atomic
+def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") -> None:
+    """Make the user's identity-provider memberships and roles match ``groups`` exactly.
+
+    Memberships granted in the portal (source=local) are left alone; those that came from the
+    identity provider and are no longer in the claim are removed, so revoking a group there
+    revokes access here at the next sign-in.
+    """
+    grants = parse_groups(groups, prefix)
+    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=grants.tenant_roles)}
+    for slug in set(grants.tenant_roles) - set(tenants):
+        logger.info("group for unknown tenant %r ignored for %s", slug, user.username)
+
+    current = {m.tenant.slug: m for m in Membership.objects.filter(user=user).select_related("tenant")}
+    for slug, role in grants.tenant_roles.items():
+        if slug not in tenants:
+            continue
+        existing = current.get(slug)
+        if existing is None:
+            _add_member(tenants[slug], user=user, role=role, source=Source.OIDC, actor=user)
+        elif existing.source == Source.OIDC and existing.role != role:
+            before = existing.role
+            existing.role = role
+            existing.save(update_fields=["role"])
+            record_audit(
+                actor=user,
+                action="membership.sync",
+                target=existing,
+                tenant=existing.tenant,
+                diff={"role": [before, role]},
+            )
+    for slug, membership in current.items():
+        if membership.source == Source.OIDC and slug not in tenants:
+            record_audit(
+                actor=user,
+                action="membership.sync_remove",
+                target=membership,
+                tenant=membership.tenant,
+                diff={"user": [user.username, None], "role": [membership.role, None]},
+            )
+            membership.delete()
+
+    held = {r.role: r for r in PlatformRole.objects.filter(user=user)}
+    for role in grants.platform_roles - set(held):
+        grant = PlatformRole.objects.create(user=user, role=role, source=Source.OIDC)
+        record_audit(actor=user, action="platform_role.sync", target=grant, diff={"role": [None, role]})
+    for role, grant in held.items():
+        if grant.source == Source.OIDC and role not in grants.platform_roles:
+            record_audit(
+                actor=user, action="platform_role.sync_remove", target=grant, diff={"role": [role, None]}
+            )
+            grant.delete()
+    user.__dict__.pop("_platform_roles", None)
+
+
+def find_user(identifier: str) -> Any:
+    """A user by username or e-mail address, or a ValidationError naming what was not found."""
+    identifier = identifier.strip()
+    user = (
+        User.objects.filter(username=identifier).first()
+        or User.objects.filter(email__iexact=identifier).order_by("pk").first()
+    )
+    if user is None:
+        raise ValidationError(f"No user '{identifier}' exists; they must sign in once first.")
+    return user

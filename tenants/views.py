@@ -1,0 +1,211 @@
+"""Tenant pages: list, detail, onboarding, settings, members and the audit log."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from tenants import services
+from tenants.access import (
+    get_tenant_for_user,
+    is_platform_admin,
+    require_platform_admin,
+    visible_tenants,
+)
+from tenants.forms import AddMemberForm, RoleForm, TenantCreateForm, TenantSettingsForm
+from tenants.models import AuditEvent, Membership
+
+
+@login_required
+def tenant_list(request: HttpRequest) -> HttpResponse:
+    tenants = visible_tenants(request.user).annotate(
+        member_count=Count("memberships", distinct=True)
+    )
+    mine = dict(
+        Membership.objects.filter(user=request.user).values_list("tenant__slug", "role")
+    )
+    return render(
+        request,
+        "tenants/list.html",
+        {"tenants": tenants, "my_roles": mine, "can_onboard": is_platform_admin(request.user)},
+    )
+
+
+@login_required
+def tenant_create(request: HttpRequest) -> HttpResponse:
+    require_platform_admin(request)
+    form = TenantCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            tenant = services.do_create_tenant(
+                acting_user=request.user,
+                slug=data["slug"],
+                display_name=data["display_name"],
+                trust_level=data["trust_level"],
+                cost_centre=data["cost_centre"],
+                contacts=data["contacts"],
+                admins=data["admins"],
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Tenant {tenant.slug} onboarded.")
+            return redirect("tenants:detail", tenant=tenant.slug)
+    return render(request, "tenants/create.html", {"form": form})
+
+
+@login_required
+def tenant_detail(request: HttpRequest, tenant: str) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    members = access.tenant.memberships.select_related("user")
+    recent = access.tenant.jobs.all()[:5] if access.can_admin else []
+    return render(
+        request,
+        "tenants/detail.html",
+        {"access": access, "tenant": access.tenant, "members": members, "jobs": recent},
+    )
+
+
+@login_required
+def tenant_settings(request: HttpRequest, tenant: str) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    access.require_admin()
+    form = TenantSettingsForm(request.POST or None, instance=access.tenant)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.do_update_tenant(
+                access.tenant,
+                acting_user=request.user,
+                **{f: form.cleaned_data[f] for f in TenantSettingsForm.Meta.fields},
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, "Settings saved.")
+            return redirect("tenants:detail", tenant=access.tenant.slug)
+    return render(
+        request,
+        "tenants/settings.html",
+        {"access": access, "tenant": access.tenant, "form": form},
+    )
+
+
+def _members_page(
+    request: HttpRequest, access: object, form: AddMemberForm, status: int = 200
+) -> HttpResponse:
+    tenant = access.tenant  # type: ignore[attr-defined]
+    template = "tenants/members.html#members" if request.htmx else "tenants/members.html"  # type: ignore[attr-defined]
+    return render(
+        request,
+        template,
+        {
+            "access": access,
+            "tenant": tenant,
+            "members": tenant.memberships.select_related("user"),
+            "form": form,
+            "role_choices": RoleForm.base_fields["role"].choices,  # type: ignore[attr-defined]
+        },
+        status=status,
+    )
+
+
+@login_required
+def tenant_members(request: HttpRequest, tenant: str) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    form = AddMemberForm(request.POST or None)
+    if request.method != "POST":
+        return _members_page(request, access, form)
+    access.require_admin()
+    if form.is_valid():
+        try:
+            services.do_add_member(
+                access.tenant,
+                acting_user=request.user,
+                user=form.cleaned_data["user"],
+                role=form.cleaned_data["role"],
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"{form.cleaned_data['user'].username} added.")
+            return _members_page(request, access, AddMemberForm())
+    return _members_page(request, access, form, status=422 if request.htmx else 200)  # type: ignore[attr-defined]
+
+
+def _membership(access: object, member_id: int) -> Membership:
+    return get_object_or_404(Membership, pk=member_id, tenant=access.tenant)  # type: ignore[attr-defined]
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, tenant: str, member_id: int) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    membership = _membership(access, member_id)
+    access.require_admin()
+    form = RoleForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise ValidationError(form.errors["role"])
+        services.do_change_member_role(
+            membership, acting_user=request.user, role=form.cleaned_data["role"]
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{membership.user.username} is now {form.cleaned_data['role']}.")
+    return _members_page(request, access, AddMemberForm())
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, tenant: str, member_id: int) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    membership = _membership(access, member_id)
+    access.require_admin()
+    try:
+        services.do_remove_member(membership, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{membership.user.username} removed.")
+    return _members_page(request, access, AddMemberForm())
+
+
+def _audit_page(request: HttpRequest, events: QuerySet[AuditEvent], context: dict) -> HttpResponse:
+    action = request.GET.get("action", "").strip()
+    query = request.GET.get("q", "").strip()
+    if action:
+        events = events.filter(action__startswith=action)
+    if query:
+        events = events.filter(
+            Q(actor_name__icontains=query) | Q(target_repr__icontains=query) | Q(request_id=query)
+        )
+    page = Paginator(events.select_related("tenant"), 50).get_page(request.GET.get("page"))
+    template = "tenants/audit.html#events" if request.htmx else "tenants/audit.html"  # type: ignore[attr-defined]
+    return render(
+        request, template, {**context, "page": page, "action": action, "q": query}
+    )
+
+
+@login_required
+def tenant_audit(request: HttpRequest, tenant: str) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    access.require_admin()
+    return _audit_page(
+        request,
+        AuditEvent.objects.filter(tenant=access.tenant),
+        {"access": access, "tenant": access.tenant},
+    )
+
+
+@login_required
+def platform_audit(request: HttpRequest) -> HttpResponse:
+    require_platform_admin(request)
+    return _audit_page(request, AuditEvent.objects.all(), {"tenant": None})

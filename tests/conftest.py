@@ -1,0 +1,84 @@
+"""Shared fixtures: personas, a logged-in client per persona, and real-service helpers.
+
+Personas (as in healthchecks): alice admins tenant "alpha", bob is a member of alpha, vic is
+a viewer of alpha, charlie admins tenant "bravo" and belongs nowhere else, pam is a platform
+admin, fiona is finance, nora has no tenant at all.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from tenants.models import Membership, PlatformRole, Role, Tenant
+
+PASSWORD = "correct-horse-battery"
+
+
+def service_available(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Skip when a real service is absent on a developer's machine; fail in CI, where it must be."""
+    if service_available(host, port):
+        return
+    message = f"{name} is not reachable at {host}:{port}"
+    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
+        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _eager_jobs(settings: Any) -> None:
+    # Jobs run in the test's own thread right after commit, so tests see their effects.
+    settings.PORTAL_TASK_RUNNER = "eager"
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., Any]:
+    def make(username: str, **extra: Any) -> Any:
+        user = get_user_model().objects.create_user(
+            username=username, email=f"{username}@example.com", password=PASSWORD, **extra
+        )
+        return user
+
+    return make
+
+
+@pytest.fixture
+def world(make_user: Callable[..., Any]) -> dict[str, Any]:
+    alpha = Tenant.objects.create(slug="alpha", display_name="Alpha Team", cost_centre="CC-1")
+    bravo = Tenant.objects.create(
+        slug="bravo", display_name="Bravo Team", trust_level=Tenant.TrustLevel.DEDICATED
+    )
+    people = {
+        name: make_user(name) for name in ["alice", "bob", "vic", "charlie", "pam", "fiona", "nora"]
+    }
+    Membership.objects.create(user=people["alice"], tenant=alpha, role=Role.ADMIN)
+    Membership.objects.create(user=people["bob"], tenant=alpha, role=Role.MEMBER)
+    Membership.objects.create(user=people["vic"], tenant=alpha, role=Role.VIEWER)
+    Membership.objects.create(user=people["charlie"], tenant=bravo, role=Role.ADMIN)
+    PlatformRole.objects.create(user=people["pam"], role=PlatformRole.Name.PLATFORM_ADMIN)
+    PlatformRole.objects.create(user=people["fiona"], role=PlatformRole.Name.FINANCE)
+    return {"alpha": alpha, "bravo": bravo, **people}
+
+
+@pytest.fixture
+def login(world: dict[str, Any]) -> Callable[[str], Client]:
+    def as_user(name: str) -> Client:
+        client = Client()
+        client.force_login(world[name])
+        return client
+
+    return as_user
