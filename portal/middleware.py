@@ -14,7 +14,7 @@ REQUEST_ID_HEADER = "X-Request-ID"
 _request_id: ContextVar[str] = ContextVar("request_id", default="")
 # An id from an upstream proxy is kept only when it is short and plain, so that nothing a
 # client sends ends up unescaped in a log line.
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{8,64}")
 
 
 def current_request_id() -> str:
@@ -32,7 +32,7 @@ class RequestIdMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        request_id = incoming if _SAFE_ID.match(incoming) else new_request_id()
+        request_id = incoming if _SAFE_ID.fullmatch(incoming) else new_request_id()
         request.request_id = request_id  # type: ignore[attr-defined]
         token = _request_id.set(request_id)
         try:

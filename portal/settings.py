@@ -8,6 +8,7 @@ docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` instead of ``NA
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -86,7 +87,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a Celery worker started by a test sees the test database; WAL
     # and a busy timeout let the web process and the in-process runner write side by side.
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    # One file per test process, so that two test runs on one machine do not share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
@@ -177,6 +179,9 @@ STORAGES = {
     },
 }
 WHITENOISE_USE_FINDERS = True
+if not PRODUCTION:
+    # WhiteNoise warns about a missing STATIC_ROOT; the demo serves from the finders instead.
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 LANGUAGE_CODE = "en-gb"
 TIME_ZONE = env("TIME_ZONE", "UTC")

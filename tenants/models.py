@@ -19,7 +19,7 @@ class Tenant(models.Model):
         # Dedicated: low trust; whole GPUs or MIG slices only, never a shared GPU.
         DEDICATED = "dedicated", "Dedicated"
 
-    slug = models.SlugField(
+    slug = models.CharField(
         max_length=TENANT_SLUG_MAX,
         unique=True,
         validators=[validate_tenant_slug],

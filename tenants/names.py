@@ -6,7 +6,7 @@ import re
 
 from django.core.exceptions import ValidationError
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # A tenant slug becomes a namespace and a prefix of other names (queues, releases,
 # `<slug>-<cluster>`), so it is kept well under the 63-character label limit.
 TENANT_SLUG_MAX = 40
@@ -24,7 +24,7 @@ def validate_dns1123_label(value: str, *, max_length: int = 63) -> None:
             f"Must be at most {max_length} characters (this one has {len(value)}).",
             code="max_length",
         )
-    if not DNS1123_LABEL.match(value):
+    if not DNS1123_LABEL.fullmatch(value):
         raise ValidationError(
             "Use lower-case letters, digits and '-', starting and ending with a letter or digit "
             "(a Kubernetes DNS-1123 label).",

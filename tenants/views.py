@@ -7,9 +7,8 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
 
 from tenants import services
 from tenants.access import (
@@ -144,9 +143,10 @@ def _membership(access: object, member_id: int) -> Membership:
 
 
 @login_required
-@require_POST
 def member_role(request: HttpRequest, tenant: str, member_id: int) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
+    if request.method != "POST":  # after the tenant check, so outsiders get 404, not 405
+        return HttpResponseNotAllowed(["POST"])
     membership = _membership(access, member_id)
     access.require_admin()
     form = RoleForm(request.POST)
@@ -164,9 +164,10 @@ def member_role(request: HttpRequest, tenant: str, member_id: int) -> HttpRespon
 
 
 @login_required
-@require_POST
 def member_remove(request: HttpRequest, tenant: str, member_id: int) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
+    if request.method != "POST":  # after the tenant check, so outsiders get 404, not 405
+        return HttpResponseNotAllowed(["POST"])
     membership = _membership(access, member_id)
     access.require_admin()
     try:

@@ -40,9 +40,12 @@ def require_service(name: str, host: str, port: int) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _eager_jobs(settings: Any) -> None:
+def _test_settings(settings: Any) -> None:
     # Jobs run in the test's own thread right after commit, so tests see their effects.
     settings.PORTAL_TASK_RUNNER = "eager"
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    # The real hasher costs ~0.3 s a user; personas are made for every test.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

@@ -1,0 +1,114 @@
+"""Browser fixtures: headless Debian Chromium driven by Playwright against pytest-django's live server.
+
+The browser is Debian's own package (/usr/bin/chromium, installed by `make system-deps`), never
+one fetched by `playwright install`: browser downloads are not possible where the suite runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.conftest import PASSWORD
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Root in a container needs --no-sandbox; the rest keep Chromium from reaching for a network
+# that is closed here (updates, sync, QUIC probes) and for a GPU the test runner lacks.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Long enough for a slow CI runner, short enough that a missing element fails in seconds
+# rather than after Playwright's default 30 s.
+TIMEOUT_MS = 10_000
+
+
+def require_chromium() -> None:
+    """Skip without Chromium on a developer's machine; fail in CI, where it must be installed."""
+    if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK):
+        return
+    message = f"{CHROMIUM} is not installed (apt-get install chromium, or `make system-deps`)"
+    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
+        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One Chromium per test module.
+
+    Playwright's sync API runs an asyncio event loop in this thread, and the loop counts as
+    running from ``start()`` until ``stop()``. Django then refuses every ORM call made in this
+    thread (fixtures building the personas, the DB checks in the tests, the transactional_db
+    flush on teardown) with SynchronousOnlyOperation, although nothing here is actually async.
+    DJANGO_ALLOW_ASYNC_UNSAFE turns that check off, so we set it exactly for the lifetime of the
+    loop and restore it afterwards. That is also why the scope is the module and not the session:
+    a session-wide loop would outlive tests/browser and leave every later test in the run
+    (tests/portal, tests/tenants) inside a "running" loop, needing the override too.
+    """
+    require_chromium()
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+            )
+            try:
+                yield chromium
+            finally:
+                chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator[Page]:
+    """A page in a fresh context (no cookies, no storage) whose relative URLs hit the live server.
+
+    transactional_db: the live server answers from its own thread and connection, so it only
+    sees rows the test has committed, and the test only sees what the server committed.
+    """
+    context = browser.new_context(
+        base_url=live_server.url, viewport={"width": 1280, "height": 800}
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    expect.set_options(timeout=TIMEOUT_MS)
+    page = context.new_page()
+    # A JavaScript error (htmx failing to load or to parse a response) would otherwise only
+    # show up as a confusing timeout further down; collect them and fail the test on any.
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"JavaScript errors in the page: {errors}"
+
+
+@pytest.fixture
+def sign_in(live_server: Any) -> Callable[[Page, str], None]:
+    """Sign in through allauth's real login form, as a person would, and land on the home page."""
+
+    def submit(page: Page, username: str) -> None:
+        page.goto("/accounts/login/")
+        page.locator("input[name=login]").fill(username)
+        page.locator("input[name=password]").fill(PASSWORD)
+        page.locator("form[action='/accounts/login/'] button[type=submit]").click()
+        expect(page).to_have_url(re.compile(rf"^{re.escape(live_server.url)}/$"))
+
+    return submit

@@ -1,0 +1,220 @@
+"""A real OpenID Connect provider for SSO tests, and a form-filling HTTP client to drive it.
+
+The provider is tests/oidc/server.mjs (npm oidc-provider, installed by `make node-deps`). It
+is started as a subprocess on a port the kernel picks and stopped when the test is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+import requests
+
+OIDC_DIR = Path(__file__).resolve().parent / "oidc"
+SERVER_SCRIPT = OIDC_DIR / "server.mjs"
+CLIENT_ID = "ai-factory-portal"
+CLIENT_SECRET = "portal-test-secret-not-for-production"
+# Generous: the first start after `npm ci` compiles the provider's modules.
+START_TIMEOUT = 30.0
+HTTP_TIMEOUT = 15.0
+
+
+def require_or_skip(available: bool, message: str) -> None:
+    """Skip when a tool is missing on a developer's machine; fail in CI, where it must be there.
+
+    The same rule as tests/conftest.py::require_service, for things that are not a TCP service.
+    """
+    if available:
+        return
+    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
+        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
+    pytest.skip(message)
+
+
+def require_oidc_provider() -> str:
+    """The path of node, once node and the npm provider are known to be installed."""
+    node = shutil.which("node")
+    require_or_skip(node is not None, "node is not installed (make system-deps)")
+    installed = (OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file()
+    require_or_skip(installed, "tests/oidc/node_modules is missing (make node-deps)")
+    assert node is not None
+    return node
+
+
+@dataclass
+class OidcServer:
+    issuer: str
+    accounts_file: Path
+    log_file: Path
+
+    def set_accounts(self, accounts: dict[str, dict[str, Any]]) -> None:
+        """Replace the provider's users; it re-reads the file on every lookup."""
+        # Write then rename, so the server never reads a half-written file.
+        tmp = self.accounts_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(accounts))
+        tmp.replace(self.accounts_file)
+
+    def set_groups(self, sub: str, groups: list[str]) -> None:
+        accounts = json.loads(self.accounts_file.read_text())
+        accounts[sub]["groups"] = groups
+        self.set_accounts(accounts)
+
+    def log(self) -> str:
+        """What the provider printed, for failure messages."""
+        return self.log_file.read_text(errors="replace")
+
+
+@contextmanager
+def run_oidc_server(*, redirect_uri: str, workdir: Path) -> Iterator[OidcServer]:
+    node = require_oidc_provider()
+    accounts_file = workdir / "accounts.json"
+    accounts_file.write_text("{}")
+    log_file = workdir / "oidc-provider.log"
+    with log_file.open("w") as log:
+        # stdout goes to a file rather than a pipe: nobody reads a pipe after READY, and a full
+        # pipe would block the provider mid-test.
+        proc = subprocess.Popen(
+            [
+                node,
+                str(SERVER_SCRIPT),
+                "--port=0",
+                f"--redirect-uri={redirect_uri}",
+                f"--accounts={accounts_file}",
+                f"--client-id={CLIENT_ID}",
+                f"--client-secret={CLIENT_SECRET}",
+            ],
+            cwd=OIDC_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        issuer = _wait_until_ready(proc, log_file)
+        yield OidcServer(issuer=issuer, accounts_file=accounts_file, log_file=log_file)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_until_ready(proc: subprocess.Popen[bytes], log_file: Path) -> str:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        for line in log_file.read_text(errors="replace").splitlines():
+            if line.startswith("READY "):
+                return line.split(" ", 1)[1].strip()
+        if proc.poll() is not None:
+            pytest.fail(f"the OIDC provider exited ({proc.returncode}):\n{log_file.read_text()}")
+        time.sleep(0.05)
+    pytest.fail(f"the OIDC provider did not start in {START_TIMEOUT}s:\n{log_file.read_text()}")
+
+
+# --- a browser without a browser ----------------------------------------------------------------
+
+
+@dataclass
+class Form:
+    action: str
+    method: str
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+class _PageParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.forms: list[Form] = []
+        self.links: list[str] = []
+        self._in_form = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form":
+            self.forms.append(Form(a.get("action", ""), a.get("method", "get").lower()))
+            self._in_form = True
+        elif tag == "a" and "href" in a:
+            self.links.append(a["href"])
+        elif self._in_form and tag in {"input", "button", "select", "textarea"} and a.get("name"):
+            kind = a.get("type", "text").lower()
+            # Only what a browser would send without a click: no submit buttons, no
+            # unchecked boxes.
+            if kind in {"submit", "button", "image", "reset"} or tag == "button":
+                return
+            if kind in {"checkbox", "radio"} and "checked" not in a:
+                return
+            self.forms[-1].fields[a["name"]] = a.get("value", "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "form":
+            self._in_form = False
+
+
+def parse_page(html: str) -> _PageParser:
+    parser = _PageParser()
+    parser.feed(html)
+    return parser
+
+
+@dataclass
+class Browser:
+    """A requests session that follows redirects itself, so a test can see every hop."""
+
+    session: requests.Session = field(default_factory=requests.Session)
+    visited: list[str] = field(default_factory=list)
+
+    def get(self, url: str) -> requests.Response:
+        self.visited.append(url)
+        return self._follow(self.session.get(url, allow_redirects=False, timeout=HTTP_TIMEOUT))
+
+    def submit(
+        self, page: requests.Response, *, action_contains: str = "", **values: str
+    ) -> requests.Response:
+        """Post the page's first POST form (whose action contains ``action_contains``)."""
+        forms = [
+            f
+            for f in parse_page(page.text).forms
+            if f.method == "post" and action_contains in urljoin(page.url, f.action)
+        ]
+        assert forms, (
+            f"no POST form{f' to {action_contains}' if action_contains else ''} on "
+            f"{page.url} ({page.status_code}):\n{page.text[:2000]}"
+        )
+        form = forms[0]
+        url = urljoin(page.url, form.action) if form.action else page.url
+        self.visited.append(url)
+        data = {**form.fields, **values}
+        response = self.session.post(
+            url, data=data, allow_redirects=False, timeout=HTTP_TIMEOUT, headers={"Referer": page.url}
+        )
+        return self._follow(response)
+
+    def _follow(self, response: requests.Response) -> requests.Response:
+        for _ in range(20):
+            if not response.is_redirect:
+                return response
+            url = urljoin(response.url, response.headers["Location"])
+            self.visited.append(url)
+            response = self.session.get(url, allow_redirects=False, timeout=HTTP_TIMEOUT)
+        raise AssertionError(f"redirect loop: {self.visited[-20:]}")
+
+    def visited_on(self, base: str, path: str = "") -> list[str]:
+        """Visited URLs on the origin of ``base`` whose path starts with ``path``."""
+        origin = urlsplit(base)
+        return [
+            u
+            for u in self.visited
+            if urlsplit(u).netloc == origin.netloc and urlsplit(u).path.startswith(path)
+        ]

@@ -1,0 +1,99 @@
+"""Every tenant-scoped URL answers 404 to a non-member, for every method that does something.
+
+The URLs are found by walking the URL configuration, so a new tenant-scoped page is covered
+the day it is added, without anyone remembering to list it here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from tenants.models import Membership
+
+
+def _tenant_patterns() -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+
+    def walk(patterns: list[Any], prefix: str, namespace: str) -> None:
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                ns = f"{namespace}{p.namespace}:" if p.namespace else namespace
+                walk(p.url_patterns, prefix + str(p.pattern), ns)
+            elif isinstance(p, URLPattern) and p.name:
+                route = prefix + str(p.pattern)
+                if "<slug:tenant>" in route:
+                    found.append((f"{namespace}{p.name}", route))
+
+    walk(get_resolver().url_patterns, "", "")
+    return found
+
+
+TENANT_PATTERNS = _tenant_patterns()
+
+
+def _url(route: str, tenant: str, member_id: int) -> str:
+    return "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
+
+
+def test_it_finds_the_tenant_scoped_urls() -> None:
+    names = {name for name, _ in TENANT_PATTERNS}
+    assert {"tenants:detail", "tenants:members", "tenants:audit", "tenants:member_role"} <= names
+
+
+@pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_it_hides_tenant_from_non_member(
+    name: str, route: str, method: str, world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    member = Membership.objects.get(user=world["bob"], tenant=world["alpha"])
+    url = _url(route, "alpha", member.pk)
+    before = Membership.objects.count()
+    for outsider in ["charlie", "nora"]:
+        response = getattr(login(outsider), method)(url, {"role": "admin", "user": "nora"})
+        assert response.status_code == 404, (outsider, url, response.status_code)
+    assert Membership.objects.count() == before
+    assert Membership.objects.get(pk=member.pk).role == "member"
+
+
+@pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
+def test_it_sends_anonymous_users_to_sign_in(
+    name: str, route: str, world: dict[str, Any]
+) -> None:
+    response = Client().get(_url(route, "alpha", 1))
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
+def test_it_answers_404_for_a_tenant_that_does_not_exist(
+    name: str, route: str, login: Callable[[str], Client]
+) -> None:
+    # Same answer as for a tenant that exists but is not yours: no probing for names.
+    assert login("pam").get(_url(route, "no-such-tenant", 1)).status_code == 404
+
+
+def test_it_keeps_a_member_id_of_another_tenant_out(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    # alice admins alpha; charlie's membership lives in bravo.
+    foreign = Membership.objects.get(user=world["charlie"])
+    response = login("alice").post(
+        f"/t/alpha/members/{foreign.pk}/role/", {"role": "viewer"}
+    )
+    assert response.status_code == 404
+    assert Membership.objects.get(pk=foreign.pk).role == "admin"
+    response = login("alice").post(f"/t/alpha/members/{foreign.pk}/remove/")
+    assert response.status_code == 404
+    assert Membership.objects.filter(pk=foreign.pk).exists()
+
+
+def test_it_404s_the_switcher_for_a_foreign_tenant(login: Callable[[str], Client]) -> None:
+    assert login("alice").get("/switch/", {"tenant": "bravo"}).status_code == 404
+    response = login("alice").get("/switch/", {"tenant": "alpha"})
+    assert response.status_code == 302
+    assert response["Location"] == "/t/alpha/"

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core import mail
+from django.core.exceptions import ValidationError
+
+from portal.models import Job
+from tenants import services
+from tenants.models import AuditEvent, Membership, PlatformRole, Role, Source, Tenant
+
+
+def test_it_onboards_a_tenant_with_admins_audit_and_mail(
+    world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        tenant = services.do_create_tenant(
+            acting_user=world["pam"],
+            slug="charlie-lab",
+            display_name="Charlie Lab",
+            trust_level="dedicated",
+            cost_centre="CC-9",
+            contacts=["lab@example.com"],
+            admins=[world["charlie"]],
+        )
+    assert tenant.trust_level == "dedicated"
+    assert Membership.objects.get(tenant=tenant, user=world["charlie"]).role == "admin"
+    created = AuditEvent.objects.get(action="tenant.create", tenant=tenant)
+    assert created.actor == world["pam"]
+    assert created.diff["slug"] == [None, "charlie-lab"]
+    assert created.diff["trust_level"] == [None, "dedicated"]
+    assert AuditEvent.objects.filter(action="membership.create", tenant=tenant).count() == 1
+    job = Job.objects.get(task="tenants.notify_onboarded")
+    assert job.status == Job.Status.SUCCEEDED
+    assert job.tenant == tenant
+    assert [m.to for m in mail.outbox] == [["lab@example.com"]]
+    assert "charlie" in mail.outbox[0].body
+
+
+@pytest.mark.parametrize(
+    ("slug", "message"),
+    [
+        ("alpha", "already exists"),
+        ("Bad_Slug", "DNS-1123"),
+        ("kube-system", "reserved"),
+        ("x" * 41, "at most 40"),
+    ],
+)
+def test_it_rejects_bad_tenants_and_writes_nothing(
+    world: dict[str, Any], slug: str, message: str
+) -> None:
+    tenants, events, jobs = Tenant.objects.count(), AuditEvent.objects.count(), Job.objects.count()
+    with pytest.raises(ValidationError) as info:
+        services.do_create_tenant(
+            acting_user=world["pam"], slug=slug, display_name="X", contacts=["x@example.com"]
+        )
+    assert message in " ".join(info.value.messages)
+    assert (Tenant.objects.count(), AuditEvent.objects.count(), Job.objects.count()) == (
+        tenants,
+        events,
+        jobs,
+    )
+
+
+def test_it_rejects_unknown_trust_level_and_bad_contacts(world: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError) as info:
+        services.do_create_tenant(
+            acting_user=world["pam"],
+            slug="new-one",
+            display_name="New",
+            trust_level="root",
+            contacts=["not-an-address"],
+        )
+    assert set(info.value.message_dict) == {"trust_level", "contacts"}
+    assert not Tenant.objects.filter(slug="new-one").exists()
+
+
+def test_it_updates_settings_with_a_diff(world: dict[str, Any]) -> None:
+    services.do_update_tenant(
+        world["alpha"], acting_user=world["alice"], cost_centre="CC-77", display_name="Alpha Team"
+    )
+    event = AuditEvent.objects.get(action="tenant.update")
+    assert event.diff == {"cost_centre": ["CC-1", "CC-77"]}
+    assert event.tenant_slug == "alpha"
+    with pytest.raises(ValidationError, match="cannot be changed"):
+        services.do_update_tenant(world["alpha"], acting_user=world["alice"], slug="other")
+    assert Tenant.objects.get(pk=world["alpha"].pk).slug == "alpha"
+
+
+def test_it_manages_members_and_protects_the_last_admin(world: dict[str, Any]) -> None:
+    alpha, alice = world["alpha"], world["alice"]
+    nora = services.do_add_member(alpha, acting_user=alice, user=world["nora"], role=Role.VIEWER)
+    with pytest.raises(ValidationError, match="already a member"):
+        services.do_add_member(alpha, acting_user=alice, user=world["nora"], role=Role.MEMBER)
+    with pytest.raises(ValidationError, match="Unknown role 'owner'"):
+        services.do_add_member(alpha, acting_user=alice, user=world["fiona"], role="owner")
+    services.do_change_member_role(nora, acting_user=alice, role=Role.MEMBER)
+    assert Membership.objects.get(pk=nora.pk).role == "member"
+
+    alice_m = Membership.objects.get(user=alice, tenant=alpha)
+    with pytest.raises(ValidationError, match="last admin"):
+        services.do_change_member_role(alice_m, acting_user=alice, role=Role.MEMBER)
+    with pytest.raises(ValidationError, match="last admin"):
+        services.do_remove_member(alice_m, acting_user=alice)
+    assert Membership.objects.get(pk=alice_m.pk).role == "admin"
+
+    services.do_change_member_role(nora, acting_user=alice, role=Role.ADMIN)
+    services.do_remove_member(alice_m, acting_user=world["nora"])
+    assert not Membership.objects.filter(pk=alice_m.pk).exists()
+    actions = list(AuditEvent.objects.filter(tenant=alpha).values_list("action", flat=True))
+    assert actions.count("membership.update") == 2
+    assert "membership.delete" in actions
+
+
+def test_it_syncs_identity_groups_and_keeps_local_grants(world: dict[str, Any]) -> None:
+    nora = world["nora"]
+    Membership.objects.create(user=nora, tenant=world["bravo"], role=Role.VIEWER)  # local
+    services.do_sync_identity_groups(
+        nora, ["/tenants/alpha/member", "/tenants/ghost/admin", "/platform/finance"]
+    )
+    alpha = Membership.objects.get(user=nora, tenant=world["alpha"])
+    assert (alpha.role, alpha.source) == ("member", Source.OIDC)
+    assert PlatformRole.objects.get(user=nora).role == "finance"
+
+    services.do_sync_identity_groups(nora, ["/tenants/alpha/admin"])
+    assert Membership.objects.get(pk=alpha.pk).role == "admin"
+    assert not PlatformRole.objects.filter(user=nora).exists()
+
+    services.do_sync_identity_groups(nora, [])
+    assert not Membership.objects.filter(pk=alpha.pk).exists()
+    # Granted in the portal, so the identity provider does not take it away.
+    assert Membership.objects.filter(user=nora, tenant=world["bravo"]).exists()
+    actions = set(AuditEvent.objects.filter(actor=nora).values_list("action", flat=True))
+    assert {"membership.create", "membership.sync", "membership.sync_remove"} <= actions
+    assert {"platform_role.sync", "platform_role.sync_remove"} <= actions
+
+
+def test_it_finds_users_by_name_or_email(world: dict[str, Any]) -> None:
+    assert services.find_user("bob") == world["bob"]
+    assert services.find_user("BOB@example.com") == world["bob"]
+    with pytest.raises(ValidationError, match="No user 'zed'"):
+        services.find_user("zed")
