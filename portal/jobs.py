@@ -166,7 +166,13 @@ class EmbeddedBeat(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            wait = self.tick()
+            close_old_connections()
+            try:
+                wait = self.tick()
+            except Exception:
+                # A database hiccup must not end the schedule for the life of the process.
+                logger.exception("embedded beat tick failed")
+                wait = 30.0
             self.stopped.wait(min(wait, 30.0))
 
     def tick(self) -> float:
@@ -176,7 +182,6 @@ class EmbeddedBeat(threading.Thread):
             due, next_seconds = entry["schedule"].is_due(self.last_run[key])
             if due:
                 self.last_run[key] = timezone.now()
-                close_old_connections()
                 with transaction.atomic():
                     enqueue(entry["task"], title=key, trigger=Job.Trigger.SCHEDULE)
             next_in = min(next_in, float(next_seconds))

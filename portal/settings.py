@@ -24,7 +24,7 @@ DEBUG = env_bool("DEBUG", False)
 # (secure cookies, hashed static files). The demo and the tests run without one.
 PRODUCTION = bool(env("SECRET_KEY")) and not DEBUG
 # The embedded default key only ever serves a local demo; `check --deploy` rejects it.
-SECRET_KEY = env("SECRET_KEY", "insecure-embedded-default-key-for-local-demo-only-change-me")
+SECRET_KEY = env("SECRET_KEY", "django-insecure-embedded-default-for-the-local-demo-only")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 

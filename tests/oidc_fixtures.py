@@ -197,7 +197,11 @@ class Browser:
         self.visited.append(url)
         data = {**form.fields, **values}
         response = self.session.post(
-            url, data=data, allow_redirects=False, timeout=HTTP_TIMEOUT, headers={"Referer": page.url}
+            url,
+            data=data,
+            allow_redirects=False,
+            timeout=HTTP_TIMEOUT,
+            headers={"Referer": page.url},
         )
         return self._follow(response)
 

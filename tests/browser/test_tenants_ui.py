@@ -39,6 +39,18 @@ POST_FORM = """({action, ...fields}) => {
 }"""
 
 
+def _wait_for_htmx(page: Page) -> None:
+    """Wait until htmx has finished the request, the swap and the settle.
+
+    htmx binds the hx-* attributes of swapped-in content only when it settles (20 ms after the
+    swap; until then the new nodes carry .htmx-added). A select changed in that gap fires a
+    change event nobody listens to yet, so the next step must wait for the settle.
+    """
+    page.wait_for_function(
+        "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')"
+    )
+
+
 def _path_is(live_server: Any, path: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(live_server.url + path)}$")
 
@@ -102,6 +114,7 @@ def test_it_lets_a_tenant_admin_manage_members_in_place(
     expect(rows).to_have_count(4)
     expect(page.locator("#messages .flash-success")).to_have_text("nora added.")
     expect(page.get_by_label("Role of nora")).to_have_value("viewer")
+    _wait_for_htmx(page)
     assert page.url == members_url
     assert page.evaluate("window.__noReload") is True
     assert Membership.objects.get(tenant=world["alpha"], user=world["nora"]).role == "viewer"
@@ -110,6 +123,7 @@ def test_it_lets_a_tenant_admin_manage_members_in_place(
     page.get_by_label("Username or e-mail").fill("ghost")
     page.get_by_role("button", name="Add", exact=True).click()
     expect(page.locator("#id_user-error")).to_contain_text("No user 'ghost'")
+    _wait_for_htmx(page)
     expect(rows).to_have_count(4)
     assert page.url == members_url
     assert page.evaluate("window.__noReload") is True
@@ -119,6 +133,7 @@ def test_it_lets_a_tenant_admin_manage_members_in_place(
     page.get_by_label("Role of vic").select_option("member")
     expect(page.locator("#messages .flash-success")).to_have_text("vic is now member.")
     expect(page.get_by_label("Role of vic")).to_have_value("member")
+    _wait_for_htmx(page)
     assert page.url == members_url
     assert page.evaluate("window.__noReload") is True
     assert Membership.objects.get(tenant=world["alpha"], user=world["vic"]).role == "member"
