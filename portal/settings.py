@@ -82,7 +82,9 @@ TEMPLATES = [
 
 # --- database -----------------------------------------------------------------------------
 DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))}
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 0))
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a Celery worker started by a test sees the test database; WAL
     # and a busy timeout let the web process and the in-process runner write side by side.
@@ -132,7 +134,9 @@ OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "profile", "email"])
 # The claim that carries group paths such as /tenants/<slug>/admin (Keycloak's group mapper).
 OIDC_GROUPS_CLAIM = env("OIDC_GROUPS_CLAIM", "groups")
 OIDC_GROUP_PREFIX = env("OIDC_GROUP_PREFIX", "/")
-SOCIALACCOUNT_PROVIDERS: dict[str, dict[str, object]] = {"openid_connect": {"OAUTH_PKCE_ENABLED": True}}
+SOCIALACCOUNT_PROVIDERS: dict[str, dict[str, object]] = {
+    "openid_connect": {"OAUTH_PKCE_ENABLED": True}
+}
 if OIDC_SERVER_URL:
     SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"] = [
         {

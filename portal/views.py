@@ -65,6 +65,4 @@ def job_list(request: HttpRequest) -> HttpResponse:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(_jobs_for(request.user), pk=job_id)  # type: ignore[arg-type]
     template = "portal/job.html#job" if request.htmx else "portal/job.html"  # type: ignore[attr-defined]
-    return render(
-        request, template, {"job": job, "poll_url": reverse("job_detail", args=[job.pk])}
-    )
+    return render(request, template, {"job": job, "poll_url": reverse("job_detail", args=[job.pk])})

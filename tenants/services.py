@@ -160,8 +160,10 @@ def _ensure_an_admin_remains(membership: Membership) -> None:
 def do_change_member_role(membership: Membership, *, acting_user: Any, role: str) -> Membership:
     if role not in Role.values:
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
-    membership = Membership.objects.select_for_update().select_related("tenant", "user").get(
-        pk=membership.pk
+    membership = (
+        Membership.objects.select_for_update()
+        .select_related("tenant", "user")
+        .get(pk=membership.pk)
     )
     if membership.role == role:
         return membership
@@ -182,8 +184,10 @@ def do_change_member_role(membership: Membership, *, acting_user: Any, role: str
 
 @transaction.atomic
 def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
-    membership = Membership.objects.select_for_update().select_related("tenant", "user").get(
-        pk=membership.pk
+    membership = (
+        Membership.objects.select_for_update()
+        .select_related("tenant", "user")
+        .get(pk=membership.pk)
     )
     _ensure_an_admin_remains(membership)
     record_audit(
@@ -224,7 +228,9 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
     for slug in set(grants.tenant_roles) - set(tenants):
         logger.info("group for unknown tenant %r ignored for %s", slug, user.username)
 
-    current = {m.tenant.slug: m for m in Membership.objects.filter(user=user).select_related("tenant")}
+    current = {
+        m.tenant.slug: m for m in Membership.objects.filter(user=user).select_related("tenant")
+    }
     for slug, role in grants.tenant_roles.items():
         if slug not in tenants:
             continue
@@ -256,11 +262,16 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
     held = {r.role: r for r in PlatformRole.objects.filter(user=user)}
     for role in grants.platform_roles - set(held):
         grant = PlatformRole.objects.create(user=user, role=role, source=Source.OIDC)
-        record_audit(actor=user, action="platform_role.sync", target=grant, diff={"role": [None, role]})
+        record_audit(
+            actor=user, action="platform_role.sync", target=grant, diff={"role": [None, role]}
+        )
     for role, grant in held.items():
         if grant.source == Source.OIDC and role not in grants.platform_roles:
             record_audit(
-                actor=user, action="platform_role.sync_remove", target=grant, diff={"role": [role, None]}
+                actor=user,
+                action="platform_role.sync_remove",
+                target=grant,
+                diff={"role": [role, None]},
             )
             grant.delete()
     user.__dict__.pop("_platform_roles", None)

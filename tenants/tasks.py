@@ -15,9 +15,7 @@ from tenants.models import Tenant
 def notify_onboarded(job: Job) -> None:
     """Tell a new tenant's contacts that it exists and who its admins are."""
     tenant = Tenant.objects.get(pk=job.kwargs["tenant_id"])
-    admins = list(
-        tenant.memberships.filter(role="admin").values_list("user__username", flat=True)
-    )
+    admins = list(tenant.memberships.filter(role="admin").values_list("user__username", flat=True))
     body = render_to_string("tenants/mail/onboarded.txt", {"tenant": tenant, "admins": admins})
     job.set_progress(30, f"sending to {len(tenant.contacts)} contacts")
     send_mail(

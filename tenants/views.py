@@ -26,9 +26,7 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
     tenants = visible_tenants(request.user).annotate(
         member_count=Count("memberships", distinct=True)
     )
-    mine = dict(
-        Membership.objects.filter(user=request.user).values_list("tenant__slug", "role")
-    )
+    mine = dict(Membership.objects.filter(user=request.user).values_list("tenant__slug", "role"))
     return render(
         request,
         "tenants/list.html",
@@ -190,9 +188,7 @@ def _audit_page(request: HttpRequest, events: QuerySet[AuditEvent], context: dic
         )
     page = Paginator(events.select_related("tenant"), 50).get_page(request.GET.get("page"))
     template = "tenants/audit.html#events" if request.htmx else "tenants/audit.html"  # type: ignore[attr-defined]
-    return render(
-        request, template, {**context, "page": page, "action": action, "q": query}
-    )
+    return render(request, template, {**context, "page": page, "action": action, "q": query})
 
 
 @login_required

@@ -2,13 +2,13 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import tenants.names
 from django.conf import settings
 from django.db import migrations, models
 
+import tenants.names
+
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -17,67 +17,195 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slug', models.CharField(error_messages={'unique': 'A tenant with this slug already exists.'}, help_text="DNS-1123 label; becomes the tenant's namespace. Cannot be changed later.", max_length=40, unique=True, validators=[tenants.names.validate_tenant_slug])),
-                ('display_name', models.CharField(max_length=120)),
-                ('trust_level', models.CharField(choices=[('shared', 'Shared'), ('dedicated', 'Dedicated')], default='shared', max_length=16)),
-                ('cost_centre', models.CharField(blank=True, max_length=64)),
-                ('contacts', models.JSONField(blank=True, default=list, help_text='E-mail addresses that hear about this tenant.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "slug",
+                    models.CharField(
+                        error_messages={"unique": "A tenant with this slug already exists."},
+                        help_text="DNS-1123 label; becomes the tenant's namespace. Cannot be changed later.",
+                        max_length=40,
+                        unique=True,
+                        validators=[tenants.names.validate_tenant_slug],
+                    ),
+                ),
+                ("display_name", models.CharField(max_length=120)),
+                (
+                    "trust_level",
+                    models.CharField(
+                        choices=[("shared", "Shared"), ("dedicated", "Dedicated")],
+                        default="shared",
+                        max_length=16,
+                    ),
+                ),
+                ("cost_centre", models.CharField(blank=True, max_length=64)),
+                (
+                    "contacts",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="E-mail addresses that hear about this tenant.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['slug'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('trust_level__in', ['shared', 'dedicated'])), name='tenant_trust_level_valid')],
+                "ordering": ["slug"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("trust_level__in", ["shared", "dedicated"])),
+                        name="tenant_trust_level_valid",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('actor_name', models.CharField(blank=True, max_length=150)),
-                ('tenant_slug', models.CharField(blank=True, db_index=True, max_length=40)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('target_type', models.CharField(max_length=64)),
-                ('target_id', models.CharField(blank=True, max_length=64)),
-                ('target_repr', models.CharField(blank=True, max_length=200)),
-                ('diff', models.JSONField(blank=True, default=dict)),
-                ('request_id', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='audit_events', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("actor_name", models.CharField(blank=True, max_length=150)),
+                ("tenant_slug", models.CharField(blank=True, db_index=True, max_length=40)),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("target_type", models.CharField(max_length=64)),
+                ("target_id", models.CharField(blank=True, max_length=64)),
+                ("target_repr", models.CharField(blank=True, max_length=200)),
+                ("diff", models.JSONField(blank=True, default=dict)),
+                ("request_id", models.CharField(blank=True, db_index=True, max_length=64)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="audit_events",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='PlatformRole',
+            name="PlatformRole",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('platform-admin', 'Platform admin'), ('finance', 'Finance')], max_length=32)),
-                ('source', models.CharField(choices=[('local', 'Portal'), ('oidc', 'Identity provider')], default='local', max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='platform_roles', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("platform-admin", "Platform admin"), ("finance", "Finance")],
+                        max_length=32,
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("local", "Portal"), ("oidc", "Identity provider")],
+                        default="local",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="platform_roles",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('user', 'role'), name='platform_role_unique'), models.CheckConstraint(condition=models.Q(('role__in', ['platform-admin', 'finance'])), name='platform_role_valid')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("user", "role"), name="platform_role_unique"),
+                    models.CheckConstraint(
+                        condition=models.Q(("role__in", ["platform-admin", "finance"])),
+                        name="platform_role_valid",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('admin', 'Admin'), ('member', 'Member'), ('viewer', 'Viewer')], default='member', max_length=16)),
-                ('source', models.CharField(choices=[('local', 'Portal'), ('oidc', 'Identity provider')], default='local', max_length=16)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='tenants.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("admin", "Admin"), ("member", "Member"), ("viewer", "Viewer")],
+                        default="member",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("local", "Portal"), ("oidc", "Identity provider")],
+                        default="local",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['tenant__slug', 'user__username'],
-                'constraints': [models.UniqueConstraint(fields=('user', 'tenant'), name='membership_unique'), models.CheckConstraint(condition=models.Q(('role__in', ['admin', 'member', 'viewer'])), name='membership_role_valid')],
+                "ordering": ["tenant__slug", "user__username"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("user", "tenant"), name="membership_unique"),
+                    models.CheckConstraint(
+                        condition=models.Q(("role__in", ["admin", "member", "viewer"])),
+                        name="membership_role_valid",
+                    ),
+                ],
             },
         ),
     ]

@@ -58,7 +58,8 @@ function page(title, body) {
 function loginForm(uid, error = '') {
   // Password-less on purpose: the tests are about what the portal does with the tokens, and
   // an unknown account id is still refused below.
-  return page('Sign in to the test IdP', `${error ? `<p class="error">${escapeHtml(error)}</p>` : ''}
+  const notice = error ? `<p class="error">${escapeHtml(error)}</p>` : '';
+  return page('Sign in to the test IdP', `${notice}
 <form method="post" action="/interaction/${escapeHtml(uid)}">
   <input type="hidden" name="prompt" value="login">
   <label>Account <input type="text" name="login" required autofocus></label>
@@ -73,16 +74,21 @@ async function readForm(req) {
 }
 
 function send(res, status, html) {
-  res.writeHead(status, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' });
+  res.writeHead(status, {
+    'content-type': 'text/html; charset=utf-8',
+    'cache-control': 'no-store',
+  });
   res.end(html);
 }
 
-// Listen first so the issuer can name the port the kernel chose; requests that arrive before
-// the provider exists cannot happen, since nobody knows the port until READY is printed.
+// Listen first so the issuer can name the port the kernel chose. The tests learn the port from
+// READY, printed once the provider exists; anything earlier is a stray and gets a 503.
 let provider;
+let providerCallback;
 const server = http.createServer((req, res) => {
+  if (!provider) return send(res, 503, page('Starting', ''));
   const match = /^\/interaction\/([^/?]+)$/.exec(new URL(req.url, 'http://x').pathname);
-  const handle = match ? interaction(req, res) : provider.callback()(req, res);
+  const handle = match ? interaction(req, res) : providerCallback(req, res);
   Promise.resolve(handle).catch((err) => {
     console.error('request failed:', err);
     if (!res.headersSent) send(res, 500, page('Error', escapeHtml(err.message)));
@@ -110,8 +116,9 @@ async function interaction(req, res) {
     const grant = details.grantId
       ? await provider.Grant.find(details.grantId)
       : new provider.Grant({ accountId: session.accountId, clientId: params.client_id });
-    if (prompt.details.missingOIDCScope) grant.addOIDCScope(prompt.details.missingOIDCScope.join(' '));
-    if (prompt.details.missingOIDCClaims) grant.addOIDCClaims(prompt.details.missingOIDCClaims);
+    const { missingOIDCScope, missingOIDCClaims } = prompt.details;
+    if (missingOIDCScope) grant.addOIDCScope(missingOIDCScope.join(' '));
+    if (missingOIDCClaims) grant.addOIDCClaims(missingOIDCClaims);
     const grantId = await grant.save();
     return provider.interactionFinished(req, res, { consent: { grantId } }, {
       mergeWithLastSubmission: true,
@@ -165,11 +172,18 @@ server.listen(Number(args.port), '127.0.0.1', () => {
     },
     features: { devInteractions: { enabled: false } },
     cookies: { keys: [crypto.randomBytes(32).toString('hex')] },
-    jwks: { keys: [{ ...privateKey.export({ format: 'jwk' }), kid: 'test', use: 'sig', alg: 'RS256' }] },
+    jwks: {
+      keys: [{ ...privateKey.export({ format: 'jwk' }), kid: 'test', use: 'sig', alg: 'RS256' }],
+    },
   });
 
+  providerCallback = provider.callback();
+
   for (const event of ['server_error', 'authorization.error', 'grant.error', 'userinfo.error']) {
-    provider.on(event, (ctx, err) => console.error(`${event}: ${err.message} ${err.error_description ?? ''}`));
+    // Printed so a failing test can show why the provider said no.
+    provider.on(event, (ctx, err) => {
+      console.error(`${event}: ${err.message} ${err.error_description ?? ''}`);
+    });
   }
   console.log(`READY ${issuer}`);
 });

@@ -52,8 +52,21 @@ def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[s
         "CELERY_TASK_DEFAULT_QUEUE": queue,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "-Q", queue,
-         "--loglevel=INFO", "--without-mingle", "--without-gossip", "--without-heartbeat"],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "--loglevel=INFO",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

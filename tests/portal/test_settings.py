@@ -43,7 +43,9 @@ def _check_deploy(extra: dict[str, str], tmp_path: Path) -> subprocess.Completed
 def test_it_passes_check_deploy_with_production_settings(tmp_path: Path) -> None:
     secret_file = tmp_path / "oidc-secret"
     secret_file.write_text("s3cret-from-a-mounted-file\n")
-    result = _check_deploy({**PRODUCTION_ENV, "OIDC_CLIENT_SECRET_FILE": str(secret_file)}, tmp_path)
+    result = _check_deploy(
+        {**PRODUCTION_ENV, "OIDC_CLIENT_SECRET_FILE": str(secret_file)}, tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
@@ -85,7 +87,10 @@ def test_it_parses_typed_values(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _settings_value(expr: str, extra: dict[str, str], tmp_path: Path) -> str:
-    code = f"import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE','portal.settings'); from django.conf import settings; print({expr})"
+    code = (
+        "import os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'portal.settings'); "
+        f"from django.conf import settings; print({expr})"
+    )
     base = {k: v for k, v in os.environ.items() if k not in PRODUCTION_ENV}
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -12,7 +12,9 @@ def test_it_maps_tenant_and_platform_groups() -> None:
 
 
 def test_it_keeps_the_strongest_role_per_tenant() -> None:
-    grants = parse_groups(["/tenants/alpha/viewer", "/tenants/alpha/admin", "/tenants/alpha/member"])
+    grants = parse_groups(
+        ["/tenants/alpha/viewer", "/tenants/alpha/admin", "/tenants/alpha/member"]
+    )
     assert grants.tenant_roles == {"alpha": "admin"}
 
 

@@ -61,9 +61,7 @@ def test_it_hides_tenant_from_non_member(
 
 
 @pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
-def test_it_sends_anonymous_users_to_sign_in(
-    name: str, route: str, world: dict[str, Any]
-) -> None:
+def test_it_sends_anonymous_users_to_sign_in(name: str, route: str, world: dict[str, Any]) -> None:
     response = Client().get(_url(route, "alpha", 1))
     assert response.status_code == 302
     assert response["Location"].startswith("/accounts/login/")
@@ -82,9 +80,7 @@ def test_it_keeps_a_member_id_of_another_tenant_out(
 ) -> None:
     # alice admins alpha; charlie's membership lives in bravo.
     foreign = Membership.objects.get(user=world["charlie"])
-    response = login("alice").post(
-        f"/t/alpha/members/{foreign.pk}/role/", {"role": "viewer"}
-    )
+    response = login("alice").post(f"/t/alpha/members/{foreign.pk}/role/", {"role": "viewer"})
     assert response.status_code == 404
     assert Membership.objects.get(pk=foreign.pk).role == "admin"
     response = login("alice").post(f"/t/alpha/members/{foreign.pk}/remove/")

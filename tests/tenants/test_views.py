@@ -173,7 +173,9 @@ def test_it_saves_settings_and_shows_them_in_the_audit_log(login: Callable[[str]
 
 
 def test_it_scopes_the_audit_log(login: Callable[[str], Client], world: dict[str, Any]) -> None:
-    login("charlie").post("/t/bravo/settings/", {"display_name": "Bravo 2", "trust_level": "dedicated"})
+    login("charlie").post(
+        "/t/bravo/settings/", {"display_name": "Bravo 2", "trust_level": "dedicated"}
+    )
     login("alice").post("/t/alpha/settings/", {"display_name": "Alpha 2", "trust_level": "shared"})
     alpha_log = login("alice").get("/t/alpha/audit/").content.decode()
     assert "Alpha 2" in alpha_log and "Bravo 2" not in alpha_log

@@ -50,7 +50,11 @@ class Command(BaseCommand):
             first, last = full_name.split(" ", 1)
             user, created = User.objects.get_or_create(
                 username=username,
-                defaults={"email": f"{username}@example.com", "first_name": first, "last_name": last},
+                defaults={
+                    "email": f"{username}@example.com",
+                    "first_name": first,
+                    "last_name": last,
+                },
             )
             if created:
                 user.set_password(DEMO_PASSWORD)
