@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from tenants.models import AuditEvent, Membership, PlatformRole, Tenant
+
+
+def test_it_seeds_the_demo_idempotently(db: None) -> None:
+    call_command("seed_demo", stdout=StringIO())
+    counts = (Tenant.objects.count(), Membership.objects.count(), AuditEvent.objects.count())
+    call_command("seed_demo", stdout=StringIO())
+    assert counts == (
+        Tenant.objects.count(),
+        Membership.objects.count(),
+        AuditEvent.objects.count(),
+    )
+    assert set(Tenant.objects.values_list("slug", flat=True)) == {
+        "vision",
+        "llm-platform",
+        "bank-risk",
+    }
+    assert Tenant.objects.get(slug="bank-risk").trust_level == "dedicated"
+    assert PlatformRole.objects.get(user__username="platform").role == "platform-admin"
+    assert PlatformRole.objects.get(user__username="finance").role == "finance"
+    assert Membership.objects.get(user__username="alice").role == "admin"
+
+
+def test_it_grants_platform_roles_from_the_shell(world: dict[str, Any]) -> None:
+    call_command("grant_platform_role", "nora", "platform-admin", stdout=StringIO())
+    assert PlatformRole.objects.filter(user=world["nora"], role="platform-admin").exists()
+    assert AuditEvent.objects.filter(action="platform_role.create").count() == 1
+    with pytest.raises(CommandError, match="No user 'ghost'"):
+        call_command("grant_platform_role", "ghost", "finance", stdout=StringIO())
+    with pytest.raises(CommandError):
+        call_command("grant_platform_role", "nora", "root", stdout=StringIO())
