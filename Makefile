@@ -53,6 +53,7 @@ test: $(VENV)/.installed-test system-deps node-deps
 	$(MANAGE) check
 	$(MANAGE) makemigrations --check --dry-run
 	$(BIN)/ruff check .
+	$(BIN)/mypy portal tenants gitops billing
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## lint: ruff (lint and format check) and mypy

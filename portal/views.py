@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from portal.models import Job
-from tenants.access import get_tenant_for_user, is_platform_admin, visible_tenants
+from tenants.access import (
+    get_tenant_for_user,
+    is_platform_admin,
+    memberships_of,
+    visible_tenants,
+)
 from tenants.models import Membership
 
 CURRENT_TENANT_KEY = "current_tenant"
@@ -19,7 +26,7 @@ CURRENT_TENANT_KEY = "current_tenant"
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    memberships = Membership.objects.filter(user=request.user).select_related("tenant")
+    memberships = memberships_of(request.user)
     return render(
         request,
         "portal/home.html",
@@ -40,7 +47,7 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     return redirect("tenants:detail", tenant=access.tenant.slug)
 
 
-def _jobs_for(user: object) -> object:
+def _jobs_for(user: Any) -> QuerySet[Job]:
     if is_platform_admin(user):
         return Job.objects.all()
     admin_of = Membership.objects.filter(user=user, role="admin").values("tenant")
@@ -63,6 +70,6 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(_jobs_for(request.user), pk=job_id)  # type: ignore[arg-type]
+    job: Job = get_object_or_404(_jobs_for(request.user), pk=job_id)
     template = "portal/job.html#job" if request.htmx else "portal/job.html"  # type: ignore[attr-defined]
     return render(request, template, {"job": job, "poll_url": reverse("job_detail", args=[job.pk])})

@@ -35,6 +35,11 @@ def sees_all_tenants(user: Any) -> bool:
     return bool(platform_roles(user))
 
 
+def memberships_of(user: Any) -> QuerySet[Membership]:
+    """The user's own memberships, with their tenants."""
+    return Membership.objects.filter(user=user).select_related("tenant")
+
+
 def visible_tenants(user: Any) -> QuerySet[Tenant]:
     """Tenants the user may look at: their own, or all of them for platform roles."""
     if not getattr(user, "is_authenticated", False):

@@ -26,7 +26,7 @@ class ContactsField(forms.CharField):
     def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
         if isinstance(value, list):
             return value
-        return _split(super().to_python(value))
+        return _split(super().to_python(value) or "")
 
     def prepare_value(self, value: Any) -> Any:
         return "\n".join(value) if isinstance(value, list) else value

@@ -14,6 +14,7 @@ from tenants import services
 from tenants.access import (
     get_tenant_for_user,
     is_platform_admin,
+    memberships_of,
     require_platform_admin,
     visible_tenants,
 )
@@ -26,7 +27,7 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
     tenants = visible_tenants(request.user).annotate(
         member_count=Count("memberships", distinct=True)
     )
-    mine = dict(Membership.objects.filter(user=request.user).values_list("tenant__slug", "role"))
+    mine = dict(memberships_of(request.user).values_list("tenant__slug", "role"))
     return render(
         request,
         "tenants/list.html",
@@ -150,7 +151,7 @@ def member_role(request: HttpRequest, tenant: str, member_id: int) -> HttpRespon
     form = RoleForm(request.POST)
     try:
         if not form.is_valid():
-            raise ValidationError(form.errors["role"])
+            raise ValidationError(list(form.errors["role"]))
         services.do_change_member_role(
             membership, acting_user=request.user, role=form.cleaned_data["role"]
         )

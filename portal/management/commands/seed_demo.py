@@ -46,7 +46,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
         users = {}
-        for username, full_name, role in USERS:
+        for username, full_name, platform_role in USERS:
             first, last = full_name.split(" ", 1)
             user, created = User.objects.get_or_create(
                 username=username,
@@ -60,8 +60,8 @@ class Command(BaseCommand):
                 user.set_password(DEMO_PASSWORD)
                 user.save()
             users[username] = user
-            if role:
-                services.do_grant_platform_role(user, acting_user=None, role=role)
+            if platform_role:
+                services.do_grant_platform_role(user, acting_user=None, role=platform_role)
         platform = users["platform"]
         for slug, name, trust, cost_centre, members in TENANTS:
             tenant = Tenant.objects.filter(slug=slug).first()
