@@ -1,4 +1,4 @@
-"""Browser fixtures: headless Debian Chromium driven by Playwright against pytest-django's live server.
+"""Browser fixtures: headless Debian Chromium, driven by Playwright, against the live server.
 
 The browser is Debian's own package (/usr/bin/chromium, installed by `make system-deps`), never
 one fetched by `playwright install`: browser downloads are not possible where the suite runs.
@@ -83,9 +83,7 @@ def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator
     transactional_db: the live server answers from its own thread and connection, so it only
     sees rows the test has committed, and the test only sees what the server committed.
     """
-    context = browser.new_context(
-        base_url=live_server.url, viewport={"width": 1280, "height": 800}
-    )
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
     context.set_default_timeout(TIMEOUT_MS)
     expect.set_options(timeout=TIMEOUT_MS)
     page = context.new_page()

@@ -46,9 +46,8 @@ def _wait_for_htmx(page: Page) -> None:
     swap; until then the new nodes carry .htmx-added). A select changed in that gap fires a
     change event nobody listens to yet, so the next step must wait for the settle.
     """
-    page.wait_for_function(
-        "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')"
-    )
+    busy = ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added"
+    page.wait_for_function(f"() => !document.querySelector('{busy}')")
 
 
 def _path_is(live_server: Any, path: str) -> re.Pattern[str]:

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.db import connection
 
 from tenants.models import Membership, Role, Tenant
 
