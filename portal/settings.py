@@ -220,6 +220,37 @@ PORTAL_EMBEDDED_WORKERS = env_int("PORTAL_EMBEDDED_WORKERS", 2)
 PORTAL_JOB_MAX_ATTEMPTS = env_int("PORTAL_JOB_MAX_ATTEMPTS", 3)
 PORTAL_JOB_RETENTION_DAYS = env_int("PORTAL_JOB_RETENTION_DAYS", 30)
 
+# --- GitOps ---------------------------------------------------------------------------------
+# The portal's own bare repository (the source of truth Flux reads, directly over the portal's
+# read-only Git HTTP endpoint or through a forge the portal pushes to).
+GITOPS_REPO_PATH = Path(env("GITOPS_REPO_PATH", str(VAR_DIR / "git" / "fleet.git")))
+GITOPS_MAIN_BRANCH = env("GITOPS_MAIN_BRANCH", "main")
+GITOPS_FLEET_NAME = env("GITOPS_FLEET_NAME", "ai-factory")
+# A YAML file describing the fleet's GPU flavors; empty = the built-in demo fleet.
+GITOPS_FLEET_FILE = env("GITOPS_FLEET_FILE")
+# Upstream CRD schemas (and the vCluster chart's values schema) used by the checks. Unset: the
+# shared/crds folder beside the checkout when present.
+_shared_crds = BASE_DIR.parent / "shared" / "crds"
+GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(_shared_crds) if _shared_crds.is_dir() else "")
+GITOPS_REQUIRED_APPROVALS = env_int("GITOPS_REQUIRED_APPROVALS", 1)
+GITOPS_COMMITTER_NAME = env("GITOPS_COMMITTER_NAME", "AI factory portal")
+GITOPS_COMMITTER_EMAIL = env("GITOPS_COMMITTER_EMAIL", "portal@ai-factory.invalid")
+# Push main to a remote after each merge (optional): URL and HTTPS credentials.
+GITOPS_REMOTE_URL = env("GITOPS_REMOTE_URL")
+GITOPS_REMOTE_USERNAME = env("GITOPS_REMOTE_USERNAME", "git")
+GITOPS_REMOTE_PASSWORD = env("GITOPS_REMOTE_PASSWORD")
+# Open pull requests on a forge instead of in the portal: github | gitlab | gitea.
+GITOPS_FORGE = env("GITOPS_FORGE")
+GITOPS_FORGE_API_URL = env("GITOPS_FORGE_API_URL")
+GITOPS_FORGE_REPO = env("GITOPS_FORGE_REPO")  # owner/name, or the GitLab project id or path
+GITOPS_FORGE_TOKEN = env("GITOPS_FORGE_TOKEN")
+GITOPS_FORGE_WEBHOOK_SECRET = env("GITOPS_FORGE_WEBHOOK_SECRET")
+# Tokens that may clone the portal's repository over HTTP (Flux's GitRepository secret).
+GITOPS_HTTP_TOKENS = env_list("GITOPS_HTTP_TOKENS")
+# Flux notification-controller Receiver URL to call after a merge, so Flux reconciles at once.
+FLUX_RECEIVER_URL = env("FLUX_RECEIVER_URL")
+FLUX_RECEIVER_TOKEN = env("FLUX_RECEIVER_TOKEN")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -1,0 +1,161 @@
+"""What the renderers take: plain, immutable data with no Django in it.
+
+Other apps build these specs from their models and hand them to ``gitops.services``; the
+renderers in ``gitops/render/`` turn them into Kubernetes objects. ``validate_*`` functions
+(in ``gitops/render/validate.py``) check a spec against the fleet before anything is rendered,
+so a bad spec is a clear ``SpecError`` and nothing is written to Git.
+
+The whole of a tenant's directory is a function of its ``TenantSpec``: every change request
+re-renders the directory from the tenant's current resources plus the change, and the diff
+between the two trees is exactly the change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+GpuMode = Literal["whole", "mig", "hami"]
+ShareKind = Literal["whole", "mig", "hami", "dra"]
+TrustLevel = Literal["shared", "dedicated"]
+ScaleMetric = Literal["concurrency", "rps", "cpu", "memory"]
+ClusterSize = Literal["small", "medium", "large"]
+
+
+class SpecError(ValueError):
+    """A spec that cannot be rendered. ``errors`` maps a field path to a sentence."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in sorted(self.errors.items())))
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A pool of like GPUs: one Kueue ResourceFlavor.
+
+    ``mode`` says how the pool's GPUs are handed out: ``whole`` (device plugin, one
+    ``nvidia.com/gpu`` per GPU), ``mig`` (mixed strategy: ``nvidia.com/mig-<profile>``
+    resources, capacity per profile in ``mig_profiles``) or ``hami`` (HAMi fractions:
+    ``nvidia.com/gpu`` vGPU slots plus ``nvidia.com/gpumem`` MiB and ``nvidia.com/gpucores``
+    percent). ``dra`` says the NVIDIA DRA driver serves the pool too (DeviceClass
+    ``gpu.nvidia.com`` or ``mig.nvidia.com``).
+    """
+
+    name: str
+    product: str  # GFD nvidia.com/gpu.product, e.g. NVIDIA-H200
+    mode: GpuMode
+    gpus: int  # physical GPUs in the pool
+    gpu_memory_mib: int
+    node_labels: tuple[tuple[str, str], ...] = ()
+    mig_profiles: tuple[tuple[str, int], ...] = ()  # (profile, slices in the pool)
+    hami_split: int = 10  # vGPU slots per physical GPU (HAMi deviceSplitCount)
+    dra: bool = False
+    topology: bool = True  # Kueue topology-aware scheduling for this flavor
+    taint_key: str = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class GatewayRef:
+    name: str = "ai-gateway"
+    namespace: str = "gateway-system"
+    hostname: str = "models.ai-factory.example.com"
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """The platform: its flavors, topology, cohort and the shared services tenants reach."""
+
+    name: str = "ai-factory"
+    flavors: tuple[Flavor, ...] = ()
+    cohort: str = "gpu-fleet"
+    topology_levels: tuple[str, ...] = (
+        "network.topology.kubernetes.io/block",
+        "network.topology.kubernetes.io/rack",
+        "kubernetes.io/hostname",
+    )
+    allowed_registries: tuple[str, ...] = ("docker.io/vllm/", "kserve/", "ghcr.io/ai-factory/")
+    gateway: GatewayRef = field(default_factory=GatewayRef)
+    litellm_namespace: str = "litellm"
+    vcluster_chart_version: str = "0.30.0"
+    git_url: str = "http://portal.portal-system.svc/git/fleet.git"
+    git_branch: str = "main"
+    max_gpus_per_tenant: int = 64
+
+    def flavor(self, name: str) -> Flavor | None:
+        return next((f for f in self.flavors if f.name == name), None)
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """Quota on one flavor for one tenant.
+
+    ``kind`` ``whole``/``mig``/``hami`` go through the device plugin; ``dra`` adds a
+    ResourceClaimTemplate to the tenant's workloads. ``count`` is GPUs (whole, dra), MIG
+    slices of ``mig_profile`` (mig) or vGPU slots (hami, each with ``gpumem_mib`` and
+    ``gpucores_percent``). ``until`` is an ISO date for a time-bound reservation.
+    """
+
+    name: str
+    flavor: str
+    kind: ShareKind
+    count: int
+    mig_profile: str = ""
+    gpumem_mib: int = 0
+    gpucores_percent: int = 0
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    until: str = ""
+
+
+@dataclass(frozen=True)
+class TenantClusterSpec:
+    """A vCluster for the tenant, platform-owned, scheduling onto the named flavors' nodes."""
+
+    name: str
+    kubernetes_version: str = "1.33"
+    size: ClusterSize = "small"
+    node_pools: tuple[str, ...] = ()
+    gpu_quota: int = 0
+    cpu_quota: int = 16
+    memory_gib: int = 64
+    max_pods: int = 100
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """An OpenAI-compatible model endpoint: KServe + vLLM, an HTTPRoute, a LiteLLM route."""
+
+    name: str
+    model_uri: str  # hf://org/model, s3://bucket/path or pvc://claim/path
+    share: str  # the GpuShare it runs on
+    served_model_name: str = ""
+    gpus_per_replica: int = 1
+    args: tuple[str, ...] = ()
+    min_replicas: int = 1
+    max_replicas: int = 1
+    scale_metric: ScaleMetric = "concurrency"
+    scale_target: int = 8
+    expose: bool = True
+    cpu: int = 8
+    memory_gib: int = 64
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """Everything the platform runs for one tenant."""
+
+    slug: str
+    display_name: str = ""
+    trust_level: TrustLevel = "shared"
+    cost_centre: str = ""
+    cpu_quota: int = 64
+    memory_gib: int = 512
+    max_pods: int = 200
+    fair_share_weight: int = 1
+    shares: tuple[GpuShare, ...] = ()
+    clusters: tuple[TenantClusterSpec, ...] = ()
+    endpoints: tuple[EndpointSpec, ...] = ()
+
+    def share(self, name: str) -> GpuShare | None:
+        return next((s for s in self.shares if s.name == name), None)
