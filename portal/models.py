@@ -1,4 +1,4 @@
-"""Jobs: every piece of background work is a persisted row, whatever runs it."""
+"""Cross-cutting records: background jobs and the audit log."""
 
 from __future__ import annotations
 
@@ -74,3 +74,32 @@ class Job(models.Model):
         Job.objects.filter(pk=self.pk).update(progress=self.progress)
         if line:
             self.append_log(line)
+
+
+class AuditEvent(models.Model):
+    """One state-changing action: who did what to which object, and what changed."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    # Kept as text too, so the log still names a deleted user.
+    actor_name = models.CharField(max_length=150, blank=True)
+    # The tenant's slug, not a foreign key: every app records here (gitops knows slugs only),
+    # and the log must outlive a tenant that is offboarded.
+    tenant_slug = models.CharField(max_length=63, blank=True, db_index=True)
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_repr = models.CharField(max_length=200, blank=True)
+    # {"field": [before, after], ...}; created objects have before=None.
+    diff = models.JSONField(default=dict, blank=True)
+    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target_repr}"
+        )

@@ -124,33 +124,3 @@ class PlatformRole(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} is {self.role}"
-
-
-class AuditEvent(models.Model):
-    """One state-changing action: who did what to which object, and what changed."""
-
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    # Kept as text too, so the log still names a deleted user.
-    actor_name = models.CharField(max_length=150, blank=True)
-    tenant = models.ForeignKey(
-        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
-    )
-    tenant_slug = models.CharField(max_length=TENANT_SLUG_MAX, blank=True, db_index=True)
-    action = models.CharField(max_length=64, db_index=True)
-    target_type = models.CharField(max_length=64)
-    target_id = models.CharField(max_length=64, blank=True)
-    target_repr = models.CharField(max_length=200, blank=True)
-    # {"field": [before, after], ...}; created objects have before=None.
-    diff = models.JSONField(default=dict, blank=True)
-    request_id = models.CharField(max_length=64, blank=True, db_index=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return (
-            f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target_repr}"
-        )

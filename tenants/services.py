@@ -15,39 +15,15 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 
+from portal.audit import record_audit
 from portal.jobs import enqueue
-from portal.middleware import current_request_id
 from tenants.groups import parse_groups
-from tenants.models import AuditEvent, Membership, PlatformRole, Role, Source, Tenant
+from tenants.models import Membership, PlatformRole, Role, Source, Tenant
 
 logger = logging.getLogger(__name__)
 User = get_user_model()
 
 TENANT_FIELDS = ("display_name", "trust_level", "cost_centre", "contacts")
-
-
-def record_audit(
-    *,
-    actor: Any,
-    action: str,
-    target: models.Model,
-    tenant: Tenant | None = None,
-    diff: dict[str, list[Any]] | None = None,
-) -> AuditEvent:
-    """Store one audit row for an action on ``target``; called inside the action's transaction."""
-    actor_obj = actor if getattr(actor, "pk", None) else None
-    return AuditEvent.objects.create(
-        actor=actor_obj,
-        actor_name=getattr(actor_obj, "username", "") or "system",
-        tenant=tenant,
-        tenant_slug=tenant.slug if tenant else "",
-        action=action,
-        target_type=target._meta.label_lower,
-        target_id=str(target.pk or ""),
-        target_repr=str(target)[:200],
-        diff=diff or {},
-        request_id=current_request_id(),
-    )
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
@@ -87,7 +63,7 @@ def do_create_tenant(
         actor=acting_user,
         action="tenant.create",
         target=tenant,
-        tenant=tenant,
+        tenant_slug=tenant.slug,
         diff={f: [None, v] for f, v in _snapshot(tenant, ("slug", *TENANT_FIELDS)).items()},
     )
     for user in admins:
@@ -117,7 +93,11 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     if diff:
         tenant.save(update_fields=list(diff))
         record_audit(
-            actor=acting_user, action="tenant.update", target=tenant, tenant=tenant, diff=diff
+            actor=acting_user,
+            action="tenant.update",
+            target=tenant,
+            tenant_slug=tenant.slug,
+            diff=diff,
         )
     return tenant
 
@@ -127,12 +107,14 @@ def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
     if Membership.objects.filter(tenant=tenant, user=user).exists():
         raise ValidationError(f"{user.username} is already a member of {tenant.slug}.")
-    membership = Membership.objects.create(tenant=tenant, user=user, role=role, source=source)
+    membership = Membership.objects.create(
+        tenant=tenant, user=user, role=role, source=source
+    )
     record_audit(
         actor=actor,
         action="membership.create",
         target=membership,
-        tenant=tenant,
+        tenant_slug=tenant.slug,
         diff={"user": [None, user.username], "role": [None, role], "source": [None, source]},
     )
     return membership
@@ -176,7 +158,7 @@ def do_change_member_role(membership: Membership, *, acting_user: Any, role: str
         actor=acting_user,
         action="membership.update",
         target=membership,
-        tenant=membership.tenant,
+        tenant_slug=membership.tenant.slug,
         diff={"role": [before, role]},
     )
     return membership
@@ -194,7 +176,7 @@ def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
         actor=acting_user,
         action="membership.delete",
         target=membership,
-        tenant=membership.tenant,
+        tenant_slug=membership.tenant.slug,
         diff={"user": [membership.user.username, None], "role": [membership.role, None]},
     )
     membership.delete()
@@ -245,7 +227,7 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
                 actor=user,
                 action="membership.sync",
                 target=existing,
-                tenant=existing.tenant,
+                tenant_slug=existing.tenant.slug,
                 diff={"role": [before, role]},
             )
     for slug, membership in current.items():
@@ -254,7 +236,7 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
                 actor=user,
                 action="membership.sync_remove",
                 target=membership,
-                tenant=membership.tenant,
+                tenant_slug=membership.tenant.slug,
                 diff={"user": [user.username, None], "role": [membership.role, None]},
             )
             membership.delete()

@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 
+from portal.models import AuditEvent
 from tenants import services
 from tenants.access import (
     get_tenant_for_user,
@@ -19,7 +20,7 @@ from tenants.access import (
     visible_tenants,
 )
 from tenants.forms import AddMemberForm, RoleForm, TenantCreateForm, TenantSettingsForm
-from tenants.models import AuditEvent, Membership
+from tenants.models import Membership
 
 
 @login_required
@@ -187,7 +188,7 @@ def _audit_page(request: HttpRequest, events: QuerySet[AuditEvent], context: dic
         events = events.filter(
             Q(actor_name__icontains=query) | Q(target_repr__icontains=query) | Q(request_id=query)
         )
-    page = Paginator(events.select_related("tenant"), 50).get_page(request.GET.get("page"))
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
     template = "tenants/audit.html#events" if request.htmx else "tenants/audit.html"  # type: ignore[attr-defined]
     return render(request, template, {**context, "page": page, "action": action, "q": query})
 
@@ -198,7 +199,7 @@ def tenant_audit(request: HttpRequest, tenant: str) -> HttpResponse:
     access.require_admin()
     return _audit_page(
         request,
-        AuditEvent.objects.filter(tenant=access.tenant),
+        AuditEvent.objects.filter(tenant_slug=access.tenant.slug),
         {"access": access, "tenant": access.tenant},
     )
 

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tenants.models import AuditEvent, Membership, PlatformRole, Tenant
+from portal.models import AuditEvent
+from tenants.models import Membership, PlatformRole, Tenant
 
 
 def test_it_seeds_the_demo_idempotently(db: None) -> None:

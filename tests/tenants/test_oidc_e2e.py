@@ -20,7 +20,8 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 import portal.settings
-from tenants.models import AuditEvent, Membership, PlatformRole, Role, Source, Tenant
+from portal.models import AuditEvent
+from tenants.models import Membership, PlatformRole, Role, Source, Tenant
 from tests.oidc_fixtures import (
     CLIENT_ID,
     CLIENT_SECRET,

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tenants.models import AuditEvent, Membership, Tenant
+from portal.models import AuditEvent
+from tenants.models import Membership, Tenant
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
