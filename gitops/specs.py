@@ -77,6 +77,10 @@ class FleetSpec:
     allowed_registries: tuple[str, ...] = ("docker.io/vllm/", "kserve/", "ghcr.io/ai-factory/")
     gateway: GatewayRef = field(default_factory=GatewayRef)
     litellm_namespace: str = "litellm"
+    # Where Prometheus runs: its pods scrape vLLM metrics from tenant namespaces, and KServe's
+    # KEDA autoscaler queries it for concurrency/rps scaling.
+    monitoring_namespace: str = "monitoring"
+    prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     vcluster_chart_version: str = "0.30.0"
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
     git_branch: str = "main"

@@ -11,6 +11,8 @@ urlpatterns = [
     path("jobs/", views.job_list, name="job_list"),
     path("jobs/<int:job_id>/", views.job_detail, name="job_detail"),
     path("", include("tenants.urls")),
+    path("", include("gitops.urls")),
+    path("git/", include("gitops.githttp")),
     path("accounts/", include("allauth.urls")),
     path("django-admin/", admin.site.urls),
 ]

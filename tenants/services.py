@@ -15,10 +15,14 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 
+from gitops import services as gitops
+from gitops.fleet import configured_fleet
+from gitops.models import ChangeRequest
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from tenants.groups import parse_groups
 from tenants.models import Membership, PlatformRole, Role, Source, Tenant
+from tenants.specs import tenant_spec
 
 logger = logging.getLogger(__name__)
 User = get_user_model()
@@ -68,6 +72,7 @@ def do_create_tenant(
     )
     for user in admins:
         _add_member(tenant, user=user, role=Role.ADMIN, source=Source.LOCAL, actor=acting_user)
+    _open_onboarding_change(tenant, acting_user)
     if tenant.contacts:
         enqueue(
             "tenants.notify_onboarded",
@@ -77,6 +82,24 @@ def do_create_tenant(
             tenant_id=tenant.pk,
         )
     return tenant
+
+
+def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
+    """Open the pull request that creates the tenant's namespace, quotas, policies and queues.
+
+    Inside the onboarding transaction: if the Git write fails, the tenant is not created either.
+    """
+    gitops.open_tenant_change(
+        acting_user=acting_user,
+        tenant=tenant_spec(tenant),
+        fleet=configured_fleet(),
+        title=f"Onboard tenant {tenant.slug}",
+        kind=ChangeRequest.Kind.ONBOARDING,
+        description=(
+            f"Namespace, quotas, network and admission policies, Kueue queues and Flux sync "
+            f"for {tenant.display_name} ({tenant.get_trust_level_display().lower()} trust)."
+        ),
+    )
 
 
 @transaction.atomic
@@ -107,9 +130,7 @@ def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
     if Membership.objects.filter(tenant=tenant, user=user).exists():
         raise ValidationError(f"{user.username} is already a member of {tenant.slug}.")
-    membership = Membership.objects.create(
-        tenant=tenant, user=user, role=role, source=source
-    )
+    membership = Membership.objects.create(tenant=tenant, user=user, role=role, source=source)
     record_audit(
         actor=actor,
         action="membership.create",

@@ -48,6 +48,15 @@ def _test_settings(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fleet_repository(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Each test writes its change requests into a fresh bare repository of its own.
+    from gitops import services
+
+    settings.GITOPS_REPO_PATH = tmp_path_factory.mktemp("git") / "fleet.git"
+    services._open_repository.cache_clear()
+
+
 @pytest.fixture
 def make_user(db: None) -> Callable[..., Any]:
     def make(username: str, **extra: Any) -> Any:

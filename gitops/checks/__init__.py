@@ -1,0 +1,248 @@
+"""The checks every change to the fleet repository runs, like CI on a pull request.
+
+``run_checks`` returns one ``CheckResult`` per check, in this order:
+
+- ``schemas``: the objects of the changed files against the upstream CRDs and the built-in
+  Kubernetes schemas, strictly (``gitops.checks.schema``);
+- ``kustomize``: ``kustomize build`` of every directory a Flux Kustomization applies that the
+  change touches (``gitops.checks.kustomize``);
+- ``isolation``: tenant and path rules on the whole tree, and the tenant rules again on the
+  build output of tenant workloads (``gitops.checks.isolation``);
+- ``capacity``: guaranteed GPU quota of all queues against the fleet (``gitops.checks.capacity``).
+
+A check that cannot run here (no schema directory configured, no kubectl) is ``skipped`` with
+the reason; whether a skipped check may merge is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gitops.checks.capacity import check_capacity
+from gitops.checks.findings import Finding
+from gitops.checks.isolation import (
+    PlatformSource,
+    check_isolation,
+    check_workload_objects,
+    platform_sources_in,
+    tenant_of,
+)
+from gitops.checks.kustomize import (
+    BuildResult,
+    KustomizeUnavailable,
+    affected_paths,
+    flux_kustomizations,
+    kustomize_build,
+    kustomize_command,
+)
+from gitops.checks.manifests import iter_objects
+from gitops.checks.schema import SchemaRegistry, get_registry
+from gitops.specs import FleetSpec
+
+logger = logging.getLogger(__name__)
+
+CheckName = Literal["schemas", "kustomize", "isolation", "capacity"]
+CheckStatus = Literal["passed", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: CheckName
+    status: CheckStatus
+    summary: str
+    details: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_checks(
+    files: Mapping[str, bytes],
+    *,
+    fleet: FleetSpec,
+    changed: set[str] | None = None,
+    schema_dir: str | Path | None = None,
+    gateway_namespace: str | None = None,
+    platform_sources: Collection[PlatformSource] | None = None,
+    allow_overcommit: bool = False,
+) -> list[CheckResult]:
+    """Run every check on the tree ``files`` (``{path: bytes}`` at the change's head).
+
+    ``changed`` limits schema validation to those files and builds only the Flux paths they
+    affect (None: everything, as for a full check of main). The gateway tenant routes attach
+    to defaults to the fleet's; platform sources default to the Flux sources defined under
+    ``clusters/`` and ``infrastructure/``.
+    """
+    registry: SchemaRegistry | None = None
+    registry_error = ""
+    if schema_dir is not None:
+        try:
+            registry = get_registry(schema_dir)
+        except (OSError, ValueError) as exc:
+            registry_error = f"cannot load schemas from {schema_dir}: {exc}"
+
+    builds: list[BuildResult] = []
+    results = [
+        _guarded("schemas", lambda: _schemas(files, changed, schema_dir, registry, registry_error)),
+        _guarded("kustomize", lambda: _kustomize(files, changed, fleet, builds)),
+        _guarded(
+            "isolation",
+            lambda: _isolation(
+                files,
+                builds,
+                gateway_namespace=gateway_namespace or fleet.gateway.namespace,
+                gateway_name=fleet.gateway.name if gateway_namespace is None else None,
+                platform_sources=platform_sources,
+                registry=registry,
+            ),
+        ),
+        _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
+    ]
+    return results
+
+
+def _guarded(name: CheckName, run: Callable[[], CheckResult]) -> CheckResult:
+    # A bug in one check must not hide the others' results.
+    try:
+        return run()
+    except Exception as exc:
+        logger.exception("check %s crashed", name)
+        return CheckResult(name, "failed", f"the check crashed: {type(exc).__name__}", [str(exc)])
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _schemas(
+    files: Mapping[str, bytes],
+    changed: set[str] | None,
+    schema_dir: str | Path | None,
+    registry: SchemaRegistry | None,
+    registry_error: str,
+) -> CheckResult:
+    if schema_dir is None:
+        return CheckResult("schemas", "skipped", "no schema directory is configured")
+    if registry is None:
+        return CheckResult("schemas", "failed", registry_error)
+    paths = sorted(files if changed is None else changed & set(files))
+    objects, problems = iter_objects(files, paths)
+    details = [f"{p.path}: {p.message}" for p in problems]
+    errors = warnings = 0
+    for item in objects:
+        for error in registry.validate(item.obj):
+            details.append(f"{item.path}: {error}")
+            if error.severity == "error":
+                errors += 1
+            else:
+                warnings += 1
+    errors += len(problems)
+    scope = (
+        f"{_plural(len(objects), 'object')} in {_plural(len({o.path for o in objects}), 'file')}"
+    )
+    if errors:
+        return CheckResult(
+            "schemas",
+            "failed",
+            f"{_plural(errors, 'error')}"
+            + (f", {_plural(warnings, 'warning')}" if warnings else "")
+            + f" in {scope}",
+            details,
+        )
+    note = f" ({_plural(warnings, 'warning')})" if warnings else ""
+    return CheckResult("schemas", "passed", f"{scope} valid{note}", details)
+
+
+def _kustomize(
+    files: Mapping[str, bytes],
+    changed: set[str] | None,
+    fleet: FleetSpec,
+    builds: list[BuildResult],
+) -> CheckResult:
+    try:
+        command = kustomize_command()
+    except KustomizeUnavailable as exc:
+        return CheckResult("kustomize", "skipped", str(exc))
+    targets = flux_kustomizations(files, repo_urls={fleet.git_url})
+    all_paths = sorted({t.path for t in targets})
+    paths = all_paths if changed is None else affected_paths(changed, all_paths, files)
+    if not paths:
+        reason = "no Flux Kustomization in the tree" if not all_paths else "no Flux path affected"
+        return CheckResult("kustomize", "passed", reason)
+    details: list[str] = []
+    for path in paths:
+        result = kustomize_build(files, path, command=command)
+        builds.append(result)
+        if not result.ok:
+            owners = ", ".join(t.kustomization for t in targets if t.path == path)
+            details.append(f"{path or '.'} (Flux Kustomization {owners}): {result.error_text}")
+    failed = len(details)
+    built = f"{_plural(len(paths), 'Flux path')} of {len(all_paths)}"
+    if failed:
+        return CheckResult("kustomize", "failed", f"{failed} of {built} do not build", details)
+    return CheckResult("kustomize", "passed", f"{built} build", [p or "." for p in paths])
+
+
+def _isolation(
+    files: Mapping[str, bytes],
+    builds: list[BuildResult],
+    *,
+    gateway_namespace: str,
+    gateway_name: str | None,
+    platform_sources: Collection[PlatformSource] | None,
+    registry: SchemaRegistry | None,
+) -> CheckResult:
+    scopes = registry or get_registry(None)
+    findings = check_isolation(
+        files,
+        gateway_namespace=gateway_namespace,
+        gateway_name=gateway_name,
+        platform_sources=(
+            platform_sources if platform_sources is not None else platform_sources_in(files)
+        ),
+        registry=scopes,
+    )
+    seen = {(f.object, f.rule) for f in findings}
+    for build in builds:
+        slug, tenant_owned = tenant_of(f"{build.directory}/x")
+        if not build.ok or slug is None or not tenant_owned:
+            continue
+        for finding in check_workload_objects(
+            slug,
+            build.output_objects,
+            gateway_namespace=gateway_namespace,
+            gateway_name=gateway_name,
+            registry=scopes,
+            path=f"{build.directory} (built)",
+        ):
+            # The same problem in the files is reported once, where it is written.
+            if (finding.object, finding.rule) not in seen:
+                findings.append(finding)
+    return _from_findings("isolation", findings, "no isolation rule broken")
+
+
+def _capacity(files: Mapping[str, bytes], fleet: FleetSpec, allow_overcommit: bool) -> CheckResult:
+    if not fleet.flavors:
+        return CheckResult("capacity", "skipped", "the fleet has no GPU flavors configured")
+    findings = check_capacity(files, fleet, allow_overcommit=allow_overcommit)
+    return _from_findings("capacity", findings, "guaranteed quota fits in every GPU pool")
+
+
+def _from_findings(name: CheckName, findings: list[Finding], ok: str) -> CheckResult:
+    errors = [f for f in findings if f.severity == "error"]
+    warnings = [f for f in findings if f.severity == "warning"]
+    details = [str(f) for f in (*errors, *warnings)]
+    if errors:
+        summary = f"{_plural(len(errors), 'problem')}" + (
+            f", {_plural(len(warnings), 'warning')}" if warnings else ""
+        )
+        return CheckResult(name, "failed", summary, details)
+    summary = ok + (f" ({_plural(len(warnings), 'warning')})" if warnings else "")
+    return CheckResult(name, "passed", summary, details)
+
+
+__all__ = ["CheckResult", "run_checks"]

@@ -1,0 +1,537 @@
+"""Isolation rules on the fleet repository: one tenant's files cannot reach another tenant or
+the platform.
+
+The layout (flux2-multi-tenancy) gives each directory an owner:
+
+- ``clusters/`` and ``infrastructure/``: the platform, applied by Flux with full rights;
+- ``tenants/<slug>/`` outside ``workloads/``: platform-owned objects *for* the tenant
+  (namespace, RBAC, quota, queues, Flux sync, vClusters), applied with full rights, so every
+  object must stay in the tenant's namespace;
+- ``tenants/<slug>/workloads/``: tenant-owned, applied by a Flux Kustomization impersonating
+  the tenant's service account. RBAC stops most escapes on the cluster; these rules stop the
+  rest before merge (cluster-scoped kinds, cross-namespace references that controllers
+  follow with their own rights, grants to other namespaces) and give a reviewer a sentence.
+
+Rules are checked on the files as written; ``check_workload_objects`` applies the tenant rules
+to a kustomize build's output as well, since patches can change what the files say.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any
+
+from gitops.checks import names
+from gitops.checks.findings import Finding, mapping, object_ref
+from gitops.checks.manifests import (
+    is_kustomization_path,
+    is_remote_reference,
+    iter_objects,
+    kustomization_refs,
+    load_kustomization,
+    resolve_reference,
+)
+from gitops.checks.schema import SchemaRegistry, Scope, get_registry
+
+ALLOWED_ROOTS = ("clusters", "infrastructure", "tenants")
+WORKLOADS_DIR = "workloads"
+DEFAULT_FORBIDDEN_CLUSTER_ROLES = frozenset({"cluster-admin"})
+# Namespaced, but they act on other namespaces: a ReferenceGrant opens this namespace's
+# objects to routes elsewhere, a Kyverno PolicyException can exempt any namespace's pods.
+FORBIDDEN_WORKLOAD_KINDS = frozenset({"ReferenceGrant", "PolicyException"})
+ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"})
+FLUX_GROUPS = (
+    "kustomize.toolkit.fluxcd.io/",
+    "helm.toolkit.fluxcd.io/",
+    "source.toolkit.fluxcd.io/",
+)
+FLUX_SOURCE_KINDS = frozenset(
+    {"GitRepository", "HelmRepository", "OCIRepository", "Bucket", "HelmChart"}
+)
+# Used when no schema registry is given: the upstream CRDs the portal writes or meets.
+KNOWN_CRD_SCOPES: dict[tuple[str, str], Scope] = {
+    ("cilium.io", "CiliumCIDRGroup"): "Cluster",
+    ("cilium.io", "CiliumClusterwideNetworkPolicy"): "Cluster",
+    ("cilium.io", "CiliumNetworkPolicy"): "Namespaced",
+    ("external-secrets.io", "ClusterSecretStore"): "Cluster",
+    ("external-secrets.io", "ExternalSecret"): "Namespaced",
+    ("external-secrets.io", "SecretStore"): "Namespaced",
+    ("gateway.networking.k8s.io", "GRPCRoute"): "Namespaced",
+    ("gateway.networking.k8s.io", "Gateway"): "Namespaced",
+    ("gateway.networking.k8s.io", "GatewayClass"): "Cluster",
+    ("gateway.networking.k8s.io", "HTTPRoute"): "Namespaced",
+    ("gateway.networking.k8s.io", "ReferenceGrant"): "Namespaced",
+    ("helm.toolkit.fluxcd.io", "HelmRelease"): "Namespaced",
+    ("kueue.x-k8s.io", "AdmissionCheck"): "Cluster",
+    ("kueue.x-k8s.io", "ClusterQueue"): "Cluster",
+    ("kueue.x-k8s.io", "Cohort"): "Cluster",
+    ("kueue.x-k8s.io", "LocalQueue"): "Namespaced",
+    ("kueue.x-k8s.io", "ResourceFlavor"): "Cluster",
+    ("kueue.x-k8s.io", "Topology"): "Cluster",
+    ("kueue.x-k8s.io", "WorkloadPriorityClass"): "Cluster",
+    ("kustomize.toolkit.fluxcd.io", "Kustomization"): "Namespaced",
+    ("kyverno.io", "ClusterPolicy"): "Cluster",
+    ("kyverno.io", "Policy"): "Namespaced",
+    ("kyverno.io", "PolicyException"): "Namespaced",
+    ("policies.kyverno.io", "ValidatingPolicy"): "Cluster",
+    ("serving.kserve.io", "ClusterServingRuntime"): "Cluster",
+    ("serving.kserve.io", "InferenceService"): "Namespaced",
+    ("serving.kserve.io", "LLMInferenceService"): "Namespaced",
+    ("serving.kserve.io", "ServingRuntime"): "Namespaced",
+    ("source.toolkit.fluxcd.io", "Bucket"): "Namespaced",
+    ("source.toolkit.fluxcd.io", "GitRepository"): "Namespaced",
+    ("source.toolkit.fluxcd.io", "HelmChart"): "Namespaced",
+    ("source.toolkit.fluxcd.io", "HelmRepository"): "Namespaced",
+    ("source.toolkit.fluxcd.io", "OCIRepository"): "Namespaced",
+}
+
+PlatformSource = tuple[str, str, str]  # (kind, namespace, name)
+
+
+def check_isolation(
+    files: Mapping[str, bytes],
+    *,
+    gateway_namespace: str,
+    platform_sources: Collection[PlatformSource] = (),
+    gateway_name: str | None = None,
+    registry: SchemaRegistry | None = None,
+    forbidden_cluster_roles: Collection[str] = DEFAULT_FORBIDDEN_CLUSTER_ROLES,
+) -> list[Finding]:
+    """Every isolation rule broken in the tree.
+
+    ``gateway_namespace`` (and ``gateway_name`` when given) is the shared Gateway that tenant
+    routes may attach to. ``platform_sources`` are the Flux sources, as (kind, namespace,
+    name), that platform-owned tenant objects may use from another namespace (see
+    ``platform_sources_in``). ``registry`` tells namespaced from cluster-scoped kinds; without
+    one the built-in kinds and the well-known CRDs are known.
+    """
+    rules = _Rules(
+        gateway_namespace=gateway_namespace,
+        gateway_name=gateway_name,
+        platform_sources=frozenset(platform_sources),
+        registry=registry or get_registry(None),
+        forbidden_cluster_roles=frozenset(forbidden_cluster_roles),
+    )
+    findings: list[Finding] = []
+    unsafe: set[str] = set()
+    for path in sorted(files):
+        path_findings = list(_path_findings(path))
+        if any(f.rule == "path-traversal" for f in path_findings):
+            unsafe.add(path)
+        findings += path_findings
+
+    safe_files = {p: data for p, data in files.items() if p not in unsafe}
+    for path in sorted(safe_files):
+        if is_kustomization_path(path):
+            findings += rules.kustomization(safe_files, path)
+    objects, _ = iter_objects(safe_files)
+    for item in objects:
+        slug, tenant_owned = tenant_of(item.path)
+        if slug is None:
+            continue
+        if tenant_owned:
+            findings += rules.workload_object(item.path, item.obj, slug)
+        else:
+            namespace = _effective_namespace(safe_files, item.path, item.obj)
+            findings += rules.platform_object(item.path, item.obj, slug, namespace)
+    return findings
+
+
+def check_workload_objects(
+    slug: str,
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    gateway_namespace: str,
+    gateway_name: str | None = None,
+    registry: SchemaRegistry | None = None,
+    path: str = "",
+    forbidden_cluster_roles: Collection[str] = DEFAULT_FORBIDDEN_CLUSTER_ROLES,
+) -> list[Finding]:
+    """The tenant-owned rules on objects as built (e.g. a kustomize build of the workloads)."""
+    rules = _Rules(
+        gateway_namespace=gateway_namespace,
+        gateway_name=gateway_name,
+        platform_sources=frozenset(),
+        registry=registry or get_registry(None),
+        forbidden_cluster_roles=frozenset(forbidden_cluster_roles),
+    )
+    where = path or f"tenants/{slug}/{WORKLOADS_DIR}"
+    return [f for obj in objects for f in rules.workload_object(where, obj, slug)]
+
+
+def platform_sources_in(files: Mapping[str, bytes]) -> set[PlatformSource]:
+    """Flux sources defined by the platform (under ``clusters/`` or ``infrastructure/``):
+    the ones platform-owned tenant objects may reference across namespaces."""
+    objects, _ = iter_objects({p: d for p, d in files.items() if not p.startswith("tenants/")})
+    found: set[PlatformSource] = set()
+    for item in objects:
+        obj = item.obj
+        if str(obj.get("kind")) in FLUX_SOURCE_KINDS and _is_flux(obj):
+            metadata = mapping(obj.get("metadata"))
+            found.add((str(obj["kind"]), str(metadata.get("namespace")), str(metadata.get("name"))))
+    return found
+
+
+def tenant_of(path: str) -> tuple[str | None, bool]:
+    """(slug, tenant-owned) for a path under ``tenants/<slug>/``; (None, False) elsewhere."""
+    parts = path.split("/")
+    if len(parts) < 3 or parts[0] != "tenants":
+        return None, False
+    return parts[1], len(parts) > 3 and parts[2] == WORKLOADS_DIR
+
+
+def _path_findings(path: str) -> Iterator[Finding]:
+    parts = path.split("/")
+    if (
+        path.startswith("/")
+        or "\\" in path
+        or "\x00" in path
+        or any(part in ("", ".", "..") for part in parts)
+    ):
+        yield Finding(
+            path,
+            "",
+            "path-traversal",
+            "paths must be relative, with no '..', '.', empty components or backslashes",
+        )
+        return
+    if parts[0] not in ALLOWED_ROOTS or len(parts) == 1:
+        yield Finding(
+            path,
+            "",
+            "path-root",
+            f"files belong under {', '.join(r + '/' for r in ALLOWED_ROOTS)}",
+        )
+        return
+    if parts[0] == "tenants" and len(parts) > 2:
+        problem = names.dns1123_label_problem(parts[1])
+        if problem:
+            yield Finding(path, "", "tenant-name", f"tenant directory name: {problem}")
+
+
+def _is_flux(obj: Mapping[str, Any]) -> bool:
+    return str(obj.get("apiVersion", "")).startswith(FLUX_GROUPS)
+
+
+def _effective_namespace(files: Mapping[str, bytes], path: str, obj: Mapping[str, Any]) -> str:
+    """The namespace the object lands in: its own, or that of the nearest kustomization file
+    (up to the tenant directory) that sets ``namespace:``."""
+    metadata = mapping(obj.get("metadata"))
+    if metadata.get("namespace"):
+        return str(metadata["namespace"])
+    directory = posixpath.dirname(path)
+    while directory.count("/") >= 1:
+        for name in ("kustomization.yaml", "kustomization.yml", "Kustomization"):
+            kfile = f"{directory}/{name}"
+            if kfile in files:
+                kustomization = load_kustomization(files, kfile)
+                namespace = kustomization_refs(kustomization).namespace if kustomization else None
+                if namespace:
+                    return namespace
+        directory = posixpath.dirname(directory)
+    return ""
+
+
+class _Rules:
+    def __init__(
+        self,
+        *,
+        gateway_namespace: str,
+        gateway_name: str | None,
+        platform_sources: frozenset[PlatformSource],
+        registry: SchemaRegistry,
+        forbidden_cluster_roles: frozenset[str],
+    ) -> None:
+        self.gateway_namespace = gateway_namespace
+        self.gateway_name = gateway_name
+        self.platform_sources = platform_sources
+        self.registry = registry
+        self.forbidden_cluster_roles = forbidden_cluster_roles
+
+    def scope(self, obj: Mapping[str, Any]) -> Scope | None:
+        api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
+        scope = self.registry.scope(api_version, kind)
+        if scope is None:
+            scope = KNOWN_CRD_SCOPES.get((api_version.rpartition("/")[0], kind))
+        return scope
+
+    # Kustomization files ------------------------------------------------------------------------
+
+    def kustomization(self, files: Mapping[str, bytes], path: str) -> list[Finding]:
+        slug, tenant_owned = tenant_of(path)
+        if slug is None:
+            return []
+        kustomization = load_kustomization(files, path)
+        if kustomization is None:
+            return []
+        refs = kustomization_refs(kustomization)
+        directory = posixpath.dirname(path)
+        findings: list[Finding] = []
+        if refs.namespace is not None and refs.namespace != slug:
+            findings.append(
+                Finding(
+                    path,
+                    "",
+                    "kustomize-namespace",
+                    f"namespace: {refs.namespace!r} must be {slug!r}, the tenant's namespace",
+                )
+            )
+        tenant_dir = f"tenants/{slug}"
+        allowed = f"{tenant_dir}/{WORKLOADS_DIR}" if tenant_owned else tenant_dir
+        for ref in (*refs.resources, *refs.inputs):
+            if is_remote_reference(ref):
+                findings.append(Finding(path, "", "kustomize-remote", f"remote reference {ref!r}"))
+                continue
+            target = resolve_reference(directory, ref)
+            if target is None:
+                findings.append(
+                    Finding(path, "", "kustomize-escape", f"{ref!r} points outside the repository")
+                )
+            elif tenant_owned and not _within(target, allowed):
+                findings.append(
+                    Finding(
+                        path,
+                        "",
+                        "kustomize-escape",
+                        f"{ref!r} leaves {allowed}/: tenant workloads may only include "
+                        "their own files",
+                    )
+                )
+            elif _within(target, "tenants") and not _within(target, tenant_dir) and target:
+                findings.append(
+                    Finding(
+                        path,
+                        "",
+                        "kustomize-escape",
+                        f"{ref!r} reads another tenant's directory",
+                    )
+                )
+        return findings
+
+    # Objects -------------------------------------------------------------------------------------
+
+    def workload_object(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+        ref = object_ref(obj)
+        kind = str(obj.get("kind"))
+        findings: list[Finding] = []
+
+        def add(rule: str, message: str) -> None:
+            findings.append(Finding(path, ref, rule, message))
+
+        scope = self.scope(obj)
+        if scope == "Cluster":
+            add("cluster-scoped", f"{kind} is cluster-scoped; tenant workloads are namespaced only")
+            return findings
+        if scope is None:
+            add(
+                "unknown-scope",
+                f"{obj.get('apiVersion')} {kind} is unknown, so it cannot be shown to be "
+                "namespaced",
+            )
+        if kind in FORBIDDEN_WORKLOAD_KINDS:
+            add(
+                "forbidden-kind", f"{kind} acts on other namespaces and is reserved to the platform"
+            )
+        namespace = mapping(obj.get("metadata")).get("namespace")
+        if namespace is not None and namespace != slug:
+            add("namespace", f"namespace {namespace!r} must be {slug!r} (or left out)")
+        if kind in ("RoleBinding", "ClusterRoleBinding"):
+            role_ref = mapping(obj.get("roleRef"))
+            if (
+                role_ref.get("kind") == "ClusterRole"
+                and role_ref.get("name") in self.forbidden_cluster_roles
+            ):
+                add(
+                    "cluster-admin",
+                    f"binding ClusterRole {role_ref.get('name')!r} is reserved to the platform",
+                )
+        spec = mapping(obj.get("spec"))
+        if (
+            _is_flux(obj)
+            and kind in ("Kustomization", "HelmRelease")
+            and not spec.get("serviceAccountName")
+            and not spec.get("kubeConfig")
+        ):
+            # Without it, the controller's own (cluster-wide) identity applies the result,
+            # unless the fleet runs Flux with --default-service-account: do not rely on that.
+            add(
+                "flux-impersonation",
+                "spec.serviceAccountName is required on a tenant's own Flux objects",
+            )
+        findings.extend(self._references(path, obj, slug, allow_platform_sources=False))
+        return findings
+
+    def platform_object(
+        self, path: str, obj: Mapping[str, Any], slug: str, namespace: str
+    ) -> list[Finding]:
+        ref = object_ref(obj)
+        kind = str(obj.get("kind"))
+        name = mapping(obj.get("metadata")).get("name")
+        findings: list[Finding] = []
+
+        def add(rule: str, message: str) -> None:
+            findings.append(Finding(path, ref, rule, message))
+
+        scope = self.scope(obj)
+        if scope == "Cluster":
+            own = (kind == "Namespace" and str(obj.get("apiVersion")) == "v1") or (
+                kind == "ClusterQueue" and str(obj.get("apiVersion")).startswith("kueue.x-k8s.io/")
+            )
+            if not own or name != slug:
+                add(
+                    "cluster-scoped",
+                    f"the only cluster-scoped objects in tenants/{slug}/ are the Namespace and "
+                    f"the Kueue ClusterQueue named {slug!r}",
+                )
+            return findings
+        if scope is None:
+            add("unknown-scope", f"{obj.get('apiVersion')} {kind} is unknown")
+        if namespace != slug:
+            add(
+                "namespace",
+                f"must be in namespace {slug!r}"
+                + (f", not {namespace!r}" if namespace else " (no namespace set)"),
+            )
+        if kind == "Kustomization" and _is_flux(obj):
+            findings += self._flux_kustomization(path, obj, slug)
+        findings += self._references(path, obj, slug, allow_platform_sources=True)
+        return findings
+
+    def _flux_kustomization(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+        ref = object_ref(obj)
+        spec = mapping(obj.get("spec"))
+        findings: list[Finding] = []
+        target = resolve_reference("", str(spec.get("path") or "."))
+        if target is None or not _within(target, f"tenants/{slug}"):
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "flux-path",
+                    f"spec.path {spec.get('path')!r} must be inside tenants/{slug}/",
+                )
+            )
+        if not spec.get("serviceAccountName"):
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "flux-impersonation",
+                    "spec.serviceAccountName is required: without it Flux applies the tenant's "
+                    "files with its own cluster-wide rights",
+                )
+            )
+        return findings
+
+    def _references(
+        self, path: str, obj: Mapping[str, Any], slug: str, *, allow_platform_sources: bool
+    ) -> Iterator[Finding]:
+        """References that carry a namespace (or point at a cluster-wide object)."""
+        ref = object_ref(obj)
+        kind = str(obj.get("kind"))
+        flux = _is_flux(obj)
+        for where, key, value in _walk(obj):
+            if key == "namespace" and where and isinstance(value, str) and value != slug:
+                holder = str(where[-1] if isinstance(where[-1], str) else where[-2])
+                # Only references: a "namespace" key in free-form data (a ConfigMap, Helm
+                # values) or the object's own metadata is not one.
+                if not holder.endswith(("Ref", "Refs")) and holder not in ("subjects", "dependsOn"):
+                    continue
+                parent = _lookup(obj, where)
+                if kind in ROUTE_KINDS and holder == "parentRefs" and self._is_gateway(parent):
+                    continue
+                if holder == "dependsOn":
+                    continue  # ordering only; Flux reads its status, nothing is applied there
+                if holder == "subjects":
+                    yield Finding(
+                        path,
+                        ref,
+                        "cross-namespace-subject",
+                        f"{_dotted(where)} grants to namespace {value!r}",
+                    )
+                    continue
+                if flux and allow_platform_sources and holder in ("sourceRef", "chartRef"):
+                    source_kind = str(parent.get("kind", ""))
+                    if (source_kind, value, str(parent.get("name"))) in self.platform_sources:
+                        continue
+                yield Finding(
+                    path,
+                    ref,
+                    "cross-namespace-ref",
+                    f"{_dotted(where)}.namespace {value!r} is another namespace"
+                    + (
+                        " (only the platform's own sources may be referenced)"
+                        if flux and allow_platform_sources and holder in ("sourceRef", "chartRef")
+                        else ""
+                    ),
+                )
+            elif (
+                key in ("targetNamespace", "storageNamespace")
+                and flux
+                and isinstance(value, str)
+                and value != slug
+            ):
+                yield Finding(
+                    path,
+                    ref,
+                    "cross-namespace-ref",
+                    f"spec.{key} {value!r} must be {slug!r}",
+                )
+            elif key == "secretStoreRef" and isinstance(value, dict):
+                if value.get("kind") == "ClusterSecretStore":
+                    yield Finding(
+                        path,
+                        ref,
+                        "cluster-secret-store",
+                        "a ClusterSecretStore serves every namespace; use the tenant's SecretStore",
+                    )
+            elif (
+                key == "clusterQueue"
+                and kind == "LocalQueue"
+                and isinstance(value, str)
+                and value != slug
+            ):
+                yield Finding(
+                    path,
+                    ref,
+                    "foreign-cluster-queue",
+                    f"spec.clusterQueue {value!r} is not the tenant's ClusterQueue {slug!r}",
+                )
+
+    def _is_gateway(self, parent: Any) -> bool:
+        if not isinstance(parent, dict):
+            return False
+        if parent.get("namespace") != self.gateway_namespace:
+            return False
+        if parent.get("kind", "Gateway") != "Gateway":
+            return False
+        return self.gateway_name is None or parent.get("name") == self.gateway_name
+
+
+def _within(path: str, directory: str) -> bool:
+    return not directory or path == directory or path.startswith(f"{directory}/")
+
+
+def _walk(value: Any, where: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str, Any]]:
+    """(path of the mapping, key, value) for every key of every mapping under ``value``."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield where, str(key), child
+            yield from _walk(child, (*where, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _walk(child, (*where, index))
+
+
+def _lookup(value: Any, where: tuple[Any, ...]) -> Any:
+    for part in where:
+        value = value[part]
+    return value
+
+
+def _dotted(where: tuple[Any, ...]) -> str:
+    out = ""
+    for part in where:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,253 @@
+"""``kustomize build`` of the directories Flux applies, on a tree that is not checked out.
+
+Flux's kustomize-controller builds ``spec.path`` of every Kustomization; a directory that does
+not build stops the whole Kustomization (and, for ``tenants``, every tenant). The check
+builds exactly those directories, with ``kubectl kustomize`` (or a ``kustomize`` binary),
+from a temporary copy of the tree, the way Flux does:
+
+- loads may leave the directory (``../base``) but not the repository: references are checked
+  before kustomize runs, since the build runs on the portal's machine;
+- remote bases, kustomize plugins and Helm charts are refused (Flux runs with
+  ``--no-remote-bases``; plugins could read any file of this machine);
+- a directory without a kustomization file gets the one Flux would generate: every YAML file
+  under it, and each sub-directory that has its own kustomization file as a whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gitops.checks.findings import mapping
+from gitops.checks.manifests import (
+    build_inputs,
+    is_yaml_path,
+    iter_objects,
+    kustomization_file,
+    load_documents,
+    normalise_dir,
+    resolve_reference,
+)
+
+FLUX_KUSTOMIZE_GROUP = "kustomize.toolkit.fluxcd.io"
+DEFAULT_TIMEOUT = 60.0
+
+
+class KustomizeUnavailable(RuntimeError):
+    """Neither ``kubectl`` nor ``kustomize`` is installed: builds cannot be checked here."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    output_objects: list[dict[str, Any]] = field(default_factory=list)
+    error_text: str = ""
+    directory: str = ""
+
+
+def kustomize_command() -> list[str]:
+    """The build command: ``kubectl kustomize`` (shipped with every kubectl) or ``kustomize
+    build``. Raises ``KustomizeUnavailable`` when neither is on PATH."""
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        return [kubectl, "kustomize"]
+    kustomize = shutil.which("kustomize")
+    if kustomize:
+        return [kustomize, "build"]
+    raise KustomizeUnavailable(
+        "neither kubectl nor kustomize is on PATH; install kubectl to check kustomize builds"
+    )
+
+
+def kustomize_build(
+    files: Mapping[str, bytes],
+    directory: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    command: Sequence[str] | None = None,
+) -> BuildResult:
+    """Build ``directory`` of the tree ``files``; kustomize's own message on failure."""
+    directory = normalise_dir(directory)
+    if directory and not any(path.startswith(f"{directory}/") for path in files):
+        return BuildResult(False, [], f"{directory or '.'}: no such directory", directory)
+    inputs = build_inputs(files, directory)
+    if inputs.problems:
+        return BuildResult(False, [], "\n".join(inputs.problems), directory)
+    argv = list(command) if command is not None else kustomize_command()
+
+    with tempfile.TemporaryDirectory(prefix="portal-kustomize-") as tmp:
+        root = Path(tmp) / "repo"
+        for path, data in files.items():
+            # Unsafe paths are the isolation check's business; they are never written.
+            if resolve_reference("", path) != path:
+                continue
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        build_dir = root / directory if directory else root
+        if kustomization_file(files, directory) is None:
+            _write_flux_kustomization(files, directory, build_dir)
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": tmp, "LANG": "C"}
+        # A session of its own, so a timeout kills whatever the tool started as well.
+        process = subprocess.Popen(
+            [*argv, str(build_dir), "--load-restrictor", "LoadRestrictionsNone"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=tmp,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr_bytes = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return BuildResult(
+                False, [], f"kustomize build timed out after {timeout:g} s", directory
+            )
+        # Messages name the temporary copy; show repository paths instead.
+        stderr = stderr_bytes.decode(errors="replace").replace(f"{root}/", "")
+        stderr = stderr.replace(str(root), ".")
+        if process.returncode != 0:
+            message = _kubectl_message(stderr.strip()) or "kustomize build failed"
+            return BuildResult(False, [], message, directory)
+        try:
+            objects = [d for d in load_documents(stdout) if isinstance(d, dict)]
+        except yaml.YAMLError as exc:
+            return BuildResult(False, [], f"kustomize output is not YAML: {exc}", directory)
+    return BuildResult(True, objects, "", directory)
+
+
+# kubectl wraps kustomize's error in a klog line: E1202 17:56:09.841 28366 run.go:72] "command
+# failed" err="<Go-quoted message>".
+_KLOG_ERROR = re.compile(r'^[EWIF]\d{4} [\d:.]+\s+\d+ \S+\] "command failed" err=(".*")$')
+
+
+def _kubectl_message(stderr: str) -> str:
+    match = _KLOG_ERROR.match(stderr)
+    if match is None:
+        return stderr
+    try:
+        return str(json.loads(match.group(1)))
+    except ValueError:
+        return match.group(1)
+
+
+def _write_flux_kustomization(files: Mapping[str, bytes], directory: str, build_dir: Path) -> None:
+    """What kustomize-controller generates for a directory without a kustomization file."""
+    prefix = f"{directory}/" if directory else ""
+    kustomized = {
+        posixpath.dirname(path)
+        for path in files
+        if path.startswith(prefix) and posixpath.basename(path) == "kustomization.yaml"
+    }
+    resources: set[str] = set()
+    for path in sorted(files):
+        if not path.startswith(prefix) or not is_yaml_path(path):
+            continue
+        # The outermost sub-directory with its own kustomization stands for all files in it.
+        parent = posixpath.dirname(path)
+        owner = next((d for d in sorted(kustomized, key=len) if _is_within(parent, d)), None)
+        resources.add((owner if owner is not None else path)[len(prefix) :])
+    config = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(resources),
+    }
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / "kustomization.yaml").write_text(yaml.safe_dump(config))
+
+
+def _is_within(path: str, directory: str) -> bool:
+    """``directory`` "" is the repository root, which holds everything."""
+    return not directory or path == directory or path.startswith(f"{directory}/")
+
+
+@dataclass(frozen=True)
+class FluxPath:
+    """A directory a Flux Kustomization applies, and which Kustomization (file, object)."""
+
+    path: str
+    kustomization: str
+    file: str
+
+
+def flux_kustomizations(
+    files: Mapping[str, bytes], *, repo_urls: Iterable[str] | None = None
+) -> list[FluxPath]:
+    """Every Flux Kustomization in the tree whose source is this repository.
+
+    A Kustomization whose source is an OCIRepository or Bucket, or a GitRepository in the tree
+    with a URL not in ``repo_urls`` (when given), reads another repository and is left out.
+    A GitRepository that is not in the tree (``flux-system``, made by bootstrap) counts as
+    this repository.
+    """
+    objects, _ = iter_objects(files)
+    sources: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for item in objects:
+        metadata = mapping(item.obj.get("metadata"))
+        sources[
+            (str(item.obj.get("kind")), str(metadata.get("namespace")), str(metadata.get("name")))
+        ] = item.obj
+    urls = {u.rstrip("/") for u in repo_urls} if repo_urls is not None else None
+    found: list[FluxPath] = []
+    for item in objects:
+        obj = item.obj
+        if obj.get("kind") != "Kustomization":
+            continue
+        if not str(obj.get("apiVersion", "")).startswith(f"{FLUX_KUSTOMIZE_GROUP}/"):
+            continue
+        metadata = mapping(obj.get("metadata"))
+        spec = mapping(obj.get("spec"))
+        source_ref = mapping(spec.get("sourceRef"))
+        if source_ref.get("kind", "GitRepository") != "GitRepository":
+            continue
+        source_namespace = source_ref.get("namespace") or metadata.get("namespace")
+        source = sources.get(("GitRepository", str(source_namespace), str(source_ref.get("name"))))
+        if source is not None and urls is not None:
+            url = str(mapping(source.get("spec")).get("url", "")).rstrip("/")
+            if url not in urls:
+                continue
+        raw_path = spec.get("path")
+        found.append(
+            FluxPath(
+                path=normalise_dir(raw_path if isinstance(raw_path, str) else ""),
+                kustomization=f"{metadata.get('namespace')}/{metadata.get('name')}",
+                file=item.path,
+            )
+        )
+    return sorted(found, key=lambda f: (f.path, f.kustomization))
+
+
+def flux_paths(files: Mapping[str, bytes], *, repo_urls: Iterable[str] | None = None) -> list[str]:
+    """The directories (``tenants/alpha/workloads``; ``""`` = the root) Flux builds."""
+    return sorted({f.path for f in flux_kustomizations(files, repo_urls=repo_urls)})
+
+
+def affected_paths(
+    changed_files: Iterable[str],
+    flux_paths: Iterable[str],
+    files: Mapping[str, bytes] | None = None,
+) -> list[str]:
+    """The Flux paths a change can alter: a changed file lies under the path, or (given the
+    tree) the path's kustomization reads it, e.g. a shared base in ``../base``."""
+    changed = set(changed_files)
+    affected: list[str] = []
+    for path in sorted(set(flux_paths)):
+        contains = any(_is_within(c, path) for c in changed)
+        reads = files is not None and bool(changed & build_inputs(files, path).files)
+        if contains or reads:
+            affected.append(path)
+    return affected

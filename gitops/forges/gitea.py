@@ -1,0 +1,123 @@
+"""Gitea (and Forgejo, which keeps Gitea's API): REST API v1 pull requests and webhooks.
+
+API: ``/api/v1/repos/{owner}/{repo}/pulls`` (see the instance's ``/api/swagger``).
+Gitea signs each delivery with the hex HMAC-SHA256 of the raw body and sends it as
+``X-Gitea-Signature`` (Forgejo sends the same value under that name too); current versions
+also send ``X-Hub-Signature-256: sha256=<hex>``. The Gitea header is checked when present,
+otherwise the GitHub-style one. A merge arrives as ``X-Gitea-Event: pull_request`` with
+``action: closed`` and ``pull_request.merged: true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+
+from gitops.forges.base import (
+    DEFAULT_TIMEOUT,
+    Fields,
+    ForgeProvider,
+    RemotePullRequest,
+    WebhookEvent,
+    WebhookSignatureError,
+    header,
+    hmac_sha256_hex,
+    path_segment,
+    same_secret,
+    split_owner_repo,
+)
+
+
+class GiteaProvider(ForgeProvider):
+    """Pull requests on one Gitea repository (``repo`` is ``"owner/name"``)."""
+
+    name = "Gitea"
+
+    def __init__(
+        self,
+        *,
+        api_url: str,
+        repo: str,
+        token: str,
+        webhook_secret: str,
+        session: requests.Session | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        super().__init__(
+            api_url=api_url,
+            repo=repo,
+            token=token,
+            webhook_secret=webhook_secret,
+            session=session,
+            timeout=timeout,
+        )
+        owner, name = split_owner_repo(self.name, repo)
+        self._pulls = f"/repos/{path_segment(owner)}/{path_segment(name)}/pulls"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"}
+
+    def open_pull_request(
+        self, *, head_branch: str, base_branch: str, title: str, body: str
+    ) -> RemotePullRequest:
+        data = self.request(
+            "POST",
+            self._pulls,
+            {"head": head_branch, "base": base_branch, "title": title, "body": body},
+        )
+        return self._pull_request(self.fields(data, "pull request"))
+
+    def get_pull_request(self, number: int) -> RemotePullRequest:
+        data = self.request("GET", f"{self._pulls}/{int(number)}")
+        return self._pull_request(self.fields(data, "pull request"))
+
+    def close_pull_request(self, number: int) -> None:
+        self.request("PATCH", f"{self._pulls}/{int(number)}", {"state": "closed"})
+
+    def verify_signature(self, headers: Mapping[str, str], body: bytes) -> None:
+        digest = hmac_sha256_hex(self.webhook_secret, body)
+        gitea = header(headers, "X-Gitea-Signature")
+        if gitea:
+            # A wrong Gitea signature is not rescued by another header.
+            if not same_secret(digest, gitea.strip()):
+                raise WebhookSignatureError("Gitea webhook: X-Gitea-Signature does not match")
+            return
+        hub = header(headers, "X-Hub-Signature-256")
+        if not hub:
+            raise WebhookSignatureError(
+                "Gitea webhook: X-Gitea-Signature (or X-Hub-Signature-256) is missing"
+            )
+        if not same_secret("sha256=" + digest, hub.strip()):
+            raise WebhookSignatureError("Gitea webhook: X-Hub-Signature-256 does not match")
+
+    def event_from_payload(
+        self, headers: Mapping[str, str], payload: object
+    ) -> WebhookEvent | None:
+        fields = self.webhook_fields(payload)
+        if header(headers, "X-Gitea-Event") != "pull_request":
+            return None
+        if fields.text("action") != "closed":
+            return None
+        merged = fields.flag("pull_request.merged")
+        return WebhookEvent(
+            kind="merged" if merged else "closed",
+            number=fields.integer("pull_request.number"),
+            merge_sha=fields.text("pull_request.merge_commit_sha") if merged else None,
+            head_branch=fields.text("pull_request.head.ref"),
+            url=fields.text("pull_request.html_url"),
+        )
+
+    def _pull_request(self, fields: Fields) -> RemotePullRequest:
+        merged = fields.flag("merged")
+        state: Any = "merged" if merged else fields.text("state")
+        if state not in ("open", "closed", "merged"):
+            state = "closed"
+        return RemotePullRequest(
+            number=fields.integer("number"),
+            url=fields.text("html_url"),
+            state=state,
+            merged=merged,
+            merge_sha=fields.optional_text("merge_commit_sha") if merged else None,
+        )

@@ -1,0 +1,258 @@
+"""Read-only Git smart HTTP for Flux: clone and fetch the portal's repository, never push.
+
+Like ``git http-backend``, the views run the real ``git upload-pack --stateless-rpc`` and
+stream the request body into it and its output back out; git does the protocol (v0, v1 and
+v2, shallow and filtered fetches), we do routing, authentication and the HTTP framing.
+
+* ``GET  <name>.git/info/refs?service=git-upload-pack`` - the ref advertisement.
+* ``POST <name>.git/git-upload-pack`` - negotiation and the pack.
+* ``git-receive-pack`` (push), in either form, is refused with 403: changes reach the
+  repository only through the portal's reviewed change requests.
+
+Authentication is a token from ``settings.GITOPS_HTTP_TOKENS``, sent as the password of HTTP
+Basic (any user name, which is what a Flux ``GitRepository`` secret with ``username`` and
+``password`` sends) or as ``Authorization: Bearer <token>``. Only the repository at
+``settings.GITOPS_REPO_PATH`` is served, under its directory name without ``.git``.
+
+Request bodies sent with ``Transfer-Encoding: chunked`` (git does this only above
+``http.postBuffer``, 1 MiB of negotiation) need a WSGI server that decodes chunking, such as
+gunicorn; Django's development server does not.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hmac
+import os
+import re
+import subprocess
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from django.conf import settings
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+_CHUNK = 64 * 1024
+
+
+class _Readable(Protocol):
+    def read(self, size: int, /) -> bytes: ...
+
+
+# What a Git-Protocol header may carry (e.g. "version=2"); anything else is ignored.
+_GIT_PROTOCOL = re.compile(r"[A-Za-z0-9=:._-]{1,100}")
+_NO_CACHE = {
+    "Expires": "Fri, 01 Jan 1980 00:00:00 GMT",
+    "Pragma": "no-cache",
+    "Cache-Control": "no-cache, max-age=0, must-revalidate",
+}
+
+
+def _repository(name: str) -> Path | None:
+    """The served repository, if ``name`` is its name."""
+    repo = Path(settings.GITOPS_REPO_PATH)
+    if name != repo.name.removesuffix(".git") or not (repo / "HEAD").is_file():
+        return None
+    return repo
+
+
+def _not_found() -> HttpResponse:
+    # Plain text for git clients, not the portal's HTML error page.
+    return HttpResponse("Repository not found.\n", status=404, content_type="text/plain")
+
+
+def _token(request: HttpRequest) -> str | None:
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip() or None
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return decoded.partition(":")[2] or None
+    return None
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = _token(request)
+    if token is None:
+        return False
+    offered = token.encode("utf-8")
+    # Compare against every configured token, each in constant time.
+    matches = [hmac.compare_digest(offered, t.encode("utf-8")) for t in settings.GITOPS_HTTP_TOKENS]
+    return any(matches)
+
+
+def _denied(request: HttpRequest) -> HttpResponse | None:
+    if _authorized(request):
+        return None
+    response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
+    response["WWW-Authenticate"] = 'Basic realm="fleet"'
+    return response
+
+
+def _push_refused() -> HttpResponse:
+    return HttpResponse(
+        "This repository is read-only: changes go through the portal's change requests.\n",
+        status=403,
+        content_type="text/plain",
+    )
+
+
+def _git_env(request: HttpRequest) -> dict[str, str]:
+    # No GIT_* variables of the server process leak into git (GIT_DIR would redirect it).
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    protocol = request.headers.get("Git-Protocol", "")
+    if _GIT_PROTOCOL.fullmatch(protocol):
+        env["GIT_PROTOCOL"] = protocol
+    return env
+
+
+def _pkt_line(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return b"%04x" % (len(data) + 4) + data
+
+
+@csrf_exempt
+@require_GET
+def info_refs(request: HttpRequest, name: str) -> HttpResponse:
+    """The ref advertisement that starts every clone and fetch."""
+    if (denied := _denied(request)) is not None:
+        return denied
+    repo = _repository(name)
+    if repo is None:
+        return _not_found()
+    service = request.GET.get("service")
+    if service == "git-receive-pack":
+        return _push_refused()
+    if service != "git-upload-pack":
+        return HttpResponse("Only smart HTTP is served.\n", status=403, content_type="text/plain")
+    env = _git_env(request)
+    result = subprocess.run(
+        ["git", "upload-pack", "--strict", "--stateless-rpc", "--advertise-refs", str(repo)],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        return HttpResponse("git upload-pack failed.\n", status=500, content_type="text/plain")
+    # Protocol v0/v1 clients expect the service announcement first; v2 starts with its
+    # capability list (git http-backend does the same).
+    version2 = "version=2" in env.get("GIT_PROTOCOL", "")
+    header = b"" if version2 else _pkt_line("# service=git-upload-pack\n") + b"0000"
+    response = HttpResponse(
+        header + result.stdout, content_type="application/x-git-upload-pack-advertisement"
+    )
+    for key, value in _NO_CACHE.items():
+        response[key] = value
+    return response
+
+
+@csrf_exempt
+@require_POST
+def upload_pack(request: HttpRequest, name: str) -> HttpResponseBase:
+    """Negotiation and pack data, streamed through ``git upload-pack --stateless-rpc``."""
+    if (denied := _denied(request)) is not None:
+        return denied
+    repo = _repository(name)
+    if repo is None:
+        return _not_found()
+    if request.content_type != "application/x-git-upload-pack-request":
+        return HttpResponse("Unexpected content type.\n", status=415, content_type="text/plain")
+    gzipped = request.headers.get("Content-Encoding", "").lower() in ("gzip", "x-gzip")
+    process = subprocess.Popen(
+        ["git", "upload-pack", "--strict", "--stateless-rpc", str(repo)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=_git_env(request),
+    )
+    # Feed stdin from another thread while the response drains stdout, so neither pipe can
+    # fill up and block the other.
+    feeder = threading.Thread(
+        target=_feed, args=(_request_body(request), gzipped, process), daemon=True
+    )
+    feeder.start()
+    response = StreamingHttpResponse(
+        _drain(process, feeder), content_type="application/x-git-upload-pack-result"
+    )
+    for key, value in _NO_CACHE.items():
+        response[key] = value
+    return response
+
+
+@csrf_exempt
+def receive_pack(request: HttpRequest, name: str) -> HttpResponse:
+    """Push is never accepted here."""
+    return _push_refused()
+
+
+def _request_body(request: HttpRequest) -> _Readable:
+    # Without Content-Length Django reads an empty body; a chunked upload is then read from
+    # the WSGI input directly, which servers that decode chunking (gunicorn) end at EOF.
+    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if chunked and not request.META.get("CONTENT_LENGTH"):
+        stream: _Readable = request.META["wsgi.input"]
+        return stream
+    return request
+
+
+def _feed(body: _Readable, gzipped: bool, process: subprocess.Popen[bytes]) -> None:
+    stdin = process.stdin
+    assert stdin is not None
+    # git gzips larger negotiation requests; inflate in bounded steps (no zip bomb in memory).
+    inflater = zlib.decompressobj(wbits=31) if gzipped else None
+    try:
+        while chunk := body.read(_CHUNK):
+            if inflater is None:
+                stdin.write(chunk)
+                continue
+            while chunk:
+                stdin.write(inflater.decompress(chunk, _CHUNK))
+                chunk = inflater.unconsumed_tail
+    except (OSError, zlib.error):
+        # A broken upload or git exiting early: closing stdin ends the exchange, and git
+        # reports the protocol error in its output.
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            stdin.close()
+
+
+def _drain(process: subprocess.Popen[bytes], feeder: threading.Thread) -> Iterator[bytes]:
+    stdout = process.stdout
+    assert stdout is not None
+    try:
+        while chunk := os.read(stdout.fileno(), _CHUNK):
+            yield chunk
+    finally:
+        # Also reached when the client disconnects mid-pack: with stdout closed git fails its
+        # next write and exits; one that does not is killed rather than left running.
+        stdout.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        feeder.join(timeout=5)
+
+
+urlpatterns = [
+    path("<str:name>.git/info/refs", info_refs, name="githttp_info_refs"),
+    path("<str:name>.git/git-upload-pack", upload_pack, name="githttp_upload_pack"),
+    path("<str:name>.git/git-receive-pack", receive_pack, name="githttp_receive_pack"),
+]

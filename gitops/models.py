@@ -1,0 +1,142 @@
+"""Change requests: pull requests against the fleet repository, with checks and reviews."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ChangeRequest(models.Model):
+    """One reviewed change to the fleet repository: a branch with one commit, like a PR.
+
+    The branch ``change/<id>`` holds a single commit on top of ``base_sha`` (main when the
+    change was opened). Merging squashes it onto main as one commit whose message names the
+    change, the requester and the approvers. Other apps read ``status`` and ``apply_state``
+    to follow their requests; gitops knows nothing of those requests.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        MERGED = "merged", "Merged"
+        CLOSED = "closed", "Closed"
+
+    class Kind(models.TextChoices):
+        ONBOARDING = "onboarding", "Tenant onboarding"
+        TENANT = "tenant", "Tenant settings"
+        CLUSTER = "cluster", "Tenant cluster"
+        GPU_SHARE = "gpu-share", "GPU share"
+        ENDPOINT = "endpoint", "Model endpoint"
+        DECOMMISSION = "decommission", "Decommission"
+        PLATFORM = "platform", "Platform"
+
+    class Checks(models.TextChoices):
+        PENDING = "pending", "Checks running"
+        PASSED = "passed", "Checks passed"
+        FAILED = "failed", "Checks failed"
+
+    class Apply(models.TextChoices):
+        # Filled in by the fleet status sync once the change is merged.
+        NONE = "", "Not merged"
+        PENDING = "pending", "Waiting for Flux"
+        APPLIED = "applied", "Applied"
+        FAILED = "failed", "Failed to apply"
+
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PLATFORM)
+    tenant_slug = models.CharField(max_length=63, blank=True, db_index=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    checks_state = models.CharField(max_length=8, choices=Checks.choices, default=Checks.PENDING)
+    apply_state = models.CharField(max_length=8, choices=Apply.choices, blank=True, default="")
+    apply_message = models.TextField(blank=True)
+    branch = models.CharField(max_length=100, blank=True)
+    base_sha = models.CharField(max_length=40, blank=True)
+    head_sha = models.CharField(max_length=40, blank=True)
+    merge_sha = models.CharField(max_length=40, blank=True)
+    files_changed = models.JSONField(default=list, blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    merged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # An admin's explicit mark that this change may push a flavor past the fleet's capacity.
+    allow_overcommit = models.BooleanField(default=False)
+    forge_number = models.PositiveIntegerField(null=True, blank=True)
+    forge_url = models.URLField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    merged_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=["open", "merged", "closed"]),
+                name="change_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(status="merged") | ~models.Q(merge_sha=""),
+                name="change_merged_has_sha",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.Status.OPEN
+
+
+class CheckRun(models.Model):
+    """The result of one check (schemas, kustomize, isolation, capacity) on one commit."""
+
+    class Status(models.TextChoices):
+        PASSED = "passed", "Passed"
+        FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped"
+
+    change = models.ForeignKey(ChangeRequest, on_delete=models.CASCADE, related_name="checks")
+    sha = models.CharField(max_length=40)
+    name = models.CharField(max_length=32)
+    status = models.CharField(max_length=8, choices=Status.choices)
+    summary = models.CharField(max_length=300, blank=True)
+    details = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["change", "sha", "name"], name="checkrun_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.status}"
+
+
+class Review(models.Model):
+    """A reviewer's verdict on the change as it stood at ``sha``."""
+
+    class State(models.TextChoices):
+        APPROVE = "approve", "Approved"
+        REQUEST_CHANGES = "request_changes", "Changes requested"
+        COMMENT = "comment", "Commented"
+
+    change = models.ForeignKey(ChangeRequest, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    state = models.CharField(max_length=16, choices=State.choices)
+    body = models.TextField(blank=True)
+    sha = models.CharField(max_length=40)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} {self.state} #{self.change_id}"

@@ -1,0 +1,196 @@
+"""Kueue objects (``kueue.x-k8s.io/v1beta2``): the fleet's flavors, topology, cohort and
+priorities, and each tenant's ClusterQueue and LocalQueue.
+
+A tenant's ClusterQueue has **one** resource group covering ``cpu``, ``memory`` and every GPU
+resource of its shares, with one entry per flavor it has a share on (in fleet order, which is
+the order Kueue tries them). One group rather than one per kind of GPU, because:
+
+- Kueue rejects a resource or a flavor that appears in two groups of a queue, and every GPU
+  pod also asks for ``cpu`` and ``memory``, so those two can only sit in one group;
+- topology-aware scheduling needs all of a pod set's resources from a single flavor;
+- within a group every flavor must list every covered resource (the CRD's rule), so a flavor
+  gets ``0`` for the resources it does not provide, and Kueue moves on to the next flavor.
+
+``cpu``/``memory`` get the tenant's whole namespace budget on every flavor: the namespace
+ResourceQuota is what bounds them (and the nodes, which topology-aware scheduling reads), so
+Kueue's count of them only has to let GPU pods through, never be the limit. A GPU resource the
+tenant has no quota for on one of its flavors (another MIG profile, DRA on a whole-GPU pool)
+is covered with 0 and may be borrowed when another queue of the cohort lends it.
+
+Shares of one flavor add up; their borrowing limit is the sum unless one share borrows without
+limit, and their lending limit is what each share lends (all of it when it sets no limit).
+DRA shares are counted under the DeviceClass name (see ``gitops.render.resources``).
+
+Preemption: a queue reclaims its nominal quota from any borrower (``reclaimWithinCohort: Any``),
+preempts lower priorities inside itself, and while borrowing it may preempt only workloads of
+other queues at or below the ``training`` priority, so borrowed capacity never evicts another
+tenant's production inference.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from gitops.render import resources
+from gitops.render.meta import LOCAL_QUEUE, TENANT_LABEL, UNTIL_ANNOTATION, metadata
+from gitops.render.vcluster import pool_labels
+from gitops.specs import Flavor, FleetSpec, TenantSpec
+
+API = "kueue.x-k8s.io/v1beta2"
+TOPOLOGY = "default"
+# WorkloadPriorityClasses: name, value, description.
+PRIORITY_CLASSES = (
+    ("inference-critical", 1000, "Production model endpoints; preempts training and batch."),
+    ("training", 500, "Fine-tuning and training jobs."),
+    ("batch-low", 100, "Evaluation and batch work that yields to everything else."),
+)
+INFERENCE_PRIORITY = "inference-critical"
+# Borrowers may preempt other queues' workloads up to this priority (training).
+BORROW_PREEMPT_THRESHOLD = 500
+
+
+def resource_flavor(flavor: Flavor) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "nodeLabels": pool_labels(flavor),
+        # Kueue adds these to admitted pods, so GPU pods need not tolerate the taint themselves.
+        "tolerations": [{"key": flavor.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    if flavor.topology:
+        spec["topologyName"] = TOPOLOGY
+    return {
+        "apiVersion": API,
+        "kind": "ResourceFlavor",
+        "metadata": metadata(flavor.name),
+        "spec": spec,
+    }
+
+
+def topology(fleet: FleetSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "Topology",
+        "metadata": metadata(TOPOLOGY),
+        "spec": {"levels": [{"nodeLabel": level} for level in fleet.topology_levels]},
+    }
+
+
+def cohort(fleet: FleetSpec) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": "Cohort", "metadata": metadata(fleet.cohort), "spec": {}}
+
+
+def priority_classes() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": API,
+            "kind": "WorkloadPriorityClass",
+            "metadata": metadata(name),
+            "value": value,
+            "description": description,
+        }
+        for name, value, description in PRIORITY_CLASSES
+    ]
+
+
+def fleet_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
+    """Everything Kueue needs before any tenant queue: flavors, topology, cohort, priorities."""
+    objs = [resource_flavor(flavor) for flavor in fleet.flavors]
+    if any(flavor.topology for flavor in fleet.flavors):
+        objs.append(topology(fleet))
+    objs.append(cohort(fleet))
+    objs.extend(priority_classes())
+    return objs
+
+
+def _resource_group(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | None:
+    nominal: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    borrowing: dict[str, dict[str, int | None]] = defaultdict(dict)
+    lending: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    lending_limited: dict[str, set[str]] = defaultdict(set)
+    for share in tenant.shares:
+        amounts = resources.kueue_resources(share)
+        for name, amount in amounts.items():
+            nominal[share.flavor][name] += amount
+        limits = borrowing[share.flavor]
+        if share.borrowing_limit is None:
+            for name in amounts:
+                limits[name] = None
+        else:
+            for name, amount in resources.kueue_limit(share, share.borrowing_limit).items():
+                current = limits.get(name, 0)
+                limits[name] = None if current is None else current + amount
+        if share.lending_limit is None:
+            lent = amounts
+        else:
+            lent = resources.kueue_limit(share, share.lending_limit)
+            lending_limited[share.flavor].update(lent)
+        for name, amount in lent.items():
+            lending[share.flavor][name] += amount
+    if not nominal:
+        return None
+    gpu_names = sorted({name for amounts in nominal.values() for name in amounts})
+    covered = ["cpu", "memory", *gpu_names]
+    flavors = []
+    for flavor in fleet.flavors:
+        if flavor.name not in nominal:
+            continue
+        entries: list[dict[str, Any]] = [
+            {"name": "cpu", "nominalQuota": str(tenant.cpu_quota)},
+            {"name": "memory", "nominalQuota": f"{tenant.memory_gib}Gi"},
+        ]
+        for name in gpu_names:
+            amount = nominal[flavor.name].get(name, 0)
+            entry: dict[str, Any] = {"name": name, "nominalQuota": str(amount)}
+            if amount:
+                limit = borrowing[flavor.name].get(name)
+                if limit is not None:
+                    entry["borrowingLimit"] = str(limit)
+                # Lending everything is Kueue's default; a limit is written once a share sets one.
+                if name in lending_limited[flavor.name]:
+                    entry["lendingLimit"] = str(min(lending[flavor.name][name], amount))
+            entries.append(entry)
+        flavors.append({"name": flavor.name, "resources": entries})
+    return {"coveredResources": covered, "flavors": flavors}
+
+
+def cluster_queue(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "cohortName": fleet.cohort,
+        "namespaceSelector": {"matchLabels": {TENANT_LABEL: tenant.slug}},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {
+                "policy": "LowerPriority",
+                "maxPriorityThreshold": BORROW_PREEMPT_THRESHOLD,
+            },
+            "withinClusterQueue": "LowerPriority",
+        },
+        "fairSharing": {"weight": str(tenant.fair_share_weight)},
+    }
+    group = _resource_group(tenant, fleet)
+    if group is not None:
+        spec["resourceGroups"] = [group]
+    until = sorted((share.name, share.until) for share in tenant.shares if share.until)
+    annotations = (
+        {UNTIL_ANNOTATION: ",".join(f"{name}={day}" for name, day in until)} if until else None
+    )
+    return {
+        "apiVersion": API,
+        "kind": "ClusterQueue",
+        "metadata": metadata(tenant.slug, tenant=tenant.slug, annotations=annotations),
+        "spec": spec,
+    }
+
+
+def local_queue(tenant: TenantSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "LocalQueue",
+        "metadata": metadata(LOCAL_QUEUE, tenant.slug, tenant=tenant.slug),
+        "spec": {"clusterQueue": tenant.slug},
+    }
+
+
+def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    return [cluster_queue(tenant, fleet), local_queue(tenant)]

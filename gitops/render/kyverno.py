@@ -1,0 +1,257 @@
+"""Kyverno policies (``kyverno.io/v1``): fleet-wide ClusterPolicies and each tenant's Policy.
+
+Every rule sets ``validate.failureAction: Enforce`` (the spec-level
+``validationFailureAction`` is deprecated in the v1 CRD).
+
+Fleet-wide (``infrastructure/configs``):
+
+- ``forbid-hami-bypass-env``: no container anywhere may set ``CUDA_DISABLE_CONTROL`` (HAMi then
+  skips its in-process limiter) or ``GPU_CORE_UTILIZATION_POLICY`` (turns core limiting off);
+- ``protect-hami-annotations``: HAMi's scheduler records a pod's devices in ``hami.io/*``
+  annotations and the device plugin trusts them. A pod may not be created with them, and a
+  service account of the pod's own namespace (a tenant's Flux, a vCluster syncer copying a
+  virtual pod's annotations) may not change them later. HAMi itself runs elsewhere.
+
+Per tenant (``tenants/<slug>/kyverno-policy.yaml``, on Pods only: ``autogen`` is off so the
+rules mean the same for pods made by a Deployment, a Job or a vCluster):
+
+- ``require-queue-name``: a pod that asks for GPUs (an ``nvidia.com/*`` limit or a DRA claim)
+  must carry ``kueue.x-k8s.io/queue-name``, so it is admitted against the tenant's quota;
+- ``disallow-privileged``: no privileged containers;
+- ``forbid-hami-bypass-env``: as fleet-wide, so the tenant's policy report shows it;
+- ``restrict-image-registries``: images only from the fleet's registries (plus the vCluster
+  images when the tenant has a cluster);
+- ``limit-gpus-per-pod``: ``nvidia.com/gpu`` summed over a pod's containers at most the
+  tenant's GPU quota, and never above the fleet's per-tenant cap.
+
+The JMESPath expressions follow the kyverno/policies library; they are data here, never text
+assembled around user input (the only inputs are fleet settings and numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gitops.render import resources
+from gitops.render.meta import QUEUE_NAME_LABEL, metadata
+from gitops.specs import FleetSpec, TenantSpec
+
+API = "kyverno.io/v1"
+TENANT_POLICY = "tenant-guardrails"
+HAMI_BYPASS_ENV = ("CUDA_DISABLE_CONTROL", "GPU_CORE_UTILIZATION_POLICY")
+HAMI_INTERNAL_ANNOTATIONS = (
+    "hami.io/bind-phase",
+    "hami.io/bind-time",
+    "hami.io/vgpu-devices-allocated",
+    "hami.io/vgpu-devices-to-allocate",
+    "hami.io/vgpu-node",
+    "hami.io/vgpu-time",
+)
+VCLUSTER_IMAGE_PREFIXES = ("ghcr.io/loft-sh/", "coredns/coredns:")
+_ALL_CONTAINERS = "request.object.spec.[ephemeralContainers, initContainers, containers][]"
+_PODS = {"any": [{"resources": {"kinds": ["Pod"]}}]}
+
+
+def _enforce(message: str, **rule: Any) -> dict[str, Any]:
+    return {"failureAction": "Enforce", "message": message, **rule}
+
+
+def _env_rule() -> dict[str, Any]:
+    return {
+        "name": "forbid-hami-bypass-env",
+        "match": _PODS,
+        "validate": _enforce(
+            f"The environment variables {', '.join(HAMI_BYPASS_ENV)} switch off GPU sharing "
+            "limits and are not allowed.",
+            deny={
+                "conditions": {
+                    "any": [
+                        {
+                            "key": f"{{{{ {_ALL_CONTAINERS}.env[].name || `[]` }}}}",
+                            "operator": "AnyIn",
+                            "value": list(HAMI_BYPASS_ENV),
+                        }
+                    ]
+                }
+            },
+        ),
+    }
+
+
+def _annotation(source: str, key: str) -> str:
+    return f"{{{{ {source}.metadata.annotations.\"{key}\" || '' }}}}"
+
+
+def cluster_policies() -> list[dict[str, Any]]:
+    protect = {
+        "apiVersion": API,
+        "kind": "ClusterPolicy",
+        "metadata": metadata("protect-hami-annotations"),
+        "spec": {
+            # The rules read the request's operation and user, which a background scan lacks.
+            "background": False,
+            "rules": [
+                {
+                    "name": "no-hami-annotations-on-create",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}]},
+                    "validate": _enforce(
+                        "The hami.io/ scheduling annotations are written by HAMi; a new pod may "
+                        "not carry them.",
+                        deny={
+                            "conditions": {
+                                "any": [
+                                    {
+                                        "key": _annotation("request.object", key),
+                                        "operator": "NotEquals",
+                                        "value": "",
+                                    }
+                                    for key in HAMI_INTERNAL_ANNOTATIONS
+                                ]
+                            }
+                        },
+                    ),
+                },
+                {
+                    "name": "no-hami-annotation-changes-from-the-namespace",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]},
+                    "preconditions": {
+                        "all": [
+                            {
+                                "key": "{{ request.userInfo.username }}",
+                                "operator": "AnyIn",
+                                "value": ["system:serviceaccount:{{ request.namespace }}:*"],
+                            }
+                        ]
+                    },
+                    "validate": _enforce(
+                        "The hami.io/ scheduling annotations are written by HAMi; workloads in "
+                        "the pod's namespace may not change them.",
+                        deny={
+                            "conditions": {
+                                "any": [
+                                    {
+                                        "key": _annotation("request.object", key),
+                                        "operator": "NotEquals",
+                                        "value": _annotation("request.oldObject", key),
+                                    }
+                                    for key in HAMI_INTERNAL_ANNOTATIONS
+                                ]
+                            }
+                        },
+                    ),
+                },
+            ],
+        },
+    }
+    bypass = {
+        "apiVersion": API,
+        "kind": "ClusterPolicy",
+        "metadata": metadata("forbid-hami-bypass-env"),
+        "spec": {"background": True, "rules": [_env_rule()]},
+    }
+    return [bypass, protect]
+
+
+def gpu_cap(tenant: TenantSpec, fleet: FleetSpec) -> int:
+    """The most ``nvidia.com/gpu`` one pod of the tenant may ask for."""
+    granted = sum(resources.kueue_resources(share).get(resources.GPU, 0) for share in tenant.shares)
+    return min(granted, fleet.max_gpus_per_tenant)
+
+
+def image_patterns(tenant: TenantSpec, fleet: FleetSpec) -> str:
+    prefixes = list(fleet.allowed_registries)
+    if tenant.clusters:
+        prefixes.extend(VCLUSTER_IMAGE_PREFIXES)
+    return " | ".join(f"{prefix}*" for prefix in sorted(set(prefixes)))
+
+
+def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
+    images = image_patterns(tenant, fleet)
+    cap = gpu_cap(tenant, fleet)
+    rules = [
+        {
+            "name": "require-queue-name",
+            "match": _PODS,
+            "preconditions": {
+                "any": [
+                    {
+                        "key": "{{ request.object.spec.[initContainers, containers][]"
+                        ".resources.limits.keys(@)[] || `[]` }}",
+                        "operator": "AnyIn",
+                        "value": ["nvidia.com/*"],
+                    },
+                    {
+                        "key": "{{ length(request.object.spec.resourceClaims || `[]`) }}",
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    },
+                ]
+            },
+            "validate": _enforce(
+                f"Pods that use GPUs must carry the label {QUEUE_NAME_LABEL} (the tenant's "
+                "queue is named 'default').",
+                pattern={"metadata": {"labels": {QUEUE_NAME_LABEL: "?*"}}},
+            ),
+        },
+        {
+            "name": "disallow-privileged",
+            "match": _PODS,
+            "validate": _enforce(
+                "Privileged containers are not allowed.",
+                pattern={
+                    "spec": {
+                        "=(ephemeralContainers)": [
+                            {"=(securityContext)": {"=(privileged)": "false"}}
+                        ],
+                        "=(initContainers)": [{"=(securityContext)": {"=(privileged)": "false"}}],
+                        "containers": [{"=(securityContext)": {"=(privileged)": "false"}}],
+                    }
+                },
+            ),
+        },
+        _env_rule(),
+        {
+            "name": "restrict-image-registries",
+            "match": _PODS,
+            "validate": _enforce(
+                f"Images must come from an allowed registry: {images}.",
+                pattern={
+                    "spec": {
+                        "=(ephemeralContainers)": [{"image": images}],
+                        "=(initContainers)": [{"image": images}],
+                        "containers": [{"image": images}],
+                    }
+                },
+            ),
+        },
+        {
+            "name": "limit-gpus-per-pod",
+            "match": _PODS,
+            "validate": _enforce(
+                f"A pod of this tenant may use at most {cap} nvidia.com/gpu.",
+                deny={
+                    "conditions": {
+                        "any": [
+                            {
+                                "key": "{{ sum(request.object.spec.containers[].resources.limits"
+                                '."nvidia.com/gpu".to_number(@) || `[0]`) }}',
+                                "operator": "GreaterThan",
+                                "value": cap,
+                            }
+                        ]
+                    }
+                },
+            ),
+        },
+    ]
+    return {
+        "apiVersion": API,
+        "kind": "Policy",
+        "metadata": metadata(
+            TENANT_POLICY,
+            tenant.slug,
+            tenant=tenant.slug,
+            annotations={"pod-policies.kyverno.io/autogen-controllers": "none"},
+        ),
+        "spec": {"background": True, "rules": rules},
+    }

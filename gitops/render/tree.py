@@ -1,0 +1,203 @@
+"""Files of the fleet repository, rendered from specs: ``{path: bytes}`` with POSIX paths
+relative to the repository root.
+
+Layout (flux2-multi-tenancy)::
+
+    clusters/<fleet>/kustomization.yaml        flux-system/, infrastructure.yaml, tenants.yaml
+    clusters/<fleet>/flux-system/              gotk-sync.yaml (+ gotk-components.yaml), lockdown
+    clusters/<fleet>/infrastructure.yaml       Kustomizations infra-controllers, infra-configs
+    clusters/<fleet>/tenants.yaml              Kustomization tenants
+    infrastructure/controllers/                Flux sources the portal's objects use
+    infrastructure/configs/                    Kueue flavors/topology/cohort/priorities,
+                                               Kyverno ClusterPolicies, the tenant reconciler role
+    tenants/kustomization.yaml                 one entry per tenant directory
+    tenants/<slug>/                            platform-owned, applied by "tenants"
+    tenants/<slug>/workloads/                  tenant-owned, applied as the tenant's account
+
+Every directory a Flux Kustomization points at has a ``kustomization.yaml`` and builds with
+``kustomize build``. A tenant's directory is a function of its spec alone, so re-rendering it
+and diffing against Git gives exactly the change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gitops.render import (
+    dra,
+    flux,
+    kserve,
+    kueue,
+    kyverno,
+    namespace,
+    network,
+    quota,
+    rbac,
+    vcluster,
+)
+from gitops.render.meta import kustomization
+from gitops.render.validate import DNS1123_LABEL, validate_fleet, validate_tenant
+from gitops.render.yamlio import dump_documents, load_documents
+from gitops.specs import FleetSpec, SpecError, TenantSpec
+
+KUSTOMIZATION = "kustomization.yaml"
+WORKLOADS = "workloads"
+
+
+def _files(entries: Iterable[tuple[str, list[dict[str, Any]]]]) -> dict[str, bytes]:
+    return {path: dump_documents(objs) for path, objs in sorted(entries)}
+
+
+def render_cluster_bootstrap(
+    fleet: FleetSpec, include_components: bool = False
+) -> dict[str, bytes]:
+    """``clusters/<fleet>/``. ``include_components``: ``gotk-components.yaml`` is in the
+    repository (written by ``flux bootstrap``) and the flux-system kustomization lists it."""
+    validate_fleet(fleet)
+    base = f"clusters/{fleet.name}"
+    return _files(
+        [
+            (
+                f"{base}/{KUSTOMIZATION}",
+                [kustomization(["flux-system", "infrastructure.yaml", "tenants.yaml"])],
+            ),
+            (
+                f"{base}/flux-system/{KUSTOMIZATION}",
+                [flux.flux_system_kustomization(include_components)],
+            ),
+            (f"{base}/flux-system/gotk-sync.yaml", flux.gotk_sync(fleet)),
+            (f"{base}/infrastructure.yaml", flux.infrastructure()),
+            (f"{base}/tenants.yaml", [flux.tenants()]),
+        ]
+    )
+
+
+def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
+    """``infrastructure/controllers`` and ``infrastructure/configs``."""
+    validate_fleet(fleet)
+    return _files(
+        [
+            (
+                "infrastructure/controllers/kustomization.yaml",
+                [kustomization(["helm-repositories.yaml"])],
+            ),
+            ("infrastructure/controllers/helm-repositories.yaml", [vcluster.helm_repository()]),
+            (
+                "infrastructure/configs/kustomization.yaml",
+                [kustomization(["kueue.yaml", "kyverno-policies.yaml", "rbac.yaml"])],
+            ),
+            ("infrastructure/configs/kueue.yaml", kueue.fleet_objects(fleet)),
+            ("infrastructure/configs/kyverno-policies.yaml", kyverno.cluster_policies()),
+            ("infrastructure/configs/rbac.yaml", [rbac.tenant_reconciler_role()]),
+        ]
+    )
+
+
+def render_tenants_index(slugs: Iterable[str]) -> dict[str, bytes]:
+    """``tenants/kustomization.yaml`` listing the tenant directories."""
+    unique = sorted(set(slugs))
+    errors = {
+        f"slugs[{index}]": f"{slug!r} is not a tenant directory name (a DNS label)."
+        for index, slug in enumerate(unique)
+        if not isinstance(slug, str) or len(slug) > 63 or not DNS1123_LABEL.fullmatch(slug)
+    }
+    if errors:
+        raise SpecError(errors)
+    return _files([(f"tenants/{KUSTOMIZATION}", [kustomization(unique)])])
+
+
+def tenant_file_objects(
+    tenant: TenantSpec, fleet: FleetSpec
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(path, objects) of every object file under ``tenants/<slug>/``; the spec must be valid."""
+    base = f"tenants/{tenant.slug}"
+    platform: list[tuple[str, list[dict[str, Any]]]] = [
+        ("namespace.yaml", [namespace.namespace(tenant)]),
+        ("rbac.yaml", rbac.tenant_objects(tenant)),
+        ("quota.yaml", quota.tenant_objects(tenant, fleet)),
+        ("network-policy.yaml", network.tenant_objects(tenant, fleet)),
+        ("kyverno-policy.yaml", [kyverno.tenant_policy(tenant, fleet)]),
+        ("queues.yaml", kueue.tenant_objects(tenant, fleet)),
+        ("sync.yaml", flux.tenant_sync(tenant, fleet)),
+    ]
+    platform += [
+        (f"clusters/{cluster.name}.yaml", [vcluster.helm_release(cluster, tenant, fleet)])
+        for cluster in sorted(tenant.clusters, key=lambda c: c.name)
+    ]
+    workloads: list[tuple[str, list[dict[str, Any]]]] = []
+    for share in sorted(tenant.shares, key=lambda s: s.name):
+        flavor = fleet.flavor(share.flavor)
+        if share.kind == "dra" and flavor is not None:
+            workloads.append(
+                (f"gpu-shares/{share.name}.yaml", [dra.share_template(tenant, share, flavor)])
+            )
+    workloads += [
+        (f"endpoints/{endpoint.name}.yaml", kserve.endpoint_objects(tenant, endpoint, fleet))
+        for endpoint in sorted(tenant.endpoints, key=lambda e: e.name)
+    ]
+    return [(f"{base}/{path}", objs) for path, objs in platform] + [
+        (f"{base}/{WORKLOADS}/{path}", objs) for path, objs in workloads
+    ]
+
+
+def render_tenant_tree(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes]:
+    """Every file under ``tenants/<slug>/``. Raises ``SpecError`` for an invalid spec."""
+    validate_fleet(fleet)
+    validate_tenant(tenant, fleet)
+    base = f"tenants/{tenant.slug}"
+    entries = tenant_file_objects(tenant, fleet)
+    platform = [
+        path[len(base) + 1 :] for path, _ in entries if not path.startswith(f"{base}/{WORKLOADS}/")
+    ]
+    workloads = [
+        path[len(base) + len(WORKLOADS) + 2 :]
+        for path, _ in entries
+        if path.startswith(f"{base}/{WORKLOADS}/")
+    ]
+    # Workloads are not listed: the tenant's own Kustomization applies them, as the tenant.
+    entries.append((f"{base}/{KUSTOMIZATION}", [kustomization(platform)]))
+    entries.append((f"{base}/{WORKLOADS}/{KUSTOMIZATION}", [kustomization(workloads)]))
+    return _files(entries)
+
+
+def render_repository(fleet: FleetSpec, tenants: Iterable[TenantSpec]) -> dict[str, bytes]:
+    """The whole repository for a fleet and its tenants (bootstrap without components)."""
+    tenant_list = list(tenants)
+    errors: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    releases: dict[str, str] = {}
+    for index, tenant in enumerate(tenant_list):
+        if tenant.slug in seen:
+            errors[f"tenants[{index}].slug"] = f"Tenant {tenant.slug!r} is listed twice."
+        seen.setdefault(tenant.slug, index)
+        for cluster in tenant.clusters:
+            name = vcluster.release_name(tenant, cluster)
+            owner = releases.setdefault(name, tenant.slug)
+            if owner != tenant.slug:
+                errors[f"tenants[{index}].clusters"] = (
+                    f"The cluster {cluster.name!r} would be released as {name!r}, like one of "
+                    f"tenant {owner!r}; rename the cluster."
+                )
+    if errors:
+        raise SpecError(errors)
+    files = render_cluster_bootstrap(fleet)
+    files.update(render_infrastructure(fleet))
+    files.update(render_tenants_index(tenant.slug for tenant in tenant_list))
+    for tenant in tenant_list:
+        files.update(render_tenant_tree(tenant, fleet))
+    return dict(sorted(files.items()))
+
+
+def is_kustomization(path: str) -> bool:
+    return path.rsplit("/", 1)[-1] == KUSTOMIZATION
+
+
+def objects_for(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
+    """The Kubernetes objects in rendered files (kustomization.yaml files left out), in path
+    order: what a schema check validates."""
+    objs: list[dict[str, Any]] = []
+    for path in sorted(files):
+        if path.endswith((".yaml", ".yml")) and not is_kustomization(path):
+            objs.extend(doc for doc in load_documents(files[path]) if isinstance(doc, dict))
+    return objs

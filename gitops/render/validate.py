@@ -1,0 +1,877 @@
+"""Checks a spec must pass before anything is rendered.
+
+``validate_tenant`` and ``validate_fleet`` raise ``SpecError`` mapping a field path
+(``shares[1].mig_profile``) to a sentence the person who filled in the form can act on. They
+check what the renderers rely on and what Kubernetes would reject later, where it is cheaper
+to say it now: names that become object names or file names (DNS labels, so no path
+traversal either), derived names that must stay within 63 characters, counts against the
+fleet's capacity, and combinations the fleet cannot run (a MIG share on a whole-GPU pool, HAMi
+for a dedicated tenant).
+
+Checks that need the whole repository (two tenants' shares together against the fleet) are
+the capacity check's job in ``gitops.checks``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import date
+from fractions import Fraction
+from typing import Any, get_args
+
+from gitops.render import resources, vcluster
+from gitops.specs import (
+    ClusterSize,
+    EndpointSpec,
+    Flavor,
+    FleetSpec,
+    GpuMode,
+    GpuShare,
+    ScaleMetric,
+    ShareKind,
+    SpecError,
+    TenantClusterSpec,
+    TenantSpec,
+    TrustLevel,
+)
+
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+SEMVER = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?")
+ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+GIT_URL = re.compile(r"(https?|ssh)://[^\s]+")
+HTTP_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
+GIT_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+REGISTRY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+# hf://<org>/<repo>[:<revision>], s3://<bucket>/<key>, pvc://<claim>[/<path>]
+MODEL_URI = {
+    "hf": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(:[A-Za-z0-9._-]+)?"),
+    "s3": re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()=+-]+)*/?"),
+    "pvc": re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[A-Za-z0-9._-]+)*/?"),
+}
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+# A slug is a namespace and the prefix of names such as "<slug>-<cluster>".
+TENANT_SLUG_MAX = 40
+RESERVED_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", "flux-system"}
+)
+RESERVED_PREFIXES = ("kube-", "flux-")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Kueue allows 8 node labels on a ResourceFlavor; the renderer adds the product label.
+MAX_FLAVOR_NODE_LABELS = 7
+# KServe names the predictor Service "<name>-predictor" and hosts "<name>-<namespace>.<domain>".
+ENDPOINT_NAME_MAX = 45
+# Helm release names are at most 53 characters; a vCluster is released under its own name.
+HELM_RELEASE_MAX = 53
+KUBECONFIG_SUFFIX = "-kubeconfig"
+DRA_TEMPLATE_SUFFIX = "-gpus"
+MAX_ARGS = 64
+MAX_ARG_LENGTH = 1024
+MAX_REPLICAS = 100
+MAX_URI_LENGTH = 512
+SANE_LIMITS = {
+    "cpu_quota": 100_000,
+    "memory_gib": 1_000_000,
+    "max_pods": 100_000,
+    "fair_share_weight": 1_000,
+    "endpoint_cpu": 512,
+    "endpoint_memory_gib": 16_384,
+    "flavor_gpus": 1_000_000,
+    "gpu_memory_mib": 1 << 22,
+}
+
+
+class _Errors:
+    """Collects the first problem found per field path."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+
+    def add(self, path: str, message: str) -> None:
+        self.errors.setdefault(path, message)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise SpecError(self.errors)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _names(items: Iterable[str]) -> str:
+    listed = ", ".join(sorted(items))
+    return listed or "none"
+
+
+def _check_int(errors: _Errors, path: str, value: object, low: int, high: int, what: str) -> bool:
+    """Whether ``value`` is a whole number in ``low..high``; records a sentence if not."""
+    if not _is_int(value):
+        errors.add(path, f"{what} must be a whole number.")
+        return False
+    assert isinstance(value, int)
+    if value < low:
+        errors.add(path, f"{what} must be at least {low} (got {value}).")
+        return False
+    if value > high:
+        errors.add(path, f"{what} must be at most {high} (got {value}).")
+        return False
+    return True
+
+
+def _check_label(
+    errors: _Errors,
+    path: str,
+    value: object,
+    what: str,
+    *,
+    max_length: int = 63,
+    dns1035: bool = False,
+) -> bool:
+    if not isinstance(value, str) or not value:
+        errors.add(path, f"{what} is required.")
+        return False
+    if len(value) > max_length:
+        errors.add(
+            path, f"{what} must be at most {max_length} characters (this one has {len(value)})."
+        )
+        return False
+    pattern = DNS1035_LABEL if dns1035 else DNS1123_LABEL
+    if not pattern.fullmatch(value):
+        first = "a letter" if dns1035 else "a letter or digit"
+        errors.add(
+            path,
+            f"{what} may use only lower-case letters, digits and '-', and must start with "
+            f"{first} and end with a letter or digit (a Kubernetes DNS label).",
+        )
+        return False
+    return True
+
+
+def _check_text(errors: _Errors, path: str, value: object, what: str, max_length: int) -> None:
+    if not isinstance(value, str):
+        errors.add(path, f"{what} must be text.")
+    elif len(value) > max_length:
+        errors.add(path, f"{what} must be at most {max_length} characters.")
+    elif CONTROL_CHARS.search(value):
+        errors.add(path, f"{what} may not contain line breaks or other control characters.")
+
+
+def _check_choice(
+    errors: _Errors, path: str, value: object, choices: Sequence[str], what: str
+) -> bool:
+    if value not in choices:
+        errors.add(path, f"{what} must be one of {', '.join(choices)} (got {value!r}).")
+        return False
+    return True
+
+
+def _check_label_key(errors: _Errors, path: str, key: object, what: str) -> bool:
+    if not isinstance(key, str) or not key:
+        errors.add(path, f"{what} is required.")
+        return False
+    prefix, _, name = key.rpartition("/")
+    if (
+        len(name) > 63
+        or not QUALIFIED_NAME.fullmatch(name)
+        or (prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)))
+    ):
+        errors.add(
+            path,
+            f"{what} {key!r} is not a valid label key (an optional DNS prefix and '/', then up "
+            "to 63 letters, digits, '-', '_' or '.').",
+        )
+        return False
+    return True
+
+
+def _duplicates(errors: _Errors, items: Sequence[Any], field: str, what: str) -> None:
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        name = getattr(item, "name", None)
+        if isinstance(name, str) and name in seen:
+            errors.add(f"{field}[{index}].name", f"Another {what} is already named {name!r}.")
+        if isinstance(name, str):
+            seen.add(name)
+
+
+# --- the fleet -------------------------------------------------------------------------------
+
+
+def validate_fleet(fleet: FleetSpec) -> None:
+    """Raise ``SpecError`` unless the fleet description can be rendered."""
+    errors = _Errors()
+    _check_label(errors, "name", fleet.name, "The fleet name")
+    _check_label(errors, "cohort", fleet.cohort, "The Kueue cohort name")
+    if not isinstance(fleet.flavors, tuple):
+        errors.add("flavors", "The flavors must be a list.")
+    else:
+        _duplicates(errors, fleet.flavors, "flavors", "flavor")
+        for index, flavor in enumerate(fleet.flavors):
+            _validate_flavor(errors, f"flavors[{index}]", flavor)
+    _validate_topology(errors, fleet.topology_levels)
+    if not fleet.allowed_registries:
+        errors.add("allowed_registries", "List at least one image registry prefix tenants may use.")
+    for index, prefix in enumerate(fleet.allowed_registries):
+        if (
+            not isinstance(prefix, str)
+            or not REGISTRY_PREFIX.fullmatch(prefix)
+            or len(prefix) > 253
+        ):
+            errors.add(
+                f"allowed_registries[{index}]",
+                f"{prefix!r} is not a registry prefix: use letters, digits and . _ : / - only "
+                "(for example 'ghcr.io/my-org/'); wildcards are added by the platform.",
+            )
+    _check_label(errors, "gateway.name", fleet.gateway.name, "The gateway name")
+    _check_label(errors, "gateway.namespace", fleet.gateway.namespace, "The gateway namespace")
+    hostname = fleet.gateway.hostname
+    if (
+        not isinstance(hostname, str)
+        or len(hostname) > 253
+        or not DNS1123_SUBDOMAIN.fullmatch(hostname)
+    ):
+        errors.add(
+            "gateway.hostname",
+            "The gateway hostname must be a lower-case DNS name such as models.example.com.",
+        )
+    _check_label(errors, "litellm_namespace", fleet.litellm_namespace, "The LiteLLM namespace")
+    _check_label(
+        errors, "monitoring_namespace", fleet.monitoring_namespace, "The monitoring namespace"
+    )
+    if not isinstance(fleet.prometheus_url, str) or not HTTP_URL.fullmatch(fleet.prometheus_url):
+        errors.add(
+            "prometheus_url",
+            "The Prometheus URL must look like http://prometheus.monitoring.svc:9090.",
+        )
+    if not isinstance(fleet.vcluster_chart_version, str) or not SEMVER.fullmatch(
+        fleet.vcluster_chart_version
+    ):
+        errors.add(
+            "vcluster_chart_version",
+            "Pin the vCluster chart to an exact version such as 0.30.0.",
+        )
+    if (
+        not isinstance(fleet.git_url, str)
+        or len(fleet.git_url) > 2048
+        or not GIT_URL.fullmatch(fleet.git_url)
+    ):
+        errors.add("git_url", "The Git URL must start with http://, https:// or ssh://.")
+    branch = fleet.git_branch
+    if (
+        not isinstance(branch, str)
+        or len(branch) > 255
+        or not GIT_BRANCH.fullmatch(branch)
+        or ".." in branch
+        or branch.endswith(("/", ".lock"))
+    ):
+        errors.add("git_branch", "The Git branch must be a plain branch name such as main.")
+    _check_int(
+        errors,
+        "max_gpus_per_tenant",
+        fleet.max_gpus_per_tenant,
+        1,
+        SANE_LIMITS["flavor_gpus"],
+        "The per-tenant GPU cap",
+    )
+    errors.raise_if_any()
+
+
+def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
+    _check_label(errors, f"{path}.name", flavor.name, "The flavor name")
+    product = flavor.product
+    if (
+        not isinstance(product, str)
+        or not product
+        or len(product) > 63
+        or not LABEL_VALUE.fullmatch(product)
+    ):
+        errors.add(
+            f"{path}.product",
+            "The product must be the node label nvidia.com/gpu.product as GPU feature discovery "
+            "writes it, for example NVIDIA-H200.",
+        )
+    modes = get_args(GpuMode)
+    mode_ok = _check_choice(errors, f"{path}.mode", flavor.mode, modes, "The GPU mode")
+    gpus_ok = _check_int(
+        errors, f"{path}.gpus", flavor.gpus, 1, SANE_LIMITS["flavor_gpus"], "The number of GPUs"
+    )
+    _check_int(
+        errors,
+        f"{path}.gpu_memory_mib",
+        flavor.gpu_memory_mib,
+        1,
+        SANE_LIMITS["gpu_memory_mib"],
+        "The GPU memory in MiB",
+    )
+    if len(flavor.node_labels) > MAX_FLAVOR_NODE_LABELS:
+        errors.add(
+            f"{path}.node_labels",
+            f"A flavor may select nodes by at most {MAX_FLAVOR_NODE_LABELS} labels "
+            "(Kueue allows 8 and the GPU product label is always added).",
+        )
+    seen_keys: set[str] = set()
+    for index, pair in enumerate(flavor.node_labels):
+        where = f"{path}.node_labels[{index}]"
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            errors.add(where, "Each node label must be a key and a value.")
+            continue
+        key, value = pair
+        if _check_label_key(errors, where, key, "The node label") and key in (
+            GPU_PRODUCT_LABEL,
+            *seen_keys,
+        ):
+            errors.add(
+                where,
+                f"The node label {key!r} is listed twice (the GPU product label comes from "
+                "product).",
+            )
+        if isinstance(key, str):
+            seen_keys.add(key)
+        if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+            errors.add(where, f"The value of node label {key!r} is not a valid label value.")
+    if mode_ok and flavor.mode == "mig":
+        if not flavor.mig_profiles:
+            errors.add(
+                f"{path}.mig_profiles",
+                "A MIG flavor must list its MIG profiles and how many slices of each it has.",
+            )
+        seen_profiles: set[str] = set()
+        for index, entry in enumerate(flavor.mig_profiles):
+            where = f"{path}.mig_profiles[{index}]"
+            if not isinstance(entry, tuple) or len(entry) != 2:
+                errors.add(where, "Each MIG profile must be a profile name and a slice count.")
+                continue
+            profile, slices = entry
+            if not isinstance(profile, str) or not resources.MIG_PROFILE.fullmatch(profile):
+                errors.add(
+                    where,
+                    f"{profile!r} is not a MIG profile name such as 1g.18gb or 3g.71gb.",
+                )
+            elif profile in seen_profiles:
+                errors.add(where, f"The MIG profile {profile} is listed twice.")
+            else:
+                seen_profiles.add(profile)
+            high = flavor.gpus * resources.MIG_SLICES_PER_GPU if gpus_ok else 0
+            _check_int(errors, f"{where}.slices", slices, 1, max(high, 1), "The slice count")
+    elif flavor.mig_profiles:
+        errors.add(f"{path}.mig_profiles", "Only a MIG flavor (mode mig) has MIG profiles.")
+    if mode_ok and flavor.mode == "hami":
+        _check_int(errors, f"{path}.hami_split", flavor.hami_split, 1, 100, "The HAMi split")
+    if flavor.dra and flavor.mode == "hami":
+        errors.add(
+            f"{path}.dra",
+            "The NVIDIA DRA driver cannot share a pool with HAMi: use a whole-GPU or MIG pool.",
+        )
+    _check_label_key(errors, f"{path}.taint_key", flavor.taint_key, "The taint key")
+
+
+def _validate_topology(errors: _Errors, levels: tuple[str, ...]) -> None:
+    if not 1 <= len(levels) <= 16:
+        errors.add("topology_levels", "Kueue needs between 1 and 16 topology levels.")
+        return
+    if len(set(levels)) != len(levels):
+        errors.add("topology_levels", "Each topology level may appear only once.")
+    for index, level in enumerate(levels):
+        _check_label_key(errors, f"topology_levels[{index}]", level, "The topology level")
+    if HOSTNAME_LABEL in levels and levels[-1] != HOSTNAME_LABEL:
+        errors.add(
+            "topology_levels",
+            f"{HOSTNAME_LABEL} can only be the last (lowest) topology level.",
+        )
+
+
+# --- a tenant --------------------------------------------------------------------------------
+
+
+def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
+    """Raise ``SpecError`` unless the tenant can be rendered for this fleet."""
+    errors = _Errors()
+    slug_ok = _check_label(
+        errors, "slug", tenant.slug, "The tenant slug", max_length=TENANT_SLUG_MAX
+    )
+    platform_namespaces = RESERVED_NAMESPACES | {
+        fleet.gateway.namespace,
+        fleet.litellm_namespace,
+        fleet.monitoring_namespace,
+    }
+    if slug_ok and (
+        tenant.slug in platform_namespaces or tenant.slug.startswith(RESERVED_PREFIXES)
+    ):
+        errors.add("slug", f"The name {tenant.slug!r} is reserved by the platform.")
+    _check_text(errors, "display_name", tenant.display_name, "The display name", 200)
+    _check_text(errors, "cost_centre", tenant.cost_centre, "The cost centre", 64)
+    _check_choice(
+        errors, "trust_level", tenant.trust_level, get_args(TrustLevel), "The trust level"
+    )
+    _check_int(errors, "cpu_quota", tenant.cpu_quota, 1, SANE_LIMITS["cpu_quota"], "The CPU quota")
+    _check_int(
+        errors, "memory_gib", tenant.memory_gib, 1, SANE_LIMITS["memory_gib"], "The memory quota"
+    )
+    _check_int(errors, "max_pods", tenant.max_pods, 1, SANE_LIMITS["max_pods"], "The pod limit")
+    _check_int(
+        errors,
+        "fair_share_weight",
+        tenant.fair_share_weight,
+        1,
+        SANE_LIMITS["fair_share_weight"],
+        "The fair-share weight",
+    )
+    _duplicates(errors, tenant.shares, "shares", "GPU share")
+    _duplicates(errors, tenant.clusters, "clusters", "cluster")
+    _duplicates(errors, tenant.endpoints, "endpoints", "endpoint")
+    valid_shares: dict[str, GpuShare] = {}
+    for index, share in enumerate(tenant.shares):
+        if _validate_share(errors, f"shares[{index}]", share, tenant, fleet):
+            valid_shares.setdefault(share.name, share)
+    _validate_share_totals(errors, tenant, fleet, valid_shares)
+    for index, cluster in enumerate(tenant.clusters):
+        _validate_cluster(errors, f"clusters[{index}]", cluster, tenant, fleet, valid_shares)
+    for index, endpoint in enumerate(tenant.endpoints):
+        _validate_endpoint(errors, f"endpoints[{index}]", endpoint, tenant, valid_shares)
+    _validate_endpoint_totals(errors, tenant, valid_shares)
+    _validate_derived_names(errors, tenant)
+    errors.raise_if_any()
+
+
+def _validate_share(
+    errors: _Errors, path: str, share: GpuShare, tenant: TenantSpec, fleet: FleetSpec
+) -> bool:
+    """Check one share; True when it is sound enough to count in totals."""
+    before = len(errors.errors)
+    _check_label(errors, f"{path}.name", share.name, "The share name")
+    kind_ok = _check_choice(
+        errors, f"{path}.kind", share.kind, get_args(ShareKind), "The share kind"
+    )
+    flavor = fleet.flavor(share.flavor) if isinstance(share.flavor, str) else None
+    if flavor is None:
+        errors.add(
+            f"{path}.flavor",
+            f"There is no GPU flavor {share.flavor!r}; the fleet has: "
+            f"{_names(f.name for f in fleet.flavors)}.",
+        )
+    if kind_ok and share.kind == "hami" and tenant.trust_level == "dedicated":
+        errors.add(
+            f"{path}.kind",
+            "A dedicated tenant gets hardware isolation only: ask for whole GPUs, MIG slices "
+            "or DRA GPUs instead of HAMi fractions.",
+        )
+    if flavor is not None and kind_ok:
+        _validate_share_on_flavor(errors, path, share, flavor)
+    if kind_ok and share.kind != "hami":
+        if share.gpumem_mib != 0:
+            errors.add(f"{path}.gpumem_mib", "Only a HAMi share sets GPU memory; leave it at 0.")
+        if share.gpucores_percent != 0:
+            errors.add(
+                f"{path}.gpucores_percent", "Only a HAMi share sets GPU cores; leave it at 0."
+            )
+    if share.until:
+        if not isinstance(share.until, str) or not ISO_DATE.fullmatch(share.until):
+            errors.add(f"{path}.until", "Give the end date as YYYY-MM-DD, for example 2026-12-31.")
+        else:
+            try:
+                date.fromisoformat(share.until)
+            except ValueError:
+                errors.add(f"{path}.until", f"The date {share.until} does not exist.")
+    return len(errors.errors) == before
+
+
+def _validate_share_on_flavor(errors: _Errors, path: str, share: GpuShare, flavor: Flavor) -> None:
+    wanted_mode = {"whole": "whole", "mig": "mig", "hami": "hami"}.get(share.kind)
+    if wanted_mode is not None and flavor.mode != wanted_mode:
+        errors.add(
+            f"{path}.kind",
+            f"Flavor {flavor.name!r} hands out GPUs as {flavor.mode!r}, so it cannot serve a "
+            f"{share.kind!r} share; pick a {wanted_mode} flavor.",
+        )
+        return
+    if share.kind == "dra" and not flavor.dra:
+        errors.add(
+            f"{path}.kind",
+            f"Flavor {flavor.name!r} is not served by the NVIDIA DRA driver; pick a flavor with "
+            "DRA or another share kind.",
+        )
+        return
+    profiles = dict(flavor.mig_profiles)
+    needs_profile = share.kind == "mig" or (share.kind == "dra" and flavor.mode == "mig")
+    if needs_profile:
+        if not share.mig_profile:
+            errors.add(
+                f"{path}.mig_profile",
+                f"Choose a MIG profile; flavor {flavor.name!r} offers {_names(profiles)}.",
+            )
+            return
+        if share.mig_profile not in profiles:
+            errors.add(
+                f"{path}.mig_profile",
+                f"MIG profile {share.mig_profile!r} is not offered by flavor {flavor.name!r} "
+                f"(it has {_names(profiles)}).",
+            )
+            return
+    elif share.mig_profile:
+        errors.add(
+            f"{path}.mig_profile",
+            f"Only MIG slices have a profile; flavor {flavor.name!r} gives whole GPUs or "
+            "fractions, so leave it empty.",
+        )
+        return
+    capacity = resources.share_capacity(share, flavor)
+    unit = _unit(share)
+    _check_int(errors, f"{path}.count", share.count, 1, capacity, f"The number of {unit}")
+    if share.kind == "hami":
+        _check_int(
+            errors,
+            f"{path}.gpumem_mib",
+            share.gpumem_mib,
+            1,
+            flavor.gpu_memory_mib,
+            f"The GPU memory per slot (MiB, flavor {flavor.name!r} has "
+            f"{flavor.gpu_memory_mib} MiB per GPU)",
+        )
+        _check_int(
+            errors, f"{path}.gpucores_percent", share.gpucores_percent, 1, 100, "The GPU cores %"
+        )
+    count = share.count if _is_int(share.count) else 0
+    if share.borrowing_limit is not None:
+        _check_int(
+            errors,
+            f"{path}.borrowing_limit",
+            share.borrowing_limit,
+            0,
+            capacity,
+            f"The borrowing limit ({unit})",
+        )
+    if share.lending_limit is not None:
+        _check_int(
+            errors,
+            f"{path}.lending_limit",
+            share.lending_limit,
+            0,
+            max(count, 0),
+            f"The lending limit ({unit}, at most the share itself)",
+        )
+
+
+def _unit(share: GpuShare) -> str:
+    if share.kind == "hami":
+        return "vGPU slots"
+    if share.mig_profile:
+        return f"{share.mig_profile} MIG slices"
+    return "GPUs"
+
+
+def _unit_key(share: GpuShare) -> tuple[str, str]:
+    # Whole and DRA shares of one flavor draw on the same physical GPUs.
+    if share.kind == "hami":
+        return share.flavor, "hami"
+    if share.mig_profile:
+        return share.flavor, f"mig:{share.mig_profile}"
+    return share.flavor, "gpu"
+
+
+def _validate_share_totals(
+    errors: _Errors, tenant: TenantSpec, fleet: FleetSpec, shares: dict[str, GpuShare]
+) -> None:
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    equivalents = Fraction(0)
+    for index, share in enumerate(tenant.shares):
+        if shares.get(share.name) is not share:
+            continue
+        flavor = fleet.flavor(share.flavor)
+        assert flavor is not None
+        key = _unit_key(share)
+        totals[key] += share.count
+        capacity = resources.share_capacity(share, flavor)
+        if totals[key] > capacity:
+            errors.add(
+                f"shares[{index}].count",
+                f"The tenant's shares on flavor {flavor.name!r} add up to {totals[key]} "
+                f"{_unit(share)}, but the flavor has only {capacity}.",
+            )
+        equivalents += resources.gpu_equivalents(share, flavor)
+    if equivalents > fleet.max_gpus_per_tenant:
+        shown = f"{float(equivalents):g}"
+        errors.add(
+            "shares",
+            f"The shares add up to {shown} GPUs (counting MIG slices and HAMi slots as "
+            f"fractions); a tenant may have at most {fleet.max_gpus_per_tenant}.",
+        )
+
+
+def _validate_cluster(
+    errors: _Errors,
+    path: str,
+    cluster: TenantClusterSpec,
+    tenant: TenantSpec,
+    fleet: FleetSpec,
+    shares: dict[str, GpuShare],
+) -> None:
+    if _check_label(errors, f"{path}.name", cluster.name, "The cluster name", dns1035=True):
+        release = f"{tenant.slug}-{cluster.name}"
+        if len(release) > 63 or len(cluster.name) + len(KUBECONFIG_SUFFIX) > 63:
+            errors.add(
+                f"{path}.name",
+                f"The cluster name is too long: '{release}' must fit in 63 characters; use at "
+                f"most {63 - len(tenant.slug) - 1} characters.",
+            )
+        elif len(cluster.name) > HELM_RELEASE_MAX:
+            errors.add(
+                f"{path}.name", f"The cluster name must be at most {HELM_RELEASE_MAX} characters."
+            )
+    _check_choice(
+        errors,
+        f"{path}.kubernetes_version",
+        cluster.kubernetes_version,
+        sorted(vcluster.KUBERNETES_IMAGE_TAGS),
+        "The Kubernetes version",
+    )
+    _check_choice(errors, f"{path}.size", cluster.size, get_args(ClusterSize), "The cluster size")
+    pools: list[Flavor] = []
+    share_flavors = {share.flavor for share in shares.values()}
+    seen: set[str] = set()
+    for index, pool in enumerate(cluster.node_pools):
+        where = f"{path}.node_pools[{index}]"
+        flavor = fleet.flavor(pool) if isinstance(pool, str) else None
+        if flavor is None:
+            errors.add(
+                where,
+                f"There is no node pool {pool!r}; the fleet has: "
+                f"{_names(f.name for f in fleet.flavors)}.",
+            )
+        elif pool in seen:
+            errors.add(where, f"The node pool {pool!r} is listed twice.")
+        elif pool not in share_flavors:
+            errors.add(
+                where,
+                f"The tenant has no GPU share on {pool!r}; ask for one before running a cluster "
+                "there.",
+            )
+        else:
+            pools.append(flavor)
+        seen.add(str(pool))
+    if pools and vcluster.node_selector(pools, fleet) is None:
+        errors.add(
+            f"{path}.node_pools",
+            f"The pools {_names(p.name for p in pools)} share no node labels that select them "
+            "alone, and a vCluster selects its nodes by one set of labels: choose one pool.",
+        )
+    gpu_units = sum(
+        resources.kueue_resources(share).get(resources.GPU, 0)
+        for share in shares.values()
+        if share.flavor in {p.name for p in pools}
+    )
+    if (
+        _check_int(
+            errors, f"{path}.gpu_quota", cluster.gpu_quota, 0, max(gpu_units, 0), "The GPU quota"
+        )
+        and cluster.gpu_quota > 0
+        and not cluster.node_pools
+    ):
+        errors.add(f"{path}.node_pools", "A cluster with GPUs must name its node pools.")
+    _check_int(
+        errors, f"{path}.cpu_quota", cluster.cpu_quota, 1, max(tenant.cpu_quota, 1), "The CPU quota"
+    )
+    _check_int(
+        errors, f"{path}.memory_gib", cluster.memory_gib, 1, max(tenant.memory_gib, 1), "The memory"
+    )
+    _check_int(
+        errors, f"{path}.max_pods", cluster.max_pods, 1, max(tenant.max_pods, 1), "The pod limit"
+    )
+
+
+def _validate_endpoint(
+    errors: _Errors,
+    path: str,
+    endpoint: EndpointSpec,
+    tenant: TenantSpec,
+    shares: dict[str, GpuShare],
+) -> None:
+    if (
+        _check_label(
+            errors,
+            f"{path}.name",
+            endpoint.name,
+            "The endpoint name",
+            dns1035=True,
+            max_length=ENDPOINT_NAME_MAX,
+        )
+        and len(endpoint.name) + 1 + len(tenant.slug) > 63
+    ):
+        errors.add(
+            f"{path}.name",
+            f"The endpoint name is too long: KServe names its host "
+            f"'{endpoint.name}-{tenant.slug}', which must fit in 63 characters.",
+        )
+    _validate_model_uri(errors, f"{path}.model_uri", endpoint.model_uri)
+    if endpoint.served_model_name and (
+        not isinstance(endpoint.served_model_name, str)
+        or len(endpoint.served_model_name) > 128
+        or not SERVED_NAME.fullmatch(endpoint.served_model_name)
+    ):
+        errors.add(
+            f"{path}.served_model_name",
+            "The served model name may use letters, digits and . _ / - (at most 128).",
+        )
+    share = shares.get(endpoint.share) if isinstance(endpoint.share, str) else None
+    if share is None:
+        errors.add(
+            f"{path}.share",
+            f"There is no usable GPU share named {endpoint.share!r}; the tenant has: "
+            f"{_names(shares)}.",
+        )
+    _check_args(errors, f"{path}.args", endpoint.args)
+    min_ok = _check_int(
+        errors,
+        f"{path}.min_replicas",
+        endpoint.min_replicas,
+        1,
+        MAX_REPLICAS,
+        "The minimum replicas",
+    )
+    max_ok = _check_int(
+        errors,
+        f"{path}.max_replicas",
+        endpoint.max_replicas,
+        1,
+        MAX_REPLICAS,
+        "The maximum replicas",
+    )
+    replicas_ok = min_ok and max_ok
+    if replicas_ok and endpoint.min_replicas > endpoint.max_replicas:
+        errors.add(
+            f"{path}.max_replicas",
+            f"The maximum replicas ({endpoint.max_replicas}) must not be below the minimum "
+            f"({endpoint.min_replicas}).",
+        )
+    if _check_choice(
+        errors,
+        f"{path}.scale_metric",
+        endpoint.scale_metric,
+        get_args(ScaleMetric),
+        "The scale metric",
+    ):
+        # CPU and memory scale on utilisation, a percentage of the replica's request.
+        percent = endpoint.scale_metric in ("cpu", "memory")
+        high = 100 if percent else 1_000_000
+        what = "The utilisation target (%)" if percent else "The scale target"
+        _check_int(errors, f"{path}.scale_target", endpoint.scale_target, 1, high, what)
+    _check_int(
+        errors,
+        f"{path}.cpu",
+        endpoint.cpu,
+        1,
+        min(SANE_LIMITS["endpoint_cpu"], max(tenant.cpu_quota, 1)),
+        "The CPUs per replica",
+    )
+    _check_int(
+        errors,
+        f"{path}.memory_gib",
+        endpoint.memory_gib,
+        1,
+        min(SANE_LIMITS["endpoint_memory_gib"], max(tenant.memory_gib, 1)),
+        "The memory per replica (GiB)",
+    )
+    if not isinstance(endpoint.expose, bool):
+        errors.add(f"{path}.expose", "Expose must be true or false.")
+    if share is None or not _check_int(
+        errors,
+        f"{path}.gpus_per_replica",
+        endpoint.gpus_per_replica,
+        1,
+        share.count,
+        f"The {_unit(share)} per replica",
+    ):
+        return
+    if share.mig_profile and endpoint.gpus_per_replica != 1:
+        errors.add(
+            f"{path}.gpus_per_replica",
+            "A process can use only one MIG slice, so a MIG endpoint runs one slice per replica.",
+        )
+    elif replicas_ok and endpoint.gpus_per_replica * endpoint.max_replicas > share.count:
+        errors.add(
+            f"{path}.max_replicas",
+            f"At {endpoint.max_replicas} replicas of {endpoint.gpus_per_replica} the endpoint "
+            f"needs {endpoint.gpus_per_replica * endpoint.max_replicas} {_unit(share)}, but "
+            f"share {share.name!r} has {share.count}.",
+        )
+
+
+def _validate_endpoint_totals(
+    errors: _Errors, tenant: TenantSpec, shares: dict[str, GpuShare]
+) -> None:
+    used: dict[str, int] = defaultdict(int)
+    for index, endpoint in enumerate(tenant.endpoints):
+        share = shares.get(endpoint.share) if isinstance(endpoint.share, str) else None
+        if share is None or not (
+            _is_int(endpoint.min_replicas) and _is_int(endpoint.gpus_per_replica)
+        ):
+            continue
+        used[share.name] += endpoint.min_replicas * endpoint.gpus_per_replica
+        if used[share.name] > share.count:
+            errors.add(
+                f"endpoints[{index}].min_replicas",
+                f"The endpoints on share {share.name!r} need {used[share.name]} "
+                f"{_unit(share)} at their minimum replicas, but the share has {share.count}.",
+            )
+
+
+def _validate_model_uri(errors: _Errors, path: str, uri: object) -> None:
+    if not isinstance(uri, str) or not uri:
+        errors.add(path, "The model location is required, for example hf://org/model.")
+        return
+    scheme, sep, rest = uri.partition("://")
+    pattern = MODEL_URI.get(scheme) if sep else None
+    if pattern is None:
+        errors.add(
+            path,
+            "The model location must start with hf://, s3:// or pvc:// (for example "
+            "hf://meta-llama/Llama-3.1-8B-Instruct).",
+        )
+    elif len(uri) > MAX_URI_LENGTH or ".." in rest or "//" in rest or not pattern.fullmatch(rest):
+        errors.add(
+            path,
+            f"This is not a valid {scheme}:// location: use letters, digits and . _ - / "
+            "only, without spaces, '..' or empty path parts.",
+        )
+
+
+def _check_args(errors: _Errors, path: str, args: object) -> None:
+    if not isinstance(args, tuple):
+        errors.add(path, "The arguments must be a list of strings.")
+        return
+    if len(args) > MAX_ARGS:
+        errors.add(path, f"Give at most {MAX_ARGS} arguments.")
+    for index, arg in enumerate(args):
+        where = f"{path}[{index}]"
+        if not isinstance(arg, str):
+            errors.add(where, "Each argument must be a string.")
+        elif not arg or len(arg) > MAX_ARG_LENGTH:
+            errors.add(where, f"Each argument must be 1 to {MAX_ARG_LENGTH} characters.")
+        elif CONTROL_CHARS.search(arg):
+            errors.add(where, "Arguments may not contain line breaks or control characters.")
+        elif arg.split("=", 1)[0] in ("--model_name", "--model-name"):
+            errors.add(where, "Set the served model name instead of passing --model_name.")
+
+
+def _validate_derived_names(errors: _Errors, tenant: TenantSpec) -> None:
+    """Object names built from two inputs must not collide with each other."""
+    share_names = {share.name for share in tenant.shares}
+    for index, endpoint in enumerate(tenant.endpoints):
+        template = f"{endpoint.name}{DRA_TEMPLATE_SUFFIX}"
+        if template in share_names:
+            errors.add(
+                f"endpoints[{index}].name",
+                f"The endpoint's device claim template would be named {template!r}, like a "
+                "GPU share; rename the endpoint or the share.",
+            )
+
+
+__all__ = ["validate_fleet", "validate_tenant"]

@@ -1,0 +1,441 @@
+"""Change requests: open, check, review, merge, close. The only writers of gitops models.
+
+Every ``do_*`` is atomic with its audit row; the Git write happens inside the same database
+transaction and last, so a failed Git write rolls the row back (nothing half-written) and a
+row is committed only once its commit exists. Slow work (checks, pushing, nudging Flux) runs
+as jobs after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from gitops.models import ChangeRequest, Review
+from gitops.render import (
+    render_cluster_bootstrap,
+    render_infrastructure,
+    render_tenant_tree,
+    render_tenants_index,
+)
+from gitops.repo import GitRepository, Identity, MergeConflict, format_message
+from gitops.specs import FleetSpec, TenantSpec
+from portal.audit import record_audit
+from portal.jobs import enqueue
+
+logger = logging.getLogger(__name__)
+
+Changes = Mapping[str, bytes | None]
+
+
+@lru_cache(maxsize=4)
+def _open_repository(path: str, main: str) -> GitRepository:
+    return GitRepository.open_or_init(Path(path), main=main)
+
+
+def repository() -> GitRepository:
+    """The fleet repository (a bare repo under var/ by default)."""
+    return _open_repository(str(settings.GITOPS_REPO_PATH), settings.GITOPS_MAIN_BRANCH)
+
+
+def identity(user: Any) -> Identity:
+    if user is None or not getattr(user, "pk", None):
+        return Identity(settings.GITOPS_COMMITTER_NAME, settings.GITOPS_COMMITTER_EMAIL)
+    name = user.get_full_name() or user.username
+    return Identity(name, user.email or f"{user.username}@users.portal.invalid")
+
+
+def _trailer(user: Any) -> str:
+    ident = identity(user)
+    return f"{ident.name} <{ident.email}>"
+
+
+def main_sha() -> str | None:
+    return repository().head(settings.GITOPS_MAIN_BRANCH)
+
+
+def ensure_bootstrapped(fleet: FleetSpec) -> str:
+    """Give an empty repository its platform layout (clusters/, infrastructure/, tenants/).
+
+    This first commit goes straight to main: there is nothing yet to review it against, and
+    the platform team owns it. Every later change is a change request.
+    """
+    repo = repository()
+    sha = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if sha is not None:
+        return sha
+    files: dict[str, bytes | None] = {}
+    files.update(render_cluster_bootstrap(fleet))
+    files.update(render_infrastructure(fleet))
+    files.update(render_tenants_index([]))
+    return repo.commit(
+        files,
+        message=format_message(
+            f"Bootstrap the {fleet.name} fleet repository",
+            "Cluster sync, platform infrastructure and an empty tenant index.",
+            {},
+        ),
+        author=identity(None),
+        branch=settings.GITOPS_MAIN_BRANCH,
+        expected_parent=None,
+    )
+
+
+def _tenant_slugs(repo: GitRepository, rev: str) -> set[str]:
+    return {name.rstrip("/") for name in repo.list_dir(rev, "tenants/") if name.endswith("/")}
+
+
+def tenant_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | None]:
+    """What to write so that main holds ``tenant`` as specified: added, changed, deleted files.
+
+    The tenant directory is rendered whole from the spec and compared with main, so removing a
+    resource from the spec deletes its files (Flux prunes them) and an unchanged spec is empty.
+    """
+    repo = repository()
+    base = ensure_bootstrapped(fleet)
+    prefix = f"tenants/{tenant.slug}/"
+    current = repo.read_tree(base, prefix)
+    wanted = render_tenant_tree(tenant, fleet)
+    changes: dict[str, bytes | None] = {p: b for p, b in wanted.items() if current.get(p) != b}
+    changes.update({p: None for p in current if p not in wanted})
+    index = render_tenants_index(_tenant_slugs(repo, base) | {tenant.slug})
+    changes.update({p: b for p, b in index.items() if repo.read_file(base, p) != b})
+    return changes
+
+
+def tenant_removal_changes(slug: str, fleet: FleetSpec) -> dict[str, bytes | None]:
+    """Delete a tenant's whole directory and drop it from the index (offboarding)."""
+    repo = repository()
+    base = ensure_bootstrapped(fleet)
+    changes: dict[str, bytes | None] = dict.fromkeys(repo.read_tree(base, f"tenants/{slug}/"))
+    index = render_tenants_index(_tenant_slugs(repo, base) - {slug})
+    changes.update({p: b for p, b in index.items() if repo.read_file(base, p) != b})
+    return changes
+
+
+@transaction.atomic
+def open_change(
+    *,
+    acting_user: Any,
+    title: str,
+    changes: Changes,
+    kind: str = ChangeRequest.Kind.PLATFORM,
+    tenant_slug: str = "",
+    description: str = "",
+    requested_by: Any = None,
+    allow_overcommit: bool = False,
+) -> ChangeRequest:
+    """Commit ``changes`` on a new branch ``change/<id>`` from main and open it for review."""
+    if not changes:
+        raise ValidationError("Nothing would change: the repository already matches this.")
+    if kind not in ChangeRequest.Kind.values:
+        raise ValidationError(f"Unknown change kind '{kind}'.")
+    repo = repository()
+    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if base is None:
+        raise ValidationError("The fleet repository is not bootstrapped yet.")
+    requester = requested_by or acting_user
+    change = ChangeRequest.objects.create(
+        title=title[:200],
+        description=description,
+        kind=kind,
+        tenant_slug=tenant_slug,
+        author=acting_user if getattr(acting_user, "pk", None) else None,
+        requested_by=requester if getattr(requester, "pk", None) else None,
+        allow_overcommit=allow_overcommit,
+        base_sha=base,
+        files_changed=sorted(changes),
+    )
+    change.branch = f"change/{change.pk}"
+    trailers = {"Change-Request": str(change.pk), "Requested-by": _trailer(requester)}
+    if tenant_slug:
+        trailers["Tenant"] = tenant_slug
+    repo.create_branch(change.branch, at=base)
+    try:
+        change.head_sha = repo.commit(
+            changes,
+            message=format_message(title, description, trailers),
+            author=identity(requester),
+            branch=change.branch,
+            expected_parent=base,
+        )
+    except Exception:
+        # The row is rolled back with the transaction; the branch must go with it.
+        repo.delete_branch(change.branch, expected=base)
+        raise
+    change.save(update_fields=["branch", "head_sha"])
+    record_audit(
+        actor=acting_user,
+        action="change.open",
+        target=change,
+        tenant_slug=tenant_slug,
+        diff={"files": [None, len(change.files_changed)], "head": [None, change.head_sha[:12]]},
+    )
+    _schedule_checks(change, acting_user)
+    return change
+
+
+def _schedule_checks(change: ChangeRequest, acting_user: Any) -> None:
+    if settings.GITOPS_FORGE and not change.forge_number:
+        enqueue(
+            "gitops.open_forge_pull_request",
+            title=f"Open change #{change.pk} on the forge",
+            created_by=acting_user,
+            change_id=change.pk,
+        )
+    enqueue(
+        "gitops.run_checks",
+        title=f"Checks for change #{change.pk}",
+        created_by=acting_user,
+        change_id=change.pk,
+        sha=change.head_sha,
+    )
+
+
+def _locked(change: ChangeRequest) -> ChangeRequest:
+    return ChangeRequest.objects.select_for_update().get(pk=change.pk)
+
+
+def _require_open(change: ChangeRequest) -> None:
+    if not change.is_open:
+        raise ValidationError(f"Change #{change.pk} is {change.get_status_display().lower()}.")
+
+
+@transaction.atomic
+def do_review(change: ChangeRequest, *, acting_user: Any, state: str, body: str = "") -> Review:
+    change = _locked(change)
+    _require_open(change)
+    if state not in Review.State.values:
+        raise ValidationError(f"Unknown review state '{state}'.")
+    if state == Review.State.APPROVE and acting_user.pk in {
+        change.author_id,
+        change.requested_by_id,
+    }:
+        raise ValidationError("You cannot approve a change you opened or requested.")
+    if state == Review.State.REQUEST_CHANGES and not body.strip():
+        raise ValidationError({"body": "Say what needs to change."})
+    review = Review.objects.create(
+        change=change, reviewer=acting_user, state=state, body=body, sha=change.head_sha
+    )
+    record_audit(
+        actor=acting_user,
+        action=f"change.review.{state}",
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"review": [None, state]},
+    )
+    return review
+
+
+def review_summary(change: ChangeRequest) -> tuple[list[Any], list[Any]]:
+    """(approvers, blockers) among the latest verdict of each reviewer on the current head."""
+    latest: dict[int, Review] = {}
+    for review in change.reviews.filter(sha=change.head_sha).select_related("reviewer"):
+        if review.state != Review.State.COMMENT:
+            latest[review.reviewer_id] = review
+    approvers = [r.reviewer for r in latest.values() if r.state == Review.State.APPROVE]
+    blockers = [r.reviewer for r in latest.values() if r.state == Review.State.REQUEST_CHANGES]
+    return approvers, blockers
+
+
+def merge_blockers(change: ChangeRequest) -> list[str]:
+    """Why the change cannot be merged now; empty when it can."""
+    if not change.is_open:
+        return [f"The change is {change.get_status_display().lower()}."]
+    reasons = []
+    if change.checks_state == ChangeRequest.Checks.PENDING:
+        reasons.append("Checks are still running.")
+    elif change.checks_state == ChangeRequest.Checks.FAILED:
+        reasons.append("Checks failed.")
+    approvers, blockers = review_summary(change)
+    needed = settings.GITOPS_REQUIRED_APPROVALS
+    if len(approvers) < needed:
+        reasons.append(f"{len(approvers)} of {needed} required approvals.")
+    if blockers:
+        names = ", ".join(sorted(u.username for u in blockers))
+        reasons.append(f"Changes requested by {names}.")
+    if settings.GITOPS_FORGE:
+        reasons.append("This change is merged on the forge, not in the portal.")
+    return reasons
+
+
+@transaction.atomic
+def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
+    change = _locked(change)
+    reasons = merge_blockers(change)
+    if reasons:
+        raise ValidationError(reasons)
+    approvers, _ = review_summary(change)
+    trailers = {
+        "Change-Request": str(change.pk),
+        "Requested-by": _trailer(change.requested_by or change.author),
+        "Approved-by": ", ".join(_trailer(u) for u in approvers),
+        "Merged-by": _trailer(acting_user),
+    }
+    if change.tenant_slug:
+        trailers["Tenant"] = change.tenant_slug
+    try:
+        sha = repository().merge(
+            change.branch,
+            into=settings.GITOPS_MAIN_BRANCH,
+            message=format_message(change.title, change.description, trailers),
+            author=identity(change.requested_by or change.author),
+            committer=identity(acting_user),
+        )
+    except MergeConflict as exc:
+        raise ValidationError(
+            "This change conflicts with main in "
+            f"{', '.join(exc.paths)}; update the branch and review it again."
+        ) from exc
+    change.status = ChangeRequest.Status.MERGED
+    change.merge_sha = sha
+    change.merged_by = acting_user
+    change.merged_at = timezone.now()
+    change.apply_state = ChangeRequest.Apply.PENDING
+    change.save()
+    record_audit(
+        actor=acting_user,
+        action="change.merge",
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"status": ["open", "merged"], "merge": [None, sha[:12]]},
+    )
+    enqueue(
+        "gitops.after_merge",
+        title=f"Publish change #{change.pk}",
+        created_by=acting_user,
+        change_id=change.pk,
+    )
+    return change
+
+
+@transaction.atomic
+def do_close(change: ChangeRequest, *, acting_user: Any, reason: str = "") -> ChangeRequest:
+    change = _locked(change)
+    _require_open(change)
+    change.status = ChangeRequest.Status.CLOSED
+    change.closed_at = timezone.now()
+    change.save(update_fields=["status", "closed_at", "updated_at"])
+    record_audit(
+        actor=acting_user,
+        action="change.close",
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"status": ["open", "closed"], "reason": [None, reason[:200]]},
+    )
+    return change
+
+
+@transaction.atomic
+def do_update_branch(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
+    """Re-apply the change's files on top of the current main (after main moved on).
+
+    The files keep the content the change gave them; the new diff against main is what
+    reviewers approve, so earlier reviews (tied to the old head) no longer count.
+    """
+    change = _locked(change)
+    _require_open(change)
+    repo = repository()
+    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    assert base is not None
+    if base == change.base_sha:
+        raise ValidationError("The branch is already up to date with main.")
+    files = {p: repo.read_file(change.head_sha, p) for p in change.files_changed}
+    changes = {p: b for p, b in files.items() if repo.read_file(base, p) != b}
+    if not changes:
+        raise ValidationError("Main already contains everything this change would do.")
+    repo.create_branch(change.branch, at=base, force=True)
+    message = repo.commit_message(change.head_sha)
+    change.head_sha = repo.commit(
+        changes,
+        message=message,
+        author=identity(change.requested_by or change.author),
+        branch=change.branch,
+        expected_parent=base,
+    )
+    change.base_sha = base
+    change.files_changed = sorted(changes)
+    change.checks_state = ChangeRequest.Checks.PENDING
+    change.save()
+    record_audit(
+        actor=acting_user,
+        action="change.update_branch",
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"base": [None, base[:12]], "head": [None, change.head_sha[:12]]},
+    )
+    _schedule_checks(change, acting_user)
+    return change
+
+
+def open_tenant_change(
+    *,
+    acting_user: Any,
+    tenant: TenantSpec,
+    fleet: FleetSpec,
+    title: str,
+    kind: str,
+    requested_by: Any = None,
+    description: str = "",
+    allow_overcommit: bool = False,
+) -> ChangeRequest:
+    """Open a change that makes main hold ``tenant`` exactly as specified."""
+    return open_change(
+        acting_user=acting_user,
+        title=title,
+        changes=tenant_changes(tenant, fleet),
+        kind=kind,
+        tenant_slug=tenant.slug,
+        description=description,
+        requested_by=requested_by,
+        allow_overcommit=allow_overcommit,
+    )
+
+
+def changes_for_tenants(slugs: Iterable[str]) -> Any:
+    return ChangeRequest.objects.filter(tenant_slug__in=list(slugs))
+
+
+@transaction.atomic
+def do_record_forge_event(*, number: int, kind: str, merge_sha: str | None) -> ChangeRequest | None:
+    """Apply a verified forge webhook: the pull request ``number`` was merged or closed there.
+
+    On a merge the portal's main is brought level with the forge's (fetch, fast-forward) so
+    that what it shows and checks is what Flux applies.
+    """
+    change = ChangeRequest.objects.select_for_update().filter(forge_number=number).first()
+    if change is None or not change.is_open:
+        return change
+    if kind == "merged":
+        result = repository().sync_with_remote(
+            settings.GITOPS_REMOTE_URL,
+            branch=settings.GITOPS_MAIN_BRANCH,
+            username=settings.GITOPS_REMOTE_USERNAME,
+            password=settings.GITOPS_REMOTE_PASSWORD,
+        )
+        change.status = ChangeRequest.Status.MERGED
+        change.merge_sha = merge_sha or result.tip or ""
+        change.merged_at = timezone.now()
+        change.apply_state = ChangeRequest.Apply.PENDING
+        action = "change.forge_merge"
+    else:
+        change.status = ChangeRequest.Status.CLOSED
+        change.closed_at = timezone.now()
+        action = "change.forge_close"
+    change.save()
+    record_audit(
+        actor=None,
+        action=action,
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"status": ["open", change.status], "forge": [None, change.forge_url]},
+    )
+    return change

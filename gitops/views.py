@@ -1,0 +1,191 @@
+"""Change request pages: the list, a change with its diff, checks and reviews, and actions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect, render
+
+from gitops import services
+from gitops.diffview import render_file_diff
+from gitops.models import ChangeRequest, Review
+from tenants.access import is_platform_admin, sees_all_tenants, visible_tenants
+
+
+@dataclass(frozen=True)
+class ChangeAccess:
+    change: ChangeRequest
+    can_review: bool
+    can_merge: bool
+    can_close: bool
+
+
+def visible_changes(user: Any) -> QuerySet[ChangeRequest]:
+    """Changes the user may see: all for platform roles, else those of their tenants."""
+    if sees_all_tenants(user):
+        return ChangeRequest.objects.all()
+    slugs = visible_tenants(user).values_list("slug", flat=True)
+    return ChangeRequest.objects.filter(tenant_slug__in=list(slugs))
+
+
+def get_change_for_user(request: HttpRequest, number: int) -> ChangeAccess:
+    """Resolve a change for the signed-in user; 404 when it is not theirs to see."""
+    change = visible_changes(request.user).filter(pk=number).first()
+    if change is None:
+        raise Http404("No such change.")
+    admin = is_platform_admin(request.user)
+    is_author = request.user.pk in {change.author_id, change.requested_by_id}
+    return ChangeAccess(change, can_review=admin, can_merge=admin, can_close=admin or is_author)
+
+
+@login_required
+def change_list(request: HttpRequest) -> HttpResponse:
+    changes = visible_changes(request.user).select_related("author", "requested_by")
+    filters = {
+        "status": request.GET.get("status", "open"),
+        "tenant": request.GET.get("tenant", ""),
+        "kind": request.GET.get("kind", ""),
+        "checks": request.GET.get("checks", ""),
+    }
+    if filters["status"] in ChangeRequest.Status.values:
+        changes = changes.filter(status=filters["status"])
+    if filters["tenant"]:
+        changes = changes.filter(tenant_slug=filters["tenant"])
+    if filters["kind"] in ChangeRequest.Kind.values:
+        changes = changes.filter(kind=filters["kind"])
+    if filters["checks"] in ChangeRequest.Checks.values:
+        changes = changes.filter(checks_state=filters["checks"])
+    page = Paginator(changes, 30).get_page(request.GET.get("page"))
+    template = "gitops/list.html#changes" if request.htmx else "gitops/list.html"  # type: ignore[attr-defined]
+    return render(
+        request,
+        template,
+        {
+            "page": page,
+            "filters": filters,
+            "statuses": ChangeRequest.Status.choices,
+            "kinds": ChangeRequest.Kind.choices,
+            "check_states": ChangeRequest.Checks.choices,
+            "tenant_slugs": sorted(
+                set(visible_changes(request.user).values_list("tenant_slug", flat=True)) - {""}
+            ),
+        },
+    )
+
+
+def _detail_context(access: ChangeAccess) -> dict[str, Any]:
+    change = access.change
+    repo = services.repository()
+    diffs = [
+        render_file_diff(d.path, d.status, d.patch)
+        for d in repo.diff(change.base_sha, change.head_sha)
+    ]
+    approvers, blockers = services.review_summary(change)
+    return {
+        "access": access,
+        "change": change,
+        "files": diffs,
+        "checks": change.checks.filter(sha=change.head_sha),
+        "reviews": change.reviews.select_related("reviewer"),
+        "approvers": approvers,
+        "blockers": blockers,
+        "merge_blockers": services.merge_blockers(change),
+        "review_states": Review.State.choices,
+    }
+
+
+@login_required
+def change_detail(request: HttpRequest, number: int) -> HttpResponse:
+    access = get_change_for_user(request, number)
+    if request.htmx and request.GET.get("part") == "checks":  # type: ignore[attr-defined]
+        return render(request, "gitops/detail.html#checks", _detail_context(access))
+    return render(request, "gitops/detail.html", _detail_context(access))
+
+
+def _action(request: HttpRequest, number: int) -> ChangeAccess | HttpResponse:
+    access = get_change_for_user(request, number)
+    if request.method != "POST":  # after the access check: outsiders get 404, not 405
+        return HttpResponseNotAllowed(["POST"])
+    return access
+
+
+def _done(request: HttpRequest, change: ChangeRequest) -> HttpResponse:
+    return redirect("gitops:detail", number=change.pk)
+
+
+@login_required
+def change_review(request: HttpRequest, number: int) -> HttpResponse:
+    access = _action(request, number)
+    if isinstance(access, HttpResponse):
+        return access
+    if not access.can_review:
+        raise PermissionDenied("Only platform admins review changes.")
+    try:
+        services.do_review(
+            access.change,
+            acting_user=request.user,
+            state=request.POST.get("state", ""),
+            body=request.POST.get("body", ""),
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Review recorded.")
+    return _done(request, access.change)
+
+
+@login_required
+def change_merge(request: HttpRequest, number: int) -> HttpResponse:
+    access = _action(request, number)
+    if isinstance(access, HttpResponse):
+        return access
+    if not access.can_merge:
+        raise PermissionDenied("Only platform admins merge changes.")
+    try:
+        change = services.do_merge(access.change, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Merged as {change.merge_sha[:12]}.")
+    return _done(request, access.change)
+
+
+@login_required
+def change_close(request: HttpRequest, number: int) -> HttpResponse:
+    access = _action(request, number)
+    if isinstance(access, HttpResponse):
+        return access
+    if not access.can_close:
+        raise PermissionDenied("Only the author or a platform admin can close this change.")
+    try:
+        services.do_close(
+            access.change, acting_user=request.user, reason=request.POST.get("reason", "")
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Change closed.")
+    return _done(request, access.change)
+
+
+@login_required
+def change_update_branch(request: HttpRequest, number: int) -> HttpResponse:
+    access = _action(request, number)
+    if isinstance(access, HttpResponse):
+        return access
+    if not access.can_merge:
+        raise PermissionDenied("Only platform admins update a change's branch.")
+    try:
+        services.do_update_branch(access.change, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Branch updated onto main; checks are running again.")
+    return _done(request, access.change)

@@ -1,0 +1,336 @@
+"""Change requests end to end on a real bare repository: open, check, review, merge, close."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import Client
+
+from gitops import services
+from gitops.fleet import demo_fleet
+from gitops.models import ChangeRequest, CheckRun
+from gitops.repo import GitRepository
+from gitops.specs import EndpointSpec, GpuShare, TenantSpec
+from portal.models import AuditEvent, Job
+
+FLEET = demo_fleet()
+
+
+@pytest.fixture
+def on_commit(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
+    return django_capture_on_commit_callbacks
+
+
+def _open(user: Any, on_commit: Any, spec: TenantSpec, **extra: Any) -> ChangeRequest:
+    with on_commit(execute=True):
+        change = services.open_tenant_change(
+            acting_user=user,
+            tenant=spec,
+            fleet=FLEET,
+            title=f"Change {spec.slug}",
+            kind=ChangeRequest.Kind.TENANT,
+            **extra,
+        )
+    change.refresh_from_db()
+    return change
+
+
+RICH = TenantSpec(
+    slug="alpha",
+    display_name="Alpha Team",
+    shares=(GpuShare(name="train", flavor="h200", kind="whole", count=8),),
+    endpoints=(
+        EndpointSpec(name="chat", model_uri="hf://meta-llama/Llama-3.1-8B-Instruct", share="train"),
+    ),
+)
+
+
+def test_it_opens_a_change_with_checks_on_its_own_branch(
+    world: dict[str, Any], on_commit: Any, schema_dir: Path
+) -> None:
+    change = _open(world["bob"], on_commit, RICH)
+    repo = services.repository()
+    assert change.branch == f"change/{change.pk}"
+    assert repo.head(change.branch) == change.head_sha
+    assert repo.head("main") == change.base_sha  # main untouched until merged
+    assert "tenants/alpha/queues.yaml" in change.files_changed
+    assert any(p.startswith("tenants/alpha/workloads/endpoints/") for p in change.files_changed)
+    message = repo.commit_message(change.head_sha)
+    assert f"Change-Request: {change.pk}" in message
+    assert "Requested-by: bob <bob@example.com>" in message
+    checks = {c.name: c.status for c in CheckRun.objects.filter(change=change)}
+    assert checks == {
+        "schemas": "passed",
+        "kustomize": "passed",
+        "isolation": "passed",
+        "capacity": "passed",
+    }, CheckRun.objects.filter(change=change).values("name", "summary", "details")
+    assert change.checks_state == "passed"
+    assert AuditEvent.objects.filter(action="change.open", tenant_slug="alpha").exists()
+
+
+def test_it_rejects_an_empty_change_and_writes_nothing(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    _merge_ready(world, on_commit, TenantSpec(slug="alpha"))
+    count = ChangeRequest.objects.count()
+    with pytest.raises(ValidationError, match="Nothing would change"):
+        services.open_tenant_change(
+            acting_user=world["bob"],
+            tenant=TenantSpec(slug="alpha"),
+            fleet=FLEET,
+            title="again",
+            kind="tenant",
+        )
+    assert ChangeRequest.objects.count() == count
+
+
+@pytest.mark.parametrize(
+    "path", ["../etc/passwd", "/abs/file.yaml", "tenants/a/../../x", ".git/config"]
+)
+def test_it_rolls_back_a_failed_git_write(world: dict[str, Any], path: str) -> None:
+    services.ensure_bootstrapped(FLEET)
+    main = services.main_sha()
+    with pytest.raises(Exception):  # noqa: B017 - the repository's own path error
+        services.open_change(acting_user=world["pam"], title="bad", changes={path: b"x"})
+    assert not ChangeRequest.objects.exists()
+    assert services.main_sha() == main
+    assert not [b for b in _branches() if b.startswith("change/")]
+
+
+def _branches() -> list[str]:
+    out = subprocess.run(
+        [
+            "git",
+            "--git-dir",
+            str(services.repository().path),
+            "branch",
+            "--format=%(refname:short)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def _merge_ready(world: dict[str, Any], on_commit: Any, spec: TenantSpec) -> ChangeRequest:
+    change = _open(world["bob"], on_commit, spec)
+    ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
+    change.refresh_from_db()
+    services.do_review(change, acting_user=world["pam"], state="approve")
+    with on_commit(execute=True):
+        return services.do_merge(change, acting_user=world["pam"])
+
+
+def test_it_enforces_reviews_before_merge(world: dict[str, Any], on_commit: Any) -> None:
+    change = _open(world["pam"], on_commit, TenantSpec(slug="alpha"))
+    ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
+    change.refresh_from_db()
+    with pytest.raises(ValidationError, match="0 of 1 required approvals"):
+        services.do_merge(change, acting_user=world["pam"])
+    with pytest.raises(ValidationError, match="cannot approve a change you opened"):
+        services.do_review(change, acting_user=world["pam"], state="approve")
+    with pytest.raises(ValidationError):
+        services.do_review(change, acting_user=world["alice"], state="request_changes")
+    services.do_review(change, acting_user=world["alice"], state="request_changes", body="No.")
+    services.do_review(change, acting_user=world["charlie"], state="approve")
+    with pytest.raises(ValidationError, match="Changes requested by alice"):
+        services.do_merge(change, acting_user=world["pam"])
+    services.do_review(change, acting_user=world["alice"], state="approve")
+    with on_commit(execute=True):
+        merged = services.do_merge(change, acting_user=world["pam"])
+    assert merged.status == "merged"
+
+
+def test_it_refuses_to_merge_with_failed_or_pending_checks(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    change = _open(world["bob"], on_commit, TenantSpec(slug="alpha"))
+    services.do_review(change, acting_user=world["pam"], state="approve")
+    for state, message in [("pending", "still running"), ("failed", "Checks failed")]:
+        ChangeRequest.objects.filter(pk=change.pk).update(checks_state=state)
+        change.refresh_from_db()
+        with pytest.raises(ValidationError, match=message):
+            services.do_merge(change, acting_user=world["pam"])
+    assert services.repository().head("main") == change.base_sha
+
+
+def test_it_merges_one_commit_with_trailers_and_publishes(
+    world: dict[str, Any], on_commit: Any, settings: Any, tmp_path: Path
+) -> None:
+    remote = GitRepository.open_or_init(tmp_path / "remote.git")
+    settings.GITOPS_REMOTE_URL = str(remote.path)
+    received: list[bytes] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    settings.FLUX_RECEIVER_URL = f"http://127.0.0.1:{server.server_port}/hook/abc"
+    try:
+        change = _merge_ready(world, on_commit, RICH)
+    finally:
+        server.shutdown()
+    repo = services.repository()
+    change.refresh_from_db()
+    assert repo.head("main") == change.merge_sha
+    message = repo.commit_message(change.merge_sha)
+    assert f"Change-Request: {change.pk}" in message
+    assert "Approved-by: pam <pam@example.com>" in message
+    assert "Merged-by: pam <pam@example.com>" in message
+    assert repo.read_file("main", "tenants/alpha/namespace.yaml")
+    # One commit on top of the old main, not the branch's history.
+    assert repo.merge_base(change.merge_sha, change.base_sha) == change.base_sha
+    assert change.apply_state == "pending"
+    assert remote.head("main") == change.merge_sha
+    assert len(received) == 1 and change.merge_sha.encode() in received[0]
+    publish = Job.objects.get(task="gitops.after_merge")
+    assert publish.status == "succeeded", publish.error
+
+
+def test_it_deletes_files_to_decommission(world: dict[str, Any], on_commit: Any) -> None:
+    _merge_ready(world, on_commit, RICH)
+    without = TenantSpec(slug="alpha", display_name="Alpha Team", shares=RICH.shares)
+    change = _open(world["bob"], on_commit, without)
+    repo = services.repository()
+    deleted = [d.path for d in repo.diff(change.base_sha, change.head_sha) if d.status == "deleted"]
+    assert deleted and all("endpoints/chat" in p for p in deleted)
+    removal = services.tenant_removal_changes("alpha", FLEET)
+    assert (
+        "tenants/alpha/namespace.yaml" in removal
+        and removal["tenants/alpha/namespace.yaml"] is None
+    )
+    assert removal["tenants/kustomization.yaml"] is not None
+
+
+def test_it_reports_a_conflict_and_updates_the_branch(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    first = _open(world["bob"], on_commit, TenantSpec(slug="alpha", cpu_quota=10))
+    _merge_ready(world, on_commit, TenantSpec(slug="alpha", cpu_quota=20))
+    ChangeRequest.objects.filter(pk=first.pk).update(checks_state="passed")
+    first.refresh_from_db()
+    services.do_review(first, acting_user=world["pam"], state="approve")
+    with pytest.raises(ValidationError, match="conflicts with main"):
+        services.do_merge(first, acting_user=world["pam"])
+    first.refresh_from_db()
+    assert first.status == "open"
+    with on_commit(execute=True):
+        services.do_update_branch(first, acting_user=world["pam"])
+    first.refresh_from_db()
+    assert first.base_sha == services.main_sha()
+    # The old approval was for the old head: it must be given again.
+    assert "0 of 1 required approvals." in services.merge_blockers(first)
+
+
+def test_it_closes_a_change(world: dict[str, Any], on_commit: Any) -> None:
+    change = _open(world["bob"], on_commit, TenantSpec(slug="alpha"))
+    services.do_close(change, acting_user=world["bob"], reason="not needed")
+    change.refresh_from_db()
+    assert change.status == "closed"
+    with pytest.raises(ValidationError, match="closed"):
+        services.do_review(change, acting_user=world["pam"], state="approve")
+
+
+def test_it_opens_the_onboarding_change_with_the_tenant(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    from tenants.services import do_create_tenant
+
+    with on_commit(execute=True):
+        do_create_tenant(acting_user=world["pam"], slug="delta", display_name="Delta")
+    change = ChangeRequest.objects.get(tenant_slug="delta")
+    assert change.kind == "onboarding"
+    assert "tenants/delta/namespace.yaml" in change.files_changed
+    assert "tenants/kustomization.yaml" in change.files_changed
+
+
+# --- pages -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alpha_change(world: dict[str, Any], on_commit: Any) -> ChangeRequest:
+    return _open(world["bob"], on_commit, RICH)
+
+
+ACTIONS = ["review", "merge", "close", "update-branch"]
+
+
+@pytest.mark.parametrize("who", ["charlie", "nora"])
+def test_it_hides_changes_from_outsiders(
+    alpha_change: ChangeRequest, login: Callable[[str], Client], who: str
+) -> None:
+    client = login(who)
+    base = f"/changes/{alpha_change.pk}/"
+    assert client.get(base).status_code == 404
+    for action in ACTIONS:
+        assert client.post(f"{base}{action}/", {"state": "approve"}).status_code == 404
+        assert client.get(f"{base}{action}/").status_code == 404
+    assert f"#{alpha_change.pk}" not in client.get("/changes/?status=all").content.decode()
+    alpha_change.refresh_from_db()
+    assert alpha_change.status == "open" and not alpha_change.reviews.exists()
+
+
+def test_it_shows_the_diff_checks_and_review_controls(
+    alpha_change: ChangeRequest, login: Callable[[str], Client]
+) -> None:
+    body = login("pam").get(f"/changes/{alpha_change.pk}/").content.decode()
+    assert "tenants/alpha/queues.yaml" in body
+    assert 'class="diff-src"' in body
+    assert "Approve" in body and "Merge into main" in body
+    member = login("vic").get(f"/changes/{alpha_change.pk}/").content.decode()
+    assert "tenants/alpha/queues.yaml" in member
+    assert "Merge into main" not in member and 'value="approve"' not in member
+
+
+def test_it_refuses_review_and_merge_to_tenant_members(
+    alpha_change: ChangeRequest, login: Callable[[str], Client]
+) -> None:
+    for action in ["review", "merge", "update-branch"]:
+        response = login("alice").post(
+            f"/changes/{alpha_change.pk}/{action}/", {"state": "approve"}
+        )
+        assert response.status_code == 403
+    assert not alpha_change.reviews.exists()
+
+
+def test_it_reviews_and_merges_through_the_pages(
+    alpha_change: ChangeRequest,
+    login: Callable[[str], Client],
+    world: dict[str, Any],
+    on_commit: Any,
+) -> None:
+    ChangeRequest.objects.filter(pk=alpha_change.pk).update(checks_state="passed")
+    pam = login("pam")
+    pam.post(f"/changes/{alpha_change.pk}/review/", {"state": "approve"})
+    with on_commit(execute=True):
+        response = pam.post(f"/changes/{alpha_change.pk}/merge/", follow=True)
+    assert "Merged as" in response.content.decode()
+    alpha_change.refresh_from_db()
+    assert alpha_change.status == "merged"
+
+
+def test_it_filters_the_change_list(
+    alpha_change: ChangeRequest, login: Callable[[str], Client]
+) -> None:
+    pam = login("pam")
+    assert alpha_change.title in pam.get("/changes/").content.decode()
+    assert alpha_change.title not in pam.get("/changes/?status=merged").content.decode()
+    assert alpha_change.title not in pam.get("/changes/?tenant=bravo").content.decode()
+    fragment = pam.get("/changes/?kind=tenant", HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.lstrip().startswith('<div id="changes">') and alpha_change.title in fragment

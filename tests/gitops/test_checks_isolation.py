@@ -1,0 +1,289 @@
+"""Isolation rules: a tenant's files cannot reach another tenant or the platform."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gitops.checks.findings import Finding
+from gitops.checks.isolation import check_isolation, check_workload_objects, platform_sources_in
+from tests.gitops import checks_samples as samples
+
+GATEWAY_NS = "gateway-system"
+PLATFORM_SOURCES = {("HelmRepository", "flux-system", "vcluster")}
+
+
+def check(files: dict[str, bytes], **options: Any) -> list[Finding]:
+    options.setdefault("gateway_namespace", GATEWAY_NS)
+    options.setdefault("platform_sources", PLATFORM_SOURCES)
+    return check_isolation(files, **options)
+
+
+def rules(findings: list[Finding]) -> list[str]:
+    return sorted(f.rule for f in findings)
+
+
+def with_workload(*objs: dict[str, Any], slug: str = "alpha") -> dict[str, bytes]:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree[f"tenants/{slug}/workloads/extra.yaml"] = samples.dump(*objs)
+    return tree
+
+
+def test_a_well_formed_fleet_passes() -> None:
+    assert check(samples.fleet_tree("alpha", "bravo")) == []
+
+
+def test_platform_sources_are_read_from_the_platform_directories() -> None:
+    tree = samples.fleet_tree("alpha")
+    assert platform_sources_in(tree) == PLATFORM_SOURCES
+    # A source declared in a tenant directory is not a platform source.
+    tree["tenants/alpha/source.yaml"] = samples.dump(samples.git_repository("flux-system"))
+    assert platform_sources_in(tree) == PLATFORM_SOURCES
+
+
+def test_the_shared_gateway_is_an_allowed_parent() -> None:
+    assert check(with_workload(samples.http_route())) == []
+    assert check(with_workload(samples.http_route()), gateway_name="ai-gateway") == []
+
+
+@pytest.mark.parametrize(
+    ("route_change", "options"),
+    [
+        ({"namespace": "bravo"}, {}),
+        ({"name": "other-gateway"}, {"gateway_name": "ai-gateway"}),
+        ({"kind": "Service"}, {}),
+    ],
+)
+def test_other_parents_are_refused(route_change: dict[str, str], options: dict[str, Any]) -> None:
+    route = samples.http_route()
+    route["spec"]["parentRefs"][0].update(route_change)
+    findings = check(with_workload(route), **options)
+    assert rules(findings) == ["cross-namespace-ref"]
+    assert findings[0].object == "HTTPRoute/alpha/llama3-8b"
+    assert findings[0].path == "tenants/alpha/workloads/extra.yaml"
+
+
+def _cluster_admin_binding() -> dict[str, Any]:
+    return samples.role_binding(role="cluster-admin")
+
+
+def _subject_elsewhere() -> dict[str, Any]:
+    binding = samples.role_binding()
+    binding["subjects"][0]["namespace"] = "bravo"
+    return binding
+
+
+def _flux_from_flux_system() -> dict[str, Any]:
+    return samples.flux_kustomization(source_namespace="flux-system")
+
+
+def _tenant_release() -> dict[str, Any]:
+    release = samples.vcluster_release()
+    release["spec"]["serviceAccountName"] = "flux-reconciler"
+    return release
+
+
+def _helm_from_flux_system() -> dict[str, Any]:
+    # Even the platform's own sources are off limits to tenant-owned files.
+    return _tenant_release()
+
+
+def _release_elsewhere() -> dict[str, Any]:
+    release = _tenant_release()
+    release["spec"]["chart"]["spec"]["sourceRef"]["namespace"] = "alpha"
+    release["spec"]["storageNamespace"] = "kube-system"
+    return release
+
+
+def _flux_without_impersonation() -> dict[str, Any]:
+    sync = samples.flux_kustomization()
+    del sync["spec"]["serviceAccountName"]
+    return sync
+
+
+def _external_secret_from_cluster_store() -> dict[str, Any]:
+    return {
+        "apiVersion": "external-secrets.io/v1",
+        "kind": "ExternalSecret",
+        "metadata": {"name": "token", "namespace": "alpha"},
+        "spec": {"secretStoreRef": {"kind": "ClusterSecretStore", "name": "vault"}},
+    }
+
+
+def _reference_grant() -> dict[str, Any]:
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1beta1",
+        "kind": "ReferenceGrant",
+        "metadata": {"name": "open", "namespace": "alpha"},
+        "spec": {"from": [], "to": []},
+    }
+
+
+def _queue_of_another_tenant() -> dict[str, Any]:
+    queue = samples.local_queue()
+    queue["spec"]["clusterQueue"] = "bravo"
+    return queue
+
+
+@pytest.mark.parametrize(
+    ("obj", "rule"),
+    [
+        (samples.namespace("zeta"), "cluster-scoped"),
+        (samples.cluster_queue("alpha"), "cluster-scoped"),
+        (samples.resource_flavor(), "cluster-scoped"),
+        (
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "mine"},
+                "roleRef": {"kind": "ClusterRole", "name": "view", "apiGroup": "x"},
+            },
+            "cluster-scoped",
+        ),
+        (samples.litellm_config("bravo"), "namespace"),
+        (_cluster_admin_binding(), "cluster-admin"),
+        (_subject_elsewhere(), "cross-namespace-subject"),
+        (_flux_from_flux_system(), "cross-namespace-ref"),
+        (_flux_without_impersonation(), "flux-impersonation"),
+        (_helm_from_flux_system(), "cross-namespace-ref"),
+        (samples.http_route(backend_namespace="bravo"), "cross-namespace-ref"),
+        (_external_secret_from_cluster_store(), "cluster-secret-store"),
+        (_reference_grant(), "forbidden-kind"),
+        (_queue_of_another_tenant(), "foreign-cluster-queue"),
+        ({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}, None),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_each_workload_violation_is_found(obj: dict[str, Any], rule: str | None) -> None:
+    findings = check(with_workload(obj))
+    assert rules(findings) == [rule or "unknown-scope"], findings
+    assert all(f.path == "tenants/alpha/workloads/extra.yaml" for f in findings)
+
+
+def test_a_release_may_not_store_its_state_elsewhere() -> None:
+    [finding] = check(with_workload(_release_elsewhere()))
+    assert finding.rule == "cross-namespace-ref"
+    assert finding.message == "spec.storageNamespace 'kube-system' must be 'alpha'"
+
+
+def test_a_workload_kustomization_must_not_move_or_reach_out() -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree["tenants/alpha/workloads/kustomization.yaml"] = samples.kustomization(
+        ["claims.yaml", "../rbac.yaml", "../../bravo/workloads/claims.yaml"], namespace="bravo"
+    )
+    findings = check(tree)
+    assert rules(findings) == ["kustomize-escape", "kustomize-escape", "kustomize-namespace"]
+    assert all(f.path == "tenants/alpha/workloads/kustomization.yaml" for f in findings)
+
+
+def test_platform_files_may_not_read_another_tenant() -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree["tenants/alpha/kustomization.yaml"] = samples.kustomization(
+        ["namespace.yaml", "../bravo/rbac.yaml"]
+    )
+    assert rules(check(tree)) == ["kustomize-escape"]
+
+
+def test_remote_and_escaping_references_are_found() -> None:
+    tree = samples.fleet_tree("alpha")
+    tree["tenants/alpha/workloads/kustomization.yaml"] = samples.kustomization(
+        ["https://github.com/x/y//deploy", "../../../../etc"]
+    )
+    assert rules(check(tree)) == ["kustomize-escape", "kustomize-remote"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "rule"),
+    [
+        (samples.namespace("bravo"), "cluster-scoped"),
+        (samples.cluster_queue("bravo"), "cluster-scoped"),
+        (samples.resource_flavor("h200"), "cluster-scoped"),
+        (samples.git_repository("bravo"), "namespace"),
+        (samples.flux_kustomization(source_namespace="bravo"), "cross-namespace-ref"),
+        (samples.flux_kustomization(path="./tenants/bravo/workloads"), "flux-path"),
+        (samples.flux_kustomization(path="./infrastructure"), "flux-path"),
+    ],
+)
+def test_each_platform_violation_is_found(obj: dict[str, Any], rule: str) -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    if obj["kind"] == "Kustomization":
+        obj["metadata"]["name"] = "extra"
+    tree["tenants/alpha/extra.yaml"] = samples.dump(obj)
+    assert rules(check(tree)) == [rule]
+
+
+def test_the_workloads_sync_must_impersonate_the_tenant() -> None:
+    tree = samples.fleet_tree("alpha")
+    sync = samples.flux_kustomization()
+    del sync["spec"]["serviceAccountName"]
+    tree["tenants/alpha/sync.yaml"] = samples.dump(samples.git_repository(), sync)
+    [finding] = check(tree)
+    assert finding.rule == "flux-impersonation"
+
+
+def test_platform_objects_take_their_namespace_from_the_kustomization() -> None:
+    tree = samples.fleet_tree("alpha")
+    tree["tenants/alpha/quota.yaml"] = samples.dump(
+        {**samples.resource_quota(), "metadata": {"name": "compute"}}
+    )
+    assert rules(check(tree)) == ["namespace"]
+    tree["tenants/alpha/kustomization.yaml"] = samples.kustomization(
+        ["namespace.yaml", "quota.yaml"], namespace="alpha"
+    )
+    assert check(tree) == []
+
+
+def test_only_listed_platform_sources_may_be_referenced_across_namespaces() -> None:
+    tree = samples.fleet_tree("alpha")
+    assert check(tree) == []
+    [finding] = check(tree, platform_sources=set())
+    assert (finding.rule, finding.object) == ("cross-namespace-ref", "HelmRelease/alpha/alpha-dev")
+    assert "spec.chart.spec.sourceRef.namespace 'flux-system'" in finding.message
+
+
+def test_namespace_keys_in_free_form_data_are_not_references() -> None:
+    config = samples.litellm_config()
+    config["data"] = {"namespace": "bravo"}
+    release = samples.vcluster_release()
+    release["spec"]["values"]["exportKubeConfig"]["secret"]["namespace"] = "bravo"
+    tree = with_workload(config)
+    tree["tenants/alpha/clusters/dev.yaml"] = samples.dump(release)
+    assert check(tree) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "rule"),
+    [
+        ("../outside.yaml", "path-traversal"),
+        ("tenants/alpha/../bravo/x.yaml", "path-traversal"),
+        ("/etc/passwd", "path-traversal"),
+        ("tenants//alpha/x.yaml", "path-traversal"),
+        ("tenants/alpha/./x.yaml", "path-traversal"),
+        ("tenants\\alpha\\x.yaml", "path-traversal"),
+        ("README.md", "path-root"),
+        ("apps/x.yaml", "path-root"),
+        ("tenants/Alpha_Team/x.yaml", "tenant-name"),
+    ],
+)
+def test_paths_are_checked(path: str, rule: str) -> None:
+    tree = samples.fleet_tree("alpha")
+    tree[path] = b"# nothing\n"
+    findings = check(tree)
+    assert rules(findings) == [rule]
+    assert findings[0].path == path
+
+
+def test_built_workloads_are_checked_too() -> None:
+    built = [samples.inference_service(), samples.litellm_config("bravo"), samples.namespace()]
+    findings = check_workload_objects("alpha", built, gateway_namespace=GATEWAY_NS)
+    assert rules(findings) == ["cluster-scoped", "namespace"]
+    assert findings[0].path == "tenants/alpha/workloads"
+
+
+def test_findings_read_well() -> None:
+    [finding] = check(with_workload(samples.litellm_config("bravo")))
+    assert str(finding) == (
+        "tenants/alpha/workloads/extra.yaml: ConfigMap/bravo/litellm-routes: [namespace] "
+        "namespace 'bravo' must be 'alpha' (or left out)"
+    )

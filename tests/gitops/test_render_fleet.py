@@ -1,0 +1,125 @@
+"""The demo fleet, fleet files and the configured fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitops.fleet import configured_fleet, demo_fleet, load_fleet
+from gitops.specs import SpecError
+
+FLEET_FILE = """
+name: lab
+cohort: lab-gpus
+max_gpus_per_tenant: 16
+allowed_registries: [ghcr.io/lab/]
+gateway: {name: gw, namespace: gw-system, hostname: models.lab.example}
+flavors:
+  - name: h100
+    product: NVIDIA-H100-80GB-HBM3
+    mode: whole
+    gpus: 16
+    gpu_memory_mib: 81559
+    node_labels: {lab.example/pool: h100}
+    dra: true
+  - name: h100-mig
+    product: NVIDIA-H100-80GB-HBM3
+    mode: mig
+    gpus: 4
+    gpu_memory_mib: 81559
+    mig_profiles: {1g.10gb: 14, 3g.40gb: 4}
+    topology: false
+"""
+
+
+def test_it_describes_the_demo_fleet() -> None:
+    fleet = demo_fleet()
+    flavors = {f.name: f for f in fleet.flavors}
+    assert sum(f.gpus for f in fleet.flavors) == 16 * 8
+    assert (flavors["h200"].mode, flavors["h200"].gpus, flavors["h200"].dra) == ("whole", 80, True)
+    assert dict(flavors["h200-mig"].mig_profiles) == {"1g.18gb": 32, "2g.35gb": 16, "3g.71gb": 16}
+    assert (flavors["h200-hami"].gpus, flavors["h200-hami"].hami_split) == (32, 10)
+
+
+def test_it_loads_a_fleet_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_FILE)
+    fleet = load_fleet(path)
+    assert (fleet.name, fleet.cohort, fleet.max_gpus_per_tenant) == ("lab", "lab-gpus", 16)
+    assert fleet.gateway.namespace == "gw-system"
+    assert fleet.allowed_registries == ("ghcr.io/lab/",)
+    h100, mig = fleet.flavors
+    assert h100.node_labels == (("lab.example/pool", "h100"),)
+    assert h100.dra is True
+    assert mig.mig_profiles == (("1g.10gb", 14), ("3g.40gb", 4))
+    assert mig.topology is False
+    # Defaults stay defaults.
+    assert fleet.git_branch == "main"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "fragment"),
+    [
+        ("name: lab\ncolour: red\n", "colour", "Unknown key 'colour'"),
+        (
+            "flavors:\n  - {name: a, product: P, mode: whole, gpus: two, gpu_memory_mib: 1}\n",
+            "flavors[0].gpus",
+            "whole number",
+        ),
+        (
+            "flavors:\n  - {name: a, product: P, mode: whole, gpu_memory_mib: 1}\n",
+            "flavors[0].gpus",
+            "required",
+        ),
+        (
+            "flavors:\n  - {name: a, product: P, mode: tpu, gpus: 1, gpu_memory_mib: 1}\n",
+            "flavors[0].mode",
+            "one of",
+        ),
+        (
+            "flavors:\n  - {name: a, product: P, mode: whole, gpus: 1, gpu_memory_mib: 1,"
+            " dra: yes please}\n",
+            "flavors[0].dra",
+            "true or false",
+        ),
+        ("gateway: {name: gw, port: 80}\n", "gateway.port", "Unknown key"),
+        ("max_gpus_per_tenant: true\n", "max_gpus_per_tenant", "whole number"),
+        ("topology_levels: kubernetes.io/hostname\n", "topology_levels", "list"),
+        ("name: Bad Name\n", "name", "DNS label"),
+        ("- just\n- a list\n", "(file)", "mapping"),
+        ("", "(file)", "mapping"),
+    ],
+)
+def test_it_names_the_key_of_a_bad_fleet_file(
+    tmp_path: Path, text: str, path: str, fragment: str
+) -> None:
+    file = tmp_path / "fleet.yaml"
+    file.write_text(text)
+    with pytest.raises(SpecError) as caught:
+        load_fleet(file)
+    assert path in caught.value.errors, caught.value.errors
+    assert fragment in caught.value.errors[path]
+
+
+def test_it_reports_yaml_syntax_errors(tmp_path: Path) -> None:
+    file = tmp_path / "fleet.yaml"
+    file.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError) as caught:
+        load_fleet(file)
+    assert "not valid YAML" in caught.value.errors["(file)"]
+
+
+def test_it_uses_the_demo_fleet_unless_a_file_is_configured(settings: Any, tmp_path: Path) -> None:
+    settings.GITOPS_FLEET_FILE = ""
+    settings.GITOPS_FLEET_NAME = "demo-lab"
+    settings.GITOPS_MAIN_BRANCH = "trunk"
+    fleet = configured_fleet()
+    assert (fleet.name, fleet.git_branch) == ("demo-lab", "trunk")
+    assert fleet.flavors == demo_fleet().flavors
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_FILE)
+    settings.GITOPS_FLEET_FILE = str(path)
+    assert configured_fleet().name == "lab"

@@ -1,0 +1,161 @@
+"""Every directory a Flux Kustomization points at builds with ``kubectl kustomize``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gitops.fleet import demo_fleet
+from gitops.render import objects_for, render_cluster_bootstrap, render_repository
+from gitops.render.flux import CROSS_NAMESPACE_CONTROLLERS
+from gitops.render.yamlio import dump_documents
+from gitops.specs import TenantSpec
+from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+
+FLEET = demo_fleet()
+
+
+@pytest.fixture
+def kubectl() -> str:
+    found = shutil.which("kubectl") or (
+        "/usr/bin/kubectl" if Path("/usr/bin/kubectl").exists() else None
+    )
+    if found is None:
+        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
+            pytest.fail("kubectl is not installed (PORTAL_TEST_REQUIRE_SERVICES is set)")
+        pytest.skip("kubectl is not installed")
+    return found
+
+
+def _write(files: dict[str, bytes], root: Path) -> None:
+    for path, data in files.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+def _build(kubectl: str, directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [kubectl, "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"{directory}: {result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def test_it_builds_every_flux_path(kubectl: str, tmp_path: Path) -> None:
+    files = render_repository(FLEET, [rich_tenant(), dedicated_tenant()])
+    _write(files, tmp_path)
+    flux_paths = {
+        obj["spec"]["path"].removeprefix("./")
+        for obj in objects_for(files)
+        if obj["kind"] == "Kustomization" and obj["apiVersion"].startswith("kustomize.toolkit")
+    }
+    assert flux_paths == {
+        "clusters/ai-factory",
+        "infrastructure/controllers",
+        "infrastructure/configs",
+        "tenants",
+        "tenants/alpha/workloads",
+        "tenants/bravo/workloads",
+    }
+    built = {path: _build(kubectl, tmp_path / path) for path in sorted(flux_paths)}
+    # The platform build holds every platform file's objects and none of the workloads.
+    platform = {
+        p: d for p, d in files.items() if p.startswith("tenants/") and "/workloads/" not in p
+    }
+    assert len(built["tenants"]) == len(objects_for(platform))
+    assert {o["kind"] for o in built["tenants/alpha/workloads"]} == {
+        "ConfigMap",
+        "HTTPRoute",
+        "InferenceService",
+        "ResourceClaimTemplate",
+    }
+
+
+def test_it_builds_a_tenant_without_workloads(kubectl: str, tmp_path: Path) -> None:
+    files = render_repository(FLEET, [TenantSpec(slug="empty")])
+    _write(files, tmp_path)
+    assert _build(kubectl, tmp_path / "tenants/empty/workloads") == []
+    assert {o["kind"] for o in _build(kubectl, tmp_path / "tenants")} >= {
+        "Namespace",
+        "ClusterQueue",
+    }
+
+
+def test_it_builds_an_empty_tenants_index(kubectl: str, tmp_path: Path) -> None:
+    _write(render_repository(FLEET, []), tmp_path)
+    assert _build(kubectl, tmp_path / "tenants") == []
+
+
+def _controller(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "flux-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "manager", "image": "x", "args": ["--log-level=info"]}]
+                },
+            },
+        },
+    }
+
+
+def test_it_locks_down_the_flux_controllers(kubectl: str, tmp_path: Path) -> None:
+    files = render_cluster_bootstrap(FLEET, include_components=True)
+    components = [_controller(name) for name in (*CROSS_NAMESPACE_CONTROLLERS, "source-controller")]
+    files["clusters/ai-factory/flux-system/gotk-components.yaml"] = dump_documents(components)
+    _write(files, tmp_path)
+    built = _build(kubectl, tmp_path / "clusters/ai-factory/flux-system")
+    args = {
+        obj["metadata"]["name"]: obj["spec"]["template"]["spec"]["containers"][0]["args"]
+        for obj in built
+        if obj["kind"] == "Deployment"
+    }
+    assert args["kustomize-controller"] == [
+        "--default-service-account=default",
+        "--no-cross-namespace-refs=true",
+        "--log-level=info",
+        "--no-remote-bases=true",
+    ]
+    assert args["helm-controller"] == [
+        "--default-service-account=default",
+        "--no-cross-namespace-refs=true",
+        "--log-level=info",
+    ]
+    for name in (
+        "notification-controller",
+        "image-reflector-controller",
+        "image-automation-controller",
+    ):
+        assert args[name] == ["--no-cross-namespace-refs=true", "--log-level=info"]
+    assert args["source-controller"] == ["--log-level=info"]
+    (sync,) = [o for o in built if o["kind"] == "Kustomization"]
+    assert sync["spec"]["serviceAccountName"] == "kustomize-controller"
+
+
+def test_it_builds_the_bootstrap_before_flux_components_exist(kubectl: str, tmp_path: Path) -> None:
+    files = render_cluster_bootstrap(FLEET)
+    assert "clusters/ai-factory/flux-system/gotk-components.yaml" not in files
+    _write(files, tmp_path)
+    kinds = sorted(o["kind"] for o in _build(kubectl, tmp_path / "clusters/ai-factory"))
+    assert kinds == [
+        "GitRepository",
+        "Kustomization",
+        "Kustomization",
+        "Kustomization",
+        "Kustomization",
+    ]

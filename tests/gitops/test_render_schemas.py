@@ -1,0 +1,45 @@
+"""Every rendered object validates, strictly, against the upstream schemas in ../shared/crds."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from gitops.checks.schema import get_registry, validate_objects
+from gitops.fleet import demo_fleet
+from gitops.render import objects_for, render_repository
+from gitops.specs import EndpointSpec, TenantClusterSpec
+from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+
+
+def test_it_renders_only_objects_the_schemas_accept(schema_dir: Path) -> None:
+    files = render_repository(demo_fleet(), [rich_tenant(), dedicated_tenant()])
+    objs = objects_for(files)
+    registry = get_registry(schema_dir)
+    unknown = {
+        (o["apiVersion"], o["kind"]) for o in objs if not registry.knows(o["apiVersion"], o["kind"])
+    }
+    assert not unknown, f"no schema for {sorted(unknown)}"
+    errors = validate_objects(objs, schema_dir)
+    assert not errors, "\n".join(map(str, errors))
+
+
+def test_it_validates_every_scaling_mode_and_cluster_size(schema_dir: Path) -> None:
+    tenant = rich_tenant()
+    endpoints = tuple(
+        dataclasses.replace(
+            tenant.endpoints[1], name=f"scale-{metric}", scale_metric=metric, scale_target=50
+        )
+        for metric in ("cpu", "memory", "concurrency", "rps")
+    )
+    clusters = tuple(
+        TenantClusterSpec(name=f"vc-{size}", size=size, kubernetes_version=version)
+        for size, version in (("small", "1.32"), ("medium", "1.34"), ("large", "1.35"))
+    )
+    tenant = dataclasses.replace(
+        tenant,
+        endpoints=(*endpoints, EndpointSpec(name="fixed", model_uri="hf://a/b", share="train")),
+        clusters=(*tenant.clusters, *clusters),
+    )
+    errors = validate_objects(objects_for(render_repository(demo_fleet(), [tenant])), schema_dir)
+    assert not errors, "\n".join(map(str, errors))

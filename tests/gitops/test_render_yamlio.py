@@ -1,0 +1,151 @@
+"""The YAML dumper: stable bytes, canonical key order, no aliases, user strings stay strings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from gitops.fleet import demo_fleet
+from gitops.render import render_tenant_tree
+from gitops.render.yamlio import dump_documents, dump_value, load_documents
+from tests.gitops.render_samples import rich_tenant
+
+NASTY = [
+    "yes",
+    "no",
+    "on",
+    "off",
+    "y",
+    "n",
+    "true",
+    "False",
+    "null",
+    "Null",
+    "~",
+    "",
+    " ",
+    "0x1",
+    "0o17",
+    "017",
+    "1e3",
+    "1_000",
+    "3.14",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "12:30:45",
+    "2026-12-31",
+    "*a",
+    "&b",
+    "!tag",
+    "!!python/object:os.system",
+    "- x",
+    "key: v",
+    "? q",
+    "# comment",
+    "a #b",
+    "[1, 2]",
+    "{a: 1}",
+    "|",
+    ">",
+    "%YAML 1.2",
+    "---",
+    "...",
+    "@handle",
+    "`cmd`",
+    "'single'",
+    '"double"',
+    "tab\there",
+    "line\nbreak",
+    "trailing space ",
+    "multi\nline\n",
+    "unicode: Grüße 🚀",
+    "\\backslash",
+    "{{ request.object.spec }}",
+]
+
+
+def test_it_round_trips_strings_that_look_like_yaml() -> None:
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "nasty", "annotations": {f"k{i}": s for i, s in enumerate(NASTY)}},
+        "data": {s or "empty": s for s in NASTY},
+        "list": NASTY,
+    }
+    dumped = dump_documents([obj])
+    assert load_documents(dumped) == [obj]
+    assert yaml.safe_load(dump_value(NASTY)) == NASTY
+
+
+def test_it_puts_kubernetes_keys_first_and_sorts_the_rest() -> None:
+    obj = {
+        "zeta": 1,
+        "spec": {"b": 1, "a": 2},
+        "metadata": {"labels": {"z": "1", "a": "2"}, "namespace": "ns", "name": "n"},
+        "kind": "Thing",
+        "apiVersion": "example.com/v1",
+        "alpha": 2,
+    }
+    text = dump_documents([obj]).decode()
+    assert text == (
+        "apiVersion: example.com/v1\n"
+        "kind: Thing\n"
+        "metadata:\n"
+        "  name: n\n"
+        "  namespace: ns\n"
+        "  labels:\n"
+        "    a: '2'\n"
+        "    z: '1'\n"
+        "spec:\n"
+        "  a: 2\n"
+        "  b: 1\n"
+        "alpha: 2\n"
+        "zeta: 1\n"
+    )
+
+
+def test_it_never_writes_anchors_or_aliases() -> None:
+    shared = {"matchLabels": {"app": "x"}}
+    objs = [{"apiVersion": "v1", "kind": "A", "spec": {"one": shared, "two": shared}}] * 2
+    text = dump_documents(objs).decode()
+    assert "&" not in text and "*" not in text
+    assert text.count("---\n") == 1
+    assert load_documents(text.encode()) == objs
+
+
+def test_it_does_not_fold_long_lines() -> None:
+    long = "x " * 500
+    assert dump_value({"k": long}).count("\n") == 1
+
+
+def test_it_writes_multi_line_text_as_a_literal_block() -> None:
+    assert dump_value({"k": "a: 1\nb: 2\n"}) == "k: |\n  a: 1\n  b: 2\n"
+
+
+def test_it_renders_identical_bytes_for_equal_specs() -> None:
+    first = render_tenant_tree(rich_tenant(), demo_fleet())
+    second = render_tenant_tree(rich_tenant(), demo_fleet())
+    assert first == second
+    assert list(first) == sorted(first)
+
+
+def test_it_renders_the_same_whatever_order_shares_endpoints_and_clusters_come_in() -> None:
+    tenant = rich_tenant()
+    shuffled = dataclasses.replace(
+        tenant,
+        shares=tuple(reversed(tenant.shares)),
+        endpoints=tuple(reversed(tenant.endpoints)),
+        clusters=tuple(reversed(tenant.clusters)),
+    )
+    assert render_tenant_tree(shuffled, demo_fleet()) == render_tenant_tree(tenant, demo_fleet())
+
+
+@pytest.mark.parametrize("value", ["yes", "null", "0x1", "*a", "&b", "- x", "key: v"])
+def test_it_keeps_a_nasty_display_name_a_string(value: str) -> None:
+    tenant = dataclasses.replace(rich_tenant(), display_name=value)
+    files = render_tenant_tree(tenant, demo_fleet())
+    (namespace,) = load_documents(files["tenants/alpha/namespace.yaml"])
+    assert namespace["metadata"]["annotations"]["ai-factory.io/display-name"] == value
