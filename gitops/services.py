@@ -282,14 +282,21 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
     }
     if change.tenant_slug:
         trailers["Tenant"] = change.tenant_slug
+    message = format_message(change.title, change.description, trailers)
+    author, committer = identity(change.requested_by or change.author), identity(acting_user)
     try:
-        sha = repository().merge(
-            change.branch,
-            into=settings.GITOPS_MAIN_BRANCH,
-            message=format_message(change.title, change.description, trailers),
-            author=identity(change.requested_by or change.author),
-            committer=identity(acting_user),
-        )
+        try:
+            sha = repository().merge(
+                change.branch,
+                into=settings.GITOPS_MAIN_BRANCH,
+                message=message,
+                author=author,
+                committer=committer,
+            )
+        except MergeConflict as exc:
+            if list(exc.paths) != [TENANT_INDEX]:
+                raise
+            sha = _merge_regenerating_index(change, message, author, committer)
     except MergeConflict as exc:
         raise ValidationError(
             "This change conflicts with main in "
@@ -315,6 +322,43 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
         change_id=change.pk,
     )
     return change
+
+
+TENANT_INDEX = "tenants/kustomization.yaml"
+
+
+def _merge_regenerating_index(
+    change: ChangeRequest, message: str, author: Identity, committer: Identity
+) -> str:
+    """Merge a change whose only clash with main is the tenant index.
+
+    Two onboardings opened side by side each add a line at the same place in
+    ``tenants/kustomization.yaml``: a textual conflict, but not a real one, since the index is
+    derived from the tenant directories. So the change's own files are applied to main's tip
+    (each must be untouched on main since the change's base, or it is a true conflict) and the
+    index is rendered again from the directories that result. Compare-and-swap with retry, as
+    any write to main.
+    """
+    repo = repository()
+    before, after = _tenant_slugs(repo, change.base_sha), _tenant_slugs(repo, change.head_sha)
+    own = {p: repo.read_file(change.head_sha, p) for p in change.files_changed if p != TENANT_INDEX}
+
+    def build(tip: Any) -> dict[str, bytes | None]:
+        clashes = [p for p in own if tip.read_file(p) != repo.read_file(change.base_sha, p)]
+        if clashes:
+            raise MergeConflict(clashes)
+        slugs = {d.rstrip("/") for d in tip.list_dir("tenants/") if d.endswith("/")}
+        changes: dict[str, bytes | None] = dict(own)
+        changes.update(render_tenants_index((slugs | (after - before)) - (before - after)))
+        return changes
+
+    return repo.commit_with_retry(
+        build,
+        branch=settings.GITOPS_MAIN_BRANCH,
+        message=message,
+        author=author,
+        committer=committer,
+    )
 
 
 @transaction.atomic

@@ -334,3 +334,24 @@ def test_it_filters_the_change_list(
     assert alpha_change.title not in pam.get("/changes/?tenant=bravo").content.decode()
     fragment = pam.get("/changes/?kind=tenant", HTTP_HX_REQUEST="true").content.decode()
     assert fragment.lstrip().startswith('<div id="changes">') and alpha_change.title in fragment
+
+
+def test_it_merges_side_by_side_onboardings_despite_the_shared_index(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    first = _open(world["bob"], on_commit, TenantSpec(slug="alpha"))
+    second = _open(world["bob"], on_commit, TenantSpec(slug="bravo"))
+    assert first.base_sha == second.base_sha
+    for change in (first, second):
+        ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
+        change.refresh_from_db()
+        services.do_review(change, acting_user=world["pam"], state="approve")
+        with on_commit(execute=True):
+            services.do_merge(change, acting_user=world["pam"])
+    repo = services.repository()
+    index = repo.read_file("main", "tenants/kustomization.yaml") or b""
+    assert b"- alpha" in index and b"- bravo" in index
+    assert repo.read_file("main", "tenants/alpha/namespace.yaml")
+    assert repo.read_file("main", "tenants/bravo/namespace.yaml")
+    second.refresh_from_db()
+    assert second.merge_sha == repo.head("main")

@@ -7,7 +7,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.test import override_settings
 
+from gitops import services as gitops
+from gitops.models import ChangeRequest
 from tenants import services
 from tenants.models import Membership, PlatformRole, Role, Tenant
 
@@ -16,6 +19,7 @@ DEMO_PASSWORD = "demo-password-1"  # printed in the README; the demo only listen
 USERS = [
     # username, full name, platform role
     ("platform", "Pat Platform", PlatformRole.Name.PLATFORM_ADMIN),
+    ("ops", "Olga Ops", PlatformRole.Name.PLATFORM_ADMIN),
     ("finance", "Fin Ance", PlatformRole.Name.FINANCE),
     ("alice", "Alice Admin", None),
     ("bob", "Bob Builder", None),
@@ -24,6 +28,8 @@ USERS = [
     ("erin", "Erin Eval", None),
     ("frank", "Frank Viewer", None),
 ]
+
+MERGED_ONBOARDINGS = ("vision", "llm-platform")
 
 TENANTS = [
     # slug, name, trust, cost centre, {username: role}
@@ -42,8 +48,14 @@ TENANTS = [
 class Command(BaseCommand):
     help = "Create the demo users and tenants."
 
-    @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
+        # Checks run in this thread so the demo's first changes can be reviewed at once.
+        with override_settings(PORTAL_TASK_RUNNER="eager"):
+            self._seed()
+            self._merge_onboarding()
+
+    @transaction.atomic
+    def _seed(self) -> None:
         User = get_user_model()
         users = {}
         for username, full_name, platform_role in USERS:
@@ -79,6 +91,19 @@ class Command(BaseCommand):
                     services.do_add_member(
                         tenant, acting_user=platform, user=users[username], role=role
                     )
+
+    def _merge_onboarding(self) -> None:
+        """A second platform admin reviews and merges the first two onboardings; the third
+        stays open so the demo has a pull request to review."""
+        ops = get_user_model().objects.get(username="ops")
+        for slug in MERGED_ONBOARDINGS:
+            for change in ChangeRequest.objects.filter(tenant_slug=slug, status="open"):
+                if change.checks_state != ChangeRequest.Checks.PASSED:
+                    continue
+                with transaction.atomic():
+                    gitops.do_review(change, acting_user=ops, state="approve", body="Looks right.")
+                with transaction.atomic():
+                    gitops.do_merge(change, acting_user=ops)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo ready: {len(USERS)} users (password {DEMO_PASSWORD!r}), "
