@@ -28,7 +28,7 @@ from gitops.render.meta import FLUX_NAMESPACE, FLUX_TENANT_LABEL, kustomization,
 from gitops.render.yamlio import dump_value
 from gitops.specs import FleetSpec, TenantSpec
 
-KUSTOMIZE_API = "kustomize.toolkit.fluxcd.io/v1"
+FLUX_KUSTOMIZE_API = "kustomize.toolkit.fluxcd.io/v1"
 SOURCE_API = "source.toolkit.fluxcd.io/v1"
 FLUX_SYSTEM = "flux-system"
 KUSTOMIZE_CONTROLLER = "kustomize-controller"
@@ -80,7 +80,7 @@ def flux_kustomization(
     if depends_on:
         body["dependsOn"] = [{"name": depends_on}]
     return {
-        "apiVersion": KUSTOMIZE_API,
+        "apiVersion": FLUX_KUSTOMIZE_API,
         "kind": "Kustomization",
         "metadata": metadata(name, namespace),
         "spec": body,
@@ -91,7 +91,7 @@ def gotk_sync(fleet: FleetSpec) -> list[dict[str, Any]]:
     """What ``flux bootstrap`` writes: the repository and the Kustomization of this cluster."""
     repo = git_repository(FLUX_SYSTEM, FLUX_NAMESPACE, fleet, secretRef={"name": FLUX_SYSTEM})
     sync = {
-        "apiVersion": KUSTOMIZE_API,
+        "apiVersion": FLUX_KUSTOMIZE_API,
         "kind": "Kustomization",
         "metadata": metadata(FLUX_SYSTEM, FLUX_NAMESPACE),
         "spec": {

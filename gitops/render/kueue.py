@@ -17,6 +17,10 @@ Kueue's count of them only has to let GPU pods through, never be the limit. A GP
 tenant has no quota for on one of its flavors (another MIG profile, DRA on a whole-GPU pool)
 is covered with 0 and may be borrowed when another queue of the cohort lends it.
 
+Flavor order is the fleet's: a pod asking for ``nvidia.com/gpu`` alone fits a whole-GPU
+flavor and a HAMi flavor alike (HAMi then gives it whole cards' memory), so a fleet should list
+its whole-GPU pools before its HAMi pools.
+
 Shares of one flavor add up; their borrowing limit is the sum unless one share borrows without
 limit, and their lending limit is what each share lends (all of it when it sets no limit).
 DRA shares are counted under the DeviceClass name (see ``gitops.render.resources``).

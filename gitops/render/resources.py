@@ -25,6 +25,7 @@ has no share of: an extended resource missing from a quota is unlimited, not for
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from fractions import Fraction
 
@@ -70,16 +71,7 @@ def kueue_resources(share: GpuShare) -> dict[str, int]:
 
 def kueue_limit(share: GpuShare, limit: int) -> dict[str, int]:
     """A borrowing or lending limit given in the share's unit, per Kueue resource."""
-    scaled = GpuShare(
-        name=share.name,
-        flavor=share.flavor,
-        kind=share.kind,
-        count=limit,
-        mig_profile=share.mig_profile,
-        gpumem_mib=share.gpumem_mib,
-        gpucores_percent=share.gpucores_percent,
-    )
-    return kueue_resources(scaled)
+    return kueue_resources(dataclasses.replace(share, count=limit))
 
 
 def quota_usage(share: GpuShare) -> dict[str, int]:

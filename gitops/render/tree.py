@@ -107,12 +107,12 @@ def render_tenants_index(slugs: Iterable[str]) -> dict[str, bytes]:
     return _files([(f"tenants/{KUSTOMIZATION}", [kustomization(unique)])])
 
 
-def tenant_file_objects(
-    tenant: TenantSpec, fleet: FleetSpec
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(path, objects) of every object file under ``tenants/<slug>/``; the spec must be valid."""
-    base = f"tenants/{tenant.slug}"
-    platform: list[tuple[str, list[dict[str, Any]]]] = [
+Entries = list[tuple[str, list[dict[str, Any]]]]
+
+
+def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
+    """(path under ``tenants/<slug>/``, objects) of the platform-owned files."""
+    entries: Entries = [
         ("namespace.yaml", [namespace.namespace(tenant)]),
         ("rbac.yaml", rbac.tenant_objects(tenant)),
         ("quota.yaml", quota.tenant_objects(tenant, fleet)),
@@ -121,23 +121,35 @@ def tenant_file_objects(
         ("queues.yaml", kueue.tenant_objects(tenant, fleet)),
         ("sync.yaml", flux.tenant_sync(tenant, fleet)),
     ]
-    platform += [
+    entries += [
         (f"clusters/{cluster.name}.yaml", [vcluster.helm_release(cluster, tenant, fleet)])
         for cluster in sorted(tenant.clusters, key=lambda c: c.name)
     ]
-    workloads: list[tuple[str, list[dict[str, Any]]]] = []
+    return entries
+
+
+def _workload_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
+    """(path under ``tenants/<slug>/workloads/``, objects) of the tenant-owned files."""
+    entries: Entries = []
     for share in sorted(tenant.shares, key=lambda s: s.name):
         flavor = fleet.flavor(share.flavor)
         if share.kind == "dra" and flavor is not None:
-            workloads.append(
+            entries.append(
                 (f"gpu-shares/{share.name}.yaml", [dra.share_template(tenant, share, flavor)])
             )
-    workloads += [
+    entries += [
         (f"endpoints/{endpoint.name}.yaml", kserve.endpoint_objects(tenant, endpoint, fleet))
         for endpoint in sorted(tenant.endpoints, key=lambda e: e.name)
     ]
-    return [(f"{base}/{path}", objs) for path, objs in platform] + [
-        (f"{base}/{WORKLOADS}/{path}", objs) for path, objs in workloads
+    return entries
+
+
+def tenant_file_objects(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
+    """(path, objects) of every object file under ``tenants/<slug>/`` (kustomization files
+    left out); the spec must be valid."""
+    base = f"tenants/{tenant.slug}"
+    return [(f"{base}/{path}", objs) for path, objs in _platform_entries(tenant, fleet)] + [
+        (f"{base}/{WORKLOADS}/{path}", objs) for path, objs in _workload_entries(tenant, fleet)
     ]
 
 
@@ -146,19 +158,16 @@ def render_tenant_tree(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes]
     validate_fleet(fleet)
     validate_tenant(tenant, fleet)
     base = f"tenants/{tenant.slug}"
-    entries = tenant_file_objects(tenant, fleet)
-    platform = [
-        path[len(base) + 1 :] for path, _ in entries if not path.startswith(f"{base}/{WORKLOADS}/")
-    ]
-    workloads = [
-        path[len(base) + len(WORKLOADS) + 2 :]
-        for path, _ in entries
-        if path.startswith(f"{base}/{WORKLOADS}/")
-    ]
-    # Workloads are not listed: the tenant's own Kustomization applies them, as the tenant.
-    entries.append((f"{base}/{KUSTOMIZATION}", [kustomization(platform)]))
-    entries.append((f"{base}/{WORKLOADS}/{KUSTOMIZATION}", [kustomization(workloads)]))
-    return _files(entries)
+    platform = _platform_entries(tenant, fleet)
+    workloads = _workload_entries(tenant, fleet)
+    # workloads/ is left out of the platform's list: the tenant's own Kustomization applies
+    # it, as the tenant's service account.
+    platform.append((KUSTOMIZATION, [kustomization([path for path, _ in platform])]))
+    workloads.append((KUSTOMIZATION, [kustomization([path for path, _ in workloads])]))
+    return _files(
+        [(f"{base}/{path}", objs) for path, objs in platform]
+        + [(f"{base}/{WORKLOADS}/{path}", objs) for path, objs in workloads]
+    )
 
 
 def render_repository(fleet: FleetSpec, tenants: Iterable[TenantSpec]) -> dict[str, bytes]:

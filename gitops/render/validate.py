@@ -64,7 +64,6 @@ RESERVED_NAMESPACES = frozenset(
 )
 RESERVED_PREFIXES = ("kube-", "flux-")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Kueue allows 8 node labels on a ResourceFlavor; the renderer adds the product label.
 MAX_FLAVOR_NODE_LABELS = 7
 # KServe names the predictor Service "<name>-predictor" and hosts "<name>-<namespace>.<domain>".
@@ -326,7 +325,7 @@ def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
             continue
         key, value = pair
         if _check_label_key(errors, where, key, "The node label") and key in (
-            GPU_PRODUCT_LABEL,
+            vcluster.GPU_PRODUCT_LABEL,
             *seen_keys,
         ):
             errors.add(

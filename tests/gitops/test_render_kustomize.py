@@ -23,9 +23,7 @@ FLEET = demo_fleet()
 
 @pytest.fixture
 def kubectl() -> str:
-    found = shutil.which("kubectl") or (
-        "/usr/bin/kubectl" if Path("/usr/bin/kubectl").exists() else None
-    )
+    found = shutil.which("kubectl")
     if found is None:
         if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
             pytest.fail("kubectl is not installed (PORTAL_TEST_REQUIRE_SERVICES is set)")

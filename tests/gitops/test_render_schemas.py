@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import get_args
 
 from gitops.checks.schema import get_registry, validate_objects
 from gitops.fleet import demo_fleet
 from gitops.render import objects_for, render_repository
-from gitops.specs import EndpointSpec, TenantClusterSpec
+from gitops.specs import ClusterSize, EndpointSpec, ScaleMetric, TenantClusterSpec
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 
 
@@ -30,11 +31,16 @@ def test_it_validates_every_scaling_mode_and_cluster_size(schema_dir: Path) -> N
         dataclasses.replace(
             tenant.endpoints[1], name=f"scale-{metric}", scale_metric=metric, scale_target=50
         )
-        for metric in ("cpu", "memory", "concurrency", "rps")
+        for metric in get_args(ScaleMetric)
+    )
+    sizes: tuple[tuple[ClusterSize, str], ...] = (
+        ("small", "1.32"),
+        ("medium", "1.34"),
+        ("large", "1.35"),
     )
     clusters = tuple(
         TenantClusterSpec(name=f"vc-{size}", size=size, kubernetes_version=version)
-        for size, version in (("small", "1.32"), ("medium", "1.34"), ("large", "1.35"))
+        for size, version in sizes
     )
     tenant = dataclasses.replace(
         tenant,

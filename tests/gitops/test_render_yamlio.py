@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -149,3 +153,33 @@ def test_it_keeps_a_nasty_display_name_a_string(value: str) -> None:
     files = render_tenant_tree(tenant, demo_fleet())
     (namespace,) = load_documents(files["tenants/alpha/namespace.yaml"])
     assert namespace["metadata"]["annotations"]["ai-factory.io/display-name"] == value
+
+
+_DIGEST_SCRIPT = """
+import hashlib
+from gitops.fleet import demo_fleet
+from gitops.render import render_repository
+from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+files = render_repository(demo_fleet(), [rich_tenant(), dedicated_tenant()])
+digest = hashlib.sha256()
+for path, data in files.items():
+    digest.update(path.encode() + b"\\0" + data + b"\\0")
+print(digest.hexdigest())
+"""
+
+
+def test_it_renders_the_same_bytes_in_every_process() -> None:
+    # Set and dict iteration order can change with the hash seed; the output must not.
+    root = Path(__file__).resolve().parents[2]
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", _DIGEST_SCRIPT],
+            cwd=root,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1
