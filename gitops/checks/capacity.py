@@ -112,6 +112,10 @@ def check_capacity(
             ACCELERATOR_PREFIXES
         ):
             continue
+        if quota.amount == 0:
+            # Kueue needs every flavor of a resource group to list every covered resource, so
+            # a flavor carries zero quota for GPU resources it does not provide.
+            continue
         if quota.flavor not in flavors:
             message = f"flavor {quota.flavor!r} is not a GPU flavor of fleet {fleet.name!r}"
         else:

@@ -387,6 +387,11 @@ class _Rules:
             return findings
         if scope is None:
             add("unknown-scope", f"{obj.get('apiVersion')} {kind} is unknown")
+        if _platform_release_for(obj, slug):
+            # A vCluster syncing nodes needs a ClusterRole, which only helm-controller in
+            # flux-system may create under the lockdown; the release is the platform's, and
+            # everything it installs lands in the tenant's namespace.
+            return findings + list(self._references(path, obj, slug, allow_platform_sources=True))
         if namespace != slug:
             add(
                 "namespace",
@@ -535,3 +540,16 @@ def _dotted(where: tuple[Any, ...]) -> str:
     for part in where:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def _platform_release_for(obj: Mapping[str, Any], slug: str) -> bool:
+    """A Flux HelmRelease in flux-system that installs into, and stores its state in, the
+    tenant's namespace: how the platform owns a tenant's vCluster."""
+    if obj.get("kind") != "HelmRelease" or not _is_flux(obj):
+        return False
+    spec = mapping(obj.get("spec"))
+    return (
+        mapping(obj.get("metadata")).get("namespace") == "flux-system"
+        and spec.get("targetNamespace") == slug
+        and spec.get("storageNamespace") == slug
+    )

@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,78 +15,219 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ChangeRequest',
+            name="ChangeRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('kind', models.CharField(choices=[('onboarding', 'Tenant onboarding'), ('tenant', 'Tenant settings'), ('cluster', 'Tenant cluster'), ('gpu-share', 'GPU share'), ('endpoint', 'Model endpoint'), ('decommission', 'Decommission'), ('platform', 'Platform')], default='platform', max_length=16)),
-                ('tenant_slug', models.CharField(blank=True, db_index=True, max_length=63)),
-                ('status', models.CharField(choices=[('open', 'Open'), ('merged', 'Merged'), ('closed', 'Closed')], default='open', max_length=8)),
-                ('checks_state', models.CharField(choices=[('pending', 'Checks running'), ('passed', 'Checks passed'), ('failed', 'Checks failed')], default='pending', max_length=8)),
-                ('apply_state', models.CharField(blank=True, choices=[('', 'Not merged'), ('pending', 'Waiting for Flux'), ('applied', 'Applied'), ('failed', 'Failed to apply')], default='', max_length=8)),
-                ('apply_message', models.TextField(blank=True)),
-                ('branch', models.CharField(blank=True, max_length=100)),
-                ('base_sha', models.CharField(blank=True, max_length=40)),
-                ('head_sha', models.CharField(blank=True, max_length=40)),
-                ('merge_sha', models.CharField(blank=True, max_length=40)),
-                ('files_changed', models.JSONField(blank=True, default=list)),
-                ('allow_overcommit', models.BooleanField(default=False)),
-                ('forge_number', models.PositiveIntegerField(blank=True, null=True)),
-                ('forge_url', models.URLField(blank=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('merged_at', models.DateTimeField(blank=True, null=True)),
-                ('closed_at', models.DateTimeField(blank=True, null=True)),
-                ('author', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('merged_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("title", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("onboarding", "Tenant onboarding"),
+                            ("tenant", "Tenant settings"),
+                            ("cluster", "Tenant cluster"),
+                            ("gpu-share", "GPU share"),
+                            ("endpoint", "Model endpoint"),
+                            ("decommission", "Decommission"),
+                            ("platform", "Platform"),
+                        ],
+                        default="platform",
+                        max_length=16,
+                    ),
+                ),
+                ("tenant_slug", models.CharField(blank=True, db_index=True, max_length=63)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("open", "Open"), ("merged", "Merged"), ("closed", "Closed")],
+                        default="open",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "checks_state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Checks running"),
+                            ("passed", "Checks passed"),
+                            ("failed", "Checks failed"),
+                        ],
+                        default="pending",
+                        max_length=8,
+                    ),
+                ),
+                (
+                    "apply_state",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("", "Not merged"),
+                            ("pending", "Waiting for Flux"),
+                            ("applied", "Applied"),
+                            ("failed", "Failed to apply"),
+                        ],
+                        default="",
+                        max_length=8,
+                    ),
+                ),
+                ("apply_message", models.TextField(blank=True)),
+                ("branch", models.CharField(blank=True, max_length=100)),
+                ("base_sha", models.CharField(blank=True, max_length=40)),
+                ("head_sha", models.CharField(blank=True, max_length=40)),
+                ("merge_sha", models.CharField(blank=True, max_length=40)),
+                ("files_changed", models.JSONField(blank=True, default=list)),
+                ("allow_overcommit", models.BooleanField(default=False)),
+                ("forge_number", models.PositiveIntegerField(blank=True, null=True)),
+                ("forge_url", models.URLField(blank=True)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("merged_at", models.DateTimeField(blank=True, null=True)),
+                ("closed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "author",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "merged_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='CheckRun',
+            name="CheckRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('sha', models.CharField(max_length=40)),
-                ('name', models.CharField(max_length=32)),
-                ('status', models.CharField(choices=[('passed', 'Passed'), ('failed', 'Failed'), ('skipped', 'Skipped')], max_length=8)),
-                ('summary', models.CharField(blank=True, max_length=300)),
-                ('details', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('change', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checks', to='gitops.changerequest')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("sha", models.CharField(max_length=40)),
+                ("name", models.CharField(max_length=32)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("passed", "Passed"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                        ],
+                        max_length=8,
+                    ),
+                ),
+                ("summary", models.CharField(blank=True, max_length=300)),
+                ("details", models.JSONField(blank=True, default=list)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "change",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="checks",
+                        to="gitops.changerequest",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Review',
+            name="Review",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('state', models.CharField(choices=[('approve', 'Approved'), ('request_changes', 'Changes requested'), ('comment', 'Commented')], max_length=16)),
-                ('body', models.TextField(blank=True)),
-                ('sha', models.CharField(max_length=40)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('change', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='reviews', to='gitops.changerequest')),
-                ('reviewer', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("approve", "Approved"),
+                            ("request_changes", "Changes requested"),
+                            ("comment", "Commented"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("body", models.TextField(blank=True)),
+                ("sha", models.CharField(max_length=40)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "change",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="reviews",
+                        to="gitops.changerequest",
+                    ),
+                ),
+                (
+                    "reviewer",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
+                "ordering": ["created_at", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='changerequest',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['open', 'merged', 'closed'])), name='change_status_valid'),
+            model_name="changerequest",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("status__in", ["open", "merged", "closed"])),
+                name="change_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='changerequest',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'merged'), _negated=True), models.Q(('merge_sha', ''), _negated=True), _connector='OR'), name='change_merged_has_sha'),
+            model_name="changerequest",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "merged"), _negated=True),
+                    models.Q(("merge_sha", ""), _negated=True),
+                    _connector="OR",
+                ),
+                name="change_merged_has_sha",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='checkrun',
-            constraint=models.UniqueConstraint(fields=('change', 'sha', 'name'), name='checkrun_unique'),
+            model_name="checkrun",
+            constraint=models.UniqueConstraint(
+                fields=("change", "sha", "name"), name="checkrun_unique"
+            ),
         ),
     ]
