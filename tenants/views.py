@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 
+from gitops.models import ChangeRequest
 from portal.models import AuditEvent
 from tenants import services
 from tenants.access import (
@@ -65,10 +66,17 @@ def tenant_detail(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
     members = access.tenant.memberships.select_related("user")
     recent = access.tenant.jobs.all()[:5] if access.can_admin else []
+    changes = ChangeRequest.objects.filter(tenant_slug=access.tenant.slug)[:10]
     return render(
         request,
         "tenants/detail.html",
-        {"access": access, "tenant": access.tenant, "members": members, "jobs": recent},
+        {
+            "access": access,
+            "tenant": access.tenant,
+            "members": members,
+            "jobs": recent,
+            "changes": changes,
+        },
     )
 
 
