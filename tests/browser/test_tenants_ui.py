@@ -75,7 +75,7 @@ def test_it_switches_to_own_tenant_and_hides_others(
     expect(page.locator("dl.facts")).to_contain_text("CC-1")
     cost_centre = page.locator("dl.facts dt", has_text="Cost centre").locator("+ dd")
     expect(cost_centre).to_have_text("CC-1")
-    members = page.locator("ul.plain li")
+    members = page.locator("#tenant-members li")
     expect(members).to_have_text([re.compile(rf"^{n}\b") for n in ["alice", "bob", "vic"]])
     # The switcher remembers where alice is now.
     expect(switcher).to_have_value("alpha")
