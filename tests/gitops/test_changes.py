@@ -355,3 +355,24 @@ def test_it_merges_side_by_side_onboardings_despite_the_shared_index(
     assert repo.read_file("main", "tenants/bravo/namespace.yaml")
     second.refresh_from_db()
     assert second.merge_sha == repo.head("main")
+
+
+def test_it_writes_nothing_for_a_spec_it_cannot_render(world: dict[str, Any]) -> None:
+    from gitops.specs import SpecError
+
+    services.ensure_bootstrapped(FLEET)
+    main = services.main_sha()
+    bad = TenantSpec(
+        slug="alpha",
+        shares=(
+            GpuShare(name="slice", flavor="h200-mig", kind="mig", count=2, mig_profile="9g.999gb"),
+        ),
+    )
+    with pytest.raises(SpecError) as info:
+        services.open_tenant_change(
+            acting_user=world["bob"], tenant=bad, fleet=FLEET, title="bad", kind="gpu-share"
+        )
+    assert "9g.999gb" in str(info.value)
+    assert not ChangeRequest.objects.exists()
+    assert services.main_sha() == main
+    assert not [b for b in _branches() if b.startswith("change/")]
