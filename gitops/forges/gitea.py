@@ -11,7 +11,6 @@ otherwise the GitHub-style one. A merge arrives as ``X-Gitea-Event: pull_request
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import requests
 
@@ -28,6 +27,7 @@ from gitops.forges.base import (
     same_secret,
     split_owner_repo,
 )
+from gitops.forges.github import pull_request_event, pull_request_from
 
 
 class GiteaProvider(ForgeProvider):
@@ -100,24 +100,7 @@ class GiteaProvider(ForgeProvider):
             return None
         if fields.text("action") != "closed":
             return None
-        merged = fields.flag("pull_request.merged")
-        return WebhookEvent(
-            kind="merged" if merged else "closed",
-            number=fields.integer("pull_request.number"),
-            merge_sha=fields.text("pull_request.merge_commit_sha") if merged else None,
-            head_branch=fields.text("pull_request.head.ref"),
-            url=fields.text("pull_request.html_url"),
-        )
+        return pull_request_event(fields)
 
     def _pull_request(self, fields: Fields) -> RemotePullRequest:
-        merged = fields.flag("merged")
-        state: Any = "merged" if merged else fields.text("state")
-        if state not in ("open", "closed", "merged"):
-            state = "closed"
-        return RemotePullRequest(
-            number=fields.integer("number"),
-            url=fields.text("html_url"),
-            state=state,
-            merged=merged,
-            merge_sha=fields.optional_text("merge_commit_sha") if merged else None,
-        )
+        return pull_request_from(fields)

@@ -96,25 +96,35 @@ class GitHubProvider(ForgeProvider):
             return None
         if fields.text("action") != "closed":
             return None
-        merged = fields.flag("pull_request.merged")
-        return WebhookEvent(
-            kind="merged" if merged else "closed",
-            number=fields.integer("pull_request.number"),
-            # Before a merge GitHub's merge_commit_sha is a throw-away test merge: ignore it.
-            merge_sha=fields.text("pull_request.merge_commit_sha") if merged else None,
-            head_branch=fields.text("pull_request.head.ref"),
-            url=fields.text("pull_request.html_url"),
-        )
+        return pull_request_event(fields)
 
     def _pull_request(self, fields: Fields) -> RemotePullRequest:
-        merged = fields.flag("merged")
-        state: Any = "merged" if merged else fields.text("state")
-        if state not in ("open", "closed", "merged"):
-            state = "closed"
-        return RemotePullRequest(
-            number=fields.integer("number"),
-            url=fields.text("html_url"),
-            state=state,
-            merged=merged,
-            merge_sha=fields.optional_text("merge_commit_sha") if merged else None,
-        )
+        return pull_request_from(fields)
+
+
+# Gitea's pull request API and webhook follow GitHub's shapes; both providers use these.
+def pull_request_event(fields: Fields) -> WebhookEvent:
+    """A "closed" pull_request delivery: merged, or closed without merging."""
+    merged = fields.flag("pull_request.merged")
+    return WebhookEvent(
+        kind="merged" if merged else "closed",
+        number=fields.integer("pull_request.number"),
+        # Before a merge, merge_commit_sha is a throw-away test merge: ignore it.
+        merge_sha=fields.text("pull_request.merge_commit_sha") if merged else None,
+        head_branch=fields.text("pull_request.head.ref"),
+        url=fields.text("pull_request.html_url"),
+    )
+
+
+def pull_request_from(fields: Fields) -> RemotePullRequest:
+    merged = fields.flag("merged")
+    state: Any = "merged" if merged else fields.text("state")
+    if state not in ("open", "closed", "merged"):
+        state = "closed"
+    return RemotePullRequest(
+        number=fields.integer("number"),
+        url=fields.text("html_url"),
+        state=state,
+        merged=merged,
+        merge_sha=fields.optional_text("merge_commit_sha") if merged else None,
+    )
