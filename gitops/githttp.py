@@ -14,9 +14,10 @@ Basic (any user name, which is what a Flux ``GitRepository`` secret with ``usern
 ``password`` sends) or as ``Authorization: Bearer <token>``. Only the repository at
 ``settings.GITOPS_REPO_PATH`` is served, under its directory name without ``.git``.
 
-Request bodies sent with ``Transfer-Encoding: chunked`` (git does this only above
-``http.postBuffer``, 1 MiB of negotiation) need a WSGI server that decodes chunking, such as
-gunicorn; Django's development server does not.
+Serve it with gunicorn in production. Django's development server (``make demo``) works for
+git and for Flux's go-git, with two gaps: it does not decode chunked request bodies (git sends
+them only above ``http.postBuffer``, 1 MiB of negotiation), and it ends streamed responses by
+closing the connection, which libgit2 clients (pygit2) cannot read. gunicorn handles both.
 """
 
 from __future__ import annotations

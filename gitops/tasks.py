@@ -112,3 +112,10 @@ def open_forge_pull_request(job: Job) -> None:
     )
     ChangeRequest.objects.filter(pk=change.pk).update(forge_number=pull.number, forge_url=pull.url)
     job.set_progress(100, f"opened {pull.url}")
+
+
+@job_task("gitops.maintain")
+def maintain_repository(job: Job) -> None:
+    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule."""
+    repository().maintain()
+    job.set_progress(100, "repository packed where needed")

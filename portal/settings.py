@@ -215,6 +215,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "housekeeping": {"task": "portal.housekeeping", "schedule": crontab(minute="*/15")},
+    "git-maintenance": {"task": "gitops.maintain", "schedule": crontab(minute=7)},
 }
 PORTAL_EMBEDDED_WORKERS = env_int("PORTAL_EMBEDDED_WORKERS", 2)
 PORTAL_JOB_MAX_ATTEMPTS = env_int("PORTAL_JOB_MAX_ATTEMPTS", 3)

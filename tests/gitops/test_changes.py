@@ -376,3 +376,19 @@ def test_it_writes_nothing_for_a_spec_it_cannot_render(world: dict[str, Any]) ->
     assert not ChangeRequest.objects.exists()
     assert services.main_sha() == main
     assert not [b for b in _branches() if b.startswith("change/")]
+
+
+def test_it_packs_the_repository_on_schedule(world: dict[str, Any], on_commit: Any) -> None:
+    from portal.jobs import enqueue
+
+    _merge_ready(world, on_commit, RICH)
+    with on_commit(execute=True):
+        job = enqueue("gitops.maintain")
+    job.refresh_from_db()
+    assert job.status == "succeeded", job.error
+    fsck = subprocess.run(
+        ["git", "--git-dir", str(services.repository().path), "fsck", "--strict"],
+        capture_output=True,
+        text=True,
+    )
+    assert fsck.returncode == 0, fsck.stderr

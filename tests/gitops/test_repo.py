@@ -101,6 +101,14 @@ def test_it_starts_with_an_unborn_main(repo: GitRepository) -> None:
     assert GitRepository.open_or_init(repo.path).head("main") is None
 
 
+def test_it_opens_only_bare_repositories(tmp_path: Path) -> None:
+    with pytest.raises(gitops.repo.GitRepositoryError, match="not a Git repository"):
+        GitRepository(tmp_path / "missing.git")
+    run("git", "init", "-q", str(tmp_path / "checkout"))
+    with pytest.raises(gitops.repo.GitRepositoryError, match="not a bare repository"):
+        GitRepository(tmp_path / "checkout" / ".git")
+
+
 def test_it_commits_and_reads_back(repo: GitRepository) -> None:
     sha = seed(repo)
     assert repo.head("main") == sha
@@ -333,6 +341,8 @@ def test_it_creates_branches_only_once(repo: GitRepository) -> None:
     assert repo.head("change/1") == second
     assert repo.create_branch("change/1", at=first, force=True) == first
     assert repo.head("change/1") == first
+    with pytest.raises(gitops.repo.GitRepositoryError, match="cannot update"):
+        repo.create_branch("change", at=first)  # git cannot hold change and change/1
     repo.delete_branch("change/1", expected=first)
     assert repo.head("change/1") is None
     with pytest.raises(gitops.repo.GitRepositoryError):
@@ -355,6 +365,7 @@ def test_it_handles_packed_refs(repo: GitRepository) -> None:
     first = seed(repo)
     repo.create_branch("change/7", at=first)
     git(repo.path, "pack-refs", "--all", "--prune")
+    git(repo.path, "repack", "-a", "-d", "-q")  # and the objects: reads come from the pack
     assert not (repo.path / "refs/heads/main").exists()
     assert f"{first} refs/heads/main" in (repo.path / "packed-refs").read_text()
     assert repo.head("main") == first
@@ -371,6 +382,30 @@ def test_it_handles_packed_refs(repo: GitRepository) -> None:
     repo.delete_branch("change/7", expected=first)
     assert repo.head("change/7") is None
     assert "change/7" not in (repo.path / "packed-refs").read_text()
+    git(repo.path, "fsck", "--strict", "--no-dangling")
+
+
+def test_it_keeps_working_after_maintenance(repo: GitRepository) -> None:
+    tip = seed(repo)
+    for i in range(20):
+        tip = repo.commit(
+            {f"tenants/t{i}/quota.yaml": b"gpu: 1\n"},
+            message=f"Tenant {i}\n",
+            author=ALICE,
+            branch="main",
+            expected_parent=tip,
+        )
+    git(repo.path, "config", "gc.auto", "1")
+    repo.maintain()
+    assert repo.read_file("main", "tenants/t7/quota.yaml") == b"gpu: 1\n"
+    after = repo.commit(
+        {"tenants/t7/quota.yaml": b"gpu: 2\n"},
+        message="After gc\n",
+        author=ALICE,
+        branch="main",
+        expected_parent=tip,
+    )
+    assert repo.read_file(after, "tenants/t7/quota.yaml") == b"gpu: 2\n"
     git(repo.path, "fsck", "--strict", "--no-dangling")
 
 
