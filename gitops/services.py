@@ -9,7 +9,7 @@ as jobs after commit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -442,10 +442,6 @@ def open_tenant_change(
         requested_by=requested_by,
         allow_overcommit=allow_overcommit,
     )
-
-
-def changes_for_tenants(slugs: Iterable[str]) -> Any:
-    return ChangeRequest.objects.filter(tenant_slug__in=list(slugs))
 
 
 @transaction.atomic

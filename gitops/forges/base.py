@@ -216,7 +216,7 @@ class ForgeProvider(ABC):
     def __init__(
         self,
         *,
-        api_url: str,
+        api_url: str = "",
         repo: str,
         token: str,
         webhook_secret: str,
@@ -232,6 +232,11 @@ class ForgeProvider(ABC):
         self.webhook_secret = webhook_secret
         self.session = session or requests.Session()
         self.timeout = timeout
+        self._configure()
+
+    @abstractmethod
+    def _configure(self) -> None:
+        """Derive what the provider needs from ``repo`` (API paths); runs at the end of init."""
 
     @abstractmethod
     def auth_headers(self) -> dict[str, str]:

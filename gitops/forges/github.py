@@ -11,10 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import requests
-
 from gitops.forges.base import (
-    DEFAULT_TIMEOUT,
     Fields,
     ForgeProvider,
     RemotePullRequest,
@@ -34,25 +31,8 @@ class GitHubProvider(ForgeProvider):
     name = "GitHub"
     default_api_url = "https://api.github.com"
 
-    def __init__(
-        self,
-        *,
-        api_url: str = "",
-        repo: str,
-        token: str,
-        webhook_secret: str,
-        session: requests.Session | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> None:
-        super().__init__(
-            api_url=api_url,
-            repo=repo,
-            token=token,
-            webhook_secret=webhook_secret,
-            session=session,
-            timeout=timeout,
-        )
-        owner, name = split_owner_repo(self.name, repo)
+    def _configure(self) -> None:
+        owner, name = split_owner_repo(self.name, self.repo)
         self._pulls = f"/repos/{path_segment(owner)}/{path_segment(name)}/pulls"
 
     def auth_headers(self) -> dict[str, str]:

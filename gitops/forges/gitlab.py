@@ -12,10 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
-import requests
-
 from gitops.forges.base import (
-    DEFAULT_TIMEOUT,
     Fields,
     ForgeProvider,
     RemotePullRequest,
@@ -41,27 +38,10 @@ class GitLabProvider(ForgeProvider):
 
     name = "GitLab"
 
-    def __init__(
-        self,
-        *,
-        api_url: str,
-        repo: str,
-        token: str,
-        webhook_secret: str,
-        session: requests.Session | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-    ) -> None:
-        super().__init__(
-            api_url=api_url,
-            repo=repo,
-            token=token,
-            webhook_secret=webhook_secret,
-            session=session,
-            timeout=timeout,
-        )
+    def _configure(self) -> None:
         # "group/project" must travel as one segment, "group%2Fproject"; an already encoded
         # value is decoded first so it is not encoded twice.
-        project = path_segment(unquote(repo.strip().strip("/")))
+        project = path_segment(unquote(self.repo.strip().strip("/")))
         self._merge_requests = f"/projects/{project}/merge_requests"
 
     def auth_headers(self) -> dict[str, str]:
