@@ -22,6 +22,7 @@ the file does not silently become a default.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import types
 import typing
 from collections.abc import Mapping
@@ -36,6 +37,8 @@ from gitops.specs import Flavor, FleetSpec, SpecError
 H200_PRODUCT = "NVIDIA-H200"
 H200_MEMORY_MIB = 143_771
 POOL_LABEL = "ai-factory.io/pool"
+
+logger = logging.getLogger(__name__)
 
 
 def demo_fleet() -> FleetSpec:
@@ -189,8 +192,14 @@ def load_fleet(path: str | Path) -> FleetSpec:
 
 
 def configured_fleet() -> FleetSpec:
-    """The fleet of this installation: ``GITOPS_FLEET_FILE`` or, when unset, the demo fleet
-    named ``GITOPS_FLEET_NAME``, reading from ``GITOPS_MAIN_BRANCH``."""
+    """The fleet of this installation (``base_fleet()``) with its flavors and topology levels
+    as the live inventory last counted them, once it has (``FleetInventory``)."""
+    return with_inventory(base_fleet())
+
+
+def base_fleet() -> FleetSpec:
+    """The fleet as configured: ``GITOPS_FLEET_FILE`` or, when unset, the demo fleet named
+    ``GITOPS_FLEET_NAME``, reading from ``GITOPS_MAIN_BRANCH``."""
     from django.conf import settings  # late: the renderers never need Django
 
     path = getattr(settings, "GITOPS_FLEET_FILE", "")
@@ -203,4 +212,49 @@ def configured_fleet() -> FleetSpec:
     )
 
 
-__all__ = ["configured_fleet", "demo_fleet", "load_fleet", "parse_fleet"]
+def with_inventory(base: FleetSpec) -> FleetSpec:
+    """``base`` with the stored live inventory's flavors and topology levels, if any."""
+    from gitops.models import FleetInventory
+
+    row = FleetInventory.objects.order_by("-pk").first()
+    if row is None:
+        return base
+    try:
+        fleet = parse_fleet(
+            {
+                **flavor_free_fields(base),
+                "flavors": row.flavors,
+                "topology_levels": row.topology_levels or list(base.topology_levels),
+            }
+        )
+    except SpecError as exc:
+        logger.error("the stored fleet inventory is unusable, using the configured one: %s", exc)
+        return base
+    return fleet
+
+
+def flavor_free_fields(fleet: FleetSpec) -> dict[str, Any]:
+    """The fleet's fields other than flavors and topology, as parse_fleet reads them."""
+    data = dataclasses.asdict(fleet)
+    data.pop("flavors")
+    data.pop("topology_levels")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+def flavor_mapping(flavor: Flavor) -> dict[str, Any]:
+    """A flavor as plain data (what ``FleetInventory.flavors`` stores)."""
+    data = dataclasses.asdict(flavor)
+    data["node_labels"] = dict(flavor.node_labels)
+    data["mig_profiles"] = dict(flavor.mig_profiles)
+    return data
+
+
+__all__ = [
+    "base_fleet",
+    "configured_fleet",
+    "demo_fleet",
+    "flavor_mapping",
+    "load_fleet",
+    "parse_fleet",
+    "with_inventory",
+]

@@ -140,3 +140,19 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reviewer} {self.state} #{self.change_id}"
+
+
+class FleetInventory(models.Model):
+    """The fleet's flavors as the live inventory last counted them (one row).
+
+    ``configured_fleet()`` takes its flavors from here when the row exists, so capacity checks
+    count the GPUs that are really there; the fleet file (or the demo fleet) is the fallback
+    and still supplies everything else (gateway, cohort, URLs).
+    """
+
+    flavors = models.JSONField(default=list)  # [Flavor fields as a mapping]
+    topology_levels = models.JSONField(default=list)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"fleet inventory ({len(self.flavors)} flavors)"

@@ -446,6 +446,10 @@ class GitRepository:
         """The full message of the commit at ``rev``."""
         return self._commit(rev).message
 
+    def parents(self, rev: str) -> list[str]:
+        """The parent commit ids of ``rev`` (empty for a root commit)."""
+        return [str(oid) for oid in self._commit(rev).parent_ids]
+
     def merge_base(self, a: str, b: str) -> str | None:
         """The best common ancestor of two revisions, or None for unrelated histories."""
         base = self._repo.merge_base(self._commit(a).id, self._commit(b).id)

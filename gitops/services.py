@@ -19,7 +19,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from gitops.models import ChangeRequest, Review
+from gitops.fleet import base_fleet, flavor_mapping, with_inventory
+from gitops.models import ChangeRequest, FleetInventory, Review
 from gitops.render import (
     render_cluster_bootstrap,
     render_infrastructure,
@@ -27,7 +28,7 @@ from gitops.render import (
     render_tenants_index,
 )
 from gitops.repo import GitRepository, Identity, MergeConflict, format_message
-from gitops.specs import FleetSpec, TenantSpec
+from gitops.specs import Flavor, FleetSpec, TenantSpec
 from portal.audit import record_audit
 from portal.jobs import enqueue
 
@@ -479,3 +480,79 @@ def do_record_forge_event(*, number: int, kind: str, merge_sha: str | None) -> C
         diff={"status": ["open", change.status], "forge": [None, change.forge_url]},
     )
     return change
+
+
+INVENTORY_TITLE = "Update the fleet's flavors and topology from the live inventory"
+
+
+@transaction.atomic
+def do_record_inventory(
+    flavors: tuple[Flavor, ...], topology_levels: tuple[str, ...], *, acting_user: Any = None
+) -> ChangeRequest | None:
+    """Store what the live inventory counted and open a pull request when ``infrastructure/``
+    (ResourceFlavors, Topology) no longer matches it. Returns that change, if any.
+
+    GPU counts alone change no manifest (Kueue's flavors name node labels, not sizes): they are
+    stored, audited, and used by the capacity checks at once. An open inventory change that no
+    longer matches is closed as superseded, so there is at most one.
+    """
+    wanted_flavors = [flavor_mapping(f) for f in flavors]
+    row = FleetInventory.objects.select_for_update().order_by("-pk").first()
+    before = (row.flavors, row.topology_levels) if row is not None else None
+    if before != (wanted_flavors, list(topology_levels)):
+        FleetInventory.objects.exclude(pk=getattr(row, "pk", None)).delete()
+        row = row or FleetInventory()
+        row.flavors = wanted_flavors
+        row.topology_levels = list(topology_levels)
+        row.save()
+        record_audit(
+            actor=acting_user,
+            action="fleet.inventory",
+            target=row,
+            diff={
+                "flavors": [
+                    _flavor_summary(before[0]) if before else None,
+                    _flavor_summary(wanted_flavors),
+                ],
+                "topology": [before[1] if before else None, list(topology_levels)],
+            },
+        )
+    fleet = with_inventory(base_fleet())
+    repo = repository()
+    base = ensure_bootstrapped(fleet)
+    changes = {
+        path: data
+        for path, data in render_infrastructure(fleet).items()
+        if repo.read_file(base, path) != data
+    }
+    open_changes = ChangeRequest.objects.select_for_update().filter(
+        status=ChangeRequest.Status.OPEN, kind=ChangeRequest.Kind.PLATFORM, title=INVENTORY_TITLE
+    )
+    for existing in open_changes:
+        theirs = {p: repo.read_file(existing.head_sha, p) for p in existing.files_changed}
+        if changes and theirs == changes and existing.base_sha == base:
+            return existing
+        do_close(existing, acting_user=acting_user, reason="Superseded by a newer inventory.")
+    if not changes:
+        return None
+    return open_change(
+        acting_user=acting_user,
+        title=INVENTORY_TITLE,
+        changes=changes,
+        kind=ChangeRequest.Kind.PLATFORM,
+        description="The live inventory now has: "
+        + "; ".join(_flavor_summary(wanted_flavors))
+        + f". Topology levels: {', '.join(topology_levels)}.",
+    )
+
+
+def _flavor_summary(flavors: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for flavor in flavors:
+        extra = ""
+        if flavor.get("mig_profiles"):
+            extra = " (" + ", ".join(f"{n}x {p}" for p, n in flavor["mig_profiles"].items()) + ")"
+        out.append(
+            f"{flavor['name']}: {flavor['gpus']} {flavor['product']} {flavor['mode']}{extra}"
+        )
+    return out

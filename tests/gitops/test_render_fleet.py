@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gitops.fleet import configured_fleet, demo_fleet, load_fleet
+from gitops.fleet import base_fleet, configured_fleet, demo_fleet, flavor_mapping, load_fleet
+from gitops.models import FleetInventory
 from gitops.specs import SpecError
 
 FLEET_FILE = """
@@ -115,11 +117,28 @@ def test_it_uses_the_demo_fleet_unless_a_file_is_configured(settings: Any, tmp_p
     settings.GITOPS_FLEET_FILE = ""
     settings.GITOPS_FLEET_NAME = "demo-lab"
     settings.GITOPS_MAIN_BRANCH = "trunk"
-    fleet = configured_fleet()
+    fleet = base_fleet()
     assert (fleet.name, fleet.git_branch) == ("demo-lab", "trunk")
     assert fleet.flavors == demo_fleet().flavors
 
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET_FILE)
     settings.GITOPS_FLEET_FILE = str(path)
-    assert configured_fleet().name == "lab"
+    assert base_fleet().name == "lab"
+
+
+@pytest.mark.django_db
+def test_it_takes_flavors_from_the_stored_inventory(settings: Any) -> None:
+    settings.GITOPS_FLEET_FILE = ""
+    assert configured_fleet().flavors == demo_fleet().flavors  # nothing counted yet
+    counted = dataclasses.replace(demo_fleet().flavors[0], gpus=72)
+    FleetInventory.objects.create(
+        flavors=[flavor_mapping(counted)], topology_levels=["kubernetes.io/hostname"]
+    )
+    fleet = configured_fleet()
+    assert fleet.flavors == (counted,)
+    assert fleet.topology_levels == ("kubernetes.io/hostname",)
+    assert fleet.gateway == demo_fleet().gateway  # everything else is still configured
+    # A stored inventory that no longer parses is ignored, not fatal.
+    FleetInventory.objects.update(flavors=[{"name": "x", "gpus": "many"}])
+    assert configured_fleet().flavors == demo_fleet().flavors
