@@ -500,7 +500,8 @@ def do_record_inventory(
     row = FleetInventory.objects.select_for_update().order_by("-pk").first()
     before = (row.flavors, row.topology_levels) if row is not None else None
     if before != (wanted_flavors, list(topology_levels)):
-        FleetInventory.objects.exclude(pk=getattr(row, "pk", None)).delete()
+        if row is not None:
+            FleetInventory.objects.exclude(pk=row.pk).delete()
         row = row or FleetInventory()
         row.flavors = wanted_flavors
         row.topology_levels = list(topology_levels)

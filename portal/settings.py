@@ -9,10 +9,11 @@ docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` instead of ``NA
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-from celery.schedules import crontab
+from celery.schedules import crontab, schedule
 
 from portal.env import env, env_bool, env_int, env_list
 
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "portal",
     "tenants",
     "gitops",
+    "fleet",
     "billing",
 ]
 
@@ -251,6 +253,38 @@ GITOPS_HTTP_TOKENS = env_list("GITOPS_HTTP_TOKENS")
 # Flux notification-controller Receiver URL to call after a merge, so Flux reconciles at once.
 FLUX_RECEIVER_URL = env("FLUX_RECEIVER_URL")
 FLUX_RECEIVER_TOKEN = env("FLUX_RECEIVER_TOKEN")
+
+# --- Fleet (the Kubernetes cluster the portal reads) ---------------------------------------
+# Where the API server is, in this order: FLEET_KUBECONFIG (a kubeconfig file, optionally a
+# context), FLEET_IN_CLUSTER (the pod's service account), FLEET_API_URL (a plain URL with an
+# optional bearer token). With none of them, the portal talks to the built-in fleet simulator,
+# which `manage.py serve` starts at FLEET_SIMULATOR_ADDR unless FLEET_SIMULATOR is false.
+FLEET_KUBECONFIG = env("FLEET_KUBECONFIG")
+FLEET_KUBE_CONTEXT = env("FLEET_KUBE_CONTEXT")
+FLEET_IN_CLUSTER = env_bool("FLEET_IN_CLUSTER")
+FLEET_SIMULATOR_ADDR = env("FLEET_SIMULATOR_ADDR", "127.0.0.1:8001")
+_real_cluster = bool(FLEET_KUBECONFIG or FLEET_IN_CLUSTER or env("FLEET_API_URL"))
+FLEET_SIMULATOR = env_bool("FLEET_SIMULATOR", not _real_cluster)
+FLEET_SIMULATOR_CONFIG = env("FLEET_SIMULATOR_CONFIG")  # YAML; empty = the demo fleet
+FLEET_API_URL = env("FLEET_API_URL", "" if _real_cluster else f"http://{FLEET_SIMULATOR_ADDR}")
+FLEET_API_TOKEN = env("FLEET_API_TOKEN")
+FLEET_API_CA_FILE = env("FLEET_API_CA_FILE")
+FLEET_API_TIMEOUT = float(env("FLEET_API_TIMEOUT", "10"))
+# How often the inventory and status are read, and after how long unread data counts as stale.
+FLEET_SYNC_SECONDS = env_int("FLEET_SYNC_SECONDS", 5 if FLEET_SIMULATOR else 30)
+FLEET_STALE_AFTER_SECONDS = env_int("FLEET_STALE_AFTER_SECONDS", 300)
+# A drain retries an eviction a PodDisruptionBudget refused after this long, twice.
+FLEET_EVICTION_RETRY_SECONDS = float(env("FLEET_EVICTION_RETRY_SECONDS", "5"))
+# Node label naming the pool (the portal flavor) a GPU node belongs to.
+FLEET_POOL_LABEL = env("FLEET_POOL_LABEL", "ai-factory.io/pool")
+CELERY_BEAT_SCHEDULE["fleet-sync"] = {
+    "task": "fleet.sync",
+    "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),
+}
+CELERY_BEAT_SCHEDULE["fleet-flavors"] = {
+    "task": "fleet.reconcile_flavors",
+    "schedule": crontab(minute="*/10"),
+}
 
 LOGGING = {
     "version": 1,

@@ -94,3 +94,40 @@ def login(world: dict[str, Any]) -> Callable[[str], Client]:
         return client
 
     return as_user
+
+
+@pytest.fixture
+def merged_change(
+    world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> Callable[..., Any]:
+    """Open a change as bob, pass its checks, have pam approve and merge it; returns it.
+
+    ``spec`` re-renders a tenant; ``remove`` decommissions one; ``changes`` writes raw files
+    (for a change Flux cannot build)."""
+    from gitops import services
+    from gitops.fleet import configured_fleet
+    from gitops.models import ChangeRequest
+
+    def run(spec: Any = None, *, remove: str = "", changes: Any = None) -> Any:
+        fleet = configured_fleet()
+        with django_capture_on_commit_callbacks(execute=True):
+            if spec is not None:
+                change = services.open_tenant_change(
+                    acting_user=world["bob"], tenant=spec, fleet=fleet, title="t", kind="tenant"
+                )
+            else:
+                services.ensure_bootstrapped(fleet)
+                change = services.open_change(
+                    acting_user=world["bob"],
+                    title=f"Decommission {remove}" if remove else "Raw change",
+                    changes=changes or services.tenant_removal_changes(remove, fleet),
+                    kind=ChangeRequest.Kind.DECOMMISSION if remove else ChangeRequest.Kind.PLATFORM,
+                    tenant_slug=remove,
+                )
+        ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
+        change.refresh_from_db()
+        services.do_review(change, acting_user=world["pam"], state="approve")
+        with django_capture_on_commit_callbacks(execute=True):
+            return services.do_merge(change, acting_user=world["pam"])
+
+    return run

@@ -2,12 +2,17 @@
 
 Without CELERY_BROKER_URL, jobs run on the in-process thread pool and the beat schedule on a
 timer thread in this process; with a broker, this only serves HTTP and Celery does the rest.
+With FLEET_SIMULATOR (the default when no cluster is configured) the fleet simulator serves
+its Kubernetes API at FLEET_SIMULATOR_ADDR from this process too, playing Flux on the portal's
+own repository.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
@@ -21,6 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
 
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
+        simulator = self._start_simulator() if settings.FLEET_SIMULATOR else None
         beat = None
         if runner_mode() == "thread":
             beat = EmbeddedBeat()
@@ -32,3 +38,24 @@ class Command(BaseCommand):
         finally:
             if beat is not None:
                 beat.stop()
+            if simulator is not None:
+                simulator.stop()
+
+    def _start_simulator(self) -> Any:
+        from fleet.simulator import Simulator
+        from fleet.simulator.config import SimConfig, load_config
+
+        host, _, port = settings.FLEET_SIMULATOR_ADDR.rpartition(":")
+        config = (
+            load_config(settings.FLEET_SIMULATOR_CONFIG)
+            if settings.FLEET_SIMULATOR_CONFIG
+            else SimConfig.demo()
+        )
+        # The simulated Flux reconciles clusters/<fleet>, the portal's own fleet.
+        config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
+        simulator = Simulator(
+            config, repo_path=settings.GITOPS_REPO_PATH, branch=settings.GITOPS_MAIN_BRANCH
+        )
+        url = simulator.start(host or "127.0.0.1", int(port))
+        self.stdout.write(f"Fleet simulator (Kubernetes API, DCGM /metrics) on {url}")
+        return simulator

@@ -1,0 +1,59 @@
+"""Charts of the fleet pages: pure functions from computed rows to plotly figures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from fleet.capacity import CapacityRow
+
+# The portal's palette (static/portal/portal.css): accent, ok, and a grey for what cannot be used.
+IN_USE_COLOUR = "#3b5bdb"
+FREE_COLOUR = "#2b8a3e"
+UNAVAILABLE_COLOUR = "#adb5bd"
+
+
+def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
+    """A stacked bar per flavor (per MIG profile): in use, free, unavailable. Units differ
+    between bars (GPUs, MIG slices, vGPU slots), so each bar's label and hover say its unit."""
+    labels = [f"{row.label}<br>({row.unit})" for row in rows]
+    units = [row.unit for row in rows]
+    figure = go.Figure()
+    for name, colour, values in (
+        ("In use", IN_USE_COLOUR, [row.in_use for row in rows]),
+        ("Free", FREE_COLOUR, [row.free for row in rows]),
+        ("Unavailable", UNAVAILABLE_COLOUR, [row.unavailable for row in rows]),
+    ):
+        figure.add_trace(
+            go.Bar(
+                name=name,
+                x=labels,
+                y=values,
+                customdata=units,
+                marker_color=colour,
+                hovertemplate=f"{name}: %{{y}} %{{customdata}}<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        # "none" keeps plotly's default template (kilobytes of JSON) out of every refresh.
+        template="none",
+        barmode="stack",
+        height=320,
+        margin={"l": 40, "r": 10, "t": 10, "b": 60},
+        legend={"orientation": "h", "y": -0.25},
+        yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea"},
+        font={"family": "system-ui, sans-serif", "size": 13},
+    )
+    return figure
+
+
+def figure_html(figure: go.Figure) -> str:
+    """The figure as an HTML fragment; the page loads plotly.js itself (see portal.views)."""
+    return str(
+        figure.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            config={"displayModeBar": False, "responsive": True},
+        )
+    )

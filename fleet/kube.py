@@ -1,0 +1,168 @@
+"""The portal's Kubernetes client: the official ``kubernetes`` package, read as raw JSON.
+
+Objects are read with ``_preload_content=False`` and parsed here, not deserialised into the
+client's typed models: a real cluster (or a misbehaving controller) can return objects the
+models reject, and one bad node must not hide the other hundred. ``fleet.inventory`` parses
+each object on its own and records what it lacked.
+
+Every failure (unreachable API server, timeout, an error status, a body that is not JSON)
+becomes ``KubeError`` with a sentence a person can act on; callers mark their data stale.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+logger = logging.getLogger(__name__)
+
+
+class KubeError(Exception):
+    """The API could not be read or written; ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class CustomKind:
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+
+KUSTOMIZATION = CustomKind("kustomize.toolkit.fluxcd.io", "v1", "kustomizations", "Kustomization")
+HELM_RELEASE = CustomKind("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmRelease")
+INFERENCE_SERVICE = CustomKind(
+    "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"
+)
+
+
+def api_client() -> client.ApiClient:
+    """An ApiClient for the configured cluster (see the FLEET_* settings)."""
+    if settings.FLEET_KUBECONFIG:
+        cfg = client.Configuration()
+        config.load_kube_config(
+            config_file=settings.FLEET_KUBECONFIG,
+            context=settings.FLEET_KUBE_CONTEXT or None,
+            client_configuration=cfg,
+        )
+    elif settings.FLEET_IN_CLUSTER:
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        cfg = client.Configuration()
+        cfg.host = settings.FLEET_API_URL.rstrip("/")
+        if settings.FLEET_API_TOKEN:
+            cfg.api_key = {"authorization": settings.FLEET_API_TOKEN}
+            cfg.api_key_prefix = {"authorization": "Bearer"}
+        if settings.FLEET_API_CA_FILE:
+            cfg.ssl_ca_cert = settings.FLEET_API_CA_FILE
+    # One quick retry at most: a sync that waits is worse than a stale page.
+    cfg.retries = 1
+    return client.ApiClient(cfg)
+
+
+class Kube:
+    """Typed-enough access to the kinds the portal reads and patches."""
+
+    def __init__(self, api: client.ApiClient | None = None, timeout: float | None = None) -> None:
+        self.api = api if api is not None else api_client()
+        self.timeout = timeout if timeout is not None else settings.FLEET_API_TIMEOUT
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    @property
+    def where(self) -> str:
+        return str(self.api.configuration.host)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def __enter__(self) -> Kube:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def list_nodes(self) -> list[Any]:
+        return self._items("nodes", lambda **kw: self.core.list_node(**kw))
+
+    def list_pods(self, *, node: str = "") -> list[Any]:
+        selector = f"spec.nodeName={node}" if node else None
+        return self._items(
+            "pods",
+            lambda **kw: self.core.list_pod_for_all_namespaces(field_selector=selector, **kw),
+        )
+
+    def list_custom(self, kind: CustomKind) -> list[Any]:
+        return self._items(
+            kind.plural,
+            lambda **kw: self.custom.list_cluster_custom_object(
+                kind.group, kind.version, kind.plural, **kw
+            ),
+        )
+
+    def set_unschedulable(self, node: str, value: bool) -> None:
+        """Cordon (True) or uncordon (False) a node, as ``kubectl cordon`` does."""
+        self._call(
+            f"patch node {node}",
+            lambda **kw: self.core.patch_node(node, {"spec": {"unschedulable": value}}, **kw),
+        )
+
+    def evict(self, namespace: str, name: str) -> None:
+        """Ask the eviction API to remove a pod; it honours PodDisruptionBudgets (429)."""
+        body = client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+        )
+        self._call(
+            f"evict pod {namespace}/{name}",
+            lambda **kw: self.core.create_namespaced_pod_eviction(name, namespace, body, **kw),
+        )
+
+    def _items(self, what: str, call: Callable[..., Any]) -> list[Any]:
+        body = self._call(f"list {what}", call)
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise KubeError(f"The API server's answer to list {what} has no items list.")
+        return list(body["items"])
+
+    def _call(self, what: str, call: Callable[..., Any]) -> Any:
+        try:
+            response = call(_preload_content=False, _request_timeout=self.timeout)
+            raw = response.data
+        except ApiException as exc:
+            raise KubeError(_api_message(what, exc), exc.status) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubeError(
+                f"Could not {what}: the API server at {self.where} did not answer ({exc})."
+            ) from exc
+        except (OSError, ValueError) as exc:
+            raise KubeError(f"Could not {what} at {self.where}: {exc}.") from exc
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise KubeError(f"Could not {what}: the answer is not JSON.") from exc
+
+
+def _api_message(what: str, exc: ApiException) -> str:
+    detail = ""
+    try:
+        body = json.loads(exc.body or "")
+        if isinstance(body, dict):
+            detail = str(body.get("message") or "")
+    except ValueError:
+        detail = (exc.body or "")[:200] if isinstance(exc.body, str) else ""
+    status = f"HTTP {exc.status}" if exc.status else "an error"
+    return f"Could not {what}: {status}{f' - {detail}' if detail else f' {exc.reason}'}."

@@ -1,0 +1,73 @@
+"""Run the fleet simulator in the foreground: a Kubernetes API for the demo fleet (or the
+fleet in ``--config``) that plays Flux against the portal's repository."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from fleet.simulator import SimConfig, Simulator, load_config
+from fleet.simulator.config import ConfigError
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``host:port`` (or just ``port``) to a bind address."""
+    host, _, port = addr.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise CommandError(f"--addr must be host:port, not {addr!r}")
+    return host.strip("[]") or "127.0.0.1", number
+
+
+class Command(BaseCommand):
+    help = "Serve a simulated GPU fleet's Kubernetes API until interrupted (Ctrl-C)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--addr", default="", help="host:port to listen on (default: FLEET_SIMULATOR_ADDR)"
+        )
+        parser.add_argument(
+            "--config", default="", help="fleet YAML (default: FLEET_SIMULATOR_CONFIG or the demo)"
+        )
+        parser.add_argument(
+            "--repo", default="", help="bare Git repository Flux reads (default: the portal's)"
+        )
+        parser.add_argument("--branch", default="", help="branch Flux follows (default: main)")
+        parser.add_argument("--token", default="", help="bearer token the API requires")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host, port = parse_addr(
+            options["addr"] or getattr(settings, "FLEET_SIMULATOR_ADDR", "127.0.0.1:8001")
+        )
+        config_path = options["config"] or getattr(settings, "FLEET_SIMULATOR_CONFIG", "")
+        try:
+            config = load_config(config_path) if config_path else SimConfig.demo()
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from exc
+        # The simulated Flux reconciles clusters/<fleet>, the fleet the portal renders.
+        config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
+        simulator = Simulator(
+            config,
+            repo_path=options["repo"] or settings.GITOPS_REPO_PATH,
+            branch=options["branch"] or settings.GITOPS_MAIN_BRANCH,
+            # The portal's own token for the fleet API, so `make demo` needs no flags.
+            token=options["token"] or getattr(settings, "FLEET_API_TOKEN", ""),
+        )
+        try:
+            url = simulator.start(host, port)
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {host}:{port}: {exc}") from exc
+        self.stdout.write(f"Fleet simulator: Kubernetes API at {url} (Ctrl-C to stop)")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            self.stdout.write("Stopping the fleet simulator.")
+        finally:
+            simulator.stop()

@@ -1,0 +1,190 @@
+"""What the cluster says, as last read: nodes, GPU workloads, Flux and KServe objects.
+
+Rows are a cache of the Kubernetes API, refreshed by the sync (``fleet.services``). Nothing
+here is the source of truth: Git is, for what should run, and the cluster, for what does. A
+row the last sync did not see is removed, except when the sync failed; then the rows stay and
+``SyncState`` says how old they are.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Health(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class Node(models.Model):
+    """A node of the fleet with its GPU Feature Discovery facts, topology and health."""
+
+    name = models.CharField(max_length=253, unique=True)
+    pool = models.CharField(max_length=63, blank=True)
+    flavor = models.CharField(max_length=63, blank=True)  # the portal flavor its GPUs belong to
+    product = models.CharField(max_length=120, blank=True)  # GFD nvidia.com/gpu.product
+    gpu_count = models.PositiveIntegerField(default=0)  # physical GPUs
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    gpu_family = models.CharField(max_length=40, blank=True)
+    driver_version = models.CharField(max_length=40, blank=True)
+    sharing = models.CharField(max_length=16, blank=True)  # whole | mig | hami | time-slicing
+    mig_strategy = models.CharField(max_length=16, blank=True)
+    mig_config = models.CharField(max_length=63, blank=True)
+    mig_config_state = models.CharField(max_length=16, blank=True)
+    mig_profiles = models.JSONField(default=dict, blank=True)  # {profile: instances on the node}
+    clique = models.CharField(max_length=120, blank=True)  # NVLink/IMEX domain
+    block = models.CharField(max_length=63, blank=True)
+    rack = models.CharField(max_length=63, blank=True)
+    hostname = models.CharField(max_length=253, blank=True)
+    instance_type = models.CharField(max_length=63, blank=True)
+    gpu_capacity = models.JSONField(default=dict, blank=True)  # {resource: int}
+    gpu_allocatable = models.JSONField(default=dict, blank=True)
+    capacity = models.JSONField(default=dict, blank=True)
+    allocatable = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)  # [[key, value, effect]]
+    conditions = models.JSONField(default=list, blank=True)  # [{type, status, reason, ...}]
+    unschedulable = models.BooleanField(default=False)
+    ready = models.BooleanField(null=True)
+    health = models.CharField(max_length=9, choices=Health.choices, default=Health.UNKNOWN)
+    health_reasons = models.JSONField(default=list, blank=True)
+    problems = models.JSONField(default=list, blank=True)  # what the API object lacked
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def domain(self) -> str:
+        """The NVLink domain: the GFD clique, else the topology block."""
+        return self.clique or self.block
+
+
+class Workload(models.Model):
+    """A pod that asks for GPUs (or runs in a tenant namespace), and where it runs."""
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    tenant_slug = models.CharField(max_length=63, blank=True, db_index=True)
+    node = models.CharField(max_length=253, blank=True, db_index=True)
+    phase = models.CharField(max_length=20, blank=True)
+    owner_kind = models.CharField(max_length=63, blank=True)
+    owner_name = models.CharField(max_length=253, blank=True)
+    queue = models.CharField(max_length=63, blank=True)
+    gpu_requests = models.JSONField(default=dict, blank=True)  # {resource: int}
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="workload_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class FluxObject(models.Model):
+    """A Flux Kustomization or HelmRelease, or a KServe InferenceService, and its state."""
+
+    class Kind(models.TextChoices):
+        KUSTOMIZATION = "Kustomization", "Kustomization"
+        HELM_RELEASE = "HelmRelease", "HelmRelease"
+        INFERENCE_SERVICE = "InferenceService", "InferenceService"
+
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    tenant_slug = models.CharField(max_length=63, blank=True, db_index=True)
+    ready = models.CharField(max_length=8, default="Unknown")  # True | False | Unknown
+    reconciling = models.BooleanField(default=False)
+    stalled = models.BooleanField(default=False)
+    released = models.BooleanField(null=True)
+    suspended = models.BooleanField(default=False)
+    reason = models.CharField(max_length=120, blank=True)
+    message = models.TextField(blank=True)
+    last_applied_revision = models.CharField(max_length=200, blank=True)
+    last_attempted_revision = models.CharField(max_length=200, blank=True)
+    url = models.CharField(max_length=500, blank=True)
+    path = models.CharField(max_length=500, blank=True)
+    chart = models.CharField(max_length=200, blank=True)
+    problems = models.JSONField(default=list, blank=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["kind", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "namespace", "name"], name="fluxobject_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+    @property
+    def is_vcluster(self) -> bool:
+        """A tenant cluster: the HelmRelease of the vCluster chart (see gitops.render.vcluster)."""
+        chart = self.chart.split("@", 1)[0]
+        return self.kind == self.Kind.HELM_RELEASE and chart.rsplit("/", 1)[-1] == "vcluster"
+
+    @property
+    def cluster_state(self) -> str:
+        """A vCluster is ready once helm-controller reports it both Ready and Released."""
+        state = self.state
+        if state == "ready" and self.released is False:
+            return "progressing"
+        return state
+
+    @property
+    def state(self) -> str:
+        """One word for a badge: ready, failed, progressing, suspended or unknown."""
+        if self.suspended:
+            return "suspended"
+        if self.ready == "True":
+            return "ready"
+        if self.stalled or (self.ready == "False" and not self.reconciling):
+            return "failed"
+        if self.reconciling or self.ready == "Unknown":
+            return "progressing"
+        return "unknown"
+
+
+class SyncState(models.Model):
+    """When each part of the inventory was last read, and why the last read failed."""
+
+    class Source(models.TextChoices):
+        NODES = "nodes", "Nodes"
+        PODS = "pods", "Workloads"
+        FLUX = "flux", "Flux"
+        KSERVE = "kserve", "InferenceServices"
+
+    source = models.CharField(max_length=8, choices=Source.choices, unique=True)
+    last_attempt = models.DateTimeField(null=True, blank=True)
+    last_success = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    items = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)  # objects too malformed to keep
+
+    class Meta:
+        ordering = ["source"]
+
+    def __str__(self) -> str:
+        return self.source
+
+    @property
+    def stale(self) -> bool:
+        """The data may be out of date: the last read failed, or none succeeded recently."""
+        if self.error or self.last_success is None:
+            return True
+        limit = timedelta(seconds=settings.FLEET_STALE_AFTER_SECONDS)
+        return timezone.now() - self.last_success > limit

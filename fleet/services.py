@@ -1,0 +1,544 @@
+"""Reading the cluster into the portal, and the few things the portal does to it.
+
+``sync_all`` reads nodes, GPU pods, Flux Kustomizations/HelmReleases and InferenceServices,
+each source on its own: a source that fails keeps its last rows and records the error, so a
+page shows old data with a warning rather than an error page. After a good read of Flux, merged
+changes move on to applied or failed (``gitops.applied``).
+
+Cordon, uncordon and drain are the platform admins' verbs on nodes: audited, and a drain
+evicts through the eviction API (which honours PodDisruptionBudgets) as a job with progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from fleet import inventory
+from fleet.flavors import derive_flavors
+from fleet.kube import HELM_RELEASE, INFERENCE_SERVICE, KUSTOMIZATION, CustomKind, Kube, KubeError
+from fleet.models import FluxObject, Health, Node, SyncState, Workload
+from gitops import services as gitops_services
+from gitops.applied import FluxReport, update_apply_states
+from gitops.fleet import base_fleet, configured_fleet
+from gitops.models import ChangeRequest
+from gitops.render.meta import FLUX_NAMESPACE, FLUX_TENANT_LABEL, TENANT_LABEL
+from gitops.render.vcluster import pool_labels
+from gitops.specs import FleetSpec
+from portal.audit import record_audit
+from portal.jobs import enqueue
+from portal.models import Job
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int, str], None]
+
+NODE_FIELDS = (
+    "pool",
+    "flavor",
+    "product",
+    "gpu_count",
+    "gpu_memory_mib",
+    "gpu_family",
+    "driver_version",
+    "sharing",
+    "mig_strategy",
+    "mig_config",
+    "mig_config_state",
+    "mig_profiles",
+    "clique",
+    "block",
+    "rack",
+    "hostname",
+    "instance_type",
+    "gpu_capacity",
+    "gpu_allocatable",
+    "capacity",
+    "allocatable",
+    "labels",
+    "taints",
+    "conditions",
+    "unschedulable",
+    "ready",
+    "health",
+    "health_reasons",
+    "problems",
+    "last_seen",
+)
+
+
+@dataclass
+class SyncReport:
+    """What one sync read, per source: item counts, or the error that kept the old rows."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    moved_changes: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> SyncReport:
+    """Read every source once. Never raises for what the cluster returns."""
+    report = SyncReport()
+    step = progress or (lambda _pct, _msg: None)
+    own = kube is None
+    try:
+        kube = kube or Kube()
+    except Exception as exc:  # a broken kubeconfig: every source is stale
+        for source in SyncState.Source.values:
+            _record(source, error=f"Cannot configure the Kubernetes client: {exc}")
+            report.errors[source] = str(exc)
+        return report
+    try:
+        fleet = configured_fleet()
+        sources: Sequence[tuple[str, Callable[[], tuple[int, int]]]] = (
+            (SyncState.Source.NODES, lambda: sync_nodes(kube, fleet)),
+            (SyncState.Source.PODS, lambda: sync_workloads(kube)),
+            (SyncState.Source.FLUX, lambda: sync_flux(kube)),
+            (SyncState.Source.KSERVE, lambda: sync_inference_services(kube)),
+        )
+        for index, (source, run) in enumerate(sources):
+            step(int(100 * index / (len(sources) + 1)), f"reading {source}")
+            try:
+                kept, skipped = run()
+            except KubeError as exc:
+                logger.warning("fleet sync of %s failed: %s", source, exc)
+                _record(source, error=str(exc))
+                report.errors[source] = str(exc)
+            else:
+                _record(source, items=kept, skipped=skipped)
+                report.counts[source] = kept
+        if SyncState.Source.FLUX not in report.errors:
+            step(90, "updating the state of merged changes")
+            moved = update_apply_states(gitops_services.repository(), flux_reports())
+            report.moved_changes = [c.pk for c in moved]
+        step(100, _summary(report))
+    finally:
+        if own:
+            kube.close()
+    return report
+
+
+def _summary(report: SyncReport) -> str:
+    parts = [f"{n} {source}" for source, n in report.counts.items()]
+    if report.errors:
+        parts.append("failed: " + ", ".join(report.errors))
+    return "read " + ", ".join(parts)
+
+
+def _record(source: str, *, items: int = 0, skipped: int = 0, error: str = "") -> None:
+    now = timezone.now()
+    state, _ = SyncState.objects.get_or_create(source=source)
+    state.last_attempt = now
+    state.error = error[:2000]
+    if not error:
+        state.last_success = now
+        state.items = items
+        state.skipped = skipped
+    state.save()
+
+
+def sync_states() -> dict[str, SyncState]:
+    """Every source's state, with a never-synced placeholder for sources not read yet."""
+    found = {s.source: s for s in SyncState.objects.all()}
+    return {source: found.get(source) or SyncState(source=source) for source in SyncState.Source}
+
+
+def flavor_for(labels: dict[str, str], fleet: FleetSpec) -> str:
+    """The flavor whose node labels the node carries, or ""."""
+    for flavor in fleet.flavors:
+        if all(labels.get(k) == v for k, v in pool_labels(flavor).items()):
+            return flavor.name
+    return ""
+
+
+def _warn_problems(kind: str, name: str, problems: Iterable[str]) -> None:
+    for problem in problems:
+        logger.warning("%s %s: %s", kind, name, problem)
+
+
+def sync_nodes(kube: Kube, fleet: FleetSpec) -> tuple[int, int]:
+    """Replace the node rows with what the API lists; returns (kept, skipped)."""
+    raw = kube.list_nodes()
+    now = timezone.now()
+    parsed: dict[str, inventory.NodeInfo] = {}
+    skipped = 0
+    for obj in raw:
+        info = inventory.parse_node(obj, pool_label=settings.FLEET_POOL_LABEL)
+        if info is None:
+            skipped += 1
+            logger.warning("skipped a node object without a name: %.200r", obj)
+            continue
+        _warn_problems("node", info.name, info.problems)
+        parsed[info.name] = info
+    with transaction.atomic():
+        existing = {n.name: n for n in Node.objects.select_for_update()}
+        new: list[Node] = []
+        changed: list[Node] = []
+        for name, info in parsed.items():
+            node = existing.get(name) or Node(name=name, first_seen=now)
+            _fill_node(node, info, fleet, now)
+            (changed if node.pk else new).append(node)
+        Node.objects.bulk_create(new)
+        Node.objects.bulk_update(changed, NODE_FIELDS)
+        Node.objects.exclude(name__in=parsed).delete()
+    return len(parsed), skipped
+
+
+def _fill_node(node: Node, info: inventory.NodeInfo, fleet: FleetSpec, now: Any) -> None:
+    node.pool = info.pool
+    node.flavor = flavor_for(info.labels, fleet)
+    node.product = info.product
+    node.gpu_count = max(0, info.gpu_count)
+    node.gpu_memory_mib = max(0, info.gpu_memory_mib)
+    node.gpu_family = info.gpu_family
+    node.driver_version = info.driver_version
+    node.sharing = info.sharing
+    node.mig_strategy = info.mig_strategy
+    node.mig_config = info.mig_config
+    node.mig_config_state = info.mig_config_state
+    node.mig_profiles = dict(info.mig_profiles)
+    node.clique = info.clique
+    node.block = info.block
+    node.rack = info.rack
+    node.hostname = info.hostname
+    node.instance_type = info.instance_type
+    node.gpu_capacity = dict(info.gpu_capacity)
+    node.gpu_allocatable = dict(info.gpu_allocatable)
+    node.capacity = dict(info.capacity)
+    node.allocatable = dict(info.allocatable)
+    node.labels = dict(info.labels)
+    node.taints = [list(t) for t in info.taints]
+    node.conditions = [
+        {
+            "type": c.type,
+            "status": c.status,
+            "reason": c.reason,
+            "message": c.message,
+            "last_transition": c.last_transition,
+        }
+        for c in info.conditions
+    ]
+    node.unschedulable = info.unschedulable
+    node.ready = info.ready
+    node.health = info.health if info.health in Health.values else Health.UNKNOWN
+    node.health_reasons = list(info.health_reasons)
+    node.problems = list(info.problems)
+    node.last_seen = now
+
+
+def tenant_of(namespace: str, labels: dict[str, str]) -> str:
+    """The tenant a namespaced object belongs to: its tenant label, else its namespace (tenant
+    namespaces are named after the tenant), but never the platform's own namespaces."""
+    label = labels.get(TENANT_LABEL) or labels.get(FLUX_TENANT_LABEL)
+    if label:
+        return label
+    if namespace in PLATFORM_NAMESPACES or namespace.startswith("kube-"):
+        return ""
+    return namespace
+
+
+PLATFORM_NAMESPACES = frozenset(
+    {FLUX_NAMESPACE, "default", "gpu-operator", "kueue-system", "kserve", "kyverno", "monitoring"}
+)
+
+
+def sync_workloads(kube: Kube) -> tuple[int, int]:
+    """Keep the pods that use GPUs; returns (kept, skipped)."""
+    raw = kube.list_pods()
+    now = timezone.now()
+    rows: dict[tuple[str, str], Workload] = {}
+    skipped = 0
+    for obj in raw:
+        pod = inventory.parse_pod(obj)
+        if pod is None:
+            skipped += 1
+            continue
+        _warn_problems("pod", f"{pod.namespace}/{pod.name}", pod.problems)
+        if not pod.gpu_requests or pod.phase in ("Succeeded", "Failed"):
+            continue
+        rows[(pod.namespace, pod.name)] = Workload(
+            namespace=pod.namespace,
+            name=pod.name,
+            uid=pod.uid,
+            tenant_slug=tenant_of(pod.namespace, dict(pod.labels)),
+            node=pod.node,
+            phase=pod.phase,
+            owner_kind=pod.owner_kind,
+            owner_name=pod.owner_name,
+            queue=pod.queue,
+            gpu_requests=dict(pod.gpu_requests),
+            last_seen=now,
+        )
+    with transaction.atomic():
+        Workload.objects.all().delete()
+        Workload.objects.bulk_create(rows.values())
+    return len(rows), skipped
+
+
+def _sync_custom(kube: Kube, kind: CustomKind) -> tuple[list[FluxObject], int]:
+    now = timezone.now()
+    rows: list[FluxObject] = []
+    skipped = 0
+    for obj in kube.list_custom(kind):
+        status = inventory.parse_flux_object(kind.kind, obj)
+        if status is None:
+            skipped += 1
+            continue
+        _warn_problems(kind.kind, f"{status.namespace}/{status.name}", status.problems)
+        labels = _labels_of(obj)
+        rows.append(
+            FluxObject(
+                kind=kind.kind,
+                namespace=status.namespace,
+                name=status.name,
+                tenant_slug=tenant_of(status.namespace, labels),
+                ready=status.ready,
+                reconciling=status.reconciling,
+                stalled=status.stalled,
+                released=status.released,
+                suspended=status.suspended,
+                reason=status.reason[:120],
+                message=status.message,
+                last_applied_revision=status.last_applied_revision[:200],
+                last_attempted_revision=status.last_attempted_revision[:200],
+                url=status.url[:500],
+                path=status.path[:500],
+                chart=status.chart[:200],
+                problems=list(status.problems),
+                last_seen=now,
+            )
+        )
+    return rows, skipped
+
+
+def _labels_of(obj: Any) -> dict[str, str]:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    if not isinstance(labels, dict):
+        return {}
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def _replace(kinds: Sequence[str], rows: list[FluxObject]) -> None:
+    with transaction.atomic():
+        FluxObject.objects.filter(kind__in=kinds).delete()
+        FluxObject.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def sync_flux(kube: Kube) -> tuple[int, int]:
+    """Flux Kustomizations and HelmReleases; returns (kept, skipped)."""
+    kustomizations, skipped_k = _sync_custom(kube, KUSTOMIZATION)
+    try:
+        releases, skipped_h = _sync_custom(kube, HELM_RELEASE)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        # helm-controller is not installed: no releases, which is not an error of the sync.
+        releases, skipped_h = [], 0
+    _replace(
+        [FluxObject.Kind.KUSTOMIZATION, FluxObject.Kind.HELM_RELEASE], kustomizations + releases
+    )
+    return len(kustomizations) + len(releases), skipped_k + skipped_h
+
+
+def sync_inference_services(kube: Kube) -> tuple[int, int]:
+    try:
+        rows, skipped = _sync_custom(kube, INFERENCE_SERVICE)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        rows, skipped = [], 0  # KServe is not installed
+    _replace([FluxObject.Kind.INFERENCE_SERVICE], rows)
+    return len(rows), skipped
+
+
+def flux_reports() -> list[FluxReport]:
+    """The Kustomizations as ``gitops.applied`` reads them."""
+    return [
+        FluxReport(
+            namespace=row.namespace,
+            name=row.name,
+            ready=row.ready,
+            stalled=row.stalled,
+            reconciling=row.reconciling,
+            reason=row.reason,
+            message=row.message,
+            applied_sha=inventory.revision_sha(row.last_applied_revision),
+            attempted_sha=inventory.revision_sha(row.last_attempted_revision),
+        )
+        for row in FluxObject.objects.filter(kind=FluxObject.Kind.KUSTOMIZATION)
+    ]
+
+
+# --- cordon and drain -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """What draining a node would do: the pods to evict and whose they are."""
+
+    node: str
+    evict: tuple[inventory.PodInfo, ...]
+    skipped: tuple[tuple[inventory.PodInfo, str], ...]  # (pod, why it stays)
+
+    @property
+    def tenants(self) -> list[str]:
+        return sorted({tenant_of(p.namespace, dict(p.labels)) for p in self.evict} - {""})
+
+
+def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
+    """Read the node's pods now (not from the cache) and decide which a drain evicts, as
+    ``kubectl drain`` does: DaemonSet pods and mirror pods stay, finished pods are ignored."""
+    own = kube is None
+    kube = kube or Kube()
+    try:
+        raw = kube.list_pods(node=node.name)
+    finally:
+        if own:
+            kube.close()
+    evict: list[inventory.PodInfo] = []
+    skipped: list[tuple[inventory.PodInfo, str]] = []
+    for obj in raw:
+        pod = inventory.parse_pod(obj)
+        if pod is None or pod.node != node.name:
+            continue
+        if pod.phase in ("Succeeded", "Failed"):
+            continue
+        if pod.owner_kind == "DaemonSet":
+            skipped.append((pod, "DaemonSet pod (recreated on the node by its controller)"))
+        elif pod.owner_kind == "Node":
+            skipped.append((pod, "static (mirror) pod"))
+        else:
+            evict.append(pod)
+    return DrainPlan(node.name, tuple(evict), tuple(skipped))
+
+
+@transaction.atomic
+def do_cordon(node: Node, *, acting_user: Any, cordon: bool = True, reason: str = "") -> Node:
+    """Mark the node unschedulable (or schedulable again) in the cluster, then here."""
+    with Kube() as kube:
+        try:
+            kube.set_unschedulable(node.name, cordon)
+        except KubeError as exc:
+            raise ValidationError(str(exc)) from exc
+    before = node.unschedulable
+    node.unschedulable = cordon
+    node.save(update_fields=["unschedulable"])
+    record_audit(
+        actor=acting_user,
+        action="node.cordon" if cordon else "node.uncordon",
+        target=node,
+        diff={"unschedulable": [before, cordon], **({"reason": [None, reason]} if reason else {})},
+    )
+    return node
+
+
+@transaction.atomic
+def do_drain(node: Node, *, acting_user: Any, plan: DrainPlan, reason: str = "") -> Job:
+    """Cordon the node and evict the planned pods in a job. The plan is the one the admin
+    confirmed: pods that arrived since are not evicted by surprise (the node is cordoned, so
+    none should)."""
+    do_cordon(node, acting_user=acting_user, reason=reason or "drain")
+    pods = [f"{p.namespace}/{p.name}" for p in plan.evict]
+    record_audit(
+        actor=acting_user,
+        action="node.drain",
+        target=node,
+        diff={"pods": [None, pods], "tenants": [None, plan.tenants]},
+    )
+    for slug in plan.tenants:
+        record_audit(
+            actor=acting_user,
+            action="node.drain",
+            target=node,
+            tenant_slug=slug,
+            diff={
+                "pods": [
+                    None,
+                    [
+                        f"{p.namespace}/{p.name}"
+                        for p in plan.evict
+                        if tenant_of(p.namespace, dict(p.labels)) == slug
+                    ],
+                ]
+            },
+        )
+    return enqueue(
+        "fleet.drain",
+        title=f"Drain node {node.name}",
+        created_by=acting_user,
+        node=node.name,
+        pods=pods,
+    )
+
+
+EVICTION_ATTEMPTS = 3
+
+
+def evict_pods(
+    node: str, pods: Sequence[str], *, progress: Progress, kube: Kube | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Evict each ``namespace/name``; returns (evicted, {pod: why not}). A pod already gone
+    counts as evicted; one a disruption budget protects is tried again, then reported."""
+    own = kube is None
+    kube = kube or Kube()
+    evicted: list[str] = []
+    failed: dict[str, str] = {}
+    try:
+        for index, ref in enumerate(pods):
+            namespace, _, name = ref.partition("/")
+            for attempt in range(1, EVICTION_ATTEMPTS + 1):
+                try:
+                    kube.evict(namespace, name)
+                except KubeError as exc:
+                    if exc.status == 404:
+                        evicted.append(ref)
+                        break
+                    if exc.status == 429 and attempt < EVICTION_ATTEMPTS:
+                        time.sleep(settings.FLEET_EVICTION_RETRY_SECONDS)
+                        continue
+                    failed[ref] = str(exc)
+                    break
+                else:
+                    evicted.append(ref)
+                    break
+            progress(
+                int(100 * (index + 1) / max(len(pods), 1)), f"{ref}: {failed.get(ref, 'evicted')}"
+            )
+    finally:
+        if own:
+            kube.close()
+    return evicted, failed
+
+
+# --- the inventory as flavors ----------------------------------------------------------------
+
+
+def do_reconcile_flavors(*, acting_user: Any = None) -> tuple[ChangeRequest | None, list[str]]:
+    """Count the flavors from the synced nodes, store them (capacity checks use them at once)
+    and open a pull request when the ResourceFlavors or the Topology must change. Nothing
+    happens while the node inventory is stale or empty: a cluster that cannot be read must not
+    shrink the fleet to nothing. Returns the change (if one is open) and notes for people."""
+    state = sync_states()[SyncState.Source.NODES]
+    if state.stale:
+        return None, ["The node inventory is stale; flavors were left as they are."]
+    nodes = list(Node.objects.all())
+    derived = derive_flavors(base_fleet(), nodes)
+    if not derived.flavors:
+        return None, [*derived.notes, "No GPU nodes were found; flavors were left as they are."]
+    change = gitops_services.do_record_inventory(
+        derived.flavors, derived.topology_levels, acting_user=acting_user
+    )
+    return change, list(derived.notes)

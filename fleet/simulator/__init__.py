@@ -1,0 +1,169 @@
+"""The fleet simulator: a GPU fleet that speaks the Kubernetes REST API over real HTTP.
+
+The portal's client code runs against it unchanged, for ``make demo`` and for the tests. It
+simulates nodes with GPUs (``cluster``), plays Flux, helm-controller and KServe against the
+portal's Git repository (``flux``), serves the API and DCGM metrics (``server``), and takes
+faults. It imports no Django models: it runs in a thread of ``manage.py serve`` or alone
+through ``manage.py fleet_simulator``.
+
+Usage::
+
+    sim = Simulator(SimConfig.demo(), repo_path="var/git/fleet.git")
+    url = sim.start()            # http://127.0.0.1:<port>, API and tick thread running
+    sim.inject_xid("h200-03", gpu=3, xid=79)
+    sim.tick()                   # one controller step now (tests), instead of waiting
+    sim.stop()
+
+Times are wall-clock seconds (``time.time()``); ``tick(now)`` takes one explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from fleet.simulator.cluster import Cluster
+from fleet.simulator.config import SimConfig, load_config, validate_config
+from fleet.simulator.dcgm import GpuSample
+from fleet.simulator.flux import FluxPlayer
+from fleet.simulator.server import Api, ApiServer
+from fleet.simulator.store import RESOURCES, JsonObject, Store
+
+__all__ = ["SimConfig", "Simulator", "load_config"]
+
+logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.5
+
+
+class Simulator:
+    """One simulated fleet: its store, hardware, Flux player and (once started) HTTP API."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        repo_path: str | Path | None = None,
+        branch: str = "main",
+        token: str = "",
+    ) -> None:
+        validate_config(config)
+        self.config = config
+        self.token = token
+        now = time.time()
+        self.store = Store(config.seed)
+        self.cluster = Cluster(config, self.store, now)
+        self.flux = FluxPlayer(config, self.store, self.cluster, repo_path, branch)
+        self._tick_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: ApiServer | None = None
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        """The base URL of the API; empty until ``start``."""
+        if self._server is None:
+            return ""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(
+        self, host: str = "127.0.0.1", port: int = 0, *, tick_seconds: float | None = TICK_SECONDS
+    ) -> str:
+        """Serve the API (port 0 picks a free one) and tick every ``tick_seconds`` (None: only
+        when ``tick`` is called, for deterministic tests), in daemon threads; returns the base
+        URL."""
+        if self._server is not None:
+            return self.url
+        self._stopping.clear()
+        self._server = ApiServer((host, port), Api(self))
+        self._threads = [
+            threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.2},
+                name="fleet-simulator-api",
+                daemon=True,
+            )
+        ]
+        if tick_seconds is not None:
+            self._threads.append(
+                threading.Thread(
+                    target=self._tick_forever,
+                    args=(tick_seconds,),
+                    name="fleet-simulator-tick",
+                    daemon=True,
+                )
+            )
+        for thread in self._threads:
+            thread.start()
+        logger.info("fleet simulator serving at %s", self.url)
+        return self.url
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._threads = []
+
+    def __enter__(self) -> Simulator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _tick_forever(self, seconds: float) -> None:
+        while not self._stopping.wait(seconds):
+            try:
+                self.tick()
+            except Exception:
+                # A bad commit or a failing kubectl must not stop the fleet from ticking.
+                logger.exception("fleet simulator tick failed")
+
+    def tick(self, now: float | None = None) -> None:
+        """One step of every controller: Flux, the scheduler, helm-controller and KServe."""
+        moment = time.time() if now is None else now
+        with self._tick_lock:
+            self.flux.tick(moment)
+            self.cluster.tick(moment)
+            self.flux.advance(moment)
+
+    def inject_xid(self, node: str, gpu: int, xid: int) -> None:
+        self.cluster.inject_xid(node, gpu, xid, time.time())
+
+    def set_node_ready(self, node: str, ready: bool) -> None:
+        self.cluster.set_node_ready(node, ready, time.time())
+
+    def clear_faults(self) -> None:
+        self.cluster.clear_faults(time.time())
+
+    def put_object(self, resource: str, obj: Mapping[str, Any]) -> JsonObject:
+        """Store ``obj`` under ``resource`` (a plural such as ``nodes``) exactly as given."""
+        if resource not in RESOURCES:
+            raise ValueError(f"unknown resource {resource!r}; known: {', '.join(RESOURCES)}")
+        return self.store.put_raw(RESOURCES[resource], obj)
+
+    def get_object(self, resource: str, namespace: str, name: str) -> JsonObject:
+        """A stored object (``namespace`` "" for nodes); ``LookupError`` when absent."""
+        if resource not in RESOURCES:
+            raise ValueError(f"unknown resource {resource!r}; known: {', '.join(RESOURCES)}")
+        obj = self.store.get(RESOURCES[resource], namespace, name)
+        if obj is None:
+            raise LookupError(f"{resource} {namespace}/{name} not found")
+        return obj
+
+    def gpu_samples(self) -> list[GpuSample]:
+        return self.cluster.gpu_samples()

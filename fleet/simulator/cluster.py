@@ -1,0 +1,1174 @@
+"""The simulated hardware and the controllers that act on it: nodes with GPUs (whole, MIG or
+HAMi-shared), pods and their placement, evictions, and faults.
+
+The store holds the API objects; this module keeps what the API objects are derived from
+(every GPU, its health and who uses it) and rewrites the derived parts of a Node (allocatable,
+conditions, taints, the HAMi annotation) when that changes, leaving the rest (labels or
+``spec.unschedulable`` patched by a client) alone.
+
+Placement is a small kube-scheduler: the filters are ``spec.unschedulable``, the node
+selector, taints against tolerations and the GPU devices; among the nodes that pass, the one
+already using the most GPUs wins (bin packing, what a GPU fleet wants), then the name.
+Device plugin semantics:
+
+- ``nvidia.com/gpu`` alone asks whole GPUs of a ``whole`` node; with ``nvidia.com/gpumem``
+  (or ``gpumem-percentage``/``gpucores``) it asks HAMi vGPUs: that many distinct GPUs of a
+  ``hami`` node, each with a free slot, the memory (MiB) and the cores (percent);
+- ``nvidia.com/mig-<profile>`` asks MIG instances of a ``mig`` node;
+- a DRA ``resourceClaims`` entry asks the claim template's device count of whole GPUs.
+
+Pods that asked for GPUs tolerate the ``nvidia.com/gpu`` taint, as the tolerations of a Kueue
+ResourceFlavor added on admission would make them, and every pod gets the default
+``not-ready``/``unreachable`` NoExecute tolerations of the DefaultTolerationSeconds admission
+plugin. A pod deleted or evicted that has a controller owner (Job, ReplicaSet) comes back under
+a new name after ``recreate_delay`` on another node, or stays Pending when none fits; Pending
+pods are retried on every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from fleet.simulator.config import POOL_LABEL, QUEUE_LABEL, NodeGroup, SeedWorkload, SimConfig
+from fleet.simulator.dcgm import GpuSample
+from fleet.simulator.store import (
+    CLAIM_TEMPLATES,
+    NAMESPACES,
+    NODES,
+    PODS,
+    JsonObject,
+    Store,
+    as_dict,
+    as_list,
+    timestamp,
+)
+
+logger = logging.getLogger(__name__)
+
+GPU = "nvidia.com/gpu"
+GPUMEM = "nvidia.com/gpumem"
+GPUMEM_PERCENT = "nvidia.com/gpumem-percentage"
+GPUCORES = "nvidia.com/gpucores"
+MIG_PREFIX = "nvidia.com/mig-"
+UNREACHABLE = "node.kubernetes.io/unreachable"
+UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+NOT_READY = "node.kubernetes.io/not-ready"
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+HAMI_HANDSHAKE = "hami.io/node-handshake"
+HAMI_SCHEDULER = "hami-scheduler"
+DISRUPTION_BLOCKED = "sim.ai-factory.io/disruption-blocked"
+# Condition types as NVSentinel's syslog health monitor sets them on the node.
+XID_FALLEN_OFF = 79
+FALLEN_OFF_CONDITION = "SysLogsGPUFallenOff"
+XID_CONDITION = "SysLogsXIDError"
+# XIDs the NVIDIA device plugin treats as application errors: the GPU stays healthy.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+XID_DESCRIPTIONS = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    48: "Double Bit ECC Error",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLink Error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    119: "GSP RPC Timeout",
+    120: "GSP Error",
+}
+# Bus ids of the eight GPUs of an HGX H100/H200 baseboard.
+PCI_BUS_IDS = (
+    "00000000:18:00.0",
+    "00000000:2A:00.0",
+    "00000000:3A:00.0",
+    "00000000:5D:00.0",
+    "00000000:9A:00.0",
+    "00000000:AB:00.0",
+    "00000000:BA:00.0",
+    "00000000:DB:00.0",
+)
+# GFD's gpu.family and compute capability for products it is likely to meet.
+_ARCHITECTURES = {
+    "H100": ("hopper", 9, 0),
+    "H200": ("hopper", 9, 0),
+    "H800": ("hopper", 9, 0),
+    "GH200": ("hopper", 9, 0),
+    "B200": ("blackwell", 10, 0),
+    "GB200": ("blackwell", 10, 0),
+    "A100": ("ampere", 8, 0),
+    "A30": ("ampere", 8, 0),
+    "L40S": ("ada-lovelace", 8, 9),
+    "L4": ("ada-lovelace", 8, 9),
+    "T4": ("turing", 7, 5),
+    "V100": ("volta", 7, 0),
+}
+_MIG_PROFILE = re.compile(r"([1-7])g\.(\d+)gb")
+# First GPU instance id nvidia-smi hands out per instance size (slices) on Hopper.
+_FIRST_GI_ID = {7: 0, 4: 1, 3: 1, 2: 3, 1: 7}
+_MULTIPROCESSORS = {1: 16, 2: 32, 3: 60, 4: 64, 7: 132}
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what generateName suffixes are made of
+_UUIDS = uuid.UUID("6f1d1c3e-5a53-4d0c-9a59-2c7a3f1e9b10")  # namespace for derived UUIDs
+
+PodKey = tuple[str, str]
+
+
+class NotFound(LookupError):
+    """No such node, GPU or pod."""
+
+
+class EvictionBlocked(Exception):
+    """Evicting the pod would violate its disruption budget (HTTP 429)."""
+
+
+def derived_uuid(*parts: object) -> str:
+    return str(uuid.uuid5(_UUIDS, "/".join(str(part) for part in parts)))
+
+
+def mig_slices(profile: str) -> int:
+    match = _MIG_PROFILE.match(profile)
+    return int(match.group(1)) if match else 1
+
+
+def mig_memory_mib(profile: str) -> int:
+    """The MIG memory GFD labels; ``<n>gb`` less the 256 MiB the driver keeps (nvidia-smi
+    shows 9984 MiB for an H100 1g.10gb; larger profiles come out within 1%)."""
+    match = _MIG_PROFILE.match(profile)
+    return int(match.group(2)) * 1024 - 256 if match else 0
+
+
+def quantity(value: object) -> int:
+    """An integer resource quantity (``"8"``, ``8``); anything else counts as 0."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+# --- hardware --------------------------------------------------------------------------------
+
+
+@dataclass
+class MigDevice:
+    profile: str
+    gi_id: int
+    uuid: str
+    pod: PodKey | None = None
+    container: str = ""
+
+
+@dataclass
+class Slot:
+    """A pod's use of a GPU: the whole card, or a HAMi share of it."""
+
+    pod: PodKey
+    container: str
+    memory_mib: int
+    cores: int
+
+
+@dataclass
+class Gpu:
+    index: int
+    uuid: str
+    pci_bus_id: str
+    memory_mib: int
+    mig: list[MigDevice] = field(default_factory=list)
+    slots: list[Slot] = field(default_factory=list)
+    xid: int = 0
+    healthy: bool = True
+
+
+@dataclass
+class SimNode:
+    name: str
+    group: NodeGroup
+    block: str
+    rack: str
+    clique: str
+    internal_ip: str
+    gpus: list[Gpu]
+    ready: bool = True
+
+    def busy_gpus(self) -> int:
+        return sum(1 for gpu in self.gpus if gpu.slots or any(d.pod for d in gpu.mig))
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What a pod asks of the GPU device plugins, summed over its containers."""
+
+    container: str = ""
+    gpus: int = 0
+    memory_mib: int = 0
+    memory_percent: int = 0
+    cores: int = 0
+    hami: bool = False
+    mig: tuple[tuple[str, int], ...] = ()
+    dra_devices: int = 0
+
+    @property
+    def wants_gpu(self) -> bool:
+        return bool(self.gpus or self.mig or self.dra_devices)
+
+    def shortfall(self) -> str:
+        """The scheduler's reason when no node has the devices."""
+        if self.mig:
+            return f"Insufficient {MIG_PREFIX}{self.mig[0][0]}"
+        if self.hami:
+            return f"Insufficient {GPUMEM}"
+        return f"Insufficient {GPU}"
+
+
+@dataclass(frozen=True)
+class _Recreation:
+    due: float
+    template: JsonObject
+    base: str
+    exclude: str
+
+
+def pod_request(pod: Mapping[str, Any], claim_devices: Callable[[str, str], int]) -> GpuRequest:
+    """The GPU request of a pod (limits, else requests, of every container)."""
+    spec = as_dict(pod.get("spec"))
+    totals: Counter[str] = Counter()
+    gpu_container = ""
+    for container in as_list(spec.get("containers")):
+        resources = as_dict(as_dict(container).get("resources"))
+        wanted = as_dict(resources.get("limits")) or as_dict(resources.get("requests"))
+        for name, value in wanted.items():
+            if str(name).startswith("nvidia.com/"):
+                totals[str(name)] += quantity(value)
+                gpu_container = gpu_container or str(as_dict(container).get("name", ""))
+        if as_list(resources.get("claims")):
+            gpu_container = gpu_container or str(as_dict(container).get("name", ""))
+    namespace = str(as_dict(pod.get("metadata")).get("namespace", ""))
+    dra = 0
+    for claim in as_list(spec.get("resourceClaims")):
+        template = as_dict(claim).get("resourceClaimTemplateName")
+        dra += claim_devices(namespace, template) if isinstance(template, str) else 1
+    hami = any(totals[name] for name in (GPUMEM, GPUMEM_PERCENT, GPUCORES))
+    return GpuRequest(
+        container=gpu_container,
+        gpus=totals[GPU] or (1 if hami else 0),
+        memory_mib=totals[GPUMEM],
+        memory_percent=totals[GPUMEM_PERCENT],
+        cores=totals[GPUCORES],
+        hami=hami,
+        mig=tuple(
+            (name.removeprefix(MIG_PREFIX), count)
+            for name, count in sorted(totals.items())
+            if name.startswith(MIG_PREFIX) and count > 0
+        ),
+        dra_devices=dra,
+    )
+
+
+def controller_of(pod: Mapping[str, Any]) -> JsonObject | None:
+    """The pod's controller ownerReference (a Job or ReplicaSet), if it has one."""
+    for owner in as_list(as_dict(pod.get("metadata")).get("ownerReferences")):
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            return owner
+    return None
+
+
+def _tolerates(tolerations: Iterable[Any], taint: Mapping[str, Any]) -> bool:
+    for toleration in tolerations:
+        toleration = as_dict(toleration)
+        effect = toleration.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key")
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and toleration.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _condition(
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    previous: Mapping[str, JsonObject],
+) -> JsonObject:
+    """A node condition that keeps its transition time while its status stays the same; an
+    Unknown condition keeps the last heartbeat, as nothing reports any more."""
+    old = previous.get(kind, {})
+    changed = old.get("status") != status
+    heartbeat = old.get("lastHeartbeatTime") if status == "Unknown" and not changed else None
+    return {
+        "type": kind,
+        "status": status,
+        "lastHeartbeatTime": heartbeat or timestamp(now),
+        "lastTransitionTime": old.get("lastTransitionTime") if not changed else timestamp(now),
+        "reason": reason,
+        "message": message,
+    }
+
+
+# --- the cluster -----------------------------------------------------------------------------
+
+
+class Cluster:
+    """Nodes, GPUs and pods of the simulated fleet, kept in ``store``."""
+
+    def __init__(self, config: SimConfig, store: Store, now: float) -> None:
+        self.config = config
+        self.store = store
+        self.nodes: dict[str, SimNode] = {}
+        self._random = random.Random(config.seed)  # noqa: S311 (pod names, not secrets)
+        self._recreations: list[_Recreation] = []
+        self._pod_ips = 0
+        self._started = now
+        with store.lock:
+            self._build_nodes(now)
+            for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
+                self.ensure_namespace(name, now)
+            for workload in config.seed_workloads:
+                self._seed(workload, now)
+
+    # --- nodes -------------------------------------------------------------------------------
+
+    def _build_nodes(self, now: float) -> None:
+        config = self.config
+        planned = [
+            (group, f"{group.pool}-{number:02d}")
+            for group in config.node_groups
+            for number in range(1, group.nodes + 1)
+        ]
+        per_domain = math.ceil(len(planned) / config.nvlink_domains)
+        rack = 0
+        for domain in range(config.nvlink_domains):
+            members = planned[domain * per_domain : (domain + 1) * per_domain]
+            clique = f"{derived_uuid(config.fleet_name, 'nvlink', domain + 1)}.1"
+            for position, (group, name) in enumerate(members):
+                if position % config.nodes_per_rack == 0:
+                    rack += 1
+                gpus = [self._gpu(group, name, index) for index in range(group.gpus_per_node)]
+                node = SimNode(
+                    name=name,
+                    group=group,
+                    block=f"block-{domain + 1}",
+                    rack=f"rack-{rack}",
+                    clique=clique,
+                    internal_ip=f"10.42.{domain + 1}.{10 + len(self.nodes)}",
+                    gpus=gpus,
+                )
+                self.nodes[name] = node
+                self.store.apply(NODES, self._node_object(node, now), now)
+
+    def _gpu(self, group: NodeGroup, node: str, index: int) -> Gpu:
+        gpu = Gpu(
+            index=index,
+            uuid=f"GPU-{derived_uuid(node, 'gpu', index)}",
+            pci_bus_id=PCI_BUS_IDS[index]
+            if index < len(PCI_BUS_IDS)
+            else f"00000000:{index:02X}:00.0",
+            memory_mib=group.gpu_memory_mib,
+        )
+        if group.mode == "mig":
+            used: set[int] = set()
+            for profile, count in group.mig_profiles:
+                for _ in range(count):
+                    gi_id = _FIRST_GI_ID.get(mig_slices(profile), 7)
+                    while gi_id in used:
+                        gi_id += 1
+                    used.add(gi_id)
+                    gpu.mig.append(
+                        MigDevice(profile, gi_id, f"MIG-{derived_uuid(node, 'mig', index, gi_id)}")
+                    )
+        return gpu
+
+    def node(self, name: str) -> SimNode:
+        node = self.nodes.get(name)
+        if node is None:
+            raise NotFound(f'nodes "{name}" not found')
+        return node
+
+    def _architecture(self, group: NodeGroup) -> tuple[str, int, int]:
+        if group.family:
+            return group.family, group.compute_major, group.compute_minor
+        tokens = group.product.upper().split("-")
+        for token, architecture in _ARCHITECTURES.items():
+            if token in tokens:
+                return architecture
+        return "", group.compute_major, group.compute_minor
+
+    def _labels(self, node: SimNode) -> dict[str, str]:
+        group = node.group
+        driver = group.driver_version.split(".")
+        cuda = group.cuda_version.split(".")
+        labels = {
+            "beta.kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/hostname": node.name,
+            "kubernetes.io/os": "linux",
+            "node.kubernetes.io/instance-type": group.instance_type,
+            "network.topology.kubernetes.io/block": node.block,
+            "network.topology.kubernetes.io/rack": node.rack,
+            POOL_LABEL: group.pool,
+        }
+        if group.gpus_per_node:
+            family, major, minor = self._architecture(group)
+            labels.update(
+                {
+                    "nvidia.com/cuda.driver-version.full": group.driver_version,
+                    "nvidia.com/cuda.driver-version.major": driver[0],
+                    "nvidia.com/cuda.driver-version.minor": driver[1] if len(driver) > 1 else "0",
+                    "nvidia.com/cuda.driver-version.revision": driver[2]
+                    if len(driver) > 2
+                    else "0",
+                    "nvidia.com/cuda.runtime-version.full": group.cuda_version,
+                    "nvidia.com/cuda.runtime-version.major": cuda[0],
+                    "nvidia.com/cuda.runtime-version.minor": cuda[1] if len(cuda) > 1 else "0",
+                    "nvidia.com/gfd.timestamp": str(int(self._started)),
+                    "nvidia.com/gpu.count": str(group.gpus_per_node),
+                    "nvidia.com/gpu.machine": group.instance_type,
+                    "nvidia.com/gpu.memory": str(group.gpu_memory_mib),
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": group.product,
+                    "nvidia.com/gpu.replicas": "1",
+                    "nvidia.com/gpu.sharing-strategy": "none",
+                    "nvidia.com/gpu.clique": node.clique,
+                    "nvidia.com/gpu.deploy.device-plugin": "true",
+                    "nvidia.com/gpu.deploy.dcgm-exporter": "true",
+                    "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+                    "nvidia.com/gpu.deploy.mig-manager": "true",
+                    "nvidia.com/mig.capable": "true",
+                    "nvidia.com/mig.strategy": "mixed",
+                    "nvidia.com/mig.config": group.mig_config
+                    or ("all-balanced" if group.mode == "mig" else "all-disabled"),
+                    "nvidia.com/mig.config.state": "success",
+                    "nvidia.com/mps.capable": "false",
+                }
+            )
+            if family:
+                labels["nvidia.com/gpu.family"] = family
+            if major:
+                labels["nvidia.com/gpu.compute.major"] = str(major)
+                labels["nvidia.com/gpu.compute.minor"] = str(minor)
+        if group.mode == "mig":
+            for profile, count in group.mig_profiles:
+                slices = mig_slices(profile)
+                prefix = f"{MIG_PREFIX}{profile}"
+                labels.update(
+                    {
+                        f"{prefix}.count": str(count * group.gpus_per_node),
+                        f"{prefix}.engines.copy": str(slices),
+                        f"{prefix}.engines.decoder": str(slices),
+                        f"{prefix}.engines.encoder": "0",
+                        f"{prefix}.engines.jpeg": str(slices),
+                        f"{prefix}.engines.ofa": "1" if slices == 7 else "0",
+                        f"{prefix}.memory": str(mig_memory_mib(profile)),
+                        f"{prefix}.multiprocessors": str(_MULTIPROCESSORS.get(slices, 16 * slices)),
+                        f"{prefix}.product": f"{group.product}-MIG-{profile}",
+                        f"{prefix}.replicas": "1",
+                        f"{prefix}.sharing-strategy": "none",
+                        f"{prefix}.slices.ci": str(slices),
+                        f"{prefix}.slices.gi": str(slices),
+                    }
+                )
+        labels.update(dict(group.labels))
+        return dict(sorted(labels.items()))
+
+    def _gpu_resources(self, node: SimNode, gpus: Iterable[Gpu]) -> dict[str, int]:
+        """What the device plugins advertise for ``gpus`` of ``node``."""
+        group = node.group
+        gpus = list(gpus)
+        if not group.gpus_per_node:
+            return {}
+        if group.mode == "mig":
+            counts: Counter[str] = Counter()
+            for gpu in gpus:
+                counts.update(f"{MIG_PREFIX}{device.profile}" for device in gpu.mig)
+            for profile, _ in group.mig_profiles:
+                counts.setdefault(f"{MIG_PREFIX}{profile}", 0)
+            return {GPU: 0, **dict(sorted(counts.items()))}
+        if group.mode == "hami":
+            return {
+                GPU: len(gpus) * group.hami_split,
+                GPUCORES: len(gpus) * 100,
+                GPUMEM: sum(gpu.memory_mib for gpu in gpus),
+            }
+        return {GPU: len(gpus)}
+
+    def _capacity(self, node: SimNode, *, allocatable: bool) -> dict[str, str]:
+        group = node.group
+        memory_kib = group.memory_gib * 1024 * 1024
+        # Allocatable keeps back the kubelet's system and eviction reserves.
+        resources: dict[str, str] = {
+            "cpu": str(group.cpus - 2 if allocatable else group.cpus),
+            "ephemeral-storage": "3455599035905" if allocatable else "3749638656Ki",
+            "hugepages-1Gi": "0",
+            "hugepages-2Mi": "0",
+            "memory": f"{memory_kib - 4 * 1024 * 1024 if allocatable else memory_kib}Ki",
+            "pods": "110",
+        }
+        gpus = [gpu for gpu in node.gpus if gpu.healthy or not allocatable]
+        resources.update({k: str(v) for k, v in self._gpu_resources(node, gpus).items()})
+        return resources
+
+    def _node_object(self, node: SimNode, now: float) -> JsonObject:
+        index = list(self.nodes).index(node.name)
+        obj: JsonObject = {
+            "metadata": {
+                "name": node.name,
+                "labels": self._labels(node),
+                "annotations": {
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                },
+            },
+            "spec": {
+                "podCIDR": f"10.244.{index}.0/24",
+                "podCIDRs": [f"10.244.{index}.0/24"],
+            },
+            "status": {
+                "addresses": [
+                    {"type": "InternalIP", "address": node.internal_ip},
+                    {"type": "Hostname", "address": node.name},
+                ],
+                "capacity": self._capacity(node, allocatable=False),
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "bootID": derived_uuid(node.name, "boot"),
+                    "containerRuntimeVersion": "containerd://2.0.5",
+                    "kernelVersion": "6.8.0-60-generic",
+                    "kubeProxyVersion": self.config.kubernetes_version,
+                    "kubeletVersion": self.config.kubernetes_version,
+                    "machineID": derived_uuid(node.name, "machine").replace("-", ""),
+                    "operatingSystem": "linux",
+                    "osImage": "Ubuntu 24.04.2 LTS",
+                    "systemUUID": derived_uuid(node.name, "system"),
+                },
+            },
+        }
+        self._derive(node, obj, now)
+        return obj
+
+    def _derive(self, node: SimNode, obj: JsonObject, now: float) -> None:
+        """Rewrite the parts of the Node that follow from the hardware state."""
+        status = obj["status"] = as_dict(obj.get("status"))
+        spec = obj["spec"] = as_dict(obj.get("spec"))
+        metadata = obj["metadata"] = as_dict(obj.get("metadata"))
+        status["allocatable"] = self._capacity(node, allocatable=True)
+        previous = {
+            str(c.get("type")): c for c in as_list(status.get("conditions")) if isinstance(c, dict)
+        }
+        conditions = []
+        if node.ready:
+            kubelet = [
+                ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+                ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+                ("PIDPressure", "False", "KubeletHasSufficientPID"),
+                ("Ready", "True", "KubeletReady"),
+            ]
+            messages = {
+                "MemoryPressure": "kubelet has sufficient memory available",
+                "DiskPressure": "kubelet has no disk pressure",
+                "PIDPressure": "kubelet has sufficient PID available",
+                "Ready": "kubelet is posting ready status",
+            }
+            for kind, state, reason in kubelet:
+                conditions.append(_condition(kind, state, reason, messages[kind], now, previous))
+        else:
+            for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready"):
+                conditions.append(
+                    _condition(
+                        kind,
+                        "Unknown",
+                        "NodeStatusUnknown",
+                        "Kubelet stopped posting node status.",
+                        now,
+                        previous,
+                    )
+                )
+        faults: dict[str, list[Gpu]] = {}
+        for gpu in node.gpus:
+            if gpu.xid and not gpu.healthy:
+                kind = FALLEN_OFF_CONDITION if gpu.xid == XID_FALLEN_OFF else XID_CONDITION
+                faults.setdefault(kind, []).append(gpu)
+        for kind, gpus in sorted(faults.items()):
+            message = "; ".join(self._xid_message(gpu) for gpu in gpus)
+            conditions.append(
+                _condition(kind, "True", f"XID{gpus[-1].xid}", message, now, previous)
+            )
+        status["conditions"] = conditions
+
+        managed = {GPU, UNREACHABLE, UNSCHEDULABLE}
+        old_taints = {
+            (str(t.get("key")), str(t.get("effect"))): t
+            for t in as_list(spec.get("taints"))
+            if isinstance(t, dict)
+        }
+        taints = [t for key, t in old_taints.items() if key[0] not in managed]
+        if node.gpus:
+            taints.append({"key": GPU, "value": "present", "effect": "NoSchedule"})
+        if spec.get("unschedulable") is True:
+            taints.append({"key": UNSCHEDULABLE, "effect": "NoSchedule"})
+        if not node.ready:
+            taints.append({"key": UNREACHABLE, "effect": "NoExecute", "timeAdded": None})
+            taints.append({"key": UNREACHABLE, "effect": "NoSchedule"})
+        for taint in taints:
+            if "timeAdded" in taint:
+                old = old_taints.get((taint["key"], taint["effect"]), {})
+                taint["timeAdded"] = old.get("timeAdded") or timestamp(now)
+        if taints:
+            spec["taints"] = taints
+        else:
+            spec.pop("taints", None)
+
+        if node.group.mode == "hami":
+            annotations = metadata["annotations"] = as_dict(metadata.get("annotations"))
+            annotations[HAMI_REGISTER] = self._hami_register(node)
+            annotations.setdefault(
+                HAMI_HANDSHAKE,
+                "Reported "
+                + datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S.%f000 +0000 UTC"),
+            )
+
+    def _hami_register(self, node: SimNode) -> str:
+        """HAMi's device list: ``id,count,devmem,devcore,type,numa,health:`` per GPU."""
+        group = node.group
+        half = max(len(node.gpus) // 2, 1)
+        return "".join(
+            f"{gpu.uuid},{group.hami_split},{gpu.memory_mib},100,NVIDIA-{group.model_name},"
+            f"{gpu.index // half},{'true' if gpu.healthy else 'false'}:"
+            for gpu in node.gpus
+        )
+
+    @staticmethod
+    def _xid_message(gpu: Gpu) -> str:
+        if gpu.xid == XID_FALLEN_OFF:
+            return f"GPU {gpu.index} ({gpu.uuid}) has fallen off the bus (XID 79)"
+        description = XID_DESCRIPTIONS.get(gpu.xid, "GPU error")
+        return f"GPU {gpu.index} ({gpu.uuid}) reported XID {gpu.xid}: {description}"
+
+    def sync_node(self, name: str, now: float) -> None:
+        """Re-derive a node's status after its hardware state or ``spec`` changed."""
+        node = self.nodes.get(name)
+        if node is not None:
+            self.store.mutate(NODES, "", name, lambda obj: self._derive(node, obj, now))
+
+    # --- faults ------------------------------------------------------------------------------
+
+    def inject_xid(self, node_name: str, gpu_index: int, xid: int, now: float) -> None:
+        """An XID error on one GPU. A fatal XID makes the GPU unhealthy: the device plugin
+        withdraws it from allocatable and NVSentinel sets a node condition."""
+        with self.store.lock:
+            node = self.node(node_name)
+            if not 0 <= gpu_index < len(node.gpus):
+                raise NotFound(f"node {node_name} has no GPU {gpu_index}")
+            gpu = node.gpus[gpu_index]
+            gpu.xid = xid
+            if xid not in APPLICATION_XIDS:
+                gpu.healthy = False
+            logger.info("XID %s on %s GPU %s", xid, node_name, gpu_index)
+            self.sync_node(node_name, now)
+
+    def set_node_ready(self, node_name: str, ready: bool, now: float) -> None:
+        with self.store.lock:
+            self.node(node_name).ready = ready
+            logger.info("node %s ready=%s", node_name, ready)
+            self.sync_node(node_name, now)
+
+    def clear_faults(self, now: float) -> None:
+        with self.store.lock:
+            for node in self.nodes.values():
+                node.ready = True
+                for gpu in node.gpus:
+                    gpu.xid = 0
+                    gpu.healthy = True
+                self.sync_node(node.name, now)
+
+    # --- namespaces and pods -----------------------------------------------------------------
+
+    def ensure_namespace(self, name: str, now: float) -> None:
+        if self.store.get(NAMESPACES, "", name) is None:
+            self.store.apply(
+                NAMESPACES,
+                {
+                    "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                    "spec": {"finalizers": ["kubernetes"]},
+                    "status": {"phase": "Active"},
+                },
+                now,
+            )
+
+    def _seed(self, workload: SeedWorkload, now: float) -> None:
+        self.ensure_namespace(workload.namespace, now)
+        owner_uid = derived_uuid(workload.namespace, workload.kind, workload.name)
+        labels = {QUEUE_LABEL: workload.queue}
+        if workload.kind == "Job":
+            owner_api = "batch/v1"
+            labels.update(
+                {
+                    "batch.kubernetes.io/controller-uid": owner_uid,
+                    "batch.kubernetes.io/job-name": workload.name,
+                }
+            )
+        else:
+            owner_api = "apps/v1"
+            labels["pod-template-hash"] = workload.name.rsplit("-", 1)[-1]
+        limits = dict(workload.resources)
+        container = {
+            "name": "main",
+            "image": workload.image,
+            "resources": {"limits": limits, "requests": dict(limits)},
+        }
+        spec: JsonObject = {
+            "containers": [container],
+            "restartPolicy": "Never" if workload.kind == "Job" else "Always",
+        }
+        if workload.pool:
+            spec["nodeSelector"] = {POOL_LABEL: workload.pool}
+        for _ in range(workload.pods):
+            pod = {
+                "metadata": {
+                    "namespace": workload.namespace,
+                    "labels": labels,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": owner_api,
+                            "kind": workload.kind,
+                            "name": workload.name,
+                            "uid": owner_uid,
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": spec,
+            }
+            self.create_pod(pod, workload.name, now)
+
+    def _pod_name(self, namespace: str, base: str) -> str:
+        while True:
+            suffix = "".join(self._random.choice(_NAME_ALPHABET) for _ in range(5))
+            name = f"{base}-{suffix}"
+            if self.store.get(PODS, namespace, name) is None:
+                return name
+
+    def create_pod(
+        self, pod: Mapping[str, Any], base_name: str, now: float, *, exclude: str = ""
+    ) -> JsonObject:
+        """Store a new pod named ``<base_name>-<5 random>`` and try to place it at once.
+
+        ``pod`` needs metadata (namespace, labels, owners) and spec; node, tolerations and
+        status are filled in here.
+        """
+        with self.store.lock:
+            new = dict(pod)
+            metadata = dict(as_dict(new.get("metadata")))
+            namespace = str(metadata.get("namespace") or "default")
+            metadata["namespace"] = namespace
+            metadata["name"] = self._pod_name(namespace, base_name)
+            metadata["generateName"] = f"{base_name}-"
+            spec = dict(as_dict(new.get("spec")))
+            spec.pop("nodeName", None)
+            request = pod_request({"metadata": metadata, "spec": spec}, self._claim_devices)
+            spec.setdefault(
+                "schedulerName", HAMI_SCHEDULER if request.hami else "default-scheduler"
+            )
+            spec.setdefault("serviceAccountName", "default")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            tolerations = [t for t in as_list(spec.get("tolerations")) if isinstance(t, dict)]
+            wanted: list[JsonObject] = []
+            if request.wants_gpu:
+                wanted.append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
+            for key in (NOT_READY, UNREACHABLE):
+                wanted.append(
+                    {
+                        "key": key,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": 300,
+                    }
+                )
+            spec["tolerations"] = tolerations + [t for t in wanted if t not in tolerations]
+            new.update(
+                metadata=metadata, spec=spec, status={"phase": "Pending", "qosClass": "Burstable"}
+            )
+            stored = self.store.apply(PODS, new, now)
+            self._schedule(stored, now, exclude=exclude)
+            return self.store.get(PODS, namespace, metadata["name"]) or stored
+
+    def _claim_devices(self, namespace: str, template: str) -> int:
+        """Devices a DRA claim made from ``template`` asks for (1 when it cannot tell)."""
+        obj = self.store.get(CLAIM_TEMPLATES, namespace, template)
+        if obj is None:
+            return 1
+        devices = as_dict(as_dict(as_dict(obj.get("spec")).get("spec")).get("devices"))
+        total = 0
+        for request in as_list(devices.get("requests")):
+            request = as_dict(request)
+            exactly = as_dict(request.get("exactly")) or request
+            total += quantity(exactly.get("count", 1)) or 1
+        return total or 1
+
+    def _fit(self, node: SimNode, request: GpuRequest) -> list[tuple[Gpu, MigDevice | None]] | None:
+        """The devices of ``node`` that would serve ``request``, or None when it does not fit."""
+        group = node.group
+        healthy = [gpu for gpu in node.gpus if gpu.healthy]
+        if request.mig:
+            if group.mode != "mig":
+                return None
+            chosen: list[tuple[Gpu, MigDevice | None]] = []
+            for profile, count in request.mig:
+                free = [
+                    (g, d) for g in healthy for d in g.mig if d.profile == profile and not d.pod
+                ]
+                if len(free) < count:
+                    return None
+                chosen += free[:count]
+            return chosen
+        if request.hami:
+            if group.mode != "hami":
+                return None
+            options = []
+            for gpu in healthy:
+                memory = self._hami_memory(gpu, request)
+                used_memory = sum(slot.memory_mib for slot in gpu.slots)
+                used_cores = sum(slot.cores for slot in gpu.slots)
+                if (
+                    len(gpu.slots) < group.hami_split
+                    and used_memory + memory <= gpu.memory_mib
+                    and used_cores + request.cores <= 100
+                ):
+                    options.append(gpu)
+            # HAMi's default GPU policy spreads a node's pods over its GPUs.
+            options.sort(key=lambda gpu: (len(gpu.slots), gpu.index))
+            if len(options) < request.gpus:
+                return None
+            return [(gpu, None) for gpu in options[: request.gpus]]
+        wanted = request.gpus + request.dra_devices
+        if wanted:
+            if group.mode != "whole":
+                return None
+            free_gpus = [gpu for gpu in healthy if not gpu.slots]
+            if len(free_gpus) < wanted:
+                return None
+            return [(gpu, None) for gpu in free_gpus[:wanted]]
+        return []
+
+    @staticmethod
+    def _hami_memory(gpu: Gpu, request: GpuRequest) -> int:
+        # HAMi reads no memory request as the whole card.
+        if request.memory_mib:
+            return request.memory_mib
+        if request.memory_percent:
+            return gpu.memory_mib * request.memory_percent // 100
+        return gpu.memory_mib
+
+    def _unfit_reason(self, node: SimNode, pod: Mapping[str, Any]) -> str | None:
+        obj = self.store.get(NODES, "", node.name)
+        if obj is None:
+            return "node(s) were not found"
+        spec = as_dict(obj.get("spec"))
+        if spec.get("unschedulable") is True:
+            return "node(s) were unschedulable"
+        labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
+        pod_spec = as_dict(pod.get("spec"))
+        selector = as_dict(pod_spec.get("nodeSelector"))
+        if any(labels.get(key) != value for key, value in selector.items()):
+            return "node(s) didn't match Pod's node affinity/selector"
+        tolerations = as_list(pod_spec.get("tolerations"))
+        for taint in as_list(spec.get("taints")):
+            taint = as_dict(taint)
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+                tolerations, taint
+            ):
+                shown = f"{taint.get('key')}: {taint.get('value', '')}"
+                return f"node(s) had untolerated taint {{{shown}}}"
+        return None
+
+    def _schedule(self, pod: JsonObject, now: float, *, exclude: str = "") -> bool:
+        """Place a Pending pod, or record why it cannot be placed."""
+        metadata = as_dict(pod.get("metadata"))
+        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
+        request = pod_request(pod, self._claim_devices)
+        reasons: Counter[str] = Counter()
+        best: tuple[tuple[int, str], SimNode, list[tuple[Gpu, MigDevice | None]]] | None = None
+        for node in self.nodes.values():
+            if node.name == exclude:
+                reasons["node(s) were unschedulable"] += 1
+                continue
+            reason = self._unfit_reason(node, pod)
+            devices = self._fit(node, request) if reason is None else None
+            if reason is None and devices is None:
+                reason = request.shortfall()
+            if reason is not None or devices is None:
+                reasons[reason or request.shortfall()] += 1
+                continue
+            rank = (-node.busy_gpus(), node.name)
+            if best is None or rank < best[0]:
+                best = (rank, node, devices)
+        if best is None:
+            detail = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+            message = f"0/{len(self.nodes)} nodes are available: {detail}."
+            self.store.mutate(PODS, *key, lambda obj: self._mark_unschedulable(obj, message, now))
+            return False
+        _, node, devices = best
+        self._bind(key, pod, node, devices, request, now)
+        return True
+
+    @staticmethod
+    def _mark_unschedulable(obj: JsonObject, message: str, now: float) -> None:
+        status = obj["status"] = as_dict(obj.get("status"))
+        old: JsonObject = next(
+            (
+                as_dict(c)
+                for c in as_list(status.get("conditions"))
+                if as_dict(c).get("type") == "PodScheduled"
+            ),
+            {},
+        )
+        if old.get("message") == message:
+            return
+        status["phase"] = "Pending"
+        status["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastProbeTime": None,
+                "lastTransitionTime": old.get("lastTransitionTime") or timestamp(now),
+            }
+        ]
+
+    def _bind(
+        self,
+        key: PodKey,
+        pod: JsonObject,
+        node: SimNode,
+        devices: list[tuple[Gpu, MigDevice | None]],
+        request: GpuRequest,
+        now: float,
+    ) -> None:
+        for gpu, device in devices:
+            if device is not None:
+                device.pod, device.container = key, request.container
+            elif request.hami:
+                gpu.slots.append(
+                    Slot(key, request.container, self._hami_memory(gpu, request), request.cores)
+                )
+            else:
+                gpu.slots.append(Slot(key, request.container, gpu.memory_mib, 100))
+        self._pod_ips += 1
+        pod_ip = f"10.244.{list(self.nodes).index(node.name)}.{self._pod_ips % 250 + 2}"
+        started = timestamp(now)
+        containers = [as_dict(c) for c in as_list(as_dict(pod.get("spec")).get("containers"))]
+
+        def bind(obj: JsonObject) -> None:
+            obj["spec"] = as_dict(obj.get("spec"))
+            obj["spec"]["nodeName"] = node.name
+            if request.hami:
+                metadata = obj["metadata"] = as_dict(obj.get("metadata"))
+                annotations = metadata["annotations"] = as_dict(metadata.get("annotations"))
+                allocated = "".join(
+                    f"{gpu.uuid},NVIDIA,{self._hami_memory(gpu, request)},{request.cores}:"
+                    for gpu, _ in devices
+                )
+                annotations.update(
+                    {
+                        "hami.io/vgpu-node": node.name,
+                        "hami.io/vgpu-time": str(int(now)),
+                        "hami.io/vgpu-devices-allocated": f"{allocated};",
+                        "hami.io/bind-phase": "success",
+                    }
+                )
+            conditions = [
+                {
+                    "type": kind,
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": started,
+                }
+                for kind in (
+                    "PodReadyToStartContainers",
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled",
+                )
+            ]
+            obj["status"] = {
+                "phase": "Running",
+                "conditions": conditions,
+                "hostIP": node.internal_ip,
+                "hostIPs": [{"ip": node.internal_ip}],
+                "podIP": pod_ip,
+                "podIPs": [{"ip": pod_ip}],
+                "startTime": started,
+                "qosClass": "Burstable",
+                "containerStatuses": [
+                    {
+                        "name": str(c.get("name", "")),
+                        "image": str(c.get("image", "")),
+                        "imageID": "",
+                        "containerID": "containerd://"
+                        + derived_uuid(*key, c.get("name")).replace("-", "")
+                        + derived_uuid(now).replace("-", ""),
+                        "ready": True,
+                        "started": True,
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": started}},
+                        "lastState": {},
+                    }
+                    for c in containers
+                ],
+            }
+
+        self.store.mutate(PODS, *key, bind)
+        logger.debug("placed pod %s/%s on %s", *key, node.name)
+
+    def _release(self, key: PodKey, node_name: str) -> None:
+        node = self.nodes.get(node_name)
+        if node is None:
+            return
+        for gpu in node.gpus:
+            gpu.slots = [slot for slot in gpu.slots if slot.pod != key]
+            for device in gpu.mig:
+                if device.pod == key:
+                    device.pod, device.container = None, ""
+
+    def delete_pod(
+        self, namespace: str, name: str, now: float, *, recreate: bool = True
+    ) -> JsonObject:
+        """Delete a pod and free its devices; its controller (if any) replaces it later."""
+        with self.store.lock:
+            pod = self.store.delete(PODS, namespace, name)
+            if pod is None:
+                raise NotFound(f'pods "{name}" not found')
+            node_name = str(as_dict(pod.get("spec")).get("nodeName") or "")
+            self._release((namespace, name), node_name)
+            owner = controller_of(pod)
+            if recreate and owner is not None:
+                template = {
+                    "metadata": {
+                        key: value
+                        for key, value in as_dict(pod.get("metadata")).items()
+                        if key in ("namespace", "labels", "ownerReferences")
+                    },
+                    "spec": as_dict(pod.get("spec")),
+                }
+                annotations = as_dict(as_dict(pod.get("metadata")).get("annotations"))
+                kept = {k: v for k, v in annotations.items() if not k.startswith("hami.io/")}
+                if kept:
+                    template["metadata"]["annotations"] = kept
+                self._recreations.append(
+                    _Recreation(
+                        due=now + self.config.recreate_delay,
+                        template=template,
+                        base=str(owner.get("name") or name),
+                        exclude=node_name,
+                    )
+                )
+            logger.info("deleted pod %s/%s", namespace, name)
+            return pod
+
+    def evict(self, namespace: str, name: str, now: float) -> None:
+        """The eviction subresource: refused when the pod's disruption budget is exhausted."""
+        with self.store.lock:
+            pod = self.store.get(PODS, namespace, name)
+            if pod is None:
+                raise NotFound(f'pods "{name}" not found')
+            annotations = as_dict(as_dict(pod.get("metadata")).get("annotations"))
+            if str(annotations.get(DISRUPTION_BLOCKED, "")).lower() == "true":
+                raise EvictionBlocked(name)
+            self.delete_pod(namespace, name, now)
+
+    def delete_pods(self, namespace: str, labels: Mapping[str, str], now: float) -> None:
+        """Delete pods (no replacement) whose labels include ``labels``; their owner is gone."""
+        with self.store.lock:
+            for pod in self.store.list(PODS, namespace):
+                pod_labels = as_dict(as_dict(pod.get("metadata")).get("labels"))
+                if all(pod_labels.get(k) == v for k, v in labels.items()):
+                    _, name = str(namespace), str(as_dict(pod.get("metadata")).get("name"))
+                    self.delete_pod(namespace, name, now, recreate=False)
+            self._recreations = [
+                r
+                for r in self._recreations
+                if not (
+                    as_dict(r.template.get("metadata")).get("namespace") == namespace
+                    and all(
+                        as_dict(as_dict(r.template.get("metadata")).get("labels")).get(k) == v
+                        for k, v in labels.items()
+                    )
+                )
+            ]
+
+    def tick(self, now: float) -> None:
+        """Replace deleted pods that are due, then retry every Pending pod."""
+        with self.store.lock:
+            due = [r for r in self._recreations if r.due <= now]
+            self._recreations = [r for r in self._recreations if r.due > now]
+            for recreation in due:
+                self.create_pod(
+                    recreation.template, recreation.base, now, exclude=recreation.exclude
+                )
+            for pod in self.store.list(PODS):
+                spec = as_dict(pod.get("spec"))
+                status = as_dict(pod.get("status"))
+                if not spec.get("nodeName") and status.get("phase") == "Pending":
+                    self._schedule(pod, now)
+
+    # --- metrics -----------------------------------------------------------------------------
+
+    def gpu_samples(self) -> list[GpuSample]:
+        """One DCGM sample per GPU (per MIG instance on MIG GPUs), with the pod using it; a
+        HAMi GPU shows the first of the pods sharing it."""
+        samples = []
+        with self.store.lock:
+            for node in self.nodes.values():
+                for gpu in node.gpus:
+                    if gpu.mig:
+                        samples += [
+                            _sample(node, gpu, device.pod, device.container, device)
+                            for device in gpu.mig
+                        ]
+                    else:
+                        slot = gpu.slots[0] if gpu.slots else None
+                        pod = slot.pod if slot else None
+                        samples.append(_sample(node, gpu, pod, slot.container if slot else ""))
+        return samples
+
+
+def _sample(
+    node: SimNode, gpu: Gpu, pod: PodKey | None, container: str, device: MigDevice | None = None
+) -> GpuSample:
+    namespace, name = pod or ("", "")
+    return GpuSample(
+        hostname=node.name,
+        gpu=gpu.index,
+        uuid=gpu.uuid,
+        pci_bus_id=gpu.pci_bus_id,
+        model_name=node.group.model_name,
+        driver_version=node.group.driver_version,
+        mig_profile=device.profile if device else "",
+        mig_instance=device.gi_id if device else None,
+        namespace=namespace,
+        pod=name,
+        container=container,
+        busy=pod is not None,
+        xid=gpu.xid,
+        memory_mib=mig_memory_mib(device.profile) if device else gpu.memory_mib,
+    )

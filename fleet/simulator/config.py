@@ -1,0 +1,267 @@
+"""What the fleet simulator simulates: node groups, topology, timing and seed workloads.
+
+``SimConfig.demo()`` is the fleet of ``gitops.fleet.demo_fleet()`` (16 HGX nodes of 8 H200 in
+two NVLink domains) with a few tenant workloads already running, so the demo looks used.
+``load_config(path)`` reads another fleet from YAML, for example::
+
+    fleet_name: lab
+    nvlink_domains: 1
+    node_groups:
+      - pool: l40s
+        nodes: 2
+        product: NVIDIA-L40S
+        model_name: NVIDIA L40S
+        gpus_per_node: 4
+        gpu_memory_mib: 46068
+        labels: {ai-factory.io/pool: l40s}
+      - pool: h200-mig
+        nodes: 1
+        mode: mig
+        mig_config: all-balanced
+        mig_profiles: {1g.18gb: 2, 2g.35gb: 1, 3g.71gb: 1}
+
+Unknown keys and wrong types are errors naming the key (``node_groups[0].gpus``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import yaml
+
+GpuMode = Literal["whole", "mig", "hami"]
+OwnerKind = Literal["Job", "ReplicaSet"]
+
+POOL_LABEL = "ai-factory.io/pool"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+H200_PRODUCT = "NVIDIA-H200"
+H200_MODEL = "NVIDIA H200"
+H200_MEMORY_MIB = 143_771
+# The per-GPU layout of mig-parted's ``all-balanced`` config on an H200.
+H200_ALL_BALANCED = (("1g.18gb", 2), ("2g.35gb", 1), ("3g.71gb", 1))
+
+
+class ConfigError(ValueError):
+    """A simulator configuration that cannot be used; the message names the offending keys."""
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Identical GPU nodes of one pool, named ``<pool>-01``, ``<pool>-02``, ...
+
+    ``mode``: ``whole`` (the device plugin advertises ``nvidia.com/gpu``), ``mig`` (mixed
+    strategy, ``nvidia.com/mig-<profile>``, layout ``mig_profiles`` per GPU) or ``hami``
+    (``hami_split`` vGPU slots per GPU plus ``nvidia.com/gpumem`` and ``nvidia.com/gpucores``).
+    ``family`` and ``compute_*`` are derived from known products when left empty; for an
+    unknown product they are simply not labelled.
+    """
+
+    pool: str
+    nodes: int
+    product: str = H200_PRODUCT  # GFD nvidia.com/gpu.product
+    model_name: str = H200_MODEL  # NVML name, as DCGM's modelName label shows it
+    gpus_per_node: int = 8
+    gpu_memory_mib: int = H200_MEMORY_MIB
+    mode: GpuMode = "whole"
+    mig_config: str = ""
+    mig_profiles: tuple[tuple[str, int], ...] = ()  # (profile, instances per GPU)
+    hami_split: int = 10
+    labels: tuple[tuple[str, str], ...] = ()
+    family: str = ""
+    compute_major: int = 0
+    compute_minor: int = 0
+    driver_version: str = "570.172.08"
+    cuda_version: str = "12.8"
+    instance_type: str = "hgx-h200-8gpu"
+    cpus: int = 224
+    memory_gib: int = 2048
+
+
+@dataclass(frozen=True)
+class SeedWorkload:
+    """Pods that run from the start, owned by a Job or a ReplicaSet called ``name``.
+
+    ``resources`` are each pod's container limits; ``pool`` pins the pods to a pool's nodes.
+    """
+
+    namespace: str
+    name: str
+    kind: OwnerKind = "Job"
+    pods: int = 1
+    resources: tuple[tuple[str, str], ...] = ()
+    pool: str = ""
+    queue: str = "default"
+    image: str = "nvcr.io/nvidia/pytorch:25.01-py3"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The simulated fleet and how fast its controllers react (seconds)."""
+
+    node_groups: tuple[NodeGroup, ...] = ()
+    nvlink_domains: int = 1
+    nodes_per_rack: int = 4
+    fleet_name: str = "ai-factory"
+    flux_delay: float = 2.0
+    ready_delay: float = 1.0
+    recreate_delay: float = 1.0
+    seed: int = 0
+    seed_workloads: tuple[SeedWorkload, ...] = ()
+    kubernetes_version: str = "v1.34.1"
+
+    @classmethod
+    def demo(cls) -> SimConfig:
+        """The fleet of ``gitops.fleet.demo_fleet()``, with tenants ``vision`` and
+        ``llm-platform`` already using part of it."""
+        return cls(
+            node_groups=(
+                NodeGroup(pool="h200", nodes=10, labels=((POOL_LABEL, "h200"),)),
+                NodeGroup(
+                    pool="h200-mig",
+                    nodes=2,
+                    mode="mig",
+                    mig_config="all-balanced",
+                    mig_profiles=H200_ALL_BALANCED,
+                    labels=((POOL_LABEL, "h200-mig"),),
+                ),
+                NodeGroup(
+                    pool="h200-hami",
+                    nodes=4,
+                    mode="hami",
+                    hami_split=10,
+                    labels=((POOL_LABEL, "h200-hami"), ("gpu", "on")),
+                ),
+            ),
+            nvlink_domains=2,
+            seed_workloads=(
+                SeedWorkload(
+                    "vision",
+                    "finetune-vit",
+                    pods=2,
+                    resources=(("nvidia.com/gpu", "8"), ("cpu", "96"), ("memory", "1Ti")),
+                    pool="h200",
+                ),
+                SeedWorkload(
+                    "vision",
+                    "eval-vit-small",
+                    pods=3,
+                    resources=(("nvidia.com/mig-1g.18gb", "1"), ("cpu", "4"), ("memory", "32Gi")),
+                    pool="h200-mig",
+                ),
+                SeedWorkload(
+                    "vision",
+                    "eval-vit-large",
+                    resources=(("nvidia.com/mig-3g.71gb", "1"), ("cpu", "8"), ("memory", "64Gi")),
+                    pool="h200-mig",
+                ),
+                SeedWorkload(
+                    "llm-platform",
+                    "chat-small-predictor-6d5f8c7b9c",
+                    kind="ReplicaSet",
+                    pods=2,
+                    resources=(
+                        ("nvidia.com/gpu", "1"),
+                        ("nvidia.com/gpumem", "24000"),
+                        ("nvidia.com/gpucores", "30"),
+                        ("cpu", "8"),
+                        ("memory", "64Gi"),
+                    ),
+                    pool="h200-hami",
+                    image="docker.io/vllm/vllm-openai:v0.10.1",
+                ),
+            ),
+        )
+
+    def pool(self, name: str) -> NodeGroup | None:
+        return next((group for group in self.node_groups if group.pool == name), None)
+
+
+def validate_config(config: SimConfig) -> None:
+    """Raise ``ConfigError`` for values no fleet can have (before any node is built)."""
+    problems: list[str] = []
+    if not config.node_groups:
+        problems.append("node_groups: at least one node group is needed")
+    pools = [group.pool for group in config.node_groups]
+    for index, group in enumerate(config.node_groups):
+        where = f"node_groups[{index}]"
+        if pools.count(group.pool) > 1:
+            problems.append(f"{where}.pool: pool {group.pool!r} is listed twice")
+        if group.nodes < 1 or group.gpus_per_node < 0 or group.gpu_memory_mib < 0:
+            problems.append(f"{where}: nodes must be at least 1 and counts not negative")
+        if group.mode == "mig" and not group.mig_profiles:
+            problems.append(f"{where}.mig_profiles: a MIG group needs its per-GPU layout")
+        if group.mode == "hami" and group.hami_split < 1:
+            problems.append(f"{where}.hami_split: must be at least 1")
+    if config.nvlink_domains < 1 or config.nodes_per_rack < 1:
+        problems.append("nvlink_domains and nodes_per_rack must be at least 1")
+    for index, workload in enumerate(config.seed_workloads):
+        if workload.pool and config.pool(workload.pool) is None:
+            problems.append(f"seed_workloads[{index}].pool: no node group {workload.pool!r}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def load_config(path: str | Path) -> SimConfig:
+    """The simulator configuration in the YAML file at ``path``."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    config = _convert(SimConfig, data, "")
+    validate_config(config)
+    return typing.cast(SimConfig, config)
+
+
+def _convert(hint: Any, value: object, where: str) -> Any:
+    """``value`` from YAML as an instance of the type ``hint`` (dataclasses, tuples, scalars)."""
+    label = where or "(file)"
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{label}: expected a mapping")
+        fields = {f.name for f in dataclasses.fields(hint)}
+        hints = get_type_hints(hint)
+        kwargs: dict[str, Any] = {}
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if key not in fields:
+                raise ConfigError(f"{path}: unknown key (known: {', '.join(sorted(fields))})")
+            kwargs[key] = _convert(hints[key], item, path)
+        try:
+            return hint(**kwargs)
+        except TypeError as exc:  # a required key is missing
+            raise ConfigError(f"{label}: {exc}") from exc
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise ConfigError(f"{label}: must be one of {', '.join(get_args(hint))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        options = [arg for arg in get_args(hint) if arg is not type(None)]
+        return None if value is None else _convert(options[0], value, where)
+    if origin is tuple:
+        item_hint = get_args(hint)[0]
+        if get_origin(item_hint) is tuple:
+            # Pairs (labels, resources, MIG layouts) are written as mappings.
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{label}: expected a mapping")
+            key_hint, value_hint = get_args(item_hint)
+            return tuple(
+                (_convert(key_hint, k, f"{where}.{k}"), _convert(value_hint, v, f"{where}.{k}"))
+                for k, v in value.items()
+            )
+        if not isinstance(value, list):
+            raise ConfigError(f"{label}: expected a list")
+        return tuple(_convert(item_hint, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if hint is str and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)  # quantities such as ``cpu: 8`` in resources
+    if hint in (int, str, bool) and type(value) is hint:
+        return value
+    raise ConfigError(f"{label}: expected {getattr(hint, '__name__', hint)}")

@@ -1,0 +1,697 @@
+"""The Flux player: applies the portal's Git repository to the simulated cluster the way
+kustomize-controller does, and plays helm-controller and KServe for what it applied.
+
+It polls the branch head. ``flux_delay`` seconds after the head moved (or at once when a
+client sets ``reconcile.fluxcd.io/requestedAt`` on a Kustomization or GitRepository, as the
+notification Receiver does) it reconciles that revision:
+
+- ``flux-system/flux-system`` builds ``clusters/<fleet>``; every Flux Kustomization in a
+  successful build output exists from then on and is reconciled in the same pass, parents
+  before children and after its ``dependsOn``, so the tenants' ``<slug>-workloads`` appear
+  once the ``tenants`` Kustomization that defines them applied;
+- every build is ``kubectl kustomize`` through ``gitops.checks.kustomize``; the paths are
+  found with ``flux_kustomizations`` and built in parallel before anything is applied;
+- a successful build is applied (objects get the ``kustomize.toolkit.fluxcd.io/name`` labels,
+  ``targetNamespace`` is honoured) and what left the output is pruned; a failed build leaves
+  the cluster as it was and marks the Kustomization ``Stalled``/``BuildFailed``;
+- HelmReleases become Ready ``ready_delay`` after each install or upgrade; an
+  InferenceService gets predictor pods at once (placed like any pod) and is Ready
+  ``ready_delay`` later when they all run, not Ready while any is Pending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from fleet.simulator.cluster import Cluster, derived_uuid
+from fleet.simulator.config import SimConfig
+from fleet.simulator.store import (
+    GIT_REPOSITORIES,
+    HELM_RELEASES,
+    HTTP_ROUTES,
+    INFERENCE_SERVICES,
+    KUSTOMIZATIONS,
+    NAMESPACES,
+    PODS,
+    JsonObject,
+    Store,
+    as_dict,
+    as_list,
+    key_of,
+    resource_of,
+    timestamp,
+)
+from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
+from gitops.checks.manifests import normalise_dir
+from gitops.repo import GitRepository, GitRepositoryError
+
+logger = logging.getLogger(__name__)
+
+FLUX_GROUP = "kustomize.toolkit.fluxcd.io"
+FLUX_FINALIZER = "finalizers.fluxcd.io"
+REQUESTED_AT = "reconcile.fluxcd.io/requestedAt"
+ISVC_LABEL = "serving.kserve.io/inferenceservice"
+ROOT = ("flux-system", "flux-system")
+# Kinds without a namespace, which ``targetNamespace`` leaves alone.
+CLUSTER_SCOPED = frozenset(
+    {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "PriorityClass",
+        "StorageClass",
+        "DeviceClass",
+        "ClusterPolicy",
+        "ClusterQueue",
+        "Cohort",
+        "ResourceFlavor",
+        "Topology",
+        "WorkloadPriorityClass",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+)
+KSERVE_VERSION = "v0.15.2"
+
+KId = tuple[str, str]
+
+
+def inventory_id(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(``<namespace>_<name>_<group>_<kind>``, version) as in a Kustomization's inventory."""
+    namespace, name = key_of(obj)
+    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+    return f"{namespace}_{name}_{group}_{obj.get('kind', '')}", version
+
+
+def _is_kustomization(obj: Mapping[str, Any]) -> bool:
+    return obj.get("kind") == "Kustomization" and str(obj.get("apiVersion", "")).startswith(
+        f"{FLUX_GROUP}/"
+    )
+
+
+def _condition(
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    previous: list[Any],
+    generation: int | None = None,
+) -> JsonObject:
+    """A status condition that keeps its transition time while status and reason stay."""
+    old = next((as_dict(c) for c in previous if as_dict(c).get("type") == kind), {})
+    same = old.get("status") == status and old.get("reason", "") == reason
+    condition: JsonObject = {"type": kind, "status": status}
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    condition["lastTransitionTime"] = old.get("lastTransitionTime") if same else timestamp(now)
+    condition["reason"] = reason
+    condition["message"] = message
+    return condition
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    return int(as_dict(obj.get("metadata")).get("generation") or 1)
+
+
+@dataclass
+class _Release:
+    due: float | None
+    action: Literal["install", "upgrade"]
+    version: int
+
+
+@dataclass
+class _Endpoint:
+    ready_at: float
+    replicas: int
+
+
+class FluxPlayer:
+    """Reconciles the repository at ``repo_path`` (branch ``branch``) into ``store``."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        store: Store,
+        cluster: Cluster,
+        repo_path: str | Path | None,
+        branch: str,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.cluster = cluster
+        self.repo_path = Path(repo_path) if repo_path else None
+        self.branch = branch
+        self._repo: GitRepository | None = None
+        self._seen: str | None = None
+        self._due: float | None = None
+        # Per Kustomization: the object as its parent applied it, and what it applied.
+        self._specs: dict[KId, JsonObject] = {}
+        self._inventory: dict[KId, dict[str, JsonObject]] = {}
+        self._releases: dict[KId, _Release] = {}
+        self._endpoints: dict[KId, _Endpoint] = {}
+
+    # --- polling -----------------------------------------------------------------------------
+
+    def _head(self) -> str | None:
+        if self.repo_path is None:
+            return None
+        if self._repo is None:
+            if not (self.repo_path / "HEAD").exists():
+                return None
+            try:
+                self._repo = GitRepository(self.repo_path)
+            except GitRepositoryError as exc:
+                logger.warning("cannot open %s: %s", self.repo_path, exc)
+                return None
+        return self._repo.head(self.branch)
+
+    def request_reconcile(self, now: float) -> None:
+        """Reconcile the current head at the next tick, even if it was applied already."""
+        self._due = now
+
+    def tick(self, now: float) -> None:
+        """Notice a new head; reconcile it once ``flux_delay`` has passed."""
+        head = self._head()
+        if head is not None and head != self._seen:
+            self._seen = head
+            self._due = now + self.config.flux_delay
+        if self._due is not None and now >= self._due and self._seen is not None:
+            self._due = None
+            self.reconcile(self._seen, now)
+
+    def advance(self, now: float) -> None:
+        """Move HelmReleases and InferenceServices whose delay has passed to Ready."""
+        with self.store.lock:
+            self._advance_releases(now)
+            self._advance_endpoints(now)
+
+    # --- kustomize-controller ----------------------------------------------------------------
+
+    def reconcile(self, sha: str, now: float) -> None:
+        """Apply revision ``sha`` of the branch: every Kustomization, parents first."""
+        assert self._repo is not None
+        revision = f"{self.branch}@sha1:{sha}"
+        files = self._repo.read_tree(sha)
+        root_path = f"clusters/{self.config.fleet_name}"
+        wanted = {found.path for found in flux_kustomizations(files)} | {root_path}
+        paths = sorted(wanted | {self._path(obj) for obj in self._specs.values()})
+        # kubectl runs outside the lock and in parallel: the API keeps answering meanwhile.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = pool.map(lambda path: kustomize_build(files, path), paths)
+            builds = dict(zip(paths, results, strict=True))
+        logger.info("reconciling %s (%d builds)", revision, len(builds))
+        with self.store.lock:
+            self._specs.setdefault(ROOT, self._root_object(root_path))
+            ready: dict[KId, bool] = {}
+            queue: list[KId] = [ROOT]
+            while queue:
+                kid = next((k for k in queue if self._settled(k, ready, queue)), queue[0])
+                queue.remove(kid)
+                if kid in ready or kid not in self._specs:
+                    continue
+                children = self._reconcile_one(kid, files, builds, revision, ready, now)
+                queue += [child for child in children if child not in ready]
+            for repository in self.store.list(GIT_REPOSITORIES):
+                self._store_artifact(repository, revision, now)
+
+    def _root_object(self, path: str) -> JsonObject:
+        """What ``flux bootstrap`` creates before the repository has been read."""
+        return {
+            "apiVersion": KUSTOMIZATIONS.api_version,
+            "kind": "Kustomization",
+            "metadata": {"name": ROOT[1], "namespace": ROOT[0]},
+            "spec": {
+                "interval": "10m0s",
+                "path": f"./{path}",
+                "prune": True,
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
+            },
+        }
+
+    @staticmethod
+    def _path(obj: Mapping[str, Any]) -> str:
+        path = as_dict(obj.get("spec")).get("path")
+        return normalise_dir(path if isinstance(path, str) else "")
+
+    def _dependencies(self, kid: KId) -> list[KId]:
+        spec = as_dict(self._specs[kid].get("spec"))
+        out = []
+        for dependency in as_list(spec.get("dependsOn")):
+            dependency = as_dict(dependency)
+            out.append((str(dependency.get("namespace") or kid[0]), str(dependency.get("name"))))
+        return out
+
+    def _settled(self, kid: KId, ready: Mapping[KId, bool], queue: list[KId]) -> bool:
+        """True when none of ``kid``'s dependencies is still waiting to be reconciled."""
+        if kid not in self._specs:
+            return True
+        return all(dep in ready or dep not in queue for dep in self._dependencies(kid))
+
+    def _reconcile_one(
+        self,
+        kid: KId,
+        files: Mapping[str, bytes],
+        builds: dict[str, BuildResult],
+        revision: str,
+        ready: dict[KId, bool],
+        now: float,
+    ) -> list[KId]:
+        """Reconcile one Kustomization; returns the Kustomizations it (still) applies."""
+        obj = self._specs[kid]
+        spec = as_dict(obj.get("spec"))
+        previous_children = [
+            key_of(child)
+            for child in self._inventory.get(kid, {}).values()
+            if _is_kustomization(child)
+        ]
+        if spec.get("suspend") is True:
+            ready[kid] = False
+            return previous_children
+        waiting = [dep for dep in self._dependencies(kid) if not ready.get(dep)]
+        if waiting:
+            message = f"dependency '{waiting[0][0]}/{waiting[0][1]}' is not ready"
+            self._set_status(kid, now, ready=False, reason="DependencyNotReady", message=message)
+            ready[kid] = False
+            return previous_children
+        path = self._path(obj)
+        if path not in builds:
+            builds[path] = kustomize_build(files, path)
+        result = builds[path]
+        if not result.ok:
+            logger.info("%s/%s: build failed: %s", *kid, result.error_text)
+            self._set_status(
+                kid,
+                now,
+                ready=False,
+                reason="BuildFailed",
+                message=result.error_text,
+                attempted=revision,
+            )
+            ready[kid] = False
+            return previous_children
+        objects = self._prepare(kid, result.output_objects, spec)
+        self._apply(kid, objects, spec.get("prune") is True, now)
+        self._set_status(
+            kid,
+            now,
+            ready=True,
+            reason="ReconciliationSucceeded",
+            message=f"Applied revision: {revision}",
+            attempted=revision,
+            applied=revision,
+        )
+        ready[kid] = True
+        return [key_of(o) for o in objects.values() if _is_kustomization(o) and key_of(o) != kid]
+
+    def _prepare(
+        self, kid: KId, outputs: list[JsonObject], spec: Mapping[str, Any]
+    ) -> dict[str, JsonObject]:
+        """The build output as Flux applies it, keyed by inventory id."""
+        target = spec.get("targetNamespace")
+        objects: dict[str, JsonObject] = {}
+        for obj in outputs:
+            metadata = obj["metadata"] = as_dict(obj.get("metadata"))
+            if isinstance(target, str) and target and obj.get("kind") not in CLUSTER_SCOPED:
+                metadata["namespace"] = target
+            labels = metadata["labels"] = as_dict(metadata.get("labels"))
+            labels[f"{FLUX_GROUP}/name"] = kid[1]
+            labels[f"{FLUX_GROUP}/namespace"] = kid[0]
+            objects[inventory_id(obj)[0]] = obj
+        return objects
+
+    def _apply(self, kid: KId, objects: dict[str, JsonObject], prune: bool, now: float) -> None:
+        old = self._inventory.get(kid, {})
+        self._inventory[kid] = objects
+        if prune:
+            for object_id in sorted(set(old) - set(objects)):
+                self._delete(old[object_id], now)
+        for obj in objects.values():
+            if key_of(obj) == kid and _is_kustomization(obj):
+                self._specs[kid] = obj  # a Kustomization that applies itself (flux-system)
+            self._upsert(kid, obj, now)
+
+    def _upsert(self, owner: KId, obj: JsonObject, now: float) -> None:
+        resource = resource_of(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if resource is None:
+            return  # not served: it exists only in the inventory
+        key = key_of(obj)
+        if _is_kustomization(obj) and key != owner:
+            self._specs[key] = obj
+        before = self.store.get(resource, *key)
+        desired = dict(obj)
+        metadata = desired["metadata"] = dict(as_dict(obj.get("metadata")))
+        if before is not None:
+            # Server-side apply keeps the labels and annotations other managers set, such as
+            # reconcile.fluxcd.io/requestedAt.
+            old_meta = as_dict(before.get("metadata"))
+            for field in ("labels", "annotations"):
+                merged = {**as_dict(old_meta.get(field)), **as_dict(metadata.get(field))}
+                if merged:
+                    metadata[field] = merged
+        if resource in (KUSTOMIZATIONS, HELM_RELEASES, GIT_REPOSITORIES):
+            metadata["finalizers"] = [FLUX_FINALIZER]
+        if resource is NAMESPACES:
+            desired["status"] = {"phase": "Active"}
+        after = self.store.apply(resource, desired, now)
+        changed = before is None or before.get("spec") != after.get("spec")
+        if resource is HELM_RELEASES and changed:
+            self._start_release(key, after, now)
+        elif resource is INFERENCE_SERVICES and changed:
+            self._start_endpoint(key, after, now)
+
+    def _delete(self, obj: Mapping[str, Any], now: float) -> None:
+        """Prune one object (a Kustomization takes what it applied with it)."""
+        resource = resource_of(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        key = key_of(obj)
+        logger.info("pruning %s %s/%s", obj.get("kind"), *key)
+        if _is_kustomization(obj):
+            spec = as_dict(self._specs.pop(key, {}).get("spec"))
+            for child in self._inventory.pop(key, {}).values():
+                if spec.get("prune") is True:
+                    self._delete(child, now)
+        if resource is None:
+            return
+        self.store.delete(resource, *key)
+        if resource is INFERENCE_SERVICES:
+            self._endpoints.pop(key, None)
+            self.cluster.delete_pods(key[0], {ISVC_LABEL: key[1]}, now)
+        elif resource is HELM_RELEASES:
+            self._releases.pop(key, None)
+        elif resource is NAMESPACES:
+            self.cluster.delete_pods(key[1], {}, now)
+
+    def _set_status(
+        self,
+        kid: KId,
+        now: float,
+        *,
+        ready: bool,
+        reason: str,
+        message: str,
+        attempted: str | None = None,
+        applied: str | None = None,
+    ) -> None:
+        inventory = sorted(inventory_id(o) for o in self._inventory.get(kid, {}).values())
+        if self.store.get(KUSTOMIZATIONS, *kid) is None:
+            # flux-system before its first successful build: bootstrap created it.
+            self._upsert(kid, self._specs[kid], now)
+
+        def change(obj: JsonObject) -> None:
+            status = obj["status"] = as_dict(obj.get("status"))
+            generation = _generation(obj)
+            previous = as_list(status.get("conditions"))
+            conditions = []
+            if reason == "BuildFailed":
+                conditions.append(
+                    _condition("Stalled", "True", reason, message, now, previous, generation)
+                )
+            conditions.append(
+                _condition(
+                    "Ready",
+                    "True" if ready else "False",
+                    reason,
+                    message,
+                    now,
+                    previous,
+                    generation,
+                )
+            )
+            status["conditions"] = conditions
+            status["observedGeneration"] = generation
+            if attempted:
+                status["lastAttemptedRevision"] = attempted
+            if applied:
+                status["lastAppliedRevision"] = applied
+                status["inventory"] = {"entries": [{"id": i, "v": v} for i, v in inventory]}
+            requested = as_dict(as_dict(obj.get("metadata")).get("annotations")).get(REQUESTED_AT)
+            if requested:
+                status["lastHandledReconcileAt"] = requested
+
+        self.store.mutate(KUSTOMIZATIONS, *kid, change)
+
+    def _store_artifact(self, repository: JsonObject, revision: str, now: float) -> None:
+        """source-controller's view: the branch's revision is stored as an artifact."""
+        namespace, name = key_of(repository)
+        sha = revision.rpartition(":")[2]
+        message = f"stored artifact for revision '{revision}'"
+
+        def change(obj: JsonObject) -> None:
+            status = obj["status"] = as_dict(obj.get("status"))
+            previous = as_list(status.get("conditions"))
+            generation = _generation(obj)
+            status["artifact"] = {
+                "digest": "sha256:" + hashlib.sha256(sha.encode()).hexdigest(),
+                "lastUpdateTime": timestamp(now),
+                "path": f"gitrepository/{namespace}/{name}/{sha}.tar.gz",
+                "revision": revision,
+                "url": f"http://source-controller.flux-system.svc.cluster.local./"
+                f"gitrepository/{namespace}/{name}/{sha}.tar.gz",
+            }
+            status["conditions"] = [
+                _condition("Ready", "True", "Succeeded", message, now, previous, generation),
+                _condition(
+                    "ArtifactInStorage", "True", "Succeeded", message, now, previous, generation
+                ),
+            ]
+            status["observedGeneration"] = generation
+
+        self.store.mutate(GIT_REPOSITORIES, namespace, name, change)
+
+    # --- helm-controller ---------------------------------------------------------------------
+
+    def _start_release(self, key: KId, obj: JsonObject, now: float) -> None:
+        state = self._releases.get(key)
+        action: Literal["install", "upgrade"] = "install" if state is None else "upgrade"
+        version = 1 if state is None else state.version + 1
+        self._releases[key] = _Release(now + self.config.ready_delay, action, version)
+        message = f"Running '{action}' action with timeout of 5m0s"
+
+        def change(current: JsonObject) -> None:
+            status = current["status"] = as_dict(current.get("status"))
+            previous = as_list(status.get("conditions"))
+            generation = _generation(current)
+            status["conditions"] = [
+                _condition(
+                    "Reconciling", "True", "Progressing", message, now, previous, generation
+                ),
+                _condition("Ready", "Unknown", "Progressing", message, now, previous, generation),
+            ]
+
+        self.store.mutate(HELM_RELEASES, *key, change)
+
+    def _advance_releases(self, now: float) -> None:
+        for key, state in self._releases.items():
+            if state.due is None or now < state.due:
+                continue
+            state.due = None
+            self.store.mutate(HELM_RELEASES, *key, partial(self._released, state=state, now=now))
+
+    @staticmethod
+    def _released(obj: JsonObject, state: _Release, now: float) -> None:
+        namespace, name = key_of(obj)
+        spec = as_dict(obj.get("spec"))
+        chart = as_dict(as_dict(spec.get("chart")).get("spec"))
+        chart_name = str(chart.get("chart", name))
+        chart_version = str(chart.get("version", "0.0.0"))
+        target = str(spec.get("targetNamespace") or namespace)
+        release = str(
+            spec.get("releaseName") or (f"{target}-{name}" if spec.get("targetNamespace") else name)
+        )
+        storage = str(spec.get("storageNamespace") or target)
+        reason = "InstallSucceeded" if state.action == "install" else "UpgradeSucceeded"
+        message = (
+            f"Helm {state.action} succeeded for release {target}/{release}.v{state.version} "
+            f"with chart {chart_name}@{chart_version}"
+        )
+        status = obj["status"] = as_dict(obj.get("status"))
+        previous = as_list(status.get("conditions"))
+        generation = _generation(obj)
+        config_digest = (
+            "sha256:"
+            + hashlib.sha256(
+                json.dumps(spec.get("values", {}), sort_keys=True).encode()
+            ).hexdigest()
+        )
+        deployed = timestamp(now)
+        history = [
+            {**as_dict(entry), "status": "superseded"} for entry in as_list(status.get("history"))
+        ]
+        first = history[-1].get("firstDeployed", deployed) if history else deployed
+        entry = {
+            "chartName": chart_name,
+            "chartVersion": chart_version,
+            "configDigest": config_digest,
+            "digest": "sha256:"
+            + hashlib.sha256(f"{release}.v{state.version}".encode()).hexdigest(),
+            "firstDeployed": first,
+            "lastDeployed": deployed,
+            "name": release,
+            "namespace": target,
+            "status": "deployed",
+            "version": state.version,
+        }
+        status.update(
+            {
+                "conditions": [
+                    _condition("Ready", "True", reason, message, now, previous, generation),
+                    _condition("Released", "True", reason, message, now, previous, generation),
+                ],
+                "helmChart": f"{namespace}/{namespace}-{name}",
+                "history": [entry, *history][:5],
+                "lastAppliedRevision": chart_version,
+                "lastAttemptedConfigDigest": config_digest,
+                "lastAttemptedGeneration": generation,
+                "lastAttemptedReleaseAction": state.action,
+                "lastAttemptedRevision": chart_version,
+                "observedGeneration": generation,
+                "storageNamespace": storage,
+            }
+        )
+
+    # --- KServe ------------------------------------------------------------------------------
+
+    def _start_endpoint(self, key: KId, obj: JsonObject, now: float) -> None:
+        """(Re)create the predictor's pods for the InferenceService's current spec."""
+        namespace, name = key
+        predictor = as_dict(as_dict(obj.get("spec")).get("predictor"))
+        replicas = max(int(predictor.get("minReplicas") or 1), 1)
+        self.cluster.delete_pods(namespace, {ISVC_LABEL: name}, now)
+        self.cluster.ensure_namespace(namespace, now)
+        digest = hashlib.sha256(json.dumps(predictor, sort_keys=True).encode()).hexdigest()
+        template_hash = "".join("bcdfghjklmnpqrstvwxz2456789"[int(c, 16)] for c in digest[:10])
+        replica_set = f"{name}-predictor-{template_hash}"
+        model = as_dict(predictor.get("model"))
+        if model:
+            model_format = str(as_dict(model.get("modelFormat")).get("name", "huggingface"))
+            containers = [
+                {
+                    "name": "kserve-container",
+                    "image": f"kserve/{model_format}server:{KSERVE_VERSION}",
+                    "args": as_list(model.get("args")),
+                    "resources": as_dict(model.get("resources")),
+                }
+            ]
+        else:
+            containers = [as_dict(c) for c in as_list(predictor.get("containers"))]
+        labels = {
+            **{str(k): str(v) for k, v in as_dict(predictor.get("labels")).items()},
+            ISVC_LABEL: name,
+            "component": "predictor",
+            "app": f"isvc.{name}-predictor",
+            "pod-template-hash": template_hash,
+        }
+        spec: JsonObject = {"containers": containers, "restartPolicy": "Always"}
+        for field in ("nodeSelector", "tolerations", "resourceClaims", "securityContext"):
+            if predictor.get(field):
+                spec[field] = predictor[field]
+        pod = {
+            "metadata": {
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "ReplicaSet",
+                        "name": replica_set,
+                        "uid": derived_uuid(namespace, "ReplicaSet", replica_set),
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        for _ in range(replicas):
+            self.cluster.create_pod(pod, replica_set, now)
+        self._endpoints[key] = _Endpoint(now + self.config.ready_delay, replicas)
+
+        def pending(current: JsonObject) -> None:
+            status = current["status"] = as_dict(current.get("status"))
+            previous = as_list(status.get("conditions"))
+            status["conditions"] = [
+                _condition(kind, "Unknown", "", "", now, previous)
+                for kind in ("IngressReady", "PredictorReady", "Ready")
+            ]
+
+        self.store.mutate(INFERENCE_SERVICES, *key, pending)
+
+    def _advance_endpoints(self, now: float) -> None:
+        for key, state in self._endpoints.items():
+            if now < state.ready_at:
+                continue
+            pods = [
+                pod
+                for pod in self.store.list(PODS, key[0])
+                if as_dict(as_dict(pod.get("metadata")).get("labels")).get(ISVC_LABEL) == key[1]
+            ]
+            running = sum(1 for pod in pods if as_dict(pod.get("status")).get("phase") == "Running")
+            url = self._endpoint_url(*key)
+            self.store.mutate(
+                INFERENCE_SERVICES,
+                *key,
+                partial(self._endpoint_status, ready=running >= state.replicas, url=url, now=now),
+            )
+
+    def _endpoint_url(self, namespace: str, name: str) -> str:
+        """The public URL: the HTTPRoute's host and path prefix for the predictor, if any."""
+        for route in self.store.list(HTTP_ROUTES, namespace):
+            spec = as_dict(route.get("spec"))
+            hostnames = [h for h in as_list(spec.get("hostnames")) if isinstance(h, str)]
+            for rule in as_list(spec.get("rules")):
+                rule = as_dict(rule)
+                backends = {as_dict(b).get("name") for b in as_list(rule.get("backendRefs"))}
+                if f"{name}-predictor" not in backends or not hostnames:
+                    continue
+                prefix = next(
+                    (
+                        str(as_dict(as_dict(m).get("path")).get("value", ""))
+                        for m in as_list(rule.get("matches"))
+                        if as_dict(as_dict(m).get("path")).get("type") == "PathPrefix"
+                    ),
+                    "",
+                )
+                return f"https://{hostnames[0]}{prefix.rstrip('/')}"
+        return f"http://{name}-{namespace}.example.com"
+
+    @staticmethod
+    def _endpoint_status(obj: JsonObject, ready: bool, url: str, now: float) -> None:
+        namespace, name = key_of(obj)
+        status = obj["status"] = as_dict(obj.get("status"))
+        previous = as_list(status.get("conditions"))
+        if ready:
+            status["conditions"] = [
+                _condition("IngressReady", "True", "", "", now, previous),
+                _condition("PredictorReady", "True", "", "", now, previous),
+                _condition("Ready", "True", "", "", now, previous),
+            ]
+            internal = f"http://{name}-predictor.{namespace}.svc.cluster.local"
+            status["url"] = url
+            status["address"] = {"url": internal}
+            status["components"] = {"predictor": {"url": internal, "address": {"url": internal}}}
+        else:
+            reason = "MinimumReplicasUnavailable"
+            message = "Deployment does not have minimum availability."
+            status["conditions"] = [
+                _condition("IngressReady", "True", "", "", now, previous),
+                _condition("PredictorReady", "False", reason, message, now, previous),
+                _condition("Ready", "False", reason, message, now, previous),
+            ]
+        status["observedGeneration"] = _generation(obj)
+        for condition in status["conditions"]:
+            # KServe omits empty reasons and messages.
+            for field in ("reason", "message"):
+                if not condition[field]:
+                    del condition[field]

@@ -1,0 +1,516 @@
+"""The Kubernetes REST API of the simulator, over ``http.server`` (JSON in, JSON out).
+
+Paths, list envelopes and ``Status`` errors are the API server's, so the official client
+works against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and each
+group version), ``/healthz``, nodes (get, list, patch), namespaces (get, list), pods (get,
+list, patch, delete, the ``eviction`` subresource) and the custom resources in
+``store.RESOURCES`` (get, list, patch, delete). Lists take ``labelSelector`` and
+``fieldSelector``; ``limit`` and ``continue`` are ignored (every list is one page) and
+``watch`` is refused. ``/metrics`` is the DCGM exporter's text exposition.
+
+``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:
+it stands for the operator's hands, not for the API.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from fleet.simulator.cluster import EvictionBlocked, NotFound
+from fleet.simulator.dcgm import render_exposition
+from fleet.simulator.flux import REQUESTED_AT
+from fleet.simulator.store import (
+    GIT_REPOSITORIES,
+    KUSTOMIZATIONS,
+    NODES,
+    PODS,
+    RESOURCES,
+    JsonObject,
+    PatchError,
+    Resource,
+    SelectorError,
+    as_dict,
+    field_selector,
+    json_patch,
+    label_selector,
+    merge_patch,
+    select,
+)
+
+if TYPE_CHECKING:
+    from fleet.simulator import Simulator
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MAX_BODY = 8 * 1024 * 1024
+# Resources a client may delete here; nodes and namespaces belong to the simulation.
+DELETABLE = frozenset(r for r in RESOURCES.values() if r.group) | {PODS}
+
+
+class ApiError(Exception):
+    """An error the API answers with a ``Status`` object."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, details: JsonObject | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+
+
+@dataclass(frozen=True)
+class Response:
+    code: int
+    body: bytes
+    content_type: str = JSON
+
+
+def status_object(
+    code: int, reason: str, message: str, details: JsonObject | None = None
+) -> JsonObject:
+    body: JsonObject = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+    }
+    if message:
+        body["message"] = message
+    if reason:
+        body["reason"] = reason
+    if details:
+        body["details"] = details
+    body["code"] = code
+    return body
+
+
+def _json(code: int, payload: Any) -> Response:
+    return Response(code, json.dumps(payload, separators=(",", ":")).encode())
+
+
+def _not_found(resource: Resource, name: str) -> ApiError:
+    details: JsonObject = {"name": name, "kind": resource.plural}
+    if resource.group:
+        details["group"] = resource.group
+    return ApiError(404, "NotFound", f'{resource.qualified} "{name}" not found', details)
+
+
+NO_SUCH_PATH = ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def _parse_body(body: bytes) -> Any:
+    try:
+        return json.loads(body.decode("utf-8") or "null")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ApiError(400, "BadRequest", f"the request body is not valid JSON: {exc}") from exc
+
+
+def _parse_object(body: bytes) -> JsonObject:
+    data = _parse_body(body)
+    if not isinstance(data, dict):
+        raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+    return data
+
+
+class Api:
+    """Routes one request to the simulator; returns a ``Response`` or raises ``ApiError``."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.sim = simulator
+
+    def handle(self, method: str, target: str, headers: Any, body: bytes) -> Response:
+        url = urlsplit(target)
+        parts = [unquote(part) for part in url.path.split("/") if part]
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        if parts[:1] == ["sim"]:
+            return self._control(method, parts[1:], body)
+        self._authorize(headers)
+        if method == "GET":
+            found = self._discovery(parts)
+            if found is not None:
+                return found
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 4:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise NO_SUCH_PATH
+        return self._resource(method, group, version, rest, query, headers, body)
+
+    def _authorize(self, headers: Any) -> None:
+        token = self.sim.token
+        if not token:
+            return
+        given = str(headers.get("Authorization") or "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    # --- discovery ---------------------------------------------------------------------------
+
+    def _discovery(self, parts: list[str]) -> Response | None:
+        if parts in (["healthz"], ["livez"], ["readyz"]):
+            return Response(200, b"ok", "text/plain; charset=utf-8")
+        if parts == ["metrics"]:
+            text = render_exposition(self.sim.gpu_samples(), time.time())
+            return Response(200, text.encode(), METRICS_TYPE)
+        if parts == ["version"]:
+            version = self.sim.config.kubernetes_version
+            major, minor = version.lstrip("v").split(".")[:2]
+            return _json(
+                200,
+                {
+                    "major": major,
+                    "minor": minor,
+                    "gitVersion": version,
+                    "gitCommit": "0" * 40,
+                    "gitTreeState": "clean",
+                    "buildDate": "2025-09-09T00:00:00Z",
+                    "goVersion": "go1.24.6",
+                    "compiler": "gc",
+                    "platform": "linux/amd64",
+                },
+            )
+        if parts == ["api"]:
+            address = self.sim.url.removeprefix("http://")
+            return _json(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": address}
+                    ],
+                },
+            )
+        if parts == ["apis"]:
+            groups = sorted({(r.group, r.version) for r in RESOURCES.values() if r.group})
+            groups.append(("policy", "v1"))
+            return _json(
+                200,
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [
+                        {
+                            "name": group,
+                            "versions": [
+                                {"groupVersion": f"{group}/{version}", "version": version}
+                            ],
+                            "preferredVersion": {
+                                "groupVersion": f"{group}/{version}",
+                                "version": version,
+                            },
+                        }
+                        for group, version in sorted(groups)
+                    ],
+                },
+            )
+        if parts == ["api", "v1"]:
+            return self._resource_list("", "v1")
+        if len(parts) == 3 and parts[0] == "apis":
+            return self._resource_list(parts[1], parts[2])
+        return None
+
+    def _resource_list(self, group: str, version: str) -> Response:
+        entries = []
+        for resource in RESOURCES.values():
+            if (resource.group, resource.version) != (group, version):
+                continue
+            verbs = ["get", "list", "patch"]
+            if resource in DELETABLE:
+                verbs.append("delete")
+            entries.append(
+                {
+                    "name": resource.plural,
+                    "singularName": resource.singular,
+                    "namespaced": resource.namespaced,
+                    "kind": resource.kind,
+                    "verbs": verbs,
+                }
+            )
+        if group == "" and version == "v1":
+            entries.append(
+                {
+                    "name": "pods/eviction",
+                    "singularName": "",
+                    "namespaced": True,
+                    "group": "policy",
+                    "version": "v1",
+                    "kind": "Eviction",
+                    "verbs": ["create"],
+                }
+            )
+        if not entries and (group, version) != ("policy", "v1"):
+            raise NO_SUCH_PATH
+        group_version = f"{group}/{version}" if group else version
+        return _json(
+            200,
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": group_version,
+                "resources": entries,
+            },
+        )
+
+    # --- resources ---------------------------------------------------------------------------
+
+    def _resource(
+        self,
+        method: str,
+        group: str,
+        version: str,
+        rest: list[str],
+        query: dict[str, str],
+        headers: Any,
+        body: bytes,
+    ) -> Response:
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        resource = RESOURCES.get(rest[0]) if rest else None
+        if (
+            resource is None
+            or (resource.group, resource.version) != (group, version)
+            or len(rest) > 3
+            or (namespace is not None and not resource.namespaced)
+            or (namespace is None and resource.namespaced and len(rest) > 1)
+        ):
+            raise NO_SUCH_PATH
+        name = rest[1] if len(rest) > 1 else None
+        if len(rest) == 3:
+            if (resource, rest[2]) != (PODS, "eviction") or namespace is None or name is None:
+                raise NO_SUCH_PATH
+            if method != "POST":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on evictions")
+            return self._evict(namespace, name, body)
+        if name is None:
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+            return self._list(resource, namespace, query)
+        namespace = namespace or ""
+        if method == "GET":
+            obj = self.sim.store.get(resource, namespace, name)
+            if obj is None:
+                raise _not_found(resource, name)
+            return _json(200, obj)
+        if method == "PATCH":
+            return self._patch(resource, namespace, name, headers, body)
+        if method == "DELETE" and resource in DELETABLE:
+            return self._delete(resource, namespace, name)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {resource.plural}")
+
+    def _list(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> Response:
+        if query.get("watch") in ("true", "1"):
+            raise ApiError(405, "MethodNotAllowed", "watch is not supported by the simulator")
+        try:
+            predicates = []
+            if query.get("labelSelector"):
+                predicates.append(label_selector(query["labelSelector"]))
+            if query.get("fieldSelector"):
+                predicates.append(field_selector(query["fieldSelector"], resource))
+        except SelectorError as exc:
+            raise ApiError(400, "BadRequest", str(exc)) from exc
+        with self.sim.store.lock:
+            version = self.sim.store.resource_version
+            items = select(self.sim.store.list(resource, namespace), *predicates)
+        return _json(
+            200,
+            {
+                "apiVersion": resource.api_version,
+                "kind": f"{resource.kind}List",
+                "metadata": {"resourceVersion": version},
+                "items": items,
+            },
+        )
+
+    def _patch(
+        self, resource: Resource, namespace: str, name: str, headers: Any, body: bytes
+    ) -> Response:
+        content_type = str(headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type not in (MERGE_PATCH, STRATEGIC_PATCH, JSON_PATCH):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}",
+            )
+        patch = _parse_body(body)
+        store = self.sim.store
+        now = time.time()
+        with store.lock:
+            current = store.get(resource, namespace, name)
+            if current is None:
+                raise _not_found(resource, name)
+            try:
+                if content_type == JSON_PATCH:
+                    patched = json_patch(current, patch)
+                elif isinstance(patch, dict):
+                    patched = merge_patch(current, patch)
+                else:
+                    raise PatchError("a merge patch must be a JSON object")
+            except PatchError as exc:
+                raise ApiError(422, "Invalid", str(exc)) from exc
+            if not isinstance(patched, dict):
+                raise ApiError(422, "Invalid", "the patched object is not a JSON object")
+            old_meta, new_meta = as_dict(current.get("metadata")), as_dict(patched.get("metadata"))
+            for field in ("name", "namespace", "uid"):
+                if new_meta.get(field) != old_meta.get(field):
+                    raise ApiError(422, "Invalid", f"metadata.{field}: field is immutable")
+            if patched.get("spec") != current.get("spec") and isinstance(
+                patched.get("metadata"), dict
+            ):
+                patched["metadata"]["generation"] = int(old_meta.get("generation") or 0) + 1
+            store.replace(resource, namespace, name, patched)
+            if resource is NODES:
+                self.sim.cluster.sync_node(name, now)
+            if resource in (KUSTOMIZATIONS, GIT_REPOSITORIES):
+                old_at = as_dict(old_meta.get("annotations")).get(REQUESTED_AT)
+                new_at = as_dict(new_meta.get("annotations")).get(REQUESTED_AT)
+                if new_at and new_at != old_at:
+                    self.sim.flux.request_reconcile(now)
+            return _json(200, store.get(resource, namespace, name))
+
+    def _delete(self, resource: Resource, namespace: str, name: str) -> Response:
+        if resource is PODS:
+            try:
+                return _json(200, self.sim.cluster.delete_pod(namespace, name, time.time()))
+            except NotFound as exc:
+                raise _not_found(resource, name) from exc
+        deleted = self.sim.store.delete(resource, namespace, name)
+        if deleted is None:
+            raise _not_found(resource, name)
+        return _json(200, deleted)
+
+    def _evict(self, namespace: str, name: str, body: bytes) -> Response:
+        eviction = _parse_object(body)
+        # Like the API server, a body without apiVersion/kind is read as this endpoint's kind.
+        if eviction.get("kind", "Eviction") != "Eviction":
+            raise ApiError(400, "BadRequest", "the request body must be a policy/v1 Eviction")
+        given = as_dict(eviction.get("metadata")).get("name")
+        if given and given != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        try:
+            self.sim.cluster.evict(namespace, name, time.time())
+        except NotFound as exc:
+            raise _not_found(PODS, name) from exc
+        except EvictionBlocked as exc:
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                {
+                    "causes": [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": f"The disruption budget {name} needs 1 healthy pods "
+                            "and has 1 currently",
+                        }
+                    ]
+                },
+            ) from exc
+        return _json(201, status_object(201, "", ""))
+
+    # --- simulation control ------------------------------------------------------------------
+
+    def _control(self, method: str, parts: list[str], body: bytes) -> Response:
+        sim = self.sim
+        if parts == ["faults"] and method == "DELETE":
+            sim.clear_faults()
+            return _json(200, {"faults": "cleared"})
+        if parts == ["faults"] and method == "POST":
+            fault = _parse_object(body)
+            kind, node = fault.get("kind"), fault.get("node")
+            if not isinstance(node, str):
+                raise ApiError(400, "BadRequest", "a fault needs the node's name in 'node'")
+            try:
+                if kind == "xid":
+                    gpu, xid = fault.get("gpu"), fault.get("xid")
+                    if not isinstance(gpu, int) or not isinstance(xid, int):
+                        raise ApiError(400, "BadRequest", "an xid fault needs integer gpu and xid")
+                    sim.inject_xid(node, gpu, xid)
+                elif kind in ("not-ready", "ready"):
+                    sim.set_node_ready(node, kind == "ready")
+                else:
+                    raise ApiError(400, "BadRequest", "kind must be 'xid', 'not-ready' or 'ready'")
+            except NotFound as exc:
+                raise ApiError(404, "NotFound", str(exc)) from exc
+            return _json(200, sim.store.get(NODES, "", node))
+        if parts == ["objects"] and method == "PUT":
+            request = _parse_object(body)
+            resource = RESOURCES.get(str(request.get("resource")))
+            obj = request.get("object")
+            if resource is None or not isinstance(obj, dict):
+                known = ", ".join(sorted(RESOURCES))
+                raise ApiError(
+                    400, "BadRequest", f"give 'resource' (one of {known}) and an 'object'"
+                )
+            return _json(200, sim.store.put_raw(resource, obj))
+        if parts == ["tick"] and method == "POST":
+            sim.tick()
+            return _json(200, {"resourceVersion": sim.store.resource_version})
+        raise NO_SUCH_PATH
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
+    server: ApiServer
+
+    def _serve(self) -> None:
+        try:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError as exc:
+                raise ApiError(400, "BadRequest", "invalid Content-Length") from exc
+            if length > MAX_BODY:
+                raise ApiError(413, "RequestEntityTooLarge", "the request body is too large")
+            body = self.rfile.read(length) if length > 0 else b""
+            response = self.server.api.handle(self.command, self.path, self.headers, body)
+        except ApiError as exc:
+            response = _json(
+                exc.code, status_object(exc.code, exc.reason, exc.message, exc.details)
+            )
+        except Exception:
+            # One bad request must never take the server down.
+            logger.exception("simulator request %s %s failed", self.command, self.path)
+            response = _json(500, status_object(500, "InternalError", "internal error"))
+        self.send_response(response.code)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        self.end_headers()
+        self.wfile.write(response.body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s - %s", self.address_string(), format % args)
+
+
+class ApiServer(ThreadingHTTPServer):
+    """The HTTP server; one thread per connection."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], api: Api) -> None:
+        super().__init__(address, _Handler)
+        self.api = api
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Request errors are answered in the handler; what reaches here is a client hanging up
+        # mid-connection, which is no reason for a traceback on stderr.
+        logger.debug("connection from %s ended abruptly", client_address, exc_info=True)

@@ -1,0 +1,86 @@
+"""Background work of the fleet app: the sync, drains, and flavors from the inventory."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from fleet import services
+from fleet.kube import KubeError
+from fleet.models import Node
+from portal.audit import record_audit
+from portal.jobs import job_task
+from portal.models import Job
+
+# Scheduled syncs run every few seconds; keep an hour of them, not the job retention's worth.
+SCHEDULED_SYNC_KEEP = timedelta(hours=1)
+
+
+@job_task("fleet.sync")
+def sync(job: Job) -> None:
+    """Read the cluster once. A source that cannot be read is recorded as stale, not retried:
+    the next scheduled sync is the retry."""
+    report = services.sync_all(progress=job.set_progress)
+    if report.errors:
+        job.append_log("; ".join(f"{source}: {error}" for source, error in report.errors.items()))
+    if report.moved_changes:
+        job.append_log(f"changes moved on: {', '.join(f'#{pk}' for pk in report.moved_changes)}")
+    Job.objects.filter(
+        task="fleet.sync",
+        trigger=Job.Trigger.SCHEDULE,
+        status=Job.Status.SUCCEEDED,
+        finished_at__lt=timezone.now() - SCHEDULED_SYNC_KEEP,
+    ).delete()
+
+
+@job_task("fleet.drain")
+def drain(job: Job) -> None:
+    """Evict the pods an admin confirmed, one by one, with progress; report what stayed."""
+    node_name = job.kwargs["node"]
+    pods = list(job.kwargs.get("pods", []))
+    job.set_progress(1, f"evicting {len(pods)} pods from {node_name}")
+    evicted, failed = services.evict_pods(node_name, pods, progress=job.set_progress)
+    node = Node.objects.filter(name=node_name).first()
+    if node is not None:
+        record_audit(
+            actor=job.created_by,
+            action="node.drain_finished",
+            target=node,
+            diff={"evicted": [None, evicted], "not_evicted": [None, failed]},
+        )
+    if failed:
+        for pod, why in failed.items():
+            job.append_log(f"{pod}: {why}")
+        raise RuntimeError(
+            f"{len(failed)} of {len(pods)} pods could not be evicted from {node_name}; "
+            "they are listed in the log. The node stays cordoned."
+        )
+    job.set_progress(100, f"evicted {len(evicted)} pods; {node_name} stays cordoned")
+    if node is not None:
+        try:
+            left = [
+                f"{p.namespace}/{p.name}"
+                for p in services.drain_plan(node).evict
+                if f"{p.namespace}/{p.name}" not in evicted
+            ]
+        except KubeError as exc:
+            job.append_log(f"could not list what is left on {node_name}: {exc}")
+        else:
+            job.append_log(
+                f"{len(left)} pod{'' if len(left) == 1 else 's'} arrived after the plan, "
+                f"still on {node_name}: "
+                f"{', '.join(left)}; drain again to evict them"
+                if left
+                else f"{node_name} runs no workload pods any more"
+            )
+
+
+@job_task("fleet.reconcile_flavors")
+def reconcile_flavors(job: Job) -> None:
+    change, notes = services.do_reconcile_flavors(acting_user=job.created_by)
+    for note in notes:
+        job.append_log(note)
+    job.set_progress(
+        100, f"pull request #{change.pk} is open" if change else "flavors match the inventory"
+    )

@@ -1,0 +1,25 @@
+"""Fleet URLs. The ``fleet/`` pages are for platform admins (404 for everyone else); the
+tenant status page resolves through get_tenant_for_user (tests/tenants/test_isolation.py walks
+it). Node names may hold dots, so they are matched as ``str``."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from fleet import views
+
+app_name = "fleet"
+
+urlpatterns = [
+    path("fleet/", views.overview, name="overview"),
+    path("fleet/sync/", views.sync_now, name="sync"),
+    path("fleet/flavors/recount/", views.reconcile_flavors, name="reconcile_flavors"),
+    path("fleet/nodes/", views.node_list, name="nodes"),
+    path("fleet/nodes/<str:name>/", views.node_detail, name="node"),
+    path("fleet/nodes/<str:name>/cordon/", views.node_cordon, name="cordon"),
+    path("fleet/nodes/<str:name>/uncordon/", views.node_uncordon, name="uncordon"),
+    path("fleet/nodes/<str:name>/drain/", views.node_drain, name="drain"),
+    path("fleet/topology/", views.topology_page, name="topology"),
+    path("fleet/status/", views.flux_status, name="status"),
+    path("t/<slug:tenant>/status/", views.tenant_status, name="tenant_status"),
+]

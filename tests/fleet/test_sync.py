@@ -1,0 +1,319 @@
+"""The sync against the fleet simulator over HTTP: inventory, applied/failed changes, stale data,
+faults, malformed objects and the drain flow. The same client code a real cluster gets."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from fleet import services
+from fleet.models import FluxObject, Node, SyncState, Workload
+from fleet.simulator import Simulator
+from fleet.simulator.config import SimConfig
+from gitops.models import ChangeRequest
+from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+from portal.jobs import enqueue
+from portal.models import AuditEvent, Job
+
+SHARE = GpuShare(name="infer", flavor="h200", kind="whole", count=2)
+ENDPOINT = EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="infer")
+CLUSTER = TenantClusterSpec(name="dev", node_pools=("h200",), gpu_quota=2)
+
+
+@pytest.fixture
+def sim(settings: Any) -> Iterator[Simulator]:
+    """A simulator of the demo fleet playing Flux on this test's repository, with no delays
+    (tests step it with ``tick()``)."""
+    config = dataclasses.replace(SimConfig.demo(), flux_delay=0, ready_delay=0, recreate_delay=0)
+    simulator = Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main")
+    settings.FLEET_API_URL = simulator.start("127.0.0.1", 0)
+    settings.FLEET_API_TOKEN = ""
+    settings.FLEET_KUBECONFIG = ""
+    settings.FLEET_IN_CLUSTER = False
+    settings.FLEET_API_TIMEOUT = 5
+    settings.FLEET_EVICTION_RETRY_SECONDS = 0
+    try:
+        yield simulator
+    finally:
+        simulator.stop()
+
+
+def _reconcile(sim: Simulator) -> None:
+    """Flux reconciles, then the controllers make things ready: two steps of the simulator."""
+    sim.tick()
+    sim.tick()
+
+
+@pytest.mark.django_db
+def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
+    report = services.sync_all()
+    assert report.ok, report.errors
+    assert Node.objects.count() == 16
+    flavors = {n.flavor for n in Node.objects.all()}
+    assert flavors == {"h200", "h200-mig", "h200-hami"}
+    whole = Node.objects.filter(flavor="h200").first()
+    assert whole is not None
+    assert (whole.product, whole.gpu_count, whole.gpu_memory_mib) == ("NVIDIA-H200", 8, 143771)
+    assert whole.gpu_allocatable["nvidia.com/gpu"] == 8
+    assert whole.health == "healthy" and whole.ready is True
+    mig = Node.objects.filter(flavor="h200-mig").first()
+    assert mig is not None and mig.sharing == "mig"
+    assert mig.mig_profiles == {"1g.18gb": 16, "2g.35gb": 8, "3g.71gb": 8}
+    assert len({n.domain for n in Node.objects.all()}) == 2  # two NVLink domains
+    assert all(n.rack and n.block for n in Node.objects.all())
+    vision = Workload.objects.filter(tenant_slug="vision")
+    assert vision.exists()
+    assert all(w.node for w in vision)
+    states = {s.source: s for s in SyncState.objects.all()}
+    assert set(states) == {"nodes", "pods", "flux", "kserve"}
+    assert not any(s.stale for s in states.values())
+
+
+@pytest.mark.django_db
+def test_it_runs_as_a_job_with_progress(
+    sim: Simulator, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        job = enqueue("fleet.sync", title="sync")
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    assert job.progress == 100
+    assert "16 nodes" in job.log
+
+
+@pytest.mark.django_db
+def test_it_marks_a_merged_change_applied_when_flux_reports_it(
+    sim: Simulator,
+    merged_change: Callable[..., ChangeRequest],
+    login: Callable[[str], Client],
+) -> None:
+    onboarding = merged_change(TenantSpec(slug="alpha"))
+    services.sync_all()
+    onboarding.refresh_from_db()
+    assert onboarding.apply_state == "pending"  # Flux has not reconciled yet
+    _reconcile(sim)
+    services.sync_all()
+    onboarding.refresh_from_db()
+    assert onboarding.apply_state == "applied", onboarding.apply_message
+    tenants = FluxObject.objects.get(kind="Kustomization", namespace="flux-system", name="tenants")
+    assert tenants.last_applied_revision == f"main@sha1:{onboarding.merge_sha}"
+    assert FluxObject.objects.filter(tenant_slug="alpha", kind="Kustomization").exists()
+
+    endpoint = merged_change(
+        TenantSpec(slug="alpha", shares=(SHARE,), endpoints=(ENDPOINT,), clusters=(CLUSTER,))
+    )
+    _reconcile(sim)
+    services.sync_all()
+    endpoint.refresh_from_db()
+    assert endpoint.apply_state == "applied", endpoint.apply_message
+    isvc = FluxObject.objects.get(kind="InferenceService", namespace="alpha", name="chat")
+    assert isvc.state == "ready"
+    assert isvc.url.startswith("http")
+    assert Workload.objects.filter(tenant_slug="alpha").exclude(node="").exists()
+    assert AuditEvent.objects.filter(action="change.apply_applied", tenant_slug="alpha").exists()
+    vcluster = FluxObject.objects.get(kind="HelmRelease", name="alpha-dev")
+    assert vcluster.is_vcluster and vcluster.released is True
+    assert vcluster.cluster_state == "ready"
+    page = login("bob").get("/t/alpha/status/")
+    assert page.status_code == 200
+    assert page.context["clusters"] == [{"name": "dev", "obj": vcluster}]
+    assert isvc.url in page.content.decode()
+    assert login("charlie").get("/t/alpha/status/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_it_marks_a_change_failed_with_the_build_error(
+    sim: Simulator, merged_change: Callable[..., ChangeRequest]
+) -> None:
+    merged_change(TenantSpec(slug="alpha"))
+    _reconcile(sim)
+    broken = merged_change(
+        changes={
+            "tenants/alpha/kustomization.yaml": (
+                b"apiVersion: kustomize.config.k8s.io/v1beta1\n"
+                b"kind: Kustomization\nresources:\n- missing.yaml\n"
+            )
+        }
+    )
+    _reconcile(sim)
+    services.sync_all()
+    broken.refresh_from_db()
+    assert broken.apply_state == "failed"
+    assert "flux-system/tenants" in broken.apply_message
+    assert "missing.yaml" in broken.apply_message
+    tenants = FluxObject.objects.get(kind="Kustomization", namespace="flux-system", name="tenants")
+    assert tenants.state == "failed"
+    assert tenants.last_applied_revision != f"main@sha1:{broken.merge_sha}"
+
+
+@pytest.mark.django_db
+def test_it_keeps_old_rows_and_marks_them_stale_when_the_api_is_down(
+    sim: Simulator, login: Callable[[str], Client], settings: Any
+) -> None:
+    services.sync_all()
+    sim.stop()
+    report = services.sync_all()
+    assert set(report.errors) == {"nodes", "pods", "flux", "kserve"}
+    assert Node.objects.count() == 16  # the last good read stays
+    nodes = SyncState.objects.get(source="nodes")
+    assert nodes.stale and "did not answer" in nodes.error
+    assert nodes.last_success is not None
+    page = login("pam").get("/fleet/")
+    assert page.status_code == 200
+    assert "did not answer" in page.content.decode()
+
+
+@pytest.fixture
+def silent_api(settings: Any) -> Iterator[str]:
+    """A server that accepts connections and never answers: the API timing out."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                held.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    settings.FLEET_API_URL = f"http://127.0.0.1:{server.getsockname()[1]}"
+    settings.FLEET_API_TIMEOUT = 0.5
+    try:
+        yield settings.FLEET_API_URL
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@pytest.mark.django_db
+def test_it_treats_a_timeout_as_stale_data_not_a_crash(silent_api: str) -> None:
+    started = time.monotonic()
+    report = services.sync_all()
+    assert time.monotonic() - started < 30
+    assert set(report.errors) == {"nodes", "pods", "flux", "kserve"}
+    assert all(SyncState.objects.get(source=s).stale for s in report.errors)
+
+
+@pytest.mark.django_db
+def test_it_shows_malformed_and_unknown_objects_as_unknown(
+    sim: Simulator, login: Callable[[str], Client]
+) -> None:
+    sim.put_object("nodes", {"metadata": {"name": "odd-1", "labels": ["not", "a", "map"]}})
+    sim.put_object(
+        "nodes",
+        {
+            "metadata": {
+                "name": "mystery-1",
+                "labels": {"nvidia.com/gpu.product": "ACME-X1", "nvidia.com/gpu.count": "lots"},
+            },
+            "status": "broken",
+        },
+    )
+    sim.put_object("nodes", {"metadata": {"labels": {"a": "b"}}, "status": {}})
+    report = services.sync_all()
+    assert "nodes" not in report.errors
+    odd = Node.objects.get(name="odd-1")
+    assert odd.health == "unknown" and odd.product == "" and odd.problems
+    mystery = Node.objects.get(name="mystery-1")
+    assert (mystery.product, mystery.flavor, mystery.gpu_count) == ("ACME-X1", "", 0)
+    assert any("gpu.count" in p for p in mystery.problems)
+    assert SyncState.objects.get(source="nodes").skipped == 1  # the nameless one
+    client = login("pam")
+    for url in ["/fleet/", "/fleet/nodes/", "/fleet/nodes/odd-1/", "/fleet/nodes/mystery-1/"]:
+        assert client.get(url).status_code == 200, url
+    assert "unknown" in client.get("/fleet/nodes/odd-1/").content.decode()
+
+
+@pytest.mark.django_db
+def test_it_shows_injected_gpu_and_node_faults(
+    sim: Simulator, login: Callable[[str], Client]
+) -> None:
+    sim.inject_xid("h200-03", 5, 79)
+    sim.set_node_ready("h200-07", False)
+    services.sync_all()
+    fallen = Node.objects.get(name="h200-03")
+    assert fallen.health == "unhealthy"
+    assert any("XID 79" in reason for reason in fallen.health_reasons), fallen.health_reasons
+    assert fallen.gpu_allocatable["nvidia.com/gpu"] == 7
+    down = Node.objects.get(name="h200-07")
+    assert (down.health, down.ready) == ("unhealthy", None)
+    assert any("Kubelet stopped posting node status." in r for r in down.health_reasons)
+    page = login("pam").get("/fleet/nodes/h200-03/").content.decode()
+    assert "SysLogsGPUFallenOff" in page
+    sim.clear_faults()
+    services.sync_all()
+    assert Node.objects.get(name="h200-03").health == "healthy"
+
+
+def _busy_node() -> Node:
+    pod = Workload.objects.filter(tenant_slug="vision", owner_kind="Job").exclude(node="").first()
+    assert pod is not None
+    return Node.objects.get(name=pod.node)
+
+
+@pytest.mark.django_db
+def test_it_drains_a_node_through_the_eviction_api(
+    sim: Simulator, world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    services.sync_all()
+    node = _busy_node()
+    before = Workload.objects.filter(tenant_slug="vision").count()
+    plan = services.drain_plan(node)
+    assert plan.tenants == ["vision"]
+    assert plan.evict and all(p.node == node.name for p in plan.evict)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.do_drain(node, acting_user=world["pam"], plan=plan)
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.log
+    sim.tick()  # controllers re-create evicted pods elsewhere
+    services.sync_all()
+    node.refresh_from_db()
+    assert node.unschedulable  # cordoned in the cluster, read back by the sync
+    assert not Workload.objects.filter(node=node.name).exists()
+    assert Workload.objects.filter(tenant_slug="vision").count() == before
+    actions = set(AuditEvent.objects.values_list("action", "tenant_slug"))
+    assert {("node.cordon", ""), ("node.drain", ""), ("node.drain", "vision")} <= actions
+    assert ("node.drain_finished", "") in actions
+
+
+@pytest.mark.django_db
+def test_it_reports_pods_a_disruption_budget_protects(
+    sim: Simulator, world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    services.sync_all()
+    node = _busy_node()
+    plan = services.drain_plan(node)
+    blocked = plan.evict[0]
+    sim.put_object(
+        "pods",
+        {
+            **sim.get_object("pods", blocked.namespace, blocked.name),
+            "metadata": {
+                **sim.get_object("pods", blocked.namespace, blocked.name)["metadata"],
+                "annotations": {"sim.ai-factory.io/disruption-blocked": "true"},
+            },
+        },
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.do_drain(node, acting_user=world["pam"], plan=plan)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+    assert f"{blocked.namespace}/{blocked.name}" in job.log
+    assert "disruption budget" in job.log
