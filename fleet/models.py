@@ -65,6 +65,11 @@ class Node(models.Model):
         return self.name
 
     @property
+    def gpu_memory_gib(self) -> int:
+        """Memory per GPU in whole GiB, as GPU memory is usually quoted (143771 MiB: 140)."""
+        return self.gpu_memory_mib // 1024
+
+    @property
     def domain(self) -> str:
         """The NVLink domain: the GFD clique, else the topology block."""
         return self.clique or self.block

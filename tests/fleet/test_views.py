@@ -42,6 +42,7 @@ def make_node(name: str, **fields: Any) -> Node:
         "flavor": "h200",
         "product": "NVIDIA-H200",
         "gpu_count": 8,
+        "gpu_memory_mib": 143771,
         "sharing": "whole",
         "health": "healthy",
         "ready": True,
@@ -196,6 +197,7 @@ def test_it_shows_every_fleet_page_to_a_platform_admin(
         response = pam.get(url)
         assert response.status_code == 200, url
         assert text in response.content.decode(), url
+    assert "140 GiB each" in pam.get("/fleet/nodes/").content.decode()
 
 
 @pytest.mark.parametrize("who", ["alice", "nora", "fiona"])
