@@ -260,3 +260,11 @@ def topology(uses: Iterable[NodeUse]) -> list[Domain]:
         )
         for domain, racks in sorted(grouped.items(), key=lambda kv: last_if_empty(kv[0]))
     ]
+
+
+def domain_free_gpus(flavor: str) -> dict[str, int]:
+    """Whole GPUs free now per NVLink domain on the nodes of ``flavor``, from the synced rows
+    (empty when nothing is known)."""
+    nodes = Node.objects.filter(flavor=flavor)
+    workloads = Workload.objects.filter(node__in=nodes.values("name"))
+    return {domain.name: domain.free_gpus for domain in topology(node_uses(nodes, workloads))}

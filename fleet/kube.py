@@ -11,6 +11,7 @@ becomes ``KubeError`` with a sentence a person can act on; callers mark their da
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Callable
@@ -112,6 +113,22 @@ class Kube:
                 kind.group, kind.version, kind.plural, **kw
             ),
         )
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
+        """A Secret's ``data``, decoded. The portal reads only the Secrets it names (vCluster
+        kubeconfigs), never lists them: its RBAC grants ``get`` alone."""
+        what = f"read secret {namespace}/{name}"
+        body = self._call(
+            what, lambda **kw: self.core.read_namespaced_secret(name, namespace, **kw)
+        )
+        data = (body.get("data") or {}) if isinstance(body, dict) else None
+        if not isinstance(data, dict):
+            raise KubeError(f"The API server's answer to {what} is not a Secret.")
+        try:
+            return {str(key): base64.b64decode(value, validate=True) for key, value in data.items()}
+        except (TypeError, ValueError) as exc:
+            # The message leaves the value out: it is a credential.
+            raise KubeError(f"Could not {what}: its data is not base64.") from exc
 
     def set_unschedulable(self, node: str, value: bool) -> None:
         """Cordon (True) or uncordon (False) a node, as ``kubectl cordon`` does."""

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "tenants",
     "gitops",
     "fleet",
+    "catalog",
     "billing",
 ]
 
@@ -77,6 +78,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.navigation",
+                "catalog.context_processors.inbox",
             ],
         },
     },
@@ -203,6 +205,8 @@ EMAIL_HOST_USER = env("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "portal@localhost")
+# How the portal is reached from outside: links in e-mails point here.
+PORTAL_BASE_URL = env("PORTAL_BASE_URL", "http://127.0.0.1:8000")
 
 # --- background tasks -----------------------------------------------------------------------
 # With no broker the in-process runner (portal/jobs.py) executes tasks on a thread pool after
@@ -284,6 +288,15 @@ CELERY_BEAT_SCHEDULE["fleet-sync"] = {
 CELERY_BEAT_SCHEDULE["fleet-flavors"] = {
     "task": "fleet.reconcile_flavors",
     "schedule": crontab(minute="*/10"),
+}
+# Catalog requests follow their pull requests and the cluster as often as the fleet is read.
+CELERY_BEAT_SCHEDULE["catalog-advance"] = {
+    "task": "catalog.advance",
+    "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),
+}
+CELERY_BEAT_SCHEDULE["catalog-expire"] = {
+    "task": "catalog.expire_reservations",
+    "schedule": crontab(minute=5),
 }
 
 LOGGING = {

@@ -14,6 +14,8 @@ urlpatterns = [
     path("", include("tenants.urls")),
     path("", include("gitops.urls")),
     path("", include("fleet.urls")),
+    path("", include("catalog.urls")),
+    path("", include("catalog.urls_admin")),
     path("git/", include("gitops.githttp")),
     path("accounts/", include("allauth.urls")),
     path("django-admin/", admin.site.urls),

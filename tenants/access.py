@@ -27,6 +27,17 @@ def is_platform_admin(user: Any) -> bool:
     return PlatformRole.Name.PLATFORM_ADMIN in platform_roles(user)
 
 
+def platform_admins() -> list[Any]:
+    """Everyone with the platform admin role (who hears about new requests)."""
+    from django.contrib.auth import get_user_model
+
+    return list(
+        get_user_model().objects.filter(
+            platform_roles__role=PlatformRole.Name.PLATFORM_ADMIN, is_active=True
+        )
+    )
+
+
 def is_finance(user: Any) -> bool:
     return PlatformRole.Name.FINANCE in platform_roles(user)
 

@@ -31,6 +31,11 @@ class Tenant(models.Model):
         max_length=16, choices=TrustLevel.choices, default=TrustLevel.SHARED
     )
     cost_centre = models.CharField(max_length=64, blank=True)
+    gpu_quota = models.PositiveIntegerField(
+        default=16,
+        help_text="The most GPUs the tenant's shares may add up to (MIG slices and HAMi slots "
+        "counted as fractions of a GPU).",
+    )
     contacts = models.JSONField(
         default=list, blank=True, help_text="E-mail addresses that hear about this tenant."
     )

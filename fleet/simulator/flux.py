@@ -14,7 +14,8 @@ notification Receiver does) it reconciles that revision:
 - a successful build is applied (objects get the ``kustomize.toolkit.fluxcd.io/name`` labels,
   ``targetNamespace`` is honoured) and what left the output is pruned; a failed build leaves
   the cluster as it was and marks the Kustomization ``Stalled``/``BuildFailed``;
-- HelmReleases become Ready ``ready_delay`` after each install or upgrade; an
+- HelmReleases become Ready ``ready_delay`` after each install or upgrade, and a vCluster
+  release then exports its kubeconfig Secret (``vcluster``), removed with the release; an
   InferenceService gets predictor pods at once (placed like any pod) and is Ready
   ``ready_delay`` later when they all run, not Ready while any is Pending.
 """
@@ -41,6 +42,7 @@ from fleet.simulator.store import (
     KUSTOMIZATIONS,
     NAMESPACES,
     PODS,
+    SECRETS,
     JsonObject,
     Store,
     as_dict,
@@ -49,6 +51,7 @@ from fleet.simulator.store import (
     resource_of,
     timestamp,
 )
+from fleet.simulator.vcluster import exported_kubeconfig
 from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
 from gitops.checks.manifests import normalise_dir
 from gitops.repo import GitRepository, GitRepositoryError
@@ -125,11 +128,24 @@ def _generation(obj: Mapping[str, Any]) -> int:
     return int(as_dict(obj.get("metadata")).get("generation") or 1)
 
 
+def _release_names(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(target namespace, Helm release name) of a HelmRelease, with helm-controller's defaults."""
+    namespace, name = key_of(obj)
+    spec = as_dict(obj.get("spec"))
+    target = str(spec.get("targetNamespace") or namespace)
+    release = str(
+        spec.get("releaseName") or (f"{target}-{name}" if spec.get("targetNamespace") else name)
+    )
+    return target, release
+
+
 @dataclass
 class _Release:
     due: float | None
     action: Literal["install", "upgrade"]
     version: int
+    # The kubeconfig Secret the installed chart exported (vCluster), to remove with it.
+    kubeconfig: KId | None = None
 
 
 @dataclass
@@ -389,9 +405,13 @@ class FluxPlayer:
             self._endpoints.pop(key, None)
             self.cluster.delete_pods(key[0], {ISVC_LABEL: key[1]}, now)
         elif resource is HELM_RELEASES:
-            self._releases.pop(key, None)
+            state = self._releases.pop(key, None)
+            if state is not None and state.kubeconfig is not None:
+                self.store.delete(SECRETS, *state.kubeconfig)
         elif resource is NAMESPACES:
             self.cluster.delete_pods(key[1], {}, now)
+            for secret in self.store.list(SECRETS, key[1]):
+                self.store.delete(SECRETS, *key_of(secret))
 
     def _set_status(
         self,
@@ -476,7 +496,12 @@ class FluxPlayer:
         state = self._releases.get(key)
         action: Literal["install", "upgrade"] = "install" if state is None else "upgrade"
         version = 1 if state is None else state.version + 1
-        self._releases[key] = _Release(now + self.config.ready_delay, action, version)
+        self._releases[key] = _Release(
+            now + self.config.ready_delay,
+            action,
+            version,
+            kubeconfig=state.kubeconfig if state is not None else None,
+        )
         message = f"Running '{action}' action with timeout of 5m0s"
 
         def change(current: JsonObject) -> None:
@@ -497,7 +522,21 @@ class FluxPlayer:
             if state.due is None or now < state.due:
                 continue
             state.due = None
-            self.store.mutate(HELM_RELEASES, *key, partial(self._released, state=state, now=now))
+            released = self.store.mutate(
+                HELM_RELEASES, *key, partial(self._released, state=state, now=now)
+            )
+            if released is not None:
+                self._export_kubeconfig(state, released, now)
+
+    def _export_kubeconfig(self, state: _Release, release: JsonObject, now: float) -> None:
+        """What the vCluster syncer does once it runs: (re)write the kubeconfig Secret."""
+        secret = exported_kubeconfig(release, *_release_names(release))
+        written = key_of(secret) if secret is not None else None
+        if state.kubeconfig is not None and state.kubeconfig != written:
+            self.store.delete(SECRETS, *state.kubeconfig)
+        if secret is not None:
+            self.store.apply(SECRETS, secret, now)
+        state.kubeconfig = written
 
     @staticmethod
     def _released(obj: JsonObject, state: _Release, now: float) -> None:
@@ -506,10 +545,7 @@ class FluxPlayer:
         chart = as_dict(as_dict(spec.get("chart")).get("spec"))
         chart_name = str(chart.get("chart", name))
         chart_version = str(chart.get("version", "0.0.0"))
-        target = str(spec.get("targetNamespace") or namespace)
-        release = str(
-            spec.get("releaseName") or (f"{target}-{name}" if spec.get("targetNamespace") else name)
-        )
+        target, release = _release_names(obj)
         storage = str(spec.get("storageNamespace") or target)
         reason = "InstallSucceeded" if state.action == "install" else "UpgradeSucceeded"
         message = (

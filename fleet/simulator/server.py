@@ -3,10 +3,11 @@
 Paths, list envelopes and ``Status`` errors are the API server's, so the official client
 works against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and each
 group version), ``/healthz``, nodes (get, list, patch), namespaces (get, list), pods (get,
-list, patch, delete, the ``eviction`` subresource) and the custom resources in
-``store.RESOURCES`` (get, list, patch, delete). Lists take ``labelSelector`` and
-``fieldSelector``; ``limit`` and ``continue`` are ignored (every list is one page) and
-``watch`` is refused. ``/metrics`` is the DCGM exporter's text exposition.
+list, patch, delete, the ``eviction`` subresource), secrets (get, list; the vCluster kubeconfigs
+helm-controller's releases export) and the custom resources in ``store.RESOURCES`` (get, list,
+patch, delete). Lists take ``labelSelector`` and ``fieldSelector``; ``limit`` and ``continue``
+are ignored (every list is one page) and ``watch`` is refused. ``/metrics`` is the DCGM
+exporter's text exposition.
 
 ``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:
 it stands for the operator's hands, not for the API.

@@ -50,6 +50,7 @@ class Resource:
 NODES = Resource("nodes", "Node", namespaced=False)
 NAMESPACES = Resource("namespaces", "Namespace", namespaced=False)
 PODS = Resource("pods", "Pod")
+SECRETS = Resource("secrets", "Secret")
 KUSTOMIZATIONS = Resource("kustomizations", "Kustomization", "kustomize.toolkit.fluxcd.io", "v1")
 HELM_RELEASES = Resource("helmreleases", "HelmRelease", "helm.toolkit.fluxcd.io", "v2")
 GIT_REPOSITORIES = Resource("gitrepositories", "GitRepository", "source.toolkit.fluxcd.io", "v1")
@@ -66,6 +67,7 @@ RESOURCES: dict[str, Resource] = {
         NODES,
         NAMESPACES,
         PODS,
+        SECRETS,
         KUSTOMIZATIONS,
         HELM_RELEASES,
         GIT_REPOSITORIES,

@@ -152,7 +152,9 @@ def test_it_gives_a_plain_member_a_read_only_members_page(
     expect(page.get_by_label("Username or e-mail")).to_have_count(0)
     expect(page.locator("#members select")).to_have_count(0)
     expect(page.get_by_role("button", name="Remove")).to_have_count(0)
-    expect(page.locator("nav.tabs a")).to_have_text(["Overview", "Members", "Status"])
+    expect(page.locator("nav.tabs a")).to_have_text(
+        ["Overview", "Catalog", "Requests", "Members", "Status"]
+    )
 
     # A stale or hand-made form still reaches the server: bob gets a page that says why.
     with page.expect_navigation() as navigation:

@@ -10,8 +10,15 @@ from portal.models import AuditEvent
 from tenants.models import Membership, PlatformRole, Tenant
 
 
-def test_it_seeds_the_demo_idempotently(db: None) -> None:
+def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
+    # transactional: the seed's commits run the checks that let it merge, as in `make demo`
     call_command("seed_demo", stdout=StringIO())
+    from catalog.models import Resource, ResourceRequest
+
+    active = set(Resource.objects.filter(state="active").values_list("tenant__slug", "name"))
+    assert active == {("vision", "serve"), ("vision", "caption")}
+    waiting = ResourceRequest.objects.get(state="submitted")
+    assert (waiting.tenant.slug, waiting.resource.name) == ("llm-platform", "frac")
     counts = (Tenant.objects.count(), Membership.objects.count(), AuditEvent.objects.count())
     call_command("seed_demo", stdout=StringIO())
     assert counts == (

@@ -36,8 +36,36 @@ def _tenant_patterns() -> list[tuple[str, str]]:
 TENANT_PATTERNS = _tenant_patterns()
 
 
-def _url(route: str, tenant: str, member_id: int) -> str:
-    return "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
+def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
+    """The route with real ids: a placeholder left in would 404 for the wrong reason."""
+    url = "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
+    for name in ("request_id", "resource_id"):
+        url = url.replace(f"<int:{name}>", str(ids.get(name, 1)))
+    url = url.replace("<str:kind>", "gpu-share")
+    assert "<" not in url, f"unfilled URL argument in {route}"
+    return url
+
+
+@pytest.fixture
+def alpha_ids(world: dict[str, Any]) -> dict[str, int]:
+    """A catalog resource and request of alpha, so their URLs exist for members."""
+    from catalog.models import Resource, ResourceRequest
+
+    resource = Resource.objects.create(
+        tenant=world["alpha"],
+        kind="gpu-share",
+        name="train",
+        state="active",
+        spec={"name": "train", "flavor": "h200", "kind": "whole", "count": 1},
+    )
+    request = ResourceRequest.objects.create(
+        tenant=world["alpha"],
+        resource=resource,
+        state="submitted",
+        spec=resource.spec,
+        requested_by=world["bob"],
+    )
+    return {"request_id": request.pk, "resource_id": resource.pk}
 
 
 def test_it_finds_the_tenant_scoped_urls() -> None:
@@ -48,10 +76,15 @@ def test_it_finds_the_tenant_scoped_urls() -> None:
 @pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
 @pytest.mark.parametrize("method", ["get", "post"])
 def test_it_hides_tenant_from_non_member(
-    name: str, route: str, method: str, world: dict[str, Any], login: Callable[[str], Client]
+    name: str,
+    route: str,
+    method: str,
+    world: dict[str, Any],
+    login: Callable[[str], Client],
+    alpha_ids: dict[str, int],
 ) -> None:
     member = Membership.objects.get(user=world["bob"], tenant=world["alpha"])
-    url = _url(route, "alpha", member.pk)
+    url = _url(route, "alpha", member.pk, **alpha_ids)
     before = Membership.objects.count()
     for outsider in ["charlie", "nora"]:
         response = getattr(login(outsider), method)(url, {"role": "admin", "user": "nora"})
@@ -61,18 +94,20 @@ def test_it_hides_tenant_from_non_member(
 
 
 @pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
-def test_it_sends_anonymous_users_to_sign_in(name: str, route: str, world: dict[str, Any]) -> None:
-    response = Client().get(_url(route, "alpha", 1))
+def test_it_sends_anonymous_users_to_sign_in(
+    name: str, route: str, world: dict[str, Any], alpha_ids: dict[str, int]
+) -> None:
+    response = Client().get(_url(route, "alpha", 1, **alpha_ids))
     assert response.status_code == 302
     assert response["Location"].startswith("/accounts/login/")
 
 
 @pytest.mark.parametrize(("name", "route"), TENANT_PATTERNS, ids=[n for n, _ in TENANT_PATTERNS])
 def test_it_answers_404_for_a_tenant_that_does_not_exist(
-    name: str, route: str, login: Callable[[str], Client]
+    name: str, route: str, login: Callable[[str], Client], alpha_ids: dict[str, int]
 ) -> None:
     # Same answer as for a tenant that exists but is not yours: no probing for names.
-    assert login("pam").get(_url(route, "no-such-tenant", 1)).status_code == 404
+    assert login("pam").get(_url(route, "no-such-tenant", 1, **alpha_ids)).status_code == 404
 
 
 def test_it_keeps_a_member_id_of_another_tenant_out(
@@ -93,3 +128,17 @@ def test_it_404s_the_switcher_for_a_foreign_tenant(login: Callable[[str], Client
     response = login("alice").get("/switch/", {"tenant": "alpha"})
     assert response.status_code == 302
     assert response["Location"] == "/t/alpha/"
+
+
+def test_a_member_reaches_the_catalog_pages_the_outsiders_cannot(
+    login: Callable[[str], Client], alpha_ids: dict[str, int]
+) -> None:
+    """The 404s above are about membership, not about URLs that do not resolve."""
+    bob = login("bob")
+    for route in [
+        "t/<slug:tenant>/requests/<int:request_id>/",
+        "t/<slug:tenant>/catalog/",
+        "t/<slug:tenant>/resources/<int:resource_id>/modify/",
+    ]:
+        url = _url(route, "alpha", 0, **alpha_ids)
+        assert bob.get(url).status_code == 200, url

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.test import override_settings
@@ -31,6 +32,45 @@ USERS = [
 
 MERGED_ONBOARDINGS = ("vision", "llm-platform")
 
+# Catalog requests: (tenant, requester, kind, spec, merged?). Merged ones become resources the
+# simulated cluster runs; the last waits in the approval queue.
+CATALOG = [
+    (
+        "vision",
+        "alice",
+        "gpu-share",
+        {"name": "serve", "flavor": "h200", "kind": "whole", "count": 2},
+        True,
+    ),
+    (
+        "vision",
+        "bob",
+        "endpoint",
+        {
+            "name": "caption",
+            "model_uri": "hf://Salesforce/blip-image-captioning-large",
+            "share": "serve",
+            "gpus_per_replica": 1,
+            "max_replicas": 2,
+        },
+        True,
+    ),
+    (
+        "llm-platform",
+        "dave",
+        "gpu-share",
+        {
+            "name": "frac",
+            "flavor": "h200-hami",
+            "kind": "hami",
+            "count": 4,
+            "gpumem_mib": 24000,
+            "gpucores_percent": 25,
+        },
+        False,
+    ),
+]
+
 TENANTS = [
     # slug, name, trust, cost centre, {username: role}
     ("vision", "Vision Research", "shared", "CC-1001", {"alice": Role.ADMIN, "bob": Role.MEMBER}),
@@ -53,6 +93,7 @@ class Command(BaseCommand):
         with override_settings(PORTAL_TASK_RUNNER="eager"):
             self._seed()
             self._merge_onboarding()
+            self._seed_catalog()
 
     @transaction.atomic
     def _seed(self) -> None:
@@ -104,6 +145,39 @@ class Command(BaseCommand):
                     gitops.do_review(change, acting_user=ops, state="approve", body="Looks right.")
                 with transaction.atomic():
                     gitops.do_merge(change, acting_user=ops)
+
+    def _seed_catalog(self) -> None:
+        """Requests through the real workflow: asked by a member, approved and merged by a
+        platform admin; the last one stays waiting for a decision."""
+        from catalog import services as catalog
+        from catalog.models import Resource
+
+        users = {u.username: u for u in get_user_model().objects.all()}
+        for slug, requester, kind, spec, merge in CATALOG:
+            tenant = Tenant.objects.get(slug=slug)
+            if Resource.objects.filter(tenant=tenant, kind=kind, name=spec["name"]).exists():
+                continue
+            try:
+                with transaction.atomic():
+                    request = catalog.do_create_request(
+                        tenant,
+                        acting_user=users[requester],
+                        kind=kind,
+                        spec=spec,
+                        reason="Seeded for the demo.",
+                    )
+            except ValidationError as exc:  # e.g. its GPU share did not merge
+                self.stderr.write(f"demo request {slug}/{spec['name']} skipped: {exc.messages}")
+                continue
+            if not merge:
+                continue
+            request = catalog.do_approve(request, acting_user=users["platform"])
+            if request.change is None or request.change.checks_state != "passed":
+                self.stderr.write(f"demo request {request} did not get a passing pull request")
+                continue
+            with transaction.atomic():
+                gitops.do_merge(request.change, acting_user=users["platform"])
+            catalog.advance_requests()
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo ready: {len(USERS)} users (password {DEMO_PASSWORD!r}), "

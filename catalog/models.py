@@ -1,0 +1,186 @@
+"""What tenants ask for (requests) and what they have (resources), and who hears about it.
+
+A ``Resource`` is one tenant cluster, GPU share or model endpoint of a tenant, with the spec
+that is on main (empty until its first change merges). A ``ResourceRequest`` asks to create,
+modify or decommission a resource and moves through the states of ``catalog.states``; every
+move is a ``RequestEvent`` and an audit row. ``Notification`` is the in-app inbox.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Kind(models.TextChoices):
+    CLUSTER = "cluster", "Tenant cluster"
+    GPU_SHARE = "gpu-share", "GPU share"
+    ENDPOINT = "endpoint", "Model endpoint"
+
+
+class Resource(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending", "Requested"  # no spec on main yet
+        ACTIVE = "active", "Active"
+        DECOMMISSIONING = "decommissioning", "Decommissioning"
+        DECOMMISSIONED = "decommissioned", "Decommissioned"
+        WITHDRAWN = "withdrawn", "Never created"  # its create request was rejected or cancelled
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="resources")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=63)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    # The spec on main (catalog.specs turns it into a gitops dataclass); {} until merged.
+    spec = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "kind", "name"],
+                condition=~models.Q(state__in=["decommissioned", "withdrawn"]),
+                name="resource_unique_live_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.name}"
+
+    @property
+    def on_main(self) -> bool:
+        return self.state in (self.State.ACTIVE, self.State.DECOMMISSIONING)
+
+
+class ResourceRequest(models.Model):
+    class Action(models.TextChoices):
+        CREATE = "create", "Create"
+        MODIFY = "modify", "Modify"
+        DECOMMISSION = "decommission", "Decommission"
+
+    class State(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        SUBMITTED = "submitted", "Submitted"
+        CHANGES_REQUESTED = "changes_requested", "Changes requested"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        PR_OPEN = "pr_open", "Pull request open"
+        MERGED = "merged", "Merged"
+        READY = "ready", "Ready"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+        DECOMMISSIONING = "decommissioning", "Decommissioning"
+        DECOMMISSIONED = "decommissioned", "Decommissioned"
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="requests")
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="requests")
+    action = models.CharField(max_length=16, choices=Action.choices, default=Action.CREATE)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.DRAFT)
+    spec = models.JSONField(default=dict, blank=True)  # the wanted spec (create, modify)
+    reason = models.TextField(blank=True)  # why the tenant asks
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decision_note = models.TextField(blank=True)
+    allow_overcommit = models.BooleanField(default=False)
+    change = models.ForeignKey(
+        "gitops.ChangeRequest",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="catalog_requests",
+    )
+    # The last thing that went wrong (a Git write, a check, Flux); shown with a retry.
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(
+                    state__in=[
+                        "draft",
+                        "submitted",
+                        "changes_requested",
+                        "approved",
+                        "rejected",
+                        "pr_open",
+                        "merged",
+                        "ready",
+                        "failed",
+                        "cancelled",
+                        "decommissioning",
+                        "decommissioned",
+                    ]
+                ),
+                name="request_state_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.get_action_display().lower()} {self.resource}"
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    @property
+    def title(self) -> str:
+        action = {"create": "New", "modify": "Change", "decommission": "Decommission"}
+        kind = self.resource.get_kind_display().lower().replace("gpu", "GPU")
+        return f"{action[self.action]} {kind} {self.resource.name}"
+
+    def shown_spec(self) -> dict[str, Any]:
+        return self.spec or self.resource.spec
+
+
+class RequestEvent(models.Model):
+    """One state transition of a request (the audit log has it too, with the diff)."""
+
+    request = models.ForeignKey(ResourceRequest, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=20)
+    to_state = models.CharField(max_length=20)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.from_state} -> {self.to_state}"
+
+
+class Notification(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    request = models.ForeignKey(
+        ResourceRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    tenant_slug = models.CharField(max_length=63, blank=True)
+    title = models.CharField(max_length=200)
+    body = models.TextField(blank=True)
+    url = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.title

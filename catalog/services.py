@@ -1,0 +1,1028 @@
+"""The catalog's workflow: request, decide, open the pull request, follow it to the cluster.
+
+Every write is a ``do_*`` function: it validates first (``ValidationError`` with a message a
+person can act on, nothing written), moves the request through ``catalog.states`` with an
+event, an audit row and notifications, in one transaction. Opening the pull request is a Git
+write: it runs in its own transaction after the decision, and when it fails the request stays
+approved (or failed) with the error and a retry, never half-written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from catalog import states
+from catalog.models import Kind, Notification, RequestEvent, Resource, ResourceRequest
+from catalog.specs import (
+    COLLECTION,
+    desired_tenant,
+    errors_for,
+    from_json,
+    live_resources,
+    request_tenant,
+    to_json,
+)
+from fleet.models import FluxObject
+from gitops import services as gitops
+from gitops.checks.capacity import flavor_pools
+from gitops.fleet import configured_fleet
+from gitops.models import ChangeRequest
+from gitops.render import resources as units
+from gitops.render.gateway import public_url
+from gitops.render.validate import validate_tenant
+from gitops.specs import FleetSpec, GpuShare, SpecError, TenantSpec
+from portal.audit import record_audit
+from portal.jobs import enqueue
+from tenants.models import Membership, Role, Tenant
+
+logger = logging.getLogger(__name__)
+
+S = ResourceRequest.State
+A = ResourceRequest.Action
+DEDICATED_KINDS = ("whole", "mig", "dra")
+CHANGE_KIND: dict[str, str] = {
+    Kind.CLUSTER: ChangeRequest.Kind.CLUSTER,
+    Kind.GPU_SHARE: ChangeRequest.Kind.GPU_SHARE,
+    Kind.ENDPOINT: ChangeRequest.Kind.ENDPOINT,
+}
+
+
+# --- checking a request -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CapacityRow:
+    """One flavor pool before and after a request: what is promised against what exists."""
+
+    flavor: str
+    unit: str
+    capacity: Decimal
+    before: Decimal
+    after: Decimal
+
+    @property
+    def over(self) -> bool:
+        return self.after > self.capacity
+
+    @property
+    def changed(self) -> bool:
+        return self.after != self.before
+
+
+@dataclasses.dataclass
+class Check:
+    """What a request would do: the tenant after it, errors by form field ("" for the whole
+    request), warnings, and the fleet's capacity before and after."""
+
+    tenant: TenantSpec | None
+    errors: dict[str, str]
+    warnings: list[str]
+    capacity: list[CapacityRow]
+    gpu_equivalents: Decimal = Decimal(0)
+    gpu_quota: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def overcommit(self) -> list[CapacityRow]:
+        return [row for row in self.capacity if row.over and row.changed]
+
+
+def _promised(shares: Iterable[GpuShare], fleet: FleetSpec) -> dict[tuple[str, str], Decimal]:
+    """Nominal quota promised per (flavor, pool unit) by these shares."""
+    totals: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for share in shares:
+        flavor = fleet.flavor(share.flavor)
+        if flavor is None:
+            continue
+        asked = units.kueue_resources(share)
+        for pool in flavor_pools(flavor):
+            amount = sum((Decimal(asked[r]) for r in pool.resources if r in asked), Decimal(0))
+            if amount:
+                totals[(flavor.name, pool.unit)] += amount
+    return totals
+
+
+def _other_shares(tenant: Tenant) -> list[GpuShare]:
+    """Every other tenant's GPU shares on main, in one query (this runs on every keystroke
+    of a form's preview, so it must not cost a query per tenant)."""
+    rows = Resource.objects.filter(
+        kind=Kind.GPU_SHARE, state__in=[Resource.State.ACTIVE, Resource.State.DECOMMISSIONING]
+    ).exclude(tenant=tenant)
+    shares = []
+    for spec in rows.values_list("spec", flat=True).iterator(chunk_size=2000):
+        try:
+            shares.append(from_json(Kind.GPU_SHARE, spec))
+        except SpecError:
+            logger.warning("a stored GPU share spec does not load: %.200r", spec)
+    return shares
+
+
+def capacity_rows(tenant: Tenant, after: TenantSpec, fleet: FleetSpec) -> list[CapacityRow]:
+    """Every flavor pool with what all tenants are promised now, and after ``after``."""
+    others = _other_shares(tenant)
+    before = _promised([*others, *desired_tenant(tenant).shares], fleet)
+    later = _promised([*others, *after.shares], fleet)
+    rows = []
+    for flavor in fleet.flavors:
+        for pool in flavor_pools(flavor):
+            key = (flavor.name, pool.unit)
+            rows.append(
+                CapacityRow(
+                    flavor.name,
+                    pool.unit,
+                    pool.capacity,
+                    before.get(key, Decimal(0)),
+                    later.get(key, Decimal(0)),
+                )
+            )
+    return rows
+
+
+def _equivalents(tenant: TenantSpec, fleet: FleetSpec) -> Decimal:
+    total = Decimal(0)
+    for share in tenant.shares:
+        flavor = fleet.flavor(share.flavor)
+        if flavor is not None:
+            fraction = units.gpu_equivalents(share, flavor)
+            total += Decimal(fraction.numerator) / Decimal(fraction.denominator)
+    return total
+
+
+def _nvlink_warning(spec: dict[str, Any], kind: str, tenant: TenantSpec, fleet: FleetSpec) -> str:
+    """A multi-GPU ask that no single NVLink domain can hold, from the live inventory."""
+    from fleet.capacity import domain_free_gpus  # the fleet's topology, read from the sync
+
+    gpus = 0
+    flavor = ""
+    if kind == Kind.GPU_SHARE and spec.get("kind") in ("whole", "dra"):
+        gpus, flavor = int(spec.get("count") or 0), str(spec.get("flavor") or "")
+    elif kind == Kind.ENDPOINT:
+        share = tenant.share(str(spec.get("share") or ""))
+        if share is not None and share.kind in ("whole", "dra"):
+            gpus, flavor = int(spec.get("gpus_per_replica") or 0), share.flavor
+    if gpus <= 1 or not flavor:
+        return ""
+    domains = domain_free_gpus(flavor)
+    if not domains:
+        return ""
+    best = max(domains.values())
+    if gpus > best:
+        return (
+            f"{gpus} GPUs of {flavor} do not fit in one NVLink domain right now (the most free in "
+            f"one domain is {best}): multi-GPU work will span domains and run slower."
+        )
+    return ""
+
+
+def check_request(
+    tenant: Tenant,
+    kind: str,
+    name: str,
+    spec: dict[str, Any] | None,
+    *,
+    action: str = A.CREATE,
+    fleet: FleetSpec | None = None,
+) -> Check:
+    """Validate what a request asks for against the tenant, its quota and the fleet."""
+    fleet = fleet or configured_fleet()
+    errors: dict[str, str] = {}
+    warnings: list[str] = []
+    remove = action == A.DECOMMISSION
+    if action == A.CREATE and live_resources(tenant).filter(kind=kind, name=name).exists():
+        errors["name"] = f"The tenant already has a {Kind(kind).label.lower()} called {name!r}."
+        return Check(None, errors, [], [])
+    try:
+        if spec is not None:
+            from_json(kind, spec)
+        after = desired_tenant(tenant, kind=kind, name=name, spec=spec, remove=remove)
+    except SpecError as exc:
+        return Check(None, {k or "": v for k, v in exc.errors.items()}, [], [])
+    try:
+        validate_tenant(after, fleet)
+    except SpecError as exc:
+        errors.update(errors_for(after, kind, name, exc))
+    dedicated = tenant.trust_level == Tenant.TrustLevel.DEDICATED
+    if dedicated and kind == Kind.GPU_SHARE and spec and spec.get("kind") not in DEDICATED_KINDS:
+        errors["kind"] = (
+            "A dedicated tenant gets whole GPUs or MIG slices only, never a shared GPU."
+        )
+    equivalents = _equivalents(after, fleet)
+    grows = equivalents > _equivalents(desired_tenant(tenant), fleet)
+    # Over quota is refused only when the request adds to it: shrinking is always allowed.
+    if kind == Kind.GPU_SHARE and not remove and grows and equivalents > tenant.gpu_quota:
+        errors.setdefault(
+            "count",
+            f"With this share the tenant's GPU shares add up to {equivalents.normalize():f} GPUs "
+            f"(MIG slices and HAMi slots counted as fractions); its quota is {tenant.gpu_quota}. "
+            "Ask a platform admin to raise the quota, or ask for less.",
+        )
+    rows = capacity_rows(tenant, after, fleet) if not errors else []
+    for row in rows:
+        if row.over and row.changed:
+            warnings.append(
+                f"Overcommit: {row.flavor} would promise {row.after.normalize():f} {row.unit} "
+                f"of {row.capacity.normalize():f}. A platform admin must allow it explicitly."
+            )
+    if not errors and spec is not None:
+        nvlink = _nvlink_warning(spec, kind, after, fleet)
+        if nvlink:
+            warnings.append(nvlink)
+    return Check(after, errors, warnings, rows, equivalents, tenant.gpu_quota)
+
+
+def preview_changes(check: Check, fleet: FleetSpec | None = None) -> dict[str, bytes | None]:
+    """The files the pull request would change, against main now. A preview never writes:
+    before the repository has a main there is nothing to compare with."""
+    if check.tenant is None or gitops.main_sha() is None:
+        return {}
+    return gitops.tenant_changes(check.tenant, fleet or configured_fleet())
+
+
+def digest(changes: dict[str, bytes | None]) -> str:
+    """A short fingerprint of a set of file changes: what an approver saw."""
+    h = hashlib.sha256()
+    for path in sorted(changes):
+        h.update(path.encode() + b"\0" + (changes[path] or b"<deleted>") + b"\0")
+    return h.hexdigest()[:16]
+
+
+# --- who may do what ----------------------------------------------------------------------
+
+
+def _can_request(user: Any, tenant: Tenant) -> bool:
+    from tenants.access import is_platform_admin
+
+    return (
+        is_platform_admin(user)
+        or Membership.objects.filter(
+            user=user, tenant=tenant, role__in=[Role.ADMIN, Role.MEMBER]
+        ).exists()
+    )
+
+
+def _require_requester(user: Any, tenant: Tenant) -> None:
+    if not _can_request(user, tenant):
+        raise ValidationError("Viewers cannot ask for resources; ask a member or an admin.")
+
+
+def _require_admin(user: Any) -> None:
+    from tenants.access import is_platform_admin
+
+    if not is_platform_admin(user):
+        raise ValidationError("Only a platform admin can decide on requests.")
+
+
+# --- moving a request ---------------------------------------------------------------------
+
+
+def _locked(request: ResourceRequest) -> ResourceRequest:
+    return (
+        ResourceRequest.objects.select_for_update()
+        .select_related("resource", "tenant")
+        .get(pk=request.pk)
+    )
+
+
+def _move(request: ResourceRequest, to: str, *, actor: Any, note: str = "") -> None:
+    current = request.state
+    if not states.allowed(current, to):
+        raise ValidationError(
+            f"The request is {request.get_state_display().lower()}; it cannot become "
+            f"{S(to).label.lower()}."
+        )
+    request.state = to
+    now = timezone.now()
+    if to == S.SUBMITTED:
+        request.submitted_at = now
+    if to in (S.APPROVED, S.REJECTED, S.CHANGES_REQUESTED):
+        request.decided_at = now
+    if to in states.TERMINAL:
+        request.finished_at = now
+    request.save()
+    RequestEvent.objects.create(
+        request=request,
+        from_state=current,
+        to_state=to,
+        actor=actor if getattr(actor, "pk", None) else None,
+        note=note[:2000],
+    )
+    record_audit(
+        actor=actor,
+        action=f"request.{to}",
+        target=request,
+        tenant_slug=request.tenant.slug,
+        diff={"state": [current, to], **({"note": [None, note[:200]]} if note else {})},
+    )
+    _notify(request, to, note)
+
+
+def _request_url(request: ResourceRequest) -> str:
+    return reverse("catalog:request", args=[request.tenant.slug, request.pk])
+
+
+NOTICES: dict[str, str] = {
+    S.SUBMITTED: "{title} was submitted and waits for a platform admin",
+    S.APPROVED: "{title} was approved",
+    S.REJECTED: "{title} was rejected",
+    S.CHANGES_REQUESTED: "{title}: changes requested",
+    S.MERGED: "{title}: the pull request was merged",
+    S.READY: "{title} is ready",
+    S.FAILED: "{title} failed",
+    S.DECOMMISSIONED: "{title} is done: the resource is gone",
+}
+
+
+def _notify(request: ResourceRequest, state: str, note: str) -> None:
+    template = NOTICES.get(state)
+    if template is None:
+        return
+    from tenants.access import platform_admins
+
+    title = template.format(title=request.title)
+    if state == S.SUBMITTED:
+        people = [u for u in platform_admins() if u.pk != request.requested_by_id]
+    else:
+        admins = Membership.objects.filter(tenant=request.tenant, role=Role.ADMIN)
+        people = [m.user for m in admins.select_related("user")]
+        if request.requested_by is not None:
+            people.append(request.requested_by)
+    body = f"{title}.\n\n{note}".strip() if note else f"{title}."
+    url = (
+        reverse("approvals:detail", args=[request.pk])
+        if state == S.SUBMITTED
+        else _request_url(request)
+    )
+    seen: set[int] = set()
+    recipients = []
+    for person in people:
+        if person.pk in seen or not person.is_active:
+            continue
+        seen.add(person.pk)
+        Notification.objects.create(
+            user=person,
+            request=request,
+            tenant_slug=request.tenant.slug,
+            title=title[:200],
+            body=body,
+            url=url,
+        )
+        if person.email:
+            recipients.append(person.email)
+    if recipients:
+        enqueue(
+            "catalog.email",
+            title=f"Mail: {title[:80]}",
+            tenant=request.tenant,
+            to=sorted(recipients),
+            subject=f"[{request.tenant.slug}] {title}"[:200],
+            body=f"{body}\n\n{settings.PORTAL_BASE_URL.rstrip('/')}{url}\n",
+        )
+
+
+# --- creating and editing -----------------------------------------------------------------
+
+
+def _normalized(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Every field of the spec's dataclass, defaults filled in, so equal specs compare equal.
+    A spec that does not convert is kept as given: the check reports what is wrong with it."""
+    try:
+        return to_json(from_json(kind, spec))
+    except SpecError:
+        return dict(spec)
+
+
+def _raise(check: Check) -> None:
+    if check.errors:
+        raise ValidationError(
+            {field or "__all__": [message] for field, message in check.errors.items()}
+        )
+
+
+@transaction.atomic
+def do_create_request(
+    tenant: Tenant,
+    *,
+    acting_user: Any,
+    kind: str,
+    spec: dict[str, Any],
+    reason: str = "",
+    submit: bool = True,
+) -> ResourceRequest:
+    """Ask for a new resource; ``spec`` is the JSON of its dataclass, with its ``name``."""
+    _require_requester(acting_user, tenant)
+    if kind not in Kind.values:
+        raise ValidationError(f"Unknown kind of resource {kind!r}.")
+    name = str(spec.get("name") or "")
+    spec = _normalized(kind, spec)
+    if (
+        tenant.resources.filter(kind=kind, name=name)
+        .exclude(state__in=[Resource.State.DECOMMISSIONED, Resource.State.WITHDRAWN])
+        .exists()
+    ):
+        raise ValidationError(
+            {"name": [f"The tenant already has a {Kind(kind).label.lower()} called {name!r}."]}
+        )
+    _raise(check_request(tenant, kind, name, spec))
+    resource = Resource.objects.create(tenant=tenant, kind=kind, name=name)
+    request = ResourceRequest.objects.create(
+        tenant=tenant,
+        resource=resource,
+        action=A.CREATE,
+        spec=spec,
+        reason=reason,
+        requested_by=acting_user,
+    )
+    record_audit(
+        actor=acting_user,
+        action="request.draft",
+        target=request,
+        tenant_slug=tenant.slug,
+        diff={"spec": [None, spec]},
+    )
+    if submit:
+        _move(request, S.SUBMITTED, actor=acting_user)
+    return request
+
+
+def _blocking_request(resource: Resource) -> ResourceRequest | None:
+    """A request of ``resource`` whose pull request is not merged yet: another must wait.
+    One that merged (and waits for, or failed in, the cluster) no longer holds the resource."""
+    for request in resource.requests.filter(state__in=states.OPEN).select_related("change"):
+        merged = request.change is not None and request.change.status == "merged"
+        if not merged:
+            return request
+    return None
+
+
+def _require_no_open_request(resource: Resource) -> None:
+    busy = _blocking_request(resource)
+    if busy is not None:
+        raise ValidationError(
+            f"{busy.title} (#{busy.pk}) is still {busy.get_state_display().lower()}; wait for it "
+            "or cancel it first."
+        )
+
+
+@transaction.atomic
+def do_modify_request(
+    resource: Resource, *, acting_user: Any, spec: dict[str, Any], reason: str = ""
+) -> ResourceRequest:
+    """Ask to change a live resource (resize a share, scale an endpoint): same path as new."""
+    resource = Resource.objects.select_for_update().get(pk=resource.pk)
+    _require_requester(acting_user, resource.tenant)
+    if resource.state != Resource.State.ACTIVE:
+        raise ValidationError(f"{resource} is {resource.get_state_display().lower()}.")
+    _require_no_open_request(resource)
+    spec = _normalized(resource.kind, {**spec, "name": resource.name})  # name: its identity
+    if spec == _normalized(resource.kind, resource.spec):
+        raise ValidationError("Nothing would change: this is what runs now.")
+    _raise(check_request(resource.tenant, resource.kind, resource.name, spec, action=A.MODIFY))
+    request = ResourceRequest.objects.create(
+        tenant=resource.tenant,
+        resource=resource,
+        action=A.MODIFY,
+        spec=spec,
+        reason=reason,
+        requested_by=acting_user,
+    )
+    record_audit(
+        actor=acting_user,
+        action="request.draft",
+        target=request,
+        tenant_slug=resource.tenant.slug,
+        diff={"spec": [resource.spec, spec]},
+    )
+    _move(request, S.SUBMITTED, actor=acting_user)
+    return request
+
+
+@transaction.atomic
+def do_decommission_request(
+    resource: Resource, *, acting_user: Any, reason: str = "", system: bool = False
+) -> ResourceRequest:
+    resource = Resource.objects.select_for_update().get(pk=resource.pk)
+    if not system:
+        _require_requester(acting_user, resource.tenant)
+    if resource.state != Resource.State.ACTIVE:
+        raise ValidationError(f"{resource} is {resource.get_state_display().lower()}.")
+    _require_no_open_request(resource)
+    _raise(
+        check_request(resource.tenant, resource.kind, resource.name, None, action=A.DECOMMISSION)
+    )
+    request = ResourceRequest.objects.create(
+        tenant=resource.tenant,
+        resource=resource,
+        action=A.DECOMMISSION,
+        spec={},
+        reason=reason,
+        requested_by=None if system else acting_user,
+    )
+    _move(request, S.SUBMITTED, actor=acting_user, note=reason)
+    return request
+
+
+@transaction.atomic
+def do_update_request(
+    request: ResourceRequest, *, acting_user: Any, spec: dict[str, Any], reason: str = ""
+) -> ResourceRequest:
+    """Edit a draft, or answer "changes requested" (and submit again)."""
+    request = _locked(request)
+    _require_requester(acting_user, request.tenant)
+    if request.state not in states.EDITABLE:
+        raise ValidationError("Only a draft or a request with changes requested can be edited.")
+    if request.action == A.DECOMMISSION:
+        raise ValidationError("A decommission has nothing to edit.")
+    spec = _normalized(request.kind, {**spec, "name": request.resource.name})
+    _raise(
+        check_request(
+            request.tenant, request.kind, request.resource.name, spec, action=request.action
+        )
+    )
+    before = request.spec
+    request.spec = spec
+    request.reason = reason
+    request.save(update_fields=["spec", "reason", "updated_at"])
+    record_audit(
+        actor=acting_user,
+        action="request.edit",
+        target=request,
+        tenant_slug=request.tenant.slug,
+        diff={"spec": [before, spec]},
+    )
+    _move(request, S.SUBMITTED, actor=acting_user)
+    return request
+
+
+@transaction.atomic
+def do_submit(request: ResourceRequest, *, acting_user: Any) -> ResourceRequest:
+    request = _locked(request)
+    _require_requester(acting_user, request.tenant)
+    _move(request, S.SUBMITTED, actor=acting_user)
+    return request
+
+
+def _withdraw(request: ResourceRequest) -> None:
+    if request.action == A.CREATE and request.resource.state == Resource.State.PENDING:
+        request.resource.state = Resource.State.WITHDRAWN
+        request.resource.save(update_fields=["state", "updated_at"])
+
+
+@transaction.atomic
+def do_cancel(request: ResourceRequest, *, acting_user: Any, note: str = "") -> ResourceRequest:
+    from tenants.access import is_platform_admin
+
+    request = _locked(request)
+    _require_requester(acting_user, request.tenant)
+    if request.change is not None and request.change.status == ChangeRequest.Status.MERGED:
+        raise ValidationError("Its pull request is merged; decommission the resource instead.")
+    may_cancel = (
+        request.requested_by_id == acting_user.pk
+        or is_platform_admin(acting_user)
+        or Membership.objects.filter(
+            user=acting_user, tenant=request.tenant, role=Role.ADMIN
+        ).exists()
+    )
+    if not may_cancel:
+        raise ValidationError("Only who asked, a tenant admin or a platform admin can cancel.")
+    _move(request, S.CANCELLED, actor=acting_user, note=note)
+    if request.change is not None and request.change.is_open:
+        gitops.do_close(request.change, acting_user=acting_user, reason="request cancelled")
+    _withdraw(request)
+    if (
+        request.action == A.DECOMMISSION
+        and request.resource.state == Resource.State.DECOMMISSIONING
+    ):
+        request.resource.state = Resource.State.ACTIVE
+        request.resource.save(update_fields=["state", "updated_at"])
+    return request
+
+
+# --- deciding -----------------------------------------------------------------------------
+
+
+def _decide(request: ResourceRequest, acting_user: Any) -> ResourceRequest:
+    _require_admin(acting_user)
+    request = _locked(request)
+    if request.requested_by_id is not None and request.requested_by_id == acting_user.pk:
+        raise ValidationError("You asked for this; another platform admin must decide.")
+    return request
+
+
+@transaction.atomic
+def do_reject(request: ResourceRequest, *, acting_user: Any, note: str) -> ResourceRequest:
+    if not note.strip():
+        raise ValidationError({"note": ["Say why, so the team can act on it."]})
+    request = _decide(request, acting_user)
+    request.decided_by, request.decision_note = acting_user, note
+    _move(request, S.REJECTED, actor=acting_user, note=note)
+    _withdraw(request)
+    return request
+
+
+@transaction.atomic
+def do_request_changes(request: ResourceRequest, *, acting_user: Any, note: str) -> ResourceRequest:
+    if not note.strip():
+        raise ValidationError({"note": ["Say what needs to change."]})
+    request = _decide(request, acting_user)
+    request.decided_by, request.decision_note = acting_user, note
+    _move(request, S.CHANGES_REQUESTED, actor=acting_user, note=note)
+    return request
+
+
+def do_approve(
+    request: ResourceRequest,
+    *,
+    acting_user: Any,
+    note: str = "",
+    allow_overcommit: bool = False,
+    seen: str = "",
+) -> ResourceRequest:
+    """Approve, then open the pull request. ``seen`` is the digest of the diff the approver
+    looked at: when main moved and the diff is no longer that, nothing happens."""
+    with transaction.atomic():
+        request = _decide(request, acting_user)
+        if request.state != S.SUBMITTED:
+            raise ValidationError(
+                f"The request is {request.get_state_display().lower()}, not waiting for a decision."
+            )
+        fleet = configured_fleet()
+        check = check_request(
+            request.tenant,
+            request.kind,
+            request.resource.name,
+            None if request.action == A.DECOMMISSION else request.spec,
+            action=request.action,
+            fleet=fleet,
+        )
+        _raise(check)
+        if check.overcommit and not allow_overcommit:
+            raise ValidationError(
+                "This request overcommits "
+                + ", ".join(f"{r.flavor} ({r.unit})" for r in check.overcommit)
+                + ". Tick \u201callow overcommit\u201d to approve it anyway."
+            )
+        try:
+            previewed = digest(preview_changes(check, fleet)) if seen else ""
+        except Exception as exc:
+            raise ValidationError(f"The fleet repository cannot be read: {exc}") from exc
+        if seen and previewed != seen:
+            raise ValidationError(
+                "The manifests changed since you opened this page (main moved on). Look at the "
+                "new diff and approve again."
+            )
+        request.decided_by, request.decision_note = acting_user, note
+        request.allow_overcommit = allow_overcommit and bool(check.overcommit)
+        _move(request, S.APPROVED, actor=acting_user, note=note)
+    return open_pull_request(request, acting_user=acting_user)
+
+
+def open_pull_request(request: ResourceRequest, *, acting_user: Any) -> ResourceRequest:
+    """Open the request's pull request (first time or retry). A failure is recorded on the
+    request, which keeps its state, so an admin can retry; Git and the database agree: a
+    branch written before a later step failed is deleted again."""
+    request.refresh_from_db()
+    if request.state not in (S.APPROVED, S.FAILED):
+        raise ValidationError("Only an approved or failed request gets a new pull request.")
+    if request.change is not None and request.change.status == ChangeRequest.Status.MERGED:
+        raise ValidationError("Its pull request is already merged.")
+    opened: list[ChangeRequest] = []
+    try:
+        with transaction.atomic():
+            request = _locked(request)
+            if request.change is not None and request.change.is_open:
+                gitops.do_close(request.change, acting_user=acting_user, reason="superseded")
+            # The review is the approver's, whoever clicks retry.
+            change = _open_change(request, request.decided_by or acting_user, opened)
+            request.change = change
+            request.error = ""
+            request.save(update_fields=["change", "error", "updated_at"])
+            decommission = request.action == A.DECOMMISSION
+            if decommission:
+                request.resource.state = Resource.State.DECOMMISSIONING
+                request.resource.save(update_fields=["state", "updated_at"])
+            _move(
+                request,
+                S.DECOMMISSIONING if decommission else S.PR_OPEN,
+                actor=acting_user,
+                note=f"pull request #{change.pk}",
+            )
+    except Exception as exc:  # a failed Git write, a spec the fleet no longer accepts
+        for change in opened:  # its row was rolled back; the branch must go too
+            try:
+                gitops.repository().delete_branch(change.branch, expected=change.head_sha)
+            except Exception:
+                logger.exception("could not delete the orphan branch %s", change.branch)
+        message = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        logger.warning("request %s: opening its pull request failed: %s", request.pk, message)
+        with transaction.atomic():
+            request = _locked(request)
+            request.error = f"Opening the pull request failed: {message}"
+            request.save(update_fields=["error", "updated_at"])
+            record_audit(
+                actor=acting_user,
+                action="request.pull_request_failed",
+                target=request,
+                tenant_slug=request.tenant.slug,
+                diff={"error": [None, message[:500]]},
+            )
+    request.refresh_from_db()
+    return request
+
+
+def _open_change(
+    request: ResourceRequest, approver: Any, opened: list[ChangeRequest] | None = None
+) -> ChangeRequest:
+    fleet = configured_fleet()
+    decommission = request.action == A.DECOMMISSION
+    tenant = request_tenant(request)
+    lines = [f"Catalog request #{request.pk}: {request.title}."]
+    if request.reason:
+        lines.append(f"Why: {request.reason}")
+    if request.decision_note:
+        lines.append(f"Approval note: {request.decision_note}")
+    # Opened by the portal for the requester, so that the approver's review counts.
+    change = gitops.open_tenant_change(
+        acting_user=None,
+        tenant=tenant,
+        fleet=fleet,
+        title=request.title,
+        kind=ChangeRequest.Kind.DECOMMISSION if decommission else CHANGE_KIND[request.kind],
+        requested_by=request.requested_by,
+        description="\n\n".join(lines),
+        allow_overcommit=request.allow_overcommit,
+    )
+    if opened is not None:
+        opened.append(change)
+    if approver is not None and getattr(approver, "pk", None):
+        gitops.do_review(
+            change, acting_user=approver, state="approve", body="Approved in the catalog."
+        )
+    return change
+
+
+# --- following the pull request and the cluster -------------------------------------------
+
+
+def readiness(request: ResourceRequest) -> tuple[str, str]:
+    """("ready" | "failed" | "waiting", message) of the resource in the cluster, from the
+    fleet sync's rows; a GPU share is ready once applied."""
+    resource = request.resource
+    slug = request.tenant.slug
+    if resource.kind == Kind.GPU_SHARE:
+        return "ready", ""
+    if resource.kind == Kind.CLUSTER:
+        obj = FluxObject.objects.filter(
+            kind=FluxObject.Kind.HELM_RELEASE, name=f"{slug}-{resource.name}"
+        ).first()
+        state = obj.cluster_state if obj else ""
+    else:
+        obj = FluxObject.objects.filter(
+            kind=FluxObject.Kind.INFERENCE_SERVICE, namespace=slug, name=resource.name
+        ).first()
+        state = obj.state if obj else ""
+    if obj is None:
+        return "waiting", "the cluster does not report it yet"
+    if state == "ready":
+        return "ready", ""
+    if state == "failed":
+        return "failed", f"{obj.kind} {obj.namespace}/{obj.name}: {obj.reason}: {obj.message}"
+    return "waiting", f"{obj.kind} {obj.namespace}/{obj.name} is {state}"
+
+
+def _on_merged(request: ResourceRequest) -> None:
+    resource = request.resource
+    if request.action != A.DECOMMISSION:
+        resource.spec = request.spec
+        resource.state = Resource.State.ACTIVE
+        resource.save(update_fields=["spec", "state", "updated_at"])
+    _move(
+        request,
+        S.MERGED,
+        actor=request.change.merged_by if request.change else None,
+        note=f"merged as {request.change.merge_sha[:12]}" if request.change else "",
+    )
+
+
+def _refresh_siblings(tenant: Tenant) -> None:
+    """After a request of ``tenant`` merged, its other open pull requests were rendered from
+    an older main: open each again from the tenant as it is now (the approver's review moves
+    with it, since the approved spec is unchanged)."""
+    for sibling in ResourceRequest.objects.filter(
+        tenant=tenant, state__in=[S.PR_OPEN, S.DECOMMISSIONING]
+    ).select_related("change"):
+        change = sibling.change
+        if change is None or not change.is_open or change.base_sha == gitops.main_sha():
+            continue
+        try:
+            with transaction.atomic():
+                locked = _locked(sibling)
+                gitops.do_close(change, acting_user=None, reason="superseded: main moved on")
+                fresh = _open_change(locked, locked.decided_by)  # branch kept on failure: rare
+                locked.change = fresh
+                locked.error = ""
+                locked.save(update_fields=["change", "error", "updated_at"])
+                record_audit(
+                    actor=None,
+                    action="request.pull_request_refreshed",
+                    target=locked,
+                    tenant_slug=tenant.slug,
+                    diff={"change": [change.pk, fresh.pk]},
+                )
+        except Exception as exc:
+            message = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+            with transaction.atomic():
+                locked = _locked(sibling)
+                locked.error = f"Refreshing the pull request failed: {message}"
+                locked.save(update_fields=["error", "updated_at"])
+
+
+def advance_requests() -> int:
+    """Move requests on from what Git and the cluster say; returns how many moved."""
+    moved = 0
+    watched = ResourceRequest.objects.filter(
+        state__in=[S.PR_OPEN, S.DECOMMISSIONING, S.MERGED, S.FAILED], change__isnull=False
+    ).select_related("change", "resource", "tenant")
+    merged_tenants: set[int] = set()
+    for request in watched:
+        change = request.change
+        assert change is not None
+        with transaction.atomic():
+            request = _locked(request)
+            change.refresh_from_db()
+            before = request.state
+            if request.state in (S.PR_OPEN, S.DECOMMISSIONING):
+                if change.status == ChangeRequest.Status.MERGED:
+                    _on_merged(request)
+                    merged_tenants.add(request.tenant_id)
+                elif change.status == ChangeRequest.Status.CLOSED:
+                    request.error = f"Pull request #{change.pk} was closed without merging."
+                    request.save(update_fields=["error", "updated_at"])
+                    _move(request, S.FAILED, actor=None, note=request.error)
+                    if request.resource.state == Resource.State.DECOMMISSIONING:
+                        request.resource.state = Resource.State.ACTIVE
+                        request.resource.save(update_fields=["state", "updated_at"])
+                elif change.checks_state == ChangeRequest.Checks.FAILED:
+                    error = f"The checks of pull request #{change.pk} failed; see the change."
+                    if request.error != error:
+                        request.error = error
+                        request.save(update_fields=["error", "updated_at"])
+            if (
+                request.state in (S.MERGED, S.FAILED)
+                and change.status == ChangeRequest.Status.MERGED
+            ):
+                _follow_apply(request, change)
+            moved += request.state != before
+    for tenant in Tenant.objects.filter(pk__in=merged_tenants):
+        _refresh_siblings(tenant)
+    return moved
+
+
+def _follow_apply(request: ResourceRequest, change: ChangeRequest) -> None:
+    if change.apply_state == ChangeRequest.Apply.FAILED:
+        if request.state == S.MERGED:
+            request.error = change.apply_message
+            request.save(update_fields=["error", "updated_at"])
+            _move(request, S.FAILED, actor=None, note=change.apply_message)
+        return
+    if change.apply_state != ChangeRequest.Apply.APPLIED:
+        return
+    if request.action == A.DECOMMISSION:
+        request.resource.state = Resource.State.DECOMMISSIONED
+        request.resource.save(update_fields=["state", "updated_at"])
+        request.error = ""
+        request.save(update_fields=["error", "updated_at"])
+        _move(request, S.DECOMMISSIONED, actor=None)
+        # Earlier requests still waiting for the cluster will never see it now.
+        for earlier in request.resource.requests.filter(state__in=[S.MERGED, S.FAILED]).exclude(
+            pk=request.pk
+        ):
+            _move(earlier, S.DECOMMISSIONED, actor=None, note="the resource was decommissioned")
+        return
+    verdict, message = readiness(request)
+    if verdict == "ready":
+        request.error = ""
+        request.save(update_fields=["error", "updated_at"])
+        _move(request, S.READY, actor=None)
+    elif verdict == "failed" and request.state == S.MERGED:
+        request.error = message
+        request.save(update_fields=["error", "updated_at"])
+        _move(request, S.FAILED, actor=None, note=message)
+
+
+# --- time-bound reservations --------------------------------------------------------------
+
+
+def expire_reservations(today: date | None = None) -> list[ResourceRequest]:
+    """Open the decommission pull request of every GPU share whose end date has passed."""
+    today = today or timezone.localdate()
+    opened = []
+    for resource in Resource.objects.filter(kind=Kind.GPU_SHARE, state=Resource.State.ACTIVE):
+        until = str(resource.spec.get("until") or "")
+        try:
+            ends = date.fromisoformat(until) if until else None
+        except ValueError:
+            continue
+        if ends is None or ends >= today:
+            continue
+        if _blocking_request(resource) is not None:
+            continue
+        note = f"The reservation ended on {ends.isoformat()}."
+        try:
+            with transaction.atomic():
+                request = do_decommission_request(
+                    resource, acting_user=None, reason=note, system=True
+                )
+                request = _locked(request)
+                _move(request, S.APPROVED, actor=None, note=note)
+        except ValidationError as exc:
+            logger.warning("cannot expire %s: %s", resource, "; ".join(exc.messages))
+            continue
+        opened.append(open_pull_request(request, acting_user=None))
+    return opened
+
+
+# --- what the pages show ------------------------------------------------------------------
+
+
+def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str, str]:
+    """The public URL, the OpenAI model name and a curl example of a ready endpoint."""
+    from gitops.render.litellm import model_name, served_name
+
+    resource = (
+        request_or_resource.resource
+        if isinstance(request_or_resource, ResourceRequest)
+        else request_or_resource
+    )
+    if resource.kind != Kind.ENDPOINT or not resource.spec:
+        return {}
+    fleet = configured_fleet()
+    tenant = desired_tenant(resource.tenant)
+    endpoint = next((e for e in tenant.endpoints if e.name == resource.name), None)
+    if endpoint is None:
+        return {}
+    url = public_url(tenant, endpoint, fleet)
+    model = served_name(endpoint)  # what vLLM answers to behind the gateway
+    curl = (
+        f"curl {url.rstrip('/')}/v1/chat/completions \\\n"
+        f"  -H 'Content-Type: application/json' \\\n"
+        f'  -d \'{{"model": "{model}", "messages": '
+        f'[{{"role": "user", "content": "Hello"}}]}}\''
+    )
+    isvc = FluxObject.objects.filter(
+        kind=FluxObject.Kind.INFERENCE_SERVICE, namespace=resource.tenant.slug, name=resource.name
+    ).first()
+    return {
+        "url": url,
+        "model": model,
+        "litellm_model": model_name(tenant, endpoint) if endpoint.expose else "",
+        "curl": curl,
+        "cluster_url": isvc.url if isvc else "",
+    }
+
+
+def shares_of(tenant: Tenant) -> list[GpuShare]:
+    """The shares an endpoint may run on: live ones not on their way out."""
+    leaving = set(
+        tenant.resources.filter(
+            kind=Kind.GPU_SHARE, state=Resource.State.DECOMMISSIONING
+        ).values_list("name", flat=True)
+    )
+    return [share for share in desired_tenant(tenant).shares if share.name not in leaving]
+
+
+__all__ = [
+    "COLLECTION",
+    "Check",
+    "advance_requests",
+    "check_request",
+    "do_approve",
+    "do_cancel",
+    "do_create_request",
+    "do_decommission_request",
+    "do_modify_request",
+    "do_reject",
+    "do_request_changes",
+    "do_submit",
+    "do_update_request",
+    "expire_reservations",
+    "get_user_model",
+    "live_resources",
+    "to_json",
+]

@@ -1,0 +1,35 @@
+"""Tenant-side catalog URLs: every URL with a ``tenant`` argument 404s for outsiders
+(tests/tenants/test_isolation.py walks them all)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from catalog import views
+
+app_name = "catalog"
+
+urlpatterns = [
+    path("t/<slug:tenant>/catalog/", views.home, name="home"),
+    path("t/<slug:tenant>/catalog/<str:kind>/new/", views.new, name="new"),
+    path("t/<slug:tenant>/catalog/<str:kind>/preview/", views.preview, name="preview"),
+    path("t/<slug:tenant>/requests/", views.request_list, name="requests"),
+    path("t/<slug:tenant>/requests/<int:request_id>/", views.request_detail, name="request"),
+    path("t/<slug:tenant>/requests/<int:request_id>/edit/", views.request_edit, name="edit"),
+    path("t/<slug:tenant>/requests/<int:request_id>/cancel/", views.request_cancel, name="cancel"),
+    path(
+        "t/<slug:tenant>/resources/<int:resource_id>/modify/",
+        views.resource_modify,
+        name="modify",
+    ),
+    path(
+        "t/<slug:tenant>/resources/<int:resource_id>/decommission/",
+        views.resource_decommission,
+        name="decommission",
+    ),
+    path(
+        "t/<slug:tenant>/resources/<int:resource_id>/kubeconfig/",
+        views.kubeconfig,
+        name="kubeconfig",
+    ),
+]

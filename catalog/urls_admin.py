@@ -1,0 +1,27 @@
+"""Platform-admin catalog URLs (approvals) and everyone's notifications.
+
+The ``approvals/`` pages answer 404 to anyone but a platform admin; ``notifications/`` shows
+the signed-in user's own rows only."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from catalog import views_admin as views
+
+app_name = "approvals"
+
+urlpatterns = [
+    path("approvals/", views.queue, name="queue"),
+    path("approvals/<int:request_id>/", views.detail, name="detail"),
+    path("approvals/<int:request_id>/approve/", views.approve, name="approve"),
+    path("approvals/<int:request_id>/reject/", views.reject, name="reject"),
+    path(
+        "approvals/<int:request_id>/request-changes/",
+        views.request_changes,
+        name="request_changes",
+    ),
+    path("approvals/<int:request_id>/retry/", views.retry, name="retry"),
+    path("notifications/", views.notifications, name="notifications"),
+    path("notifications/read/", views.notifications_read, name="notifications_read"),
+]

@@ -1,0 +1,402 @@
+"""The platform admin's side of the catalog: the approval queue, the approval page with its
+what-if (quota, fleet capacity, the manifests the pull request would change) and the decision
+forms, and everyone's notification inbox.
+
+The approval pages answer 404 to anyone but a platform admin, as the fleet pages do. The
+decisions are ``catalog.services`` verbs; a view only parses the form and shows what the
+service refused, with nothing changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from catalog import services, states
+from catalog.models import Notification, ResourceRequest
+from catalog.services import CapacityRow, Check
+from catalog.specs import CLASSES
+from fleet.capacity import total_requests
+from fleet.charts import figure_html
+from fleet.models import Workload
+from fleet.views import platform_admin_page
+from gitops import services as gitops
+from gitops.diffview import RenderedFile, render_file_diff
+from gitops.models import ChangeRequest
+from portal.views import plotly_js_url
+
+S = ResourceRequest.State
+A = ResourceRequest.Action
+# States in which approving (or retrying) would open a pull request: the page shows its diff.
+PREVIEWED = frozenset({S.SUBMITTED, S.APPROVED, S.FAILED})
+# The portal's palette (static/portal/portal.css): muted, accent, bad.
+NOW_COLOUR = "#adb5bd"
+AFTER_COLOUR = "#3b5bdb"
+OVER_COLOUR = "#c92a2a"
+
+
+# --- forms ----------------------------------------------------------------------------------
+
+
+class ApproveForm(forms.Form):
+    note = forms.CharField(
+        required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    # Only shown when the request overcommits a flavor; the service ignores it otherwise.
+    allow_overcommit = forms.BooleanField(
+        required=False, label="Allow overcommit: promise more than the flavor has"
+    )
+    seen = forms.CharField(
+        widget=forms.HiddenInput,
+        error_messages={"required": "The page was out of date: look at the diff and try again."},
+    )
+
+
+class RejectForm(forms.Form):
+    note = forms.CharField(
+        label="Why (sent to the team)",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        error_messages={"required": "Say why, so the team can act on it."},
+    )
+
+
+class ChangesForm(forms.Form):
+    note = forms.CharField(
+        label="What needs to change (sent to the team)",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        error_messages={"required": "Say what needs to change."},
+    )
+
+
+def _add_errors(form: forms.Form, error: ValidationError) -> None:
+    """A service's refusal on the form: on its field when the form has one, else above it."""
+    if not hasattr(error, "error_dict"):
+        form.add_error(None, error)
+        return
+    for field, errors in error.error_dict.items():
+        form.add_error(field if field in form.fields else None, errors)
+
+
+# --- what the approval page shows -----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecRow:
+    field: str
+    now: str
+    wanted: str
+
+    @property
+    def changed(self) -> bool:
+        return self.now != self.wanted
+
+
+def _shown(value: Any) -> str:
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def spec_rows(request: ResourceRequest) -> list[SpecRow]:
+    """The request's spec field by field, next to what runs now (modify, decommission)."""
+    now = request.resource.spec if request.action != A.CREATE else {}
+    wanted = request.spec if request.action != A.DECOMMISSION else {}
+    names = [f.name for f in dataclasses.fields(CLASSES[request.kind])]
+    names += sorted((set(now) | set(wanted)) - set(names))
+    return [SpecRow(name, _shown(now.get(name)), _shown(wanted.get(name))) for name in names]
+
+
+def check_of(request: ResourceRequest) -> Check:
+    remove = request.action == A.DECOMMISSION
+    return services.check_request(
+        request.tenant,
+        request.kind,
+        request.resource.name,
+        None if remove else request.spec,
+        action=request.action,
+    )
+
+
+def preview_diff(changes: dict[str, bytes | None]) -> list[RenderedFile]:
+    """The files the pull request would change, as unified diffs against main."""
+    repo = gitops.repository()
+    base = gitops.main_sha()
+    files = []
+    for path in sorted(changes):
+        old = repo.read_file(base, path) if base else None
+        new = changes[path]
+        status = "added" if old is None else "deleted" if new is None else "modified"
+        patch = difflib.unified_diff(
+            (old or b"").decode("utf-8", "replace").splitlines(keepends=True),
+            (new or b"").decode("utf-8", "replace").splitlines(keepends=True),
+            "/dev/null" if old is None else f"a/{path}",
+            "/dev/null" if new is None else f"b/{path}",
+        )
+        files.append(render_file_diff(path, status, "".join(patch)))
+    return files
+
+
+def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
+    """Each flavor pool as a share of its capacity, now and after the request (grouped bars).
+    Pools count in different units (GPUs, MIG devices, MiB), so the bars are percentages and
+    the hover gives the amounts; the dashed line is 100%."""
+    labels = [f"{row.flavor}<br>({row.unit})" for row in rows]
+    figure = go.Figure()
+    for name, amounts, colours in (
+        ("Promised now", [row.before for row in rows], [NOW_COLOUR] * len(rows)),
+        (
+            "After approval",
+            [row.after for row in rows],
+            [OVER_COLOUR if row.over else AFTER_COLOUR for row in rows],
+        ),
+    ):
+        figure.add_trace(
+            go.Bar(
+                name=name,
+                x=labels,
+                y=[
+                    _percent(amount, row.capacity)
+                    for amount, row in zip(amounts, rows, strict=True)
+                ],
+                customdata=[
+                    [f"{amount:f}", f"{row.capacity:f}", row.unit]
+                    for amount, row in zip(amounts, rows, strict=True)
+                ],
+                marker_color=colours,
+                hovertemplate=(
+                    f"{name}: %{{customdata[0]}} of %{{customdata[1]}} %{{customdata[2]}}"
+                    " (%{y:.0f}%)<extra></extra>"
+                ),
+            )
+        )
+    figure.add_hline(y=100, line_dash="dash", line_color=OVER_COLOUR, line_width=1)
+    figure.update_layout(
+        template="none",
+        barmode="group",
+        height=300,
+        margin={"l": 50, "r": 10, "t": 10, "b": 70},
+        legend={"orientation": "h", "y": -0.3},
+        yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea", "ticksuffix": "%"},
+        font={"family": "system-ui, sans-serif", "size": 13},
+    )
+    return figure
+
+
+def _percent(amount: Any, capacity: Any) -> float:
+    return float(amount / capacity * 100) if capacity else 0.0
+
+
+def can_retry(request: ResourceRequest) -> bool:
+    """Approved with an error, or failed with a pull request that can be opened again."""
+    if request.state == S.APPROVED:
+        return bool(request.error)
+    merged = request.change is not None and request.change.status == ChangeRequest.Status.MERGED
+    return request.state == S.FAILED and not merged
+
+
+def _page(
+    http: HttpRequest, request: ResourceRequest, *, status: int = 200, **extra: Any
+) -> HttpResponse:
+    """The approval page; ``extra`` carries a bound form with its errors (status 422)."""
+    check = check_of(request) if request.state in states.OPEN else None
+    changes = (
+        services.preview_changes(check) if check and check.ok and request.state in PREVIEWED else {}
+    )
+    own = request.requested_by_id == http.user.pk
+    can_decide = request.state == S.SUBMITTED and not own
+    # Refusals of a form the page does not show (the request is no longer waiting, or yours).
+    hidden = [] if can_decide else [v for v in extra.values() if isinstance(v, forms.Form)]
+    refused = [e for form in hidden for errors in form.errors.values() for e in errors]
+    context = {
+        "req": request,
+        "spec_rows": spec_rows(request),
+        "check": check,
+        "gpus_in_use": total_requests(Workload.objects.filter(tenant_slug=request.tenant.slug)),
+        "chart": figure_html(capacity_figure(check.capacity)) if check and check.capacity else "",
+        "files": preview_diff(changes),
+        "seen": services.digest(changes),
+        "events": request.events.select_related("actor"),
+        "own": own,
+        "can_decide": can_decide,
+        "refused": refused,
+        "can_retry": can_retry(request),
+        "approve_form": ApproveForm(prefix="approve"),
+        "reject_form": RejectForm(prefix="reject"),
+        "changes_form": ChangesForm(prefix="changes"),
+        "plotly_js_url": plotly_js_url(),
+        **extra,
+    }
+    return render(http, "catalog/admin_detail.html", context, status=status)
+
+
+def _get(request_id: int) -> ResourceRequest:
+    related = ("tenant", "resource", "requested_by", "decided_by", "change")
+    return get_object_or_404(ResourceRequest.objects.select_related(*related), pk=request_id)
+
+
+def _back(request: ResourceRequest) -> HttpResponse:
+    return redirect("approvals:detail", request_id=request.pk)
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+@platform_admin_page
+def queue(request: HttpRequest) -> HttpResponse:
+    requests = ResourceRequest.objects.select_related(
+        "tenant", "resource", "requested_by", "change"
+    )
+    context = {
+        "waiting": requests.filter(state__in=states.AWAITING_DECISION).order_by("submitted_at"),
+        "in_flight": requests.filter(state__in=states.IN_FLIGHT).order_by("-updated_at"),
+    }
+    return render(request, "catalog/admin_queue.html", context)
+
+
+@platform_admin_page
+def detail(request: HttpRequest, request_id: int) -> HttpResponse:
+    return _page(request, _get(request_id))
+
+
+@platform_admin_page
+@require_POST
+def approve(request: HttpRequest, request_id: int) -> HttpResponse:
+    req = _get(request_id)
+    form = ApproveForm(request.POST, prefix="approve")
+    if form.is_valid():
+        try:
+            req = services.do_approve(req, acting_user=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        else:
+            if req.error:
+                messages.warning(request, f"Approved. {req.error} Retry below.")
+            else:
+                messages.success(request, f"Approved: pull request #{req.change_id} is open.")
+            return _back(req)
+    return _page(request, req, status=422, approve_form=form)
+
+
+def _note_decision(
+    request: HttpRequest,
+    request_id: int,
+    form_class: type[RejectForm] | type[ChangesForm],
+    prefix: str,
+    decide: Callable[..., ResourceRequest],
+    done: str,
+) -> HttpResponse:
+    req = _get(request_id)
+    form = form_class(request.POST, prefix=prefix)
+    if form.is_valid():
+        try:
+            decide(req, acting_user=request.user, note=form.cleaned_data["note"])
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        else:
+            messages.success(request, done)
+            return _back(req)
+    return _page(request, req, status=422, **{f"{prefix}_form": form})
+
+
+@platform_admin_page
+@require_POST
+def reject(request: HttpRequest, request_id: int) -> HttpResponse:
+    return _note_decision(
+        request,
+        request_id,
+        RejectForm,
+        "reject",
+        services.do_reject,
+        "Rejected; the team is told why.",
+    )
+
+
+@platform_admin_page
+@require_POST
+def request_changes(request: HttpRequest, request_id: int) -> HttpResponse:
+    return _note_decision(
+        request,
+        request_id,
+        ChangesForm,
+        "changes",
+        services.do_request_changes,
+        "Changes requested; the team is told what to change.",
+    )
+
+
+@platform_admin_page
+@require_POST
+def retry(request: HttpRequest, request_id: int) -> HttpResponse:
+    req = _get(request_id)
+    if not can_retry(req):
+        refused = (
+            f"The request is {req.get_state_display().lower()}: there is no pull request to "
+            "open again. Nothing was changed."
+        )
+        return _page(request, req, status=422, refused=[refused])
+    try:
+        req = services.open_pull_request(req, acting_user=request.user)
+    except ValidationError as exc:  # the request moved on since the page was drawn
+        return _page(request, req, status=422, refused=[*exc.messages, "Nothing was changed."])
+    if req.error:
+        messages.error(request, req.error)
+    else:
+        messages.success(request, f"Pull request #{req.change_id} is open.")
+    return _back(req)
+
+
+# --- notifications --------------------------------------------------------------------------
+
+
+def _inbox(request: HttpRequest) -> QuerySet[Notification]:
+    """The signed-in user's own notifications: nobody reaches another's."""
+    user: Any = request.user
+    return Notification.objects.filter(user=user)
+
+
+@login_required
+def notifications(request: HttpRequest) -> HttpResponse:
+    mine = _inbox(request).select_related("request")
+    page = Paginator(mine, 50).get_page(request.GET.get("page"))
+    return render(request, "catalog/notifications.html", {"page": page})
+
+
+@login_required
+@require_POST
+def notifications_read(request: HttpRequest) -> HttpResponse:
+    """Mark every unread notification read, or one (``?id=``); with ``open``, go to it."""
+    unread = _inbox(request).filter(read_at__isnull=True)
+    number = request.GET.get("id") or request.POST.get("id")
+    if not number:
+        count = unread.update(read_at=timezone.now())
+        messages.success(request, f"{count} notification{'s' if count != 1 else ''} marked read.")
+        return redirect("approvals:notifications")
+    if not number.isdigit():
+        raise Http404("No such notification.")
+    notice = get_object_or_404(_inbox(request), pk=int(number))
+    unread.filter(pk=notice.pk).update(read_at=timezone.now())
+    safe = url_has_allowed_host_and_scheme(notice.url, allowed_hosts=None)
+    if "open" in request.POST and notice.url and safe:
+        return redirect(notice.url)
+    return redirect("approvals:notifications")

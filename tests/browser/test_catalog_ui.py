@@ -1,0 +1,161 @@
+"""The catalog in a real browser, against the fleet simulator: bob asks for a model endpoint,
+pam approves it and merges its pull request, and bob's request page turns ready with the URL
+by itself (htmx polling), as the fleet sync and the catalog's follow-up run in the background.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import close_old_connections
+from playwright.sync_api import Browser, Page, expect
+
+from catalog import services as catalog
+from catalog.models import Resource, ResourceRequest
+from fleet import services as fleet
+from fleet.simulator import Simulator
+from fleet.simulator.config import SimConfig
+from gitops import services as gitops
+from gitops.fleet import configured_fleet
+from tenants.specs import tenant_spec
+from tests.browser.conftest import TIMEOUT_MS
+
+pytestmark = pytest.mark.browser
+
+SHARE = {"name": "infer", "flavor": "h200", "kind": "whole", "count": 2}
+
+
+@pytest.fixture
+def cluster(settings: Any) -> Iterator[Simulator]:
+    """The simulated fleet, ticking on its own, playing Flux on this test's repository."""
+    config = dataclasses.replace(
+        SimConfig.demo(),
+        flux_delay=0,
+        ready_delay=0,
+        recreate_delay=0,
+        fleet_name=settings.GITOPS_FLEET_NAME,
+    )
+    with Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main") as sim:
+        settings.FLEET_API_URL = sim.start("127.0.0.1", 0, tick_seconds=0.2)
+        settings.FLEET_KUBECONFIG = ""
+        settings.FLEET_IN_CLUSTER = False
+        yield sim
+
+
+@pytest.fixture
+def background(cluster: Simulator) -> Iterator[None]:
+    """What the beat schedule does in the portal: read the cluster, move requests on."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(0.5):
+            try:
+                fleet.sync_all()
+                catalog.advance_requests()
+            finally:
+                close_old_connections()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        close_old_connections()
+
+
+@pytest.fixture
+def alpha_with_a_share(world: dict[str, Any]) -> dict[str, Any]:
+    """alpha onboarded and holding a GPU share on main, as an earlier request left it."""
+    fleet_spec = configured_fleet()
+    onboarding = gitops.open_tenant_change(
+        acting_user=world["alice"],
+        tenant=tenant_spec(world["alpha"]),
+        fleet=fleet_spec,
+        title="Onboard alpha",
+        kind="onboarding",
+    )
+    onboarding.checks_state = "passed"
+    onboarding.save()
+    gitops.do_review(onboarding, acting_user=world["pam"], state="approve")
+    gitops.do_merge(onboarding, acting_user=world["pam"])
+    Resource.objects.create(
+        tenant=world["alpha"], kind="gpu-share", name="infer", state="active", spec=SHARE
+    )
+    change = gitops.open_tenant_change(
+        acting_user=world["alice"],
+        tenant=catalog.desired_tenant(world["alpha"]),
+        fleet=fleet_spec,
+        title="GPU share infer",
+        kind="gpu-share",
+    )
+    change.checks_state = "passed"
+    change.save()
+    gitops.do_review(change, acting_user=world["pam"], state="approve")
+    gitops.do_merge(change, acting_user=world["pam"])
+    return world
+
+
+def _context_page(browser: Browser, live_server: Any) -> Page:
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    return context.new_page()
+
+
+def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
+    page: Page,
+    browser: Browser,
+    sign_in: Callable[[Page, str], None],
+    live_server: Any,
+    alpha_with_a_share: dict[str, Any],
+    background: None,
+) -> None:
+    # bob asks for an endpoint; the form checks as he types and previews the manifests
+    sign_in(page, "bob")
+    page.goto("/t/alpha/catalog/")
+    page.get_by_role("link", name=re.compile("endpoint", re.I)).first.click()
+    expect(page).to_have_url(re.compile(r"/t/alpha/catalog/endpoint/new/$"))
+    page.get_by_label("Model", exact=True).fill("hf://org/chat-model")
+    page.get_by_label("Share", exact=True).select_option("infer")
+    page.get_by_label("Name", exact=True).fill("Chat!")
+    expect(page.locator("#preview .form-errors")).to_contain_text("Name")
+    page.get_by_label("Name", exact=True).fill("chat")
+    expect(page.locator("#preview")).to_contain_text("inferenceservice", ignore_case=True)
+    expect(page.locator("#preview .form-errors")).to_have_count(0)
+    page.get_by_role("button", name=re.compile("submit|request|ask", re.I)).click()
+    expect(page).to_have_url(re.compile(r"/t/alpha/requests/\d+/$"))
+    expect(page.locator("body")).to_contain_text("Submitted")
+    request = ResourceRequest.objects.get(resource__name="chat")
+    bob_url = page.url
+
+    # pam sees it waiting, with the diff, and approves: the pull request opens
+    admin = _context_page(browser, live_server)
+    sign_in(admin, "pam")
+    admin.goto("/approvals/")
+    admin.get_by_role("link", name=re.compile("chat")).first.click()
+    expect(admin.locator("body")).to_contain_text("inferenceservice", ignore_case=True)
+    admin.get_by_role("button", name="Approve and open the pull request").click()
+    expect(admin.locator("body")).to_contain_text("Pull request open")
+    request.refresh_from_db()
+    assert request.state == "pr_open" and request.change is not None
+
+    # ... and merges it on the change page (checks ran when it opened)
+    admin.goto(f"/changes/{request.change_id}/")
+    admin.get_by_role("button", name="Merge into main").click()
+    expect(admin.locator("body")).to_contain_text("Merged")
+
+    # bob's page, left open, turns ready with the endpoint's URL without a reload
+    page.goto(bob_url)
+    ready = page.locator("body")
+    expect(ready).to_contain_text("Ready", timeout=60_000)
+    expect(ready).to_contain_text("https://models.ai-factory.example.com/alpha/chat")
+    expect(ready).to_contain_text("/v1/chat/completions")
+    request.refresh_from_db()
+    assert request.state == "ready"
+    admin.context.close()

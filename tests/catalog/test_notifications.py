@@ -1,0 +1,175 @@
+"""The notification inbox: everyone sees only their own, newest first; marking read; the counts
+in the navigation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.test import Client
+from django.utils import timezone
+
+from catalog import services
+from catalog.context_processors import inbox
+from catalog.models import Notification
+from gitops.fleet import configured_fleet
+from tenants.access import is_platform_admin
+
+
+def _notice(user: Any, title: str, *, ago: int = 0, read: bool = False) -> Notification:
+    now = timezone.now()
+    return Notification.objects.create(
+        user=user,
+        title=title,
+        body=f"{title}.",
+        tenant_slug="alpha",
+        url="/tenants/alpha/",
+        created_at=now - timedelta(minutes=ago),
+        read_at=now if read else None,
+    )
+
+
+def test_it_shows_only_my_notifications_newest_first(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    older = _notice(world["bob"], "Older news", ago=10, read=True)
+    newer = _notice(world["bob"], "Newer news", ago=1)
+    _notice(world["alice"], "Alice's secret")
+    response = login("bob").get("/notifications/")
+    assert response.status_code == 200
+    assert list(response.context["page"]) == [newer, older]
+    page = response.content.decode()
+    assert "Alice&#x27;s secret" not in page and "Alice's secret" not in page
+    assert page.index("Newer news") < page.index("Older news")
+    assert page.count("notification-unread") == 1  # only the unread one is highlighted
+
+
+def test_it_marks_all_my_notifications_read(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    mine = [_notice(world["bob"], "One"), _notice(world["bob"], "Two")]
+    theirs = _notice(world["alice"], "Alice's")
+    response = login("bob").post("/notifications/read/")
+    assert response.status_code == 302
+    assert response["Location"] == "/notifications/"
+    for notice in mine:
+        notice.refresh_from_db()
+        assert notice.read_at is not None
+    theirs.refresh_from_db()
+    assert theirs.read_at is None
+
+
+def test_it_marks_one_read_and_can_open_it(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    one, other = _notice(world["bob"], "One"), _notice(world["bob"], "Other")
+    bob = login("bob")
+    assert bob.post(f"/notifications/read/?id={one.pk}").status_code == 302
+    one.refresh_from_db()
+    other.refresh_from_db()
+    assert one.read_at is not None and other.read_at is None
+    response = bob.post(f"/notifications/read/?id={other.pk}", {"open": "1"})
+    assert response["Location"] == "/tenants/alpha/"
+    other.refresh_from_db()
+    assert other.read_at is not None
+
+
+def test_it_never_opens_a_notification_elsewhere(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    notice = _notice(world["bob"], "Phish")
+    Notification.objects.filter(pk=notice.pk).update(url="https://evil.example/")
+    response = login("bob").post(f"/notifications/read/?id={notice.pk}", {"open": "1"})
+    assert response["Location"] == "/notifications/"
+
+
+def test_it_keeps_other_peoples_notifications_out_of_reach(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    theirs = _notice(world["alice"], "Alice's")
+    bob = login("bob")
+    assert bob.post(f"/notifications/read/?id={theirs.pk}").status_code == 404
+    assert bob.post("/notifications/read/?id=nonsense").status_code == 404
+    theirs.refresh_from_db()
+    assert theirs.read_at is None
+
+
+def test_it_marks_read_by_post_only_and_for_signed_in_users(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    notice = _notice(world["bob"], "One")
+    assert login("bob").get(f"/notifications/read/?id={notice.pk}").status_code == 405
+    for url in ["/notifications/", "/notifications/read/"]:
+        response = Client().post(url) if url.endswith("read/") else Client().get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+    notice.refresh_from_db()
+    assert notice.read_at is None
+
+
+def test_the_navigation_shows_my_unread_count(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    _notice(world["bob"], "One")
+    _notice(world["bob"], "Two")
+    _notice(world["bob"], "Seen", read=True)
+    _notice(world["alice"], "Alice's")
+    bob = login("bob")
+    page = bob.get("/").content.decode()
+    assert '<span class="nav-unread" title="unread">2</span>' in page
+    bob.post("/notifications/read/")
+    assert "nav-unread" not in bob.get("/").content.decode()
+    assert '/notifications/"' in bob.get("/").content.decode()
+
+
+def test_the_navigation_counts_requests_waiting_for_platform_admins(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    flavor = next(f.name for f in configured_fleet().flavors if f.mode == "whole")
+    services.do_create_request(
+        world["alpha"],
+        acting_user=world["bob"],
+        kind="gpu-share",
+        spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 2},
+    )
+    assert "Approvals (1 waiting)" in login("pam").get("/").content.decode()
+    for name in ["alice", "bob", "fiona", "nora"]:
+        assert "/approvals/" not in login(name).get("/").content.decode(), name
+
+
+def test_a_submitted_request_reaches_the_admins_inbox_with_a_way_to_decide(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    flavor = next(f.name for f in configured_fleet().flavors if f.mode == "whole")
+    request = services.do_create_request(
+        world["alpha"],
+        acting_user=world["bob"],
+        kind="gpu-share",
+        spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 2},
+    )
+    page = login("pam").get("/notifications/").content.decode()
+    assert "waits for a platform admin" in page
+    assert f'href="/approvals/{request.pk}/"' in page
+    # bob asked; the admins hear about it, not him
+    assert not Notification.objects.filter(user=world["bob"]).exists()
+
+
+def test_the_navigation_counts_cost_one_query_and_only_when_shown(
+    world: dict[str, Any], rf: Any, django_assert_num_queries: Any
+) -> None:
+    flavor = next(f.name for f in configured_fleet().flavors if f.mode == "whole")
+    services.do_create_request(
+        world["alpha"],
+        acting_user=world["bob"],
+        kind="gpu-share",
+        spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 2},
+    )
+    request = rf.get("/")
+    request.user = world["pam"]
+    is_platform_admin(world["pam"])  # read once per request, by the navigation processor
+    with django_assert_num_queries(0):
+        context = inbox(request)
+    with django_assert_num_queries(1):
+        assert context["nav_unread"]() == 1  # the submitted request's notice
+        assert context["nav_approvals_waiting"]() == 1

@@ -1,0 +1,146 @@
+"""Secrets in the fleet simulator: a vCluster release exports its kubeconfig once Ready and
+takes it away when removed, read through the official client and through ``Kube.read_secret``."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from fleet.kube import Kube, KubeError
+from fleet.simulator import Simulator
+from fleet.simulator.vcluster import exported_kubeconfig
+from gitops.models import ChangeRequest
+from gitops.specs import GpuShare, TenantClusterSpec, TenantSpec
+
+SHARE = GpuShare(name="infer", flavor="h200", kind="whole", count=2)
+CLUSTER = TenantClusterSpec(name="dev", node_pools=("h200",), gpu_quota=2)
+ALPHA = TenantSpec(slug="alpha", shares=(SHARE,), clusters=(CLUSTER,))
+
+
+def secret_data(secret: client.V1Secret) -> dict[str, bytes]:
+    return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+
+
+@pytest.mark.django_db
+def test_it_exports_the_kubeconfig_once_the_vcluster_release_is_ready(
+    simulator: Simulator,
+    kube: client.ApiClient,
+    merged_change: Callable[..., ChangeRequest],
+) -> None:
+    core = client.CoreV1Api(kube)
+    merged_change(ALPHA)
+    with pytest.raises(ApiException) as missing:
+        core.read_namespaced_secret("dev-kubeconfig", "alpha")
+    assert missing.value.status == 404
+
+    simulator.tick()
+    secret = core.read_namespaced_secret("dev-kubeconfig", "alpha")
+    assert secret.type == "Opaque"
+    assert secret.kind == "Secret"
+    data = secret_data(secret)
+    assert set(data) == {"config", "certificate-authority", "client-certificate", "client-key"}
+    kubeconfig = yaml.safe_load(data["config"])
+    assert kubeconfig["kind"] == "Config"
+    assert kubeconfig["current-context"] == "dev"
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    assert cluster["server"] == "https://dev.alpha.svc:443"
+    assert base64.b64decode(cluster["certificate-authority-data"]) == data["certificate-authority"]
+    assert data["certificate-authority"].startswith(b"-----BEGIN CERTIFICATE-----\n")
+    assert data["client-key"].startswith(b"-----BEGIN EC PRIVATE KEY-----\n")
+    # The official client takes it as it is.
+    loaded = client.Configuration()
+    config.load_kube_config_from_dict(kubeconfig, client_configuration=loaded)
+    assert loaded.host == "https://dev.alpha.svc:443"
+
+    listed = core.list_namespaced_secret("alpha").items
+    assert [s.metadata.name for s in listed] == ["dev-kubeconfig"]
+    assert "secrets" in {r.name for r in core.get_api_resources().resources}
+
+
+@pytest.mark.django_db
+def test_it_removes_the_kubeconfig_with_the_release(
+    simulator: Simulator,
+    kube: client.ApiClient,
+    merged_change: Callable[..., ChangeRequest],
+) -> None:
+    core = client.CoreV1Api(kube)
+    merged_change(ALPHA)
+    simulator.tick()
+    assert core.read_namespaced_secret("dev-kubeconfig", "alpha").data
+
+    merged_change(TenantSpec(slug="alpha", shares=(SHARE,)))
+    simulator.tick()
+    assert core.list_namespaced_secret("alpha").items == []
+
+
+@pytest.mark.django_db
+def test_it_deletes_a_namespaces_secrets_with_it(
+    simulator: Simulator,
+    kube: client.ApiClient,
+    merged_change: Callable[..., ChangeRequest],
+) -> None:
+    merged_change(ALPHA)
+    simulator.tick()
+    simulator.put_object("secrets", {"metadata": {"namespace": "alpha", "name": "other"}})
+    merged_change(remove="alpha")
+    simulator.tick()
+    assert client.CoreV1Api(kube).list_secret_for_all_namespaces().items == []
+
+
+def test_it_names_the_secret_after_the_release_without_values() -> None:
+    release: dict[str, Any] = {
+        "metadata": {"namespace": "flux-system", "name": "alpha-dev"},
+        "spec": {"chart": {"spec": {"chart": "vcluster"}}},
+    }
+    secret = exported_kubeconfig(release, "alpha", "dev")
+    assert secret is not None
+    assert secret["metadata"] == {"name": "vc-dev", "namespace": "alpha"}
+    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["config"]))
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://localhost:8443"
+    other = {"spec": {"chart": {"spec": {"chart": "kueue"}}}}
+    assert exported_kubeconfig(other, "alpha", "dev") is None
+
+
+def test_it_reads_a_secret_decoded(simulator: Simulator, kube: client.ApiClient) -> None:
+    simulator.put_object(
+        "secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"namespace": "alpha", "name": "dev-kubeconfig"},
+            "type": "Opaque",
+            "data": {"config": base64.b64encode(b"apiVersion: v1\n").decode()},
+        },
+    )
+    assert Kube(kube, timeout=5).read_secret("alpha", "dev-kubeconfig") == {
+        "config": b"apiVersion: v1\n"
+    }
+
+
+def test_it_answers_a_missing_secret_with_status_404(kube: client.ApiClient) -> None:
+    with pytest.raises(KubeError) as missing:
+        Kube(kube, timeout=5).read_secret("alpha", "dev-kubeconfig")
+    assert missing.value.status == 404
+    assert 'secrets "dev-kubeconfig" not found' in str(missing.value)
+
+
+def test_it_refuses_secret_data_that_is_not_base64(
+    simulator: Simulator, kube: client.ApiClient
+) -> None:
+    simulator.put_object(
+        "secrets",
+        {
+            "metadata": {"namespace": "alpha", "name": "broken"},
+            "data": {"config": "%%% hunter2 %%%"},
+        },
+    )
+    with pytest.raises(KubeError) as broken:
+        Kube(kube, timeout=5).read_secret("alpha", "broken")
+    assert "not base64" in str(broken.value)
+    assert "hunter2" not in str(broken.value)  # a credential stays out of messages
