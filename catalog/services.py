@@ -107,12 +107,13 @@ class Check:
 def _promised(shares: Iterable[GpuShare], fleet: FleetSpec) -> dict[tuple[str, str], Decimal]:
     """Nominal quota promised per (flavor, pool unit) by these shares."""
     totals: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    pools = {flavor.name: (flavor, flavor_pools(flavor)) for flavor in fleet.flavors}
     for share in shares:
-        flavor = fleet.flavor(share.flavor)
-        if flavor is None:
+        if share.flavor not in pools:
             continue
+        flavor, its_pools = pools[share.flavor]
         asked = units.kueue_resources(share)
-        for pool in flavor_pools(flavor):
+        for pool in its_pools:
             amount = sum((Decimal(asked[r]) for r in pool.resources if r in asked), Decimal(0))
             if amount:
                 totals[(flavor.name, pool.unit)] += amount

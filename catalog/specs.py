@@ -8,6 +8,7 @@ would run with one request applied to what is on main; gitops renders and valida
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any, get_type_hints
 
@@ -39,11 +40,16 @@ def to_json(spec: Any) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _shape(cls: Any) -> tuple[dict[str, Any], frozenset[str]]:
+    """A dataclass's type hints and field names (slow to compute, so once per class)."""
+    return get_type_hints(cls), frozenset(f.name for f in dataclasses.fields(cls))
+
+
 def from_json(kind: str, data: dict[str, Any]) -> Any:
     """The dataclass of ``kind`` from stored JSON; unknown keys are an error, not ignored."""
     cls = CLASSES[kind]
-    hints = get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}
+    hints, fields = _shape(cls)
     unknown = set(data) - fields
     if unknown:
         raise SpecError({key: "Unknown field." for key in sorted(unknown)})
