@@ -133,7 +133,7 @@ def test_the_navigation_counts_requests_waiting_for_platform_admins(
         kind="gpu-share",
         spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 2},
     )
-    assert "Approvals (1 waiting)" in login("pam").get("/").content.decode()
+    assert 'title="1 waiting for a decision">1</span>' in login("pam").get("/").content.decode()
     for name in ["alice", "bob", "fiona", "nora"]:
         assert "/approvals/" not in login(name).get("/").content.decode(), name
 

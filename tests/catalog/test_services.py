@@ -55,7 +55,7 @@ def _merge(request: ResourceRequest, world: dict[str, Any], run_jobs: Any) -> Ch
     assert request.change is not None, request.error
     change = request.change
     change.refresh_from_db()
-    assert change.checks_state == "passed", list(change.checkruns.values("name", "summary"))
+    assert change.checks_state == "passed", list(change.checks.values("name", "summary"))
     return run_jobs(gitops.do_merge, change, acting_user=world["pam"])
 
 
