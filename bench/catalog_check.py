@@ -25,18 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def setup_django(tmp: Path) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{tmp}/b.db")
-    os.environ["PORTAL_VAR_DIR"] = str(tmp)
-    os.environ["FLEET_SIMULATOR"] = "0"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
+from bench.django_setup import p95, setup_django  # noqa: E402
 
 
 def measure(fn: Callable[[], Any], runs: int) -> tuple[list[float], int, int]:
@@ -117,12 +106,11 @@ def main() -> None:
                 ),
             ]:
                 times, peak, queries = measure(fn, runs)
-                p95 = sorted(times)[max(0, round(0.95 * len(times)) - 1)]
-                rows.append((name, runs, statistics.median(times), p95, queries, peak))
+                rows.append((name, runs, statistics.median(times), p95(times), queries, peak))
             baseline = rows[-1][2]
-            for name, runs, median, p95, queries, peak in rows:
+            for name, runs, median, slow, queries, peak in rows:
                 print(
-                    f"| {count:,} | {name} | {runs} | {median:.1f} | {p95:.1f} | "
+                    f"| {count:,} | {name} | {runs} | {median:.1f} | {slow:.1f} | "
                     f"{median / baseline:.2f}x | {queries} | {peak / 2**20:.1f} |",
                     flush=True,
                 )

@@ -35,18 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def setup_django(tmp: Path) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{tmp}/b.db")
-    os.environ["PORTAL_VAR_DIR"] = str(tmp)
-    os.environ["FLEET_SIMULATOR"] = "0"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
+from bench.django_setup import p95, setup_django  # noqa: E402
 
 
 def typed_facts(node: Any) -> tuple[str, int, int, bool]:
@@ -78,11 +67,6 @@ def measure(fn: Callable[[], Any], runs: int) -> tuple[list[float], int, Any]:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return times, peak, result
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, round(0.95 * len(ordered)) - 1)]
 
 
 def start_simulator(config: str) -> tuple[str, subprocess.Popen[bytes]]:

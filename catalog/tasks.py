@@ -6,10 +6,9 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.utils import timezone
 
 from catalog import services
-from portal.jobs import job_task
+from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
 
 # Runs every few seconds: keep an hour of quiet runs, not the job retention's worth.
@@ -21,12 +20,7 @@ def advance(job: Job) -> None:
     """Move requests on from their pull requests and what the cluster reports."""
     moved = services.advance_requests()
     job.set_progress(100, f"{moved} requests moved on")
-    Job.objects.filter(
-        task="catalog.advance",
-        trigger=Job.Trigger.SCHEDULE,
-        status=Job.Status.SUCCEEDED,
-        finished_at__lt=timezone.now() - SCHEDULED_KEEP,
-    ).delete()
+    prune_scheduled("catalog.advance", SCHEDULED_KEEP)
 
 
 @job_task("catalog.expire_reservations")

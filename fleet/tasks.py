@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.utils import timezone
-
 from fleet import services
 from fleet.kube import KubeError
 from fleet.models import Node
 from portal.audit import record_audit
-from portal.jobs import job_task
+from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
 
 # Scheduled syncs run every few seconds; keep an hour of them, not the job retention's worth.
@@ -26,12 +24,7 @@ def sync(job: Job) -> None:
         job.append_log("; ".join(f"{source}: {error}" for source, error in report.errors.items()))
     if report.moved_changes:
         job.append_log(f"changes moved on: {', '.join(f'#{pk}' for pk in report.moved_changes)}")
-    Job.objects.filter(
-        task="fleet.sync",
-        trigger=Job.Trigger.SCHEDULE,
-        status=Job.Status.SUCCEEDED,
-        finished_at__lt=timezone.now() - SCHEDULED_SYNC_KEEP,
-    ).delete()
+    prune_scheduled("fleet.sync", SCHEDULED_SYNC_KEEP)
 
 
 @job_task("fleet.drain")

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import shared_task
@@ -89,6 +89,18 @@ def enqueue(
     )
     transaction.on_commit(lambda: dispatch(job.pk))
     return job
+
+
+def prune_scheduled(task: str, keep: timedelta) -> int:
+    """Delete the succeeded scheduled runs of ``task`` older than ``keep``: a task the beat
+    runs every few seconds would otherwise fill the jobs list. Failures are kept."""
+    deleted, _ = Job.objects.filter(
+        task=task,
+        trigger=Job.Trigger.SCHEDULE,
+        status=Job.Status.SUCCEEDED,
+        finished_at__lt=timezone.now() - keep,
+    ).delete()
+    return deleted
 
 
 def dispatch(job_id: int, countdown: float = 0) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -131,3 +131,41 @@ def merged_change(
             return services.do_merge(change, acting_user=world["pam"])
 
     return run
+
+
+@pytest.fixture
+def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
+    """Start the demo fleet's simulator, playing Flux on this test's repository, with no
+    delays, and point the portal's Kubernetes client at it; stopped after the test.
+
+    ``tick_seconds=None`` (the default): nothing moves until the test calls ``tick()``, so
+    what it sees never depends on timing. Browser tests pass a period instead.
+    """
+    import dataclasses
+
+    from fleet.simulator import Simulator
+    from fleet.simulator.config import SimConfig
+
+    started: list[Any] = []
+
+    def start(*, tick_seconds: float | None = None) -> Any:
+        config = dataclasses.replace(
+            SimConfig.demo(),
+            flux_delay=0,
+            ready_delay=0,
+            recreate_delay=0,
+            fleet_name=settings.GITOPS_FLEET_NAME,
+        )
+        simulator = Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main")
+        started.append(simulator)
+        settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=tick_seconds)
+        settings.FLEET_API_TOKEN = ""
+        settings.FLEET_KUBECONFIG = ""
+        settings.FLEET_IN_CLUSTER = False
+        settings.FLEET_API_TIMEOUT = 5
+        settings.FLEET_EVICTION_RETRY_SECONDS = 0
+        return simulator
+
+    yield start
+    for simulator in started:
+        simulator.stop()

@@ -5,7 +5,6 @@ by itself (htmx polling), as the fleet sync and the catalog's follow-up run in t
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -19,7 +18,6 @@ from catalog import services as catalog
 from catalog.models import Resource, ResourceRequest
 from fleet import services as fleet
 from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from tenants.specs import tenant_spec
@@ -31,20 +29,9 @@ SHARE = {"name": "infer", "flavor": "h200", "kind": "whole", "count": 2}
 
 
 @pytest.fixture
-def cluster(settings: Any) -> Iterator[Simulator]:
+def cluster(start_fleet: Callable[..., Simulator]) -> Simulator:
     """The simulated fleet, ticking on its own, playing Flux on this test's repository."""
-    config = dataclasses.replace(
-        SimConfig.demo(),
-        flux_delay=0,
-        ready_delay=0,
-        recreate_delay=0,
-        fleet_name=settings.GITOPS_FLEET_NAME,
-    )
-    with Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main") as sim:
-        settings.FLEET_API_URL = sim.start("127.0.0.1", 0, tick_seconds=0.2)
-        settings.FLEET_KUBECONFIG = ""
-        settings.FLEET_IN_CLUSTER = False
-        yield sim
+    return start_fleet(tick_seconds=0.2)
 
 
 @pytest.fixture

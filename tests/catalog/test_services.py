@@ -3,8 +3,7 @@ merge, and the cluster (the fleet simulator) reporting the resource ready."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from catalog import services, states
 from catalog.models import Notification, RequestEvent, Resource, ResourceRequest
 from fleet import services as fleet
 from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
@@ -284,19 +282,8 @@ def test_every_state_is_reachable_and_terminal_states_stay() -> None:
 
 
 @pytest.fixture
-def sim(settings: Any) -> Iterator[Simulator]:
-    config = dataclasses.replace(
-        SimConfig.demo(),
-        flux_delay=0,
-        ready_delay=0,
-        recreate_delay=0,
-        fleet_name=settings.GITOPS_FLEET_NAME,
-    )
-    with Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main") as simulator:
-        settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=None)
-        settings.FLEET_KUBECONFIG = ""
-        settings.FLEET_IN_CLUSTER = False
-        yield simulator
+def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
+    return start_fleet()
 
 
 def _reconcile(sim: Simulator) -> None:

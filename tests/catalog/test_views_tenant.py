@@ -3,8 +3,7 @@ requests, changes to what the tenant has, the kubeconfig download, and who sees 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,6 @@ from catalog import services
 from catalog.models import Kind, Resource, ResourceRequest
 from fleet import services as fleet
 from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
@@ -427,19 +425,8 @@ def test_the_kubeconfig_is_for_members_of_a_running_cluster(
 
 
 @pytest.fixture
-def sim(settings: Any) -> Iterator[Simulator]:
-    config = dataclasses.replace(
-        SimConfig.demo(),
-        flux_delay=0,
-        ready_delay=0,
-        recreate_delay=0,
-        fleet_name=settings.GITOPS_FLEET_NAME,
-    )
-    with Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main") as simulator:
-        settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=None)
-        settings.FLEET_KUBECONFIG = ""
-        settings.FLEET_IN_CLUSTER = False
-        yield simulator
+def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
+    return start_fleet()
 
 
 @pytest.mark.django_db

@@ -3,7 +3,6 @@ faults, malformed objects and the drain flow. The same client code a real cluste
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import threading
 import time
@@ -16,7 +15,6 @@ from django.test import Client
 from fleet import services
 from fleet.models import FluxObject, Node, SyncState, Workload
 from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
 from gitops.models import ChangeRequest
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from portal.jobs import enqueue
@@ -28,21 +26,9 @@ CLUSTER = TenantClusterSpec(name="dev", node_pools=("h200",), gpu_quota=2)
 
 
 @pytest.fixture
-def sim(settings: Any) -> Iterator[Simulator]:
-    """A simulator of the demo fleet playing Flux on this test's repository, with no delays
-    (tests step it with ``tick()``)."""
-    config = dataclasses.replace(SimConfig.demo(), flux_delay=0, ready_delay=0, recreate_delay=0)
-    simulator = Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main")
-    settings.FLEET_API_URL = simulator.start("127.0.0.1", 0)
-    settings.FLEET_API_TOKEN = ""
-    settings.FLEET_KUBECONFIG = ""
-    settings.FLEET_IN_CLUSTER = False
-    settings.FLEET_API_TIMEOUT = 5
-    settings.FLEET_EVICTION_RETRY_SECONDS = 0
-    try:
-        yield simulator
-    finally:
-        simulator.stop()
+def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
+    """The demo fleet, ticking on its own as in the demo (tests also step it)."""
+    return start_fleet(tick_seconds=0.5)
 
 
 def _reconcile(sim: Simulator) -> None:

@@ -131,3 +131,27 @@ def test_it_shows_jobs_to_the_right_people(
     fragment = login("alice").get(f"/jobs/{job.pk}/", HTTP_HX_REQUEST="true").content.decode()
     assert fragment.lstrip().startswith('<section id="job"')
     assert 'hx-trigger="every 2s"' in fragment
+
+
+@pytest.mark.django_db
+def test_it_prunes_only_old_successful_scheduled_runs_of_one_task() -> None:
+    from django.utils import timezone
+
+    from portal.jobs import prune_scheduled
+
+    old = timezone.now() - timedelta(hours=2)
+    recent = timezone.now() - timedelta(minutes=5)
+
+    def job(task: str, trigger: str, status: str, finished: Any) -> Job:
+        return Job.objects.create(task=task, trigger=trigger, status=status, finished_at=finished)
+
+    gone = job("fleet.sync", Job.Trigger.SCHEDULE, Job.Status.SUCCEEDED, old)
+    kept = [
+        job("fleet.sync", Job.Trigger.SCHEDULE, Job.Status.SUCCEEDED, recent),
+        job("fleet.sync", Job.Trigger.SCHEDULE, Job.Status.FAILED, old),
+        job("fleet.sync", Job.Trigger.USER, Job.Status.SUCCEEDED, old),
+        job("catalog.advance", Job.Trigger.SCHEDULE, Job.Status.SUCCEEDED, old),
+    ]
+    assert prune_scheduled("fleet.sync", timedelta(hours=1)) == 1
+    assert not Job.objects.filter(pk=gone.pk).exists()
+    assert set(Job.objects.values_list("pk", flat=True)) == {j.pk for j in kept}

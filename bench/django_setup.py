@@ -1,0 +1,32 @@
+"""What the benchmarks that need the portal's models share: a throwaway, migrated database."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def setup_django(tmp: Path) -> None:
+    """Django on a migrated SQLite database in ``tmp`` (``BENCH_DATABASE_URL`` to use another),
+    with the fleet simulator off: a benchmark starts what it measures itself."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{tmp}/b.db")
+    os.environ["PORTAL_VAR_DIR"] = str(tmp)
+    os.environ["FLEET_SIMULATOR"] = "0"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def p95(values: list[float]) -> float:
+    """The nearest-rank 95th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, round(0.95 * len(ordered)) - 1)]
