@@ -34,11 +34,11 @@ from catalog.specs import CLASSES
 from fleet.capacity import total_requests
 from fleet.charts import figure_html
 from fleet.models import Workload
-from fleet.views import platform_admin_page
 from gitops import services as gitops
 from gitops.diffview import RenderedFile, render_file_diff
 from gitops.models import ChangeRequest
 from portal.views import plotly_js_url
+from tenants.access import platform_admin_page
 
 S = ResourceRequest.State
 A = ResourceRequest.Action

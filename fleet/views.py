@@ -11,14 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
@@ -42,23 +41,11 @@ from fleet.models import FluxObject, Health, Node, SyncState, Workload
 from gitops.fleet import configured_fleet
 from portal.jobs import enqueue
 from portal.views import plotly_js_url
-from tenants.access import get_tenant_for_user, is_platform_admin
+from tenants.access import get_tenant_for_user, platform_admin_page
 
 View = Callable[..., HttpResponse]
 CORDONED = {"yes": True, "no": False}
 FLUX_STATES = ("ready", "failed", "progressing", "suspended", "unknown")
-
-
-def platform_admin_page(view: View) -> View:
-    """Signed in, and a platform admin; anyone else gets the 404 of a page that is not there."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_platform_admin(request.user):
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapped)
 
 
 def _partial(request: HttpRequest, template: str, name: str) -> str:

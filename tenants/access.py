@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 from typing import Any
 
+from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
 
 from tenants.models import Membership, PlatformRole, Role, Tenant
 
@@ -108,3 +111,15 @@ def get_tenant_for_user(request: HttpRequest, slug: str) -> TenantAccess:
 def require_platform_admin(request: HttpRequest) -> None:
     if not is_platform_admin(request.user):
         raise PermissionDenied("Only platform admins can do that.")
+
+
+def platform_admin_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Signed in, and a platform admin; anyone else gets the 404 of a page that is not there."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not is_platform_admin(request.user):
+            raise Http404("No such page.")
+        return view(request, *args, **kwargs)
+
+    return login_required(wrapped)
