@@ -83,6 +83,9 @@ class FleetSpec:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     vcluster_chart_version: str = "0.30.0"
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
+    # The portal's own service account: it may read tenant clusters' kubeconfig Secrets.
+    portal_namespace: str = "portal-system"
+    portal_service_account: str = "portal"
     git_branch: str = "main"
     max_gpus_per_tenant: int = 64
 

@@ -98,6 +98,7 @@ def run_checks(
                 gateway_name=fleet.gateway.name if gateway_namespace is None else None,
                 platform_sources=platform_sources,
                 registry=registry,
+                portal_subject=(fleet.portal_namespace, fleet.portal_service_account),
             ),
         ),
         _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
@@ -195,6 +196,7 @@ def _isolation(
     gateway_name: str | None,
     platform_sources: Collection[PlatformSource] | None,
     registry: SchemaRegistry | None,
+    portal_subject: tuple[str, str] | None = None,
 ) -> CheckResult:
     scopes = registry or get_registry(None)
     findings = check_isolation(
@@ -205,6 +207,7 @@ def _isolation(
             platform_sources if platform_sources is not None else platform_sources_in(files)
         ),
         registry=scopes,
+        portal_subject=portal_subject,
     )
     seen = {(f.object, f.rule) for f in findings}
     for build in builds:

@@ -97,6 +97,7 @@ def check_isolation(
     gateway_name: str | None = None,
     registry: SchemaRegistry | None = None,
     forbidden_cluster_roles: Collection[str] = DEFAULT_FORBIDDEN_CLUSTER_ROLES,
+    portal_subject: tuple[str, str] | None = None,
 ) -> list[Finding]:
     """Every isolation rule broken in the tree.
 
@@ -104,7 +105,9 @@ def check_isolation(
     routes may attach to. ``platform_sources`` are the Flux sources, as (kind, namespace,
     name), that platform-owned tenant objects may use from another namespace (see
     ``platform_sources_in``). ``registry`` tells namespaced from cluster-scoped kinds; without
-    one the built-in kinds and the well-known CRDs are known.
+    one the built-in kinds and the well-known CRDs are known. ``portal_subject`` is the
+    portal's (namespace, service account): a platform-owned RoleBinding may grant it a Role of
+    the tenant's namespace (to read kubeconfig Secrets), and no other foreign subject.
     """
     rules = _Rules(
         gateway_namespace=gateway_namespace,
@@ -112,6 +115,7 @@ def check_isolation(
         platform_sources=frozenset(platform_sources),
         registry=registry or get_registry(None),
         forbidden_cluster_roles=frozenset(forbidden_cluster_roles),
+        portal_subject=portal_subject,
     )
     findings: list[Finding] = []
     unsafe: set[str] = set()
@@ -242,7 +246,9 @@ class _Rules:
         platform_sources: frozenset[PlatformSource],
         registry: SchemaRegistry,
         forbidden_cluster_roles: frozenset[str],
+        portal_subject: tuple[str, str] | None = None,
     ) -> None:
+        self.portal_subject = portal_subject
         self.gateway_namespace = gateway_namespace
         self.gateway_name = gateway_name
         self.platform_sources = platform_sources
@@ -448,6 +454,10 @@ class _Rules:
                     continue
                 if holder == "dependsOn":
                     continue  # ordering only; Flux reads its status, nothing is applied there
+                if holder == "subjects" and (
+                    allow_platform_sources and self._is_portal_grant(obj, _lookup(obj, where))
+                ):
+                    continue
                 if holder == "subjects":
                     yield Finding(
                         path,
@@ -503,6 +513,20 @@ class _Rules:
                     "foreign-cluster-queue",
                     f"spec.clusterQueue {value!r} is not the tenant's ClusterQueue {slug!r}",
                 )
+
+    def _is_portal_grant(self, binding: Mapping[str, Any], subject: Any) -> bool:
+        """The portal's service account bound to a Role of the tenant's own namespace: it
+        reads what that Role lists there and nothing elsewhere."""
+        if self.portal_subject is None or not isinstance(subject, dict):
+            return False
+        role_ref = binding.get("roleRef")
+        return (
+            binding.get("kind") == "RoleBinding"
+            and isinstance(role_ref, dict)
+            and role_ref.get("kind") == "Role"
+            and subject.get("kind") == "ServiceAccount"
+            and (subject.get("namespace"), subject.get("name")) == self.portal_subject
+        )
 
     def _is_gateway(self, parent: Any) -> bool:
         if not isinstance(parent, dict):

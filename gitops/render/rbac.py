@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from gitops.render.meta import FLUX_TENANT_LABEL, metadata
-from gitops.specs import TenantSpec
+from gitops.render.vcluster import kubeconfig_secret
+from gitops.specs import FleetSpec, TenantSpec
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 TENANT_RECONCILER_ROLE = "ai-factory:tenant-reconciler"
@@ -91,3 +92,41 @@ def role_binding(tenant: TenantSpec) -> dict[str, Any]:
 
 def tenant_objects(tenant: TenantSpec) -> list[dict[str, Any]]:
     return [service_account(tenant), role_binding(tenant)]
+
+
+PORTAL_KUBECONFIG_ROLE = "ai-factory-portal-kubeconfigs"
+
+
+def portal_kubeconfig_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    """Let the portal hand out the tenant's vCluster kubeconfigs to its members: ``get`` on
+    exactly those Secrets (RBAC names are exact, never patterns), nothing else in the
+    namespace. Rendered only while the tenant has clusters."""
+    if not tenant.clusters:
+        return []
+    names = sorted(kubeconfig_secret(cluster) for cluster in tenant.clusters)
+    role = {
+        "apiVersion": RBAC_API,
+        "kind": "Role",
+        "metadata": metadata(PORTAL_KUBECONFIG_ROLE, tenant.slug, tenant=tenant.slug),
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": names}
+        ],
+    }
+    binding = {
+        "apiVersion": RBAC_API,
+        "kind": "RoleBinding",
+        "metadata": metadata(PORTAL_KUBECONFIG_ROLE, tenant.slug, tenant=tenant.slug),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": PORTAL_KUBECONFIG_ROLE,
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": fleet.portal_service_account,
+                "namespace": fleet.portal_namespace,
+            }
+        ],
+    }
+    return [role, binding]

@@ -246,6 +246,13 @@ def validate_fleet(fleet: FleetSpec) -> None:
     _check_label(
         errors, "monitoring_namespace", fleet.monitoring_namespace, "The monitoring namespace"
     )
+    _check_label(errors, "portal_namespace", fleet.portal_namespace, "The portal's namespace")
+    _check_label(
+        errors,
+        "portal_service_account",
+        fleet.portal_service_account,
+        "The portal's service account",
+    )
     if not isinstance(fleet.prometheus_url, str) or not HTTP_URL.fullmatch(fleet.prometheus_url):
         errors.add(
             "prometheus_url",

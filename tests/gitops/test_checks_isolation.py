@@ -287,3 +287,41 @@ def test_findings_read_well() -> None:
         "tenants/alpha/workloads/extra.yaml: ConfigMap/bravo/litellm-routes: [namespace] "
         "namespace 'bravo' must be 'alpha' (or left out)"
     )
+
+
+PORTAL = ("portal-system", "portal")
+
+
+def _portal_binding(
+    *, role_kind: str = "Role", subject_name: str = "portal", namespace: str = "alpha"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "ai-factory-portal-kubeconfigs", "namespace": namespace},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": "ai-factory-portal-kubeconfigs",
+        },
+        "subjects": [
+            {"kind": "ServiceAccount", "name": subject_name, "namespace": "portal-system"}
+        ],
+    }
+
+
+def test_the_platform_may_let_the_portal_read_a_tenant_role_and_nothing_more() -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree["tenants/alpha/portal-access.yaml"] = samples.dump(_portal_binding())
+    assert check(tree, portal_subject=PORTAL) == []
+    # Without knowing the portal, it is a foreign subject like any other.
+    assert rules(check(tree)) == ["cross-namespace-subject"]
+    for binding in [
+        _portal_binding(role_kind="ClusterRole"),  # a cluster-wide role: too much
+        _portal_binding(subject_name="someone-else"),  # another account of that namespace
+    ]:
+        tree["tenants/alpha/portal-access.yaml"] = samples.dump(binding)
+        assert "cross-namespace-subject" in rules(check(tree, portal_subject=PORTAL))
+    # The tenant's own files never grant the portal (or anyone outside) anything.
+    tenant_owned = with_workload(_portal_binding())
+    assert "cross-namespace-subject" in rules(check(tenant_owned, portal_subject=PORTAL))

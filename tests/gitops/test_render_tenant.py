@@ -41,6 +41,7 @@ def test_it_writes_the_platform_and_workload_files_of_a_tenant() -> None:
         "tenants/alpha/kyverno-policy.yaml",
         "tenants/alpha/namespace.yaml",
         "tenants/alpha/network-policy.yaml",
+        "tenants/alpha/portal-access.yaml",
         "tenants/alpha/queues.yaml",
         "tenants/alpha/quota.yaml",
         "tenants/alpha/rbac.yaml",
@@ -62,6 +63,7 @@ def test_it_writes_the_platform_and_workload_files_of_a_tenant() -> None:
         "queues.yaml",
         "sync.yaml",
         "clusters/dev.yaml",
+        "portal-access.yaml",
     ]
     (workloads,) = _docs(files, "tenants/alpha/workloads/kustomization.yaml")
     assert workloads["resources"] == [
@@ -71,6 +73,31 @@ def test_it_writes_the_platform_and_workload_files_of_a_tenant() -> None:
         "endpoints/private.yaml",
         "endpoints/small.yaml",
     ]
+
+
+def test_it_lets_the_portal_read_only_the_kubeconfigs_of_the_tenants_clusters() -> None:
+    files = render_tenant_tree(rich_tenant(), FLEET)
+    role, binding = _docs(files, "tenants/alpha/portal-access.yaml")
+    assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "alpha")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get"],
+            "resourceNames": ["dev-kubeconfig"],
+        }
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "portal", "namespace": "portal-system"}
+    ]
+    # no clusters, no access
+    without = render_tenant_tree(dataclasses.replace(rich_tenant(), clusters=()), FLEET)
+    assert "tenants/alpha/portal-access.yaml" not in without
 
 
 def test_it_keeps_workloads_namespaced_in_the_tenant_namespace() -> None:
