@@ -19,7 +19,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.urls import reverse
@@ -28,7 +27,6 @@ from django.utils import timezone
 from catalog import states
 from catalog.models import Kind, Notification, RequestEvent, Resource, ResourceRequest
 from catalog.specs import (
-    COLLECTION,
     desired_tenant,
     errors_for,
     from_json,
@@ -135,10 +133,13 @@ def _other_shares(tenant: Tenant) -> list[GpuShare]:
     return shares
 
 
-def capacity_rows(tenant: Tenant, after: TenantSpec, fleet: FleetSpec) -> list[CapacityRow]:
-    """Every flavor pool with what all tenants are promised now, and after ``after``."""
+def capacity_rows(
+    tenant: Tenant, current: TenantSpec, after: TenantSpec, fleet: FleetSpec
+) -> list[CapacityRow]:
+    """Every flavor pool with what all tenants are promised now (``current`` being the
+    tenant's part), and once the tenant is ``after``."""
     others = _other_shares(tenant)
-    before = _promised([*others, *desired_tenant(tenant).shares], fleet)
+    before = _promised([*others, *current.shares], fleet)
     later = _promised([*others, *after.shares], fleet)
     rows = []
     for flavor in fleet.flavors:
@@ -224,8 +225,9 @@ def check_request(
         errors["kind"] = (
             "A dedicated tenant gets whole GPUs or MIG slices only, never a shared GPU."
         )
+    current = desired_tenant(tenant)
     equivalents = _equivalents(after, fleet)
-    grows = equivalents > _equivalents(desired_tenant(tenant), fleet)
+    grows = equivalents > _equivalents(current, fleet)
     # Over quota is refused only when the request adds to it: shrinking is always allowed.
     if kind == Kind.GPU_SHARE and not remove and grows and equivalents > tenant.gpu_quota:
         errors.setdefault(
@@ -234,7 +236,7 @@ def check_request(
             f"(MIG slices and HAMi slots counted as fractions); its quota is {tenant.gpu_quota}. "
             "Ask a platform admin to raise the quota, or ask for less.",
         )
-    rows = capacity_rows(tenant, after, fleet) if not errors else []
+    rows = capacity_rows(tenant, current, after, fleet) if not errors else []
     for row in rows:
         if row.over and row.changed:
             warnings.append(
@@ -432,11 +434,12 @@ def do_create_request(
         raise ValidationError(f"Unknown kind of resource {kind!r}.")
     name = str(spec.get("name") or "")
     spec = _normalized(kind, spec)
-    if (
-        tenant.resources.filter(kind=kind, name=name)
-        .exclude(state__in=[Resource.State.DECOMMISSIONED, Resource.State.WITHDRAWN])
-        .exists()
-    ):
+    # A name asked for but not yet merged is held too (check_request sees only live ones,
+    # since it re-checks a pending request against its own resource at approval).
+    held = tenant.resources.filter(kind=kind, name=name).exclude(
+        state__in=[Resource.State.DECOMMISSIONED, Resource.State.WITHDRAWN]
+    )
+    if held.exists():
         raise ValidationError(
             {"name": [f"The tenant already has a {Kind(kind).label.lower()} called {name!r}."]}
         )
@@ -472,13 +475,23 @@ def _blocking_request(resource: Resource) -> ResourceRequest | None:
     return None
 
 
-def _require_no_open_request(resource: Resource) -> None:
+def change_blocker(resource: Resource) -> str:
+    """Why a modify or decommission of ``resource`` cannot be asked for now, or ""."""
+    if resource.state != Resource.State.ACTIVE:
+        return f"{resource} is {resource.get_state_display().lower()}; only an active one changes."
     busy = _blocking_request(resource)
     if busy is not None:
-        raise ValidationError(
+        return (
             f"{busy.title} (#{busy.pk}) is still {busy.get_state_display().lower()}; wait for it "
             "or cancel it first."
         )
+    return ""
+
+
+def _require_changeable(resource: Resource) -> None:
+    blocker = change_blocker(resource)
+    if blocker:
+        raise ValidationError(blocker)
 
 
 @transaction.atomic
@@ -488,9 +501,7 @@ def do_modify_request(
     """Ask to change a live resource (resize a share, scale an endpoint): same path as new."""
     resource = Resource.objects.select_for_update().get(pk=resource.pk)
     _require_requester(acting_user, resource.tenant)
-    if resource.state != Resource.State.ACTIVE:
-        raise ValidationError(f"{resource} is {resource.get_state_display().lower()}.")
-    _require_no_open_request(resource)
+    _require_changeable(resource)
     spec = _normalized(resource.kind, {**spec, "name": resource.name})  # name: its identity
     if spec == _normalized(resource.kind, resource.spec):
         raise ValidationError("Nothing would change: this is what runs now.")
@@ -521,9 +532,7 @@ def do_decommission_request(
     resource = Resource.objects.select_for_update().get(pk=resource.pk)
     if not system:
         _require_requester(acting_user, resource.tenant)
-    if resource.state != Resource.State.ACTIVE:
-        raise ValidationError(f"{resource} is {resource.get_state_display().lower()}.")
-    _require_no_open_request(resource)
+    _require_changeable(resource)
     _raise(
         check_request(resource.tenant, resource.kind, resource.name, None, action=A.DECOMMISSION)
     )
@@ -1006,24 +1015,3 @@ def shares_of(tenant: Tenant) -> list[GpuShare]:
         ).values_list("name", flat=True)
     )
     return [share for share in desired_tenant(tenant).shares if share.name not in leaving]
-
-
-__all__ = [
-    "COLLECTION",
-    "Check",
-    "advance_requests",
-    "check_request",
-    "do_approve",
-    "do_cancel",
-    "do_create_request",
-    "do_decommission_request",
-    "do_modify_request",
-    "do_reject",
-    "do_request_changes",
-    "do_submit",
-    "do_update_request",
-    "expire_reservations",
-    "get_user_model",
-    "live_resources",
-    "to_json",
-]

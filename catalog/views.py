@@ -420,19 +420,6 @@ def request_cancel(request: HttpRequest, tenant: str, request_id: int) -> HttpRe
 # --- changing what the tenant has ---------------------------------------------------------
 
 
-def _blocker(resource: Resource) -> str:
-    """Why a resource cannot be changed now, or ""."""
-    if resource.state != Resource.State.ACTIVE:
-        return f"{resource} is {resource.get_state_display().lower()}; only an active one changes."
-    busy = resource.requests.filter(state__in=states.OPEN).first()
-    if busy is not None:
-        return (
-            f"{busy.title} (#{busy.pk}) is still {busy.get_state_display().lower()}; wait for it "
-            "or cancel it first."
-        )
-    return ""
-
-
 @login_required
 def resource_modify(request: HttpRequest, tenant: str, resource_id: int) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
@@ -447,7 +434,7 @@ def resource_modify(request: HttpRequest, tenant: str, resource_id: int) -> Http
         fixed_name=resource.name,
         initial=form_class.initial_from(resource.spec),
     )
-    blocker = _blocker(resource)
+    blocker = services.change_blocker(resource)
     if posted and not blocker and form.is_valid():
         try:
             req = services.do_modify_request(
@@ -481,7 +468,7 @@ def resource_decommission(request: HttpRequest, tenant: str, resource_id: int) -
         "access": access,
         "tenant": access.tenant,
         "resource": resource,
-        "blocker": _blocker(resource),
+        "blocker": services.change_blocker(resource),
         "reason": request.POST.get("reason", "").strip(),
     }
     if not _writing(request, access):

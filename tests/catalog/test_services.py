@@ -17,7 +17,6 @@ from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
-from tenants.specs import tenant_spec
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -27,25 +26,6 @@ ENDPOINT = {
     "share": "train",
     "gpus_per_replica": 1,
 }
-
-
-@pytest.fixture
-def onboarded(world: dict[str, Any], merged_change: Callable[..., ChangeRequest]) -> dict[str, Any]:
-    """alpha and bravo exist on main, as onboarding leaves them."""
-    merged_change(tenant_spec(world["alpha"]))
-    merged_change(tenant_spec(world["bravo"]))
-    return world
-
-
-@pytest.fixture
-def run_jobs(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
-    """Run ``fn`` and the jobs it enqueues (checks, e-mail), as the in-process runner would."""
-
-    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
 
 
 def _merge(request: ResourceRequest, world: dict[str, Any], run_jobs: Any) -> ChangeRequest:

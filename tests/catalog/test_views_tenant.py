@@ -19,29 +19,12 @@ from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
-from tenants.specs import tenant_spec
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
 SHARE_FORM = {"name": "train", "flavor": "h200", "kind": "whole", "count": "2", "borrow": "on"}
 ENDPOINT = {"name": "chat", "model_uri": "hf://org/chat-model", "share": "train"}
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def run_jobs(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
-    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with django_capture_on_commit_callbacks(execute=True):
-            return fn(*args, **kwargs)
-
-    return run
-
-
-@pytest.fixture
-def onboarded(world: dict[str, Any], merged_change: Callable[..., Any]) -> dict[str, Any]:
-    merged_change(tenant_spec(world["alpha"]))
-    merged_change(tenant_spec(world["bravo"]))
-    return world
 
 
 def _resource(tenant: Any, kind: str, spec: dict[str, Any], **extra: Any) -> Resource:
