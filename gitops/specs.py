@@ -81,7 +81,13 @@ class FleetSpec:
     # KEDA autoscaler queries it for concurrency/rps scaling.
     monitoring_namespace: str = "monitoring"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
-    vcluster_chart_version: str = "0.30.0"
+    # The one vCluster chart version the renderer writes values for (validate_fleet refuses
+    # another): the values schema the checks use is that version's.
+    vcluster_chart_version: str = "0.35.3"
+    # The image of the init container vCluster adds to StatefulSet pods to rewrite /etc/hosts
+    # (the chart's default, pinned). The tenant policy allows exactly this image for tenants
+    # with clusters; point it at a mirror in an air-gapped fleet.
+    vcluster_hosts_image: str = "mirror.gcr.io/library/alpine:3.20"
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
     # The portal's own service account: it may read tenant clusters' kubeconfig Secrets.
     portal_namespace: str = "portal-system"

@@ -27,6 +27,7 @@ pods are retried on every tick.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -38,8 +39,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from fleet.simulator.admission import Rejected, admit_pod
 from fleet.simulator.config import POOL_LABEL, QUEUE_LABEL, NodeGroup, SeedWorkload, SimConfig
 from fleet.simulator.dcgm import GpuSample
+from fleet.simulator.kserve import StorageInitializerWebhook
+from fleet.simulator.kueue import Kueue
+from fleet.simulator.kueue import gated as kueue_gated
 from fleet.simulator.store import (
     CLAIM_TEMPLATES,
     NAMESPACES,
@@ -49,6 +54,7 @@ from fleet.simulator.store import (
     Store,
     as_dict,
     as_list,
+    key_of,
     timestamp,
 )
 
@@ -333,6 +339,8 @@ class Cluster:
         self.nodes: dict[str, SimNode] = {}
         self._random = random.Random(config.seed)  # noqa: S311 (pod names, not secrets)
         self._recreations: list[_Recreation] = []
+        self.kueue = Kueue(store)
+        self.storage_initializer = StorageInitializerWebhook(store)
         self._pod_ips = 0
         self._started = now
         with store.lock:
@@ -349,6 +357,7 @@ class Cluster:
         planned = [
             (group, f"{group.pool}-{number:02d}")
             for group in config.node_groups
+            if group.gpus_per_node
             for number in range(1, group.nodes + 1)
         ]
         per_domain = math.ceil(len(planned) / config.nvlink_domains)
@@ -370,6 +379,22 @@ class Cluster:
                     gpus=gpus,
                 )
                 self.nodes[name] = node
+                self.store.apply(NODES, self._node_object(node, now), now)
+        # CPU-only nodes (control planes, system pods) are outside the NVLink fabric.
+        for group in config.node_groups:
+            if group.gpus_per_node:
+                continue
+            for number in range(1, group.nodes + 1):
+                name = f"{group.pool}-{number:02d}"
+                self.nodes[name] = node = SimNode(
+                    name=name,
+                    group=group,
+                    block="block-system",
+                    rack="rack-system",
+                    clique="",
+                    internal_ip=f"10.42.0.{10 + len(self.nodes)}",
+                    gpus=[],
+                )
                 self.store.apply(NODES, self._node_object(node, now), now)
 
     def _gpu(self, group: NodeGroup, node: str, index: int) -> Gpu:
@@ -757,7 +782,7 @@ class Cluster:
                 },
                 "spec": spec,
             }
-            self.create_pod(pod, workload.name, now)
+            self.create_pod(pod, workload.name, now, admission=False)
 
     def _pod_name(self, namespace: str, base: str) -> str:
         while True:
@@ -767,20 +792,36 @@ class Cluster:
                 return name
 
     def create_pod(
-        self, pod: Mapping[str, Any], base_name: str, now: float, *, exclude: str = ""
+        self,
+        pod: Mapping[str, Any],
+        base_name: str,
+        now: float,
+        *,
+        exclude: str = "",
+        name: str = "",
+        admission: bool = True,
+        queue: bool = True,
     ) -> JsonObject:
-        """Store a new pod named ``<base_name>-<5 random>`` and try to place it at once.
+        """Store a new pod named ``<base_name>-<5 random>`` (or ``name``) and try to place it.
 
-        ``pod`` needs metadata (namespace, labels, owners) and spec; node, tolerations and
-        status are filled in here.
+        ``pod`` needs metadata (namespace, labels, owners) and spec; node and status are filled
+        in here. With ``admission`` (every pod a controller creates) it goes through the API
+        server's admission chain first (``admission.py``) and ``Rejected`` says why it was
+        refused; ``queue`` False skips Kueue's gate, for the replacement pod of a workload
+        Kueue admitted already. Without ``admission`` (pods that were running before the
+        simulator started) GPU pods get the GPU taint's toleration, as their admitted
+        flavor would have given them.
         """
         with self.store.lock:
             new = dict(pod)
             metadata = dict(as_dict(new.get("metadata")))
             namespace = str(metadata.get("namespace") or "default")
             metadata["namespace"] = namespace
-            metadata["name"] = self._pod_name(namespace, base_name)
-            metadata["generateName"] = f"{base_name}-"
+            if name:
+                metadata["name"] = name
+            else:
+                metadata["name"] = self._pod_name(namespace, base_name)
+                metadata["generateName"] = f"{base_name}-"
             spec = dict(as_dict(new.get("spec")))
             spec.pop("nodeName", None)
             request = pod_request({"metadata": metadata, "spec": spec}, self._claim_devices)
@@ -791,8 +832,9 @@ class Cluster:
             spec.setdefault("terminationGracePeriodSeconds", 30)
             tolerations = [t for t in as_list(spec.get("tolerations")) if isinstance(t, dict)]
             wanted: list[JsonObject] = []
-            if request.wants_gpu:
+            if request.wants_gpu and not admission:
                 wanted.append({"key": GPU, "operator": "Exists", "effect": "NoSchedule"})
+            # The DefaultTolerationSeconds admission plugin.
             for key in (NOT_READY, UNREACHABLE):
                 wanted.append(
                     {
@@ -806,9 +848,27 @@ class Cluster:
             new.update(
                 metadata=metadata, spec=spec, status={"phase": "Pending", "qosClass": "Burstable"}
             )
+            if admission:
+                webhooks = [self.storage_initializer, *([self.kueue.mutate] if queue else [])]
+                new = admit_pod(self.store, new, webhooks=webhooks)
             stored = self.store.apply(PODS, new, now)
-            self._schedule(stored, now, exclude=exclude)
+            if kueue_gated(stored):
+                self._admit_queued(stored, now)
+            else:
+                self._schedule(stored, now, exclude=exclude)
             return self.store.get(PODS, namespace, metadata["name"]) or stored
+
+    def _admit_queued(self, pod: JsonObject, now: float) -> None:
+        """Kueue's scheduler for one gated pod: admitted pods lose the gate and are placed."""
+        key = key_of(pod)
+        admitted = self.store.mutate(PODS, *key, self.kueue.admit)
+        if admitted is not None and not kueue_gated(admitted):
+            self._schedule(admitted, now)
+            return
+        message = "Scheduling is blocked due to non-empty scheduling gates"
+        self.store.mutate(
+            PODS, *key, lambda obj: self._mark_unschedulable(obj, message, now, "SchedulingGated")
+        )
 
     def _claim_devices(self, namespace: str, template: str) -> int:
         """Devices a DRA claim made from ``template`` asks for (1 when it cannot tell)."""
@@ -930,7 +990,9 @@ class Cluster:
         return True
 
     @staticmethod
-    def _mark_unschedulable(obj: JsonObject, message: str, now: float) -> None:
+    def _mark_unschedulable(
+        obj: JsonObject, message: str, now: float, reason: str = "Unschedulable"
+    ) -> None:
         status = obj["status"] = as_dict(obj.get("status"))
         old: JsonObject = next(
             (
@@ -947,7 +1009,7 @@ class Cluster:
             {
                 "type": "PodScheduled",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": reason,
                 "message": message,
                 "lastProbeTime": None,
                 "lastTransitionTime": old.get("lastTransitionTime") or timestamp(now),
@@ -1117,18 +1179,35 @@ class Cluster:
             ]
 
     def tick(self, now: float) -> None:
-        """Replace deleted pods that are due, then retry every Pending pod."""
+        """Replace deleted pods that are due, let Kueue admit gated pods, then retry every
+        Pending pod."""
         with self.store.lock:
             due = [r for r in self._recreations if r.due <= now]
             self._recreations = [r for r in self._recreations if r.due > now]
             for recreation in due:
-                self.create_pod(
-                    recreation.template, recreation.base, now, exclude=recreation.exclude
-                )
+                try:
+                    # The workload stays admitted: its replacement pod is not queued again.
+                    self.create_pod(
+                        recreation.template,
+                        recreation.base,
+                        now,
+                        exclude=recreation.exclude,
+                        queue=False,
+                    )
+                except Rejected as exc:
+                    # The controller retries, as a ReplicaSet or Job controller does.
+                    logger.info("recreating a pod of %s: %s", recreation.base, exc)
+                    self._recreations.append(
+                        dataclasses.replace(recreation, due=now + self.config.recreate_delay)
+                    )
             for pod in self.store.list(PODS):
                 spec = as_dict(pod.get("spec"))
                 status = as_dict(pod.get("status"))
-                if not spec.get("nodeName") and status.get("phase") == "Pending":
+                if spec.get("nodeName") or status.get("phase") != "Pending":
+                    continue
+                if kueue_gated(pod):
+                    self._admit_queued(pod, now)
+                else:
                     self._schedule(pod, now)
 
     # --- metrics -----------------------------------------------------------------------------

@@ -96,7 +96,7 @@ class SeedWorkload:
     pods: int = 1
     resources: tuple[tuple[str, str], ...] = ()
     pool: str = ""
-    queue: str = "default"
+    queue: str = "gpu"
     image: str = "nvcr.io/nvidia/pytorch:25.01-py3"
 
 
@@ -136,6 +136,20 @@ class SimConfig:
                     mode="hami",
                     hami_split=10,
                     labels=((POOL_LABEL, "h200-hami"), ("gpu", "on")),
+                ),
+                # Where vCluster control planes and other CPU-only pods run: GPU nodes carry
+                # the nvidia.com/gpu taint, which only GPU pods tolerate.
+                NodeGroup(
+                    pool="system",
+                    nodes=2,
+                    product="",
+                    model_name="",
+                    gpus_per_node=0,
+                    gpu_memory_mib=0,
+                    instance_type="cpu-64c-512g",
+                    cpus=64,
+                    memory_gib=512,
+                    labels=((POOL_LABEL, "system"),),
                 ),
             ),
             nvlink_domains=2,

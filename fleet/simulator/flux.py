@@ -22,6 +22,7 @@ notification Receiver does) it reconciles that revision:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -32,6 +33,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
+from fleet.simulator import kserve
+from fleet.simulator.admission import Rejected
 from fleet.simulator.cluster import Cluster, derived_uuid
 from fleet.simulator.config import SimConfig
 from fleet.simulator.store import (
@@ -40,8 +43,11 @@ from fleet.simulator.store import (
     HTTP_ROUTES,
     INFERENCE_SERVICES,
     KUSTOMIZATIONS,
+    LIMIT_RANGES,
     NAMESPACES,
     PODS,
+    RESOURCE_QUOTAS,
+    RESOURCES,
     SECRETS,
     JsonObject,
     Store,
@@ -51,7 +57,12 @@ from fleet.simulator.store import (
     resource_of,
     timestamp,
 )
-from fleet.simulator.vcluster import exported_kubeconfig
+from fleet.simulator.vcluster import (
+    control_plane_pod,
+    exported_kubeconfig,
+    host_policies,
+    is_vcluster,
+)
 from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
 from gitops.checks.manifests import normalise_dir
 from gitops.repo import GitRepository, GitRepositoryError
@@ -75,6 +86,7 @@ CLUSTER_SCOPED = frozenset(
         "DeviceClass",
         "ClusterPolicy",
         "ClusterQueue",
+        "ClusterStorageContainer",
         "Cohort",
         "ResourceFlavor",
         "Topology",
@@ -85,7 +97,6 @@ CLUSTER_SCOPED = frozenset(
         "ValidatingAdmissionPolicyBinding",
     }
 )
-KSERVE_VERSION = "v0.15.2"
 
 KId = tuple[str, str]
 
@@ -146,12 +157,22 @@ class _Release:
     version: int
     # The kubeconfig Secret the installed chart exported (vCluster), to remove with it.
     kubeconfig: KId | None = None
+    # vCluster: what the chart put into the host namespace (resource plural, namespace, name),
+    # to remove with it, and why its control plane is not running.
+    host_objects: tuple[tuple[str, str, str], ...] = ()
+    problem: str = ""
+    # helm-controller installs after Flux applied the whole revision, not while it applies.
+    installed: bool = False
 
 
 @dataclass
 class _Endpoint:
     ready_at: float
     replicas: int
+    pod: JsonObject  # the ReplicaSet's pod template
+    replica_set: str
+    # The API server's last refusal of a pod (ReplicaFailure FailedCreate), if any.
+    error: str = ""
 
 
 class FluxPlayer:
@@ -408,6 +429,13 @@ class FluxPlayer:
             state = self._releases.pop(key, None)
             if state is not None and state.kubeconfig is not None:
                 self.store.delete(SECRETS, *state.kubeconfig)
+            if state is not None:
+                for plural, ns, name in state.host_objects:
+                    self.store.delete(RESOURCES[plural], ns, name)
+            if is_vcluster(obj):
+                target, release = _release_names(obj)
+                with contextlib.suppress(LookupError):
+                    self.cluster.delete_pod(target, f"{release}-0", now, recreate=False)
         elif resource is NAMESPACES:
             self.cluster.delete_pods(key[1], {}, now)
             for secret in self.store.list(SECRETS, key[1]):
@@ -501,6 +529,7 @@ class FluxPlayer:
             action,
             version,
             kubeconfig=state.kubeconfig if state is not None else None,
+            host_objects=state.host_objects if state is not None else (),
         )
         message = f"Running '{action}' action with timeout of 5m0s"
 
@@ -517,16 +546,103 @@ class FluxPlayer:
 
         self.store.mutate(HELM_RELEASES, *key, change)
 
+    def _install_vcluster(self, state: _Release, obj: JsonObject, now: float) -> None:
+        """What ``helm install`` of the vCluster chart puts into the host namespace: the quota
+        and limit range its policies ask for, and the StatefulSet whose pod the StatefulSet
+        controller creates through admission (``vcluster.py``)."""
+        namespace, release = _release_names(obj)
+        values = as_dict(as_dict(obj.get("spec")).get("values"))
+        for plural, ns, name in state.host_objects:
+            self.store.delete(RESOURCES[plural], ns, name)
+        written = []
+        for policy in host_policies(values, namespace, release):
+            kind = RESOURCE_QUOTAS if policy["kind"] == "ResourceQuota" else LIMIT_RANGES
+            self.store.apply(kind, policy, now)
+            written.append((kind.plural, namespace, str(policy["metadata"]["name"])))
+        state.host_objects = tuple(written)
+        # A changed StatefulSet template rolls its pod.
+        if self.store.get(PODS, namespace, f"{release}-0") is not None:
+            self.cluster.delete_pod(namespace, f"{release}-0", now, recreate=False)
+        self._create_control_plane(state, obj, now)
+
+    def _create_control_plane(self, state: _Release, obj: JsonObject, now: float) -> None:
+        namespace, release = _release_names(obj)
+        values = as_dict(as_dict(obj.get("spec")).get("values"))
+        chart_version = str(
+            as_dict(as_dict(obj.get("spec")).get("chart")).get("spec", {}).get("version", "")
+        )
+        pod = control_plane_pod(values, namespace, release, chart_version)
+        self.cluster.ensure_namespace(namespace, now)
+        try:
+            self.cluster.create_pod(pod, release, now, name=f"{release}-0")
+            state.problem = ""
+        except Rejected as exc:
+            # The StatefulSet controller's FailedCreate; it retries, and so do we.
+            state.problem = str(exc)
+
+    def _control_plane_problem(self, state: _Release, obj: JsonObject, now: float) -> str:
+        """Why the vCluster's control plane is not running yet, or "" when it runs."""
+        namespace, release = _release_names(obj)
+        pod = self.store.get(PODS, namespace, f"{release}-0")
+        if pod is None:
+            self._create_control_plane(state, obj, now)
+            pod = self.store.get(PODS, namespace, f"{release}-0")
+        if pod is None:
+            return state.problem or "the StatefulSet has no pod"
+        if as_dict(pod.get("status")).get("phase") == "Running":
+            return ""
+        key = key_of(pod)
+        if key in self.cluster.kueue.pending:
+            return f"pod {key[1]} is queued by Kueue: {self.cluster.kueue.pending[key]}"
+        for condition in as_list(as_dict(pod.get("status")).get("conditions")):
+            condition = as_dict(condition)
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                return f"pod {key[1]}: {condition.get('message', '')}"
+        return f"pod {key[1]} is not running"
+
     def _advance_releases(self, now: float) -> None:
         for key, state in self._releases.items():
+            current = self.store.get(HELM_RELEASES, *key)
+            if not state.installed and current is not None:
+                state.installed = True
+                if is_vcluster(current):
+                    self._install_vcluster(state, current, now)
             if state.due is None or now < state.due:
                 continue
+            if current is not None and is_vcluster(current):
+                # helm --wait: the release is installed once its StatefulSet's pod runs.
+                problem = self._control_plane_problem(state, current, now)
+                if problem:
+                    self.store.mutate(
+                        HELM_RELEASES,
+                        *key,
+                        partial(self._release_failed, state=state, problem=problem, now=now),
+                    )
+                    continue  # still due: checked again on the next tick
             state.due = None
             released = self.store.mutate(
                 HELM_RELEASES, *key, partial(self._released, state=state, now=now)
             )
             if released is not None:
                 self._export_kubeconfig(state, released, now)
+
+    @staticmethod
+    def _release_failed(obj: JsonObject, state: _Release, problem: str, now: float) -> None:
+        """What helm-controller reports when ``helm install --wait`` times out."""
+        target, release = _release_names(obj)
+        action = state.action.capitalize()
+        message = (
+            f"Helm {state.action} failed for release {target}/{release} with chart "
+            f"vcluster: resource StatefulSet/{target}/{release} not ready: {problem}"
+        )
+        status = obj["status"] = as_dict(obj.get("status"))
+        previous = as_list(status.get("conditions"))
+        generation = _generation(obj)
+        status["conditions"] = [
+            _condition("Ready", "False", f"{action}Failed", message, now, previous, generation),
+            _condition("Released", "False", f"{action}Failed", message, now, previous, generation),
+        ]
+        status["observedGeneration"] = generation
 
     def _export_kubeconfig(self, state: _Release, release: JsonObject, now: float) -> None:
         """What the vCluster syncer does once it runs: (re)write the kubeconfig Secret."""
@@ -600,7 +716,8 @@ class FluxPlayer:
     # --- KServe ------------------------------------------------------------------------------
 
     def _start_endpoint(self, key: KId, obj: JsonObject, now: float) -> None:
-        """(Re)create the predictor's pods for the InferenceService's current spec."""
+        """(Re)create the predictor's pods for the InferenceService's current spec, as
+        KServe's Deployment and its ReplicaSet would (``kserve.py``)."""
         namespace, name = key
         predictor = as_dict(as_dict(obj.get("spec")).get("predictor"))
         replicas = max(int(predictor.get("minReplicas") or 1), 1)
@@ -609,19 +726,6 @@ class FluxPlayer:
         digest = hashlib.sha256(json.dumps(predictor, sort_keys=True).encode()).hexdigest()
         template_hash = "".join("bcdfghjklmnpqrstvwxz2456789"[int(c, 16)] for c in digest[:10])
         replica_set = f"{name}-predictor-{template_hash}"
-        model = as_dict(predictor.get("model"))
-        if model:
-            model_format = str(as_dict(model.get("modelFormat")).get("name", "huggingface"))
-            containers = [
-                {
-                    "name": "kserve-container",
-                    "image": f"kserve/{model_format}server:{KSERVE_VERSION}",
-                    "args": as_list(model.get("args")),
-                    "resources": as_dict(model.get("resources")),
-                }
-            ]
-        else:
-            containers = [as_dict(c) for c in as_list(predictor.get("containers"))]
         labels = {
             **{str(k): str(v) for k, v in as_dict(predictor.get("labels")).items()},
             ISVC_LABEL: name,
@@ -629,30 +733,26 @@ class FluxPlayer:
             "app": f"isvc.{name}-predictor",
             "pod-template-hash": template_hash,
         }
-        spec: JsonObject = {"containers": containers, "restartPolicy": "Always"}
-        for field in ("nodeSelector", "tolerations", "resourceClaims", "securityContext"):
-            if predictor.get(field):
-                spec[field] = predictor[field]
-        pod = {
-            "metadata": {
-                "namespace": namespace,
-                "labels": labels,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": "ReplicaSet",
-                        "name": replica_set,
-                        "uid": derived_uuid(namespace, "ReplicaSet", replica_set),
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": spec,
+        metadata: JsonObject = {
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": replica_set,
+                    "uid": derived_uuid(namespace, "ReplicaSet", replica_set),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         }
-        for _ in range(replicas):
-            self.cluster.create_pod(pod, replica_set, now)
-        self._endpoints[key] = _Endpoint(now + self.config.ready_delay, replicas)
+        uri = kserve.storage_uri(predictor)
+        if uri:
+            metadata["annotations"] = {kserve.SOURCE_URI_ANNOTATION: uri}
+        pod = {"metadata": metadata, "spec": kserve.pod_spec(predictor)}
+        # The ReplicaSet creates the pods once Flux has applied the whole revision (advance).
+        self._endpoints[key] = _Endpoint(now + self.config.ready_delay, replicas, pod, replica_set)
 
         def pending(current: JsonObject) -> None:
             status = current["status"] = as_dict(current.get("status"))
@@ -664,8 +764,26 @@ class FluxPlayer:
 
         self.store.mutate(INFERENCE_SERVICES, *key, pending)
 
+    def _create_replicas(self, key: KId, state: _Endpoint, now: float) -> None:
+        """The ReplicaSet controller: create the missing pods; a refused pod is retried on
+        the next tick and its message kept for the InferenceService's status."""
+        existing = [
+            pod
+            for pod in self.store.list(PODS, key[0])
+            if as_dict(as_dict(pod.get("metadata")).get("labels")).get(ISVC_LABEL) == key[1]
+        ]
+        state.error = ""
+        for _ in range(state.replicas - len(existing)):
+            try:
+                self.cluster.create_pod(state.pod, state.replica_set, now)
+            except Rejected as exc:
+                state.error = str(exc)
+                logger.info("%s/%s: %s", *key, exc)
+                return
+
     def _advance_endpoints(self, now: float) -> None:
         for key, state in self._endpoints.items():
+            self._create_replicas(key, state, now)
             if now < state.ready_at:
                 continue
             pods = [
@@ -675,11 +793,32 @@ class FluxPlayer:
             ]
             running = sum(1 for pod in pods if as_dict(pod.get("status")).get("phase") == "Running")
             url = self._endpoint_url(*key)
+            problem = ("FailedCreate", state.error) if state.error else self._pod_problem(pods)
             self.store.mutate(
                 INFERENCE_SERVICES,
                 *key,
-                partial(self._endpoint_status, ready=running >= state.replicas, url=url, now=now),
+                partial(
+                    self._endpoint_status,
+                    ready=running >= state.replicas and not state.error,
+                    url=url,
+                    now=now,
+                    problem=problem,
+                ),
             )
+
+    def _pod_problem(self, pods: list[JsonObject]) -> tuple[str, str] | None:
+        """Why a predictor pod is not running: Kueue's pending reason or the scheduler's."""
+        for pod in pods:
+            if as_dict(pod.get("status")).get("phase") == "Running":
+                continue
+            key = key_of(pod)
+            if key in self.cluster.kueue.pending:
+                return "QueuedByKueue", self.cluster.kueue.pending[key]
+            for condition in as_list(as_dict(pod.get("status")).get("conditions")):
+                condition = as_dict(condition)
+                if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                    return str(condition.get("reason", "")), str(condition.get("message", ""))
+        return None
 
     def _endpoint_url(self, namespace: str, name: str) -> str:
         """The public URL: the HTTPRoute's host and path prefix for the predictor, if any."""
@@ -703,7 +842,13 @@ class FluxPlayer:
         return f"http://{name}-{namespace}.example.com"
 
     @staticmethod
-    def _endpoint_status(obj: JsonObject, ready: bool, url: str, now: float) -> None:
+    def _endpoint_status(
+        obj: JsonObject,
+        ready: bool,
+        url: str,
+        now: float,
+        problem: tuple[str, str] | None = None,
+    ) -> None:
         namespace, name = key_of(obj)
         status = obj["status"] = as_dict(obj.get("status"))
         previous = as_list(status.get("conditions"))
@@ -720,6 +865,9 @@ class FluxPlayer:
         else:
             reason = "MinimumReplicasUnavailable"
             message = "Deployment does not have minimum availability."
+            if problem is not None:
+                # What a ReplicaFailure or a pending pod's condition would tell.
+                reason, message = problem[0] or reason, f"{message} {problem[1]}".strip()
             status["conditions"] = [
                 _condition("IngressReady", "True", "", "", now, previous),
                 _condition("PredictorReady", "False", reason, message, now, previous),

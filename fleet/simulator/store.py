@@ -61,6 +61,24 @@ HTTP_ROUTES = Resource("httproutes", "HTTPRoute", "gateway.networking.k8s.io", "
 CLAIM_TEMPLATES = Resource(
     "resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", "v1"
 )
+# What admission reads: quotas and limit ranges, Kueue's queues and flavors, KServe's storage
+# containers. Flux applies them like any object; the chart model creates the vCluster's.
+RESOURCE_QUOTAS = Resource("resourcequotas", "ResourceQuota")
+LIMIT_RANGES = Resource("limitranges", "LimitRange")
+LOCAL_QUEUES = Resource("localqueues", "LocalQueue", "kueue.x-k8s.io", "v1beta2")
+CLUSTER_QUEUES = Resource(
+    "clusterqueues", "ClusterQueue", "kueue.x-k8s.io", "v1beta2", namespaced=False
+)
+RESOURCE_FLAVORS = Resource(
+    "resourceflavors", "ResourceFlavor", "kueue.x-k8s.io", "v1beta2", namespaced=False
+)
+STORAGE_CONTAINERS = Resource(
+    "clusterstoragecontainers",
+    "ClusterStorageContainer",
+    "serving.kserve.io",
+    "v1alpha1",
+    namespaced=False,
+)
 RESOURCES: dict[str, Resource] = {
     r.plural: r
     for r in (
@@ -74,6 +92,12 @@ RESOURCES: dict[str, Resource] = {
         INFERENCE_SERVICES,
         HTTP_ROUTES,
         CLAIM_TEMPLATES,
+        RESOURCE_QUOTAS,
+        LIMIT_RANGES,
+        LOCAL_QUEUES,
+        CLUSTER_QUEUES,
+        RESOURCE_FLAVORS,
+        STORAGE_CONTAINERS,
     )
 }
 

@@ -1,4 +1,5 @@
-"""What a vCluster release leaves in the host cluster for the portal: its kubeconfig Secret.
+"""What a vCluster release leaves in the host cluster: its kubeconfig Secret, and (below) the
+control plane's pod and the quota and limit range the chart may render into the namespace.
 
 As the vCluster syncer writes it (loft-sh/vcluster ``pkg/util/kubeconfig``) once the virtual
 control plane runs: named ``exportKubeConfig.secret.name`` (``vc-<release>`` without one), in
@@ -70,6 +71,12 @@ def kubeconfig(server: str, context: str, ca: bytes, cert: bytes, key: bytes) ->
     return yaml.safe_dump(config, sort_keys=True, default_flow_style=False).encode()
 
 
+def is_vcluster(release: Mapping[str, Any]) -> bool:
+    """A HelmRelease of the vCluster chart."""
+    chart = as_dict(as_dict(as_dict(release.get("spec")).get("chart")).get("spec"))
+    return chart.get("chart") == CHART
+
+
 def exported_kubeconfig(
     release: Mapping[str, Any], namespace: str, release_name: str
 ) -> JsonObject | None:
@@ -107,4 +114,191 @@ def exported_kubeconfig(
         },
         "type": "Opaque",
         "data": {field: base64.b64encode(value).decode() for field, value in data.items()},
+    }
+
+
+# --- what the chart puts into the host namespace besides the kubeconfig -----------------------
+# chart/values.yaml of the pinned chart (0.35.3), the parts that reach the host namespace.
+CHART_DEFAULTS: dict[str, Any] = {
+    "controlPlane": {
+        "distro": {
+            "k8s": {
+                "image": {
+                    "registry": "ghcr.io",
+                    "repository": "loft-sh/kubernetes",
+                    "tag": "v1.36.0",
+                },
+                "securityContext": {},
+                "resources": {
+                    "limits": {"cpu": "100m", "memory": "256Mi"},
+                    "requests": {"cpu": "40m", "memory": "64Mi"},
+                },
+            }
+        },
+        "statefulSet": {
+            "image": {"registry": "ghcr.io", "repository": "loft-sh/vcluster-pro", "tag": ""},
+            "resources": {
+                "limits": {"ephemeral-storage": "10Gi", "memory": "4Gi"},
+                "requests": {"ephemeral-storage": "1Gi", "cpu": "200m", "memory": "256Mi"},
+            },
+            "security": {
+                "podSecurityContext": {},
+                "containerSecurityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "runAsUser": 0,
+                    "runAsGroup": 0,
+                },
+            },
+        },
+        "advanced": {"serviceAccount": {"name": ""}},
+    },
+    "policies": {
+        "resourceQuota": {
+            "enabled": "auto",
+            "quota": {
+                "requests.cpu": 10,
+                "requests.memory": "20Gi",
+                "requests.storage": "100Gi",
+                "requests.ephemeral-storage": "60Gi",
+                "limits.cpu": 20,
+                "limits.memory": "40Gi",
+                "limits.ephemeral-storage": "160Gi",
+                "services.nodeports": 0,
+                "services.loadbalancers": 1,
+                "count/endpoints": 40,
+                "count/pods": 20,
+                "count/services": 20,
+                "count/secrets": 100,
+                "count/configmaps": 100,
+                "count/persistentvolumeclaims": 20,
+            },
+        },
+        "limitRange": {
+            "enabled": "auto",
+            "default": {"ephemeral-storage": "8Gi", "memory": "512Mi", "cpu": "1"},
+            "defaultRequest": {"ephemeral-storage": "3Gi", "memory": "128Mi", "cpu": "100m"},
+        },
+    },
+}
+
+
+def helm_values(
+    values: Mapping[str, Any], defaults: Mapping[str, Any] = CHART_DEFAULTS
+) -> JsonObject:
+    """The chart's defaults with ``values`` over them, maps merged key by key (as Helm
+    coalesces a release's values with the chart's)."""
+    out: JsonObject = dict(defaults)
+    for key, value in values.items():
+        base = out.get(key)
+        if isinstance(value, Mapping) and isinstance(base, Mapping):
+            out[key] = helm_values(value, base)
+        else:
+            out[key] = value
+    return out
+
+
+def _enabled(value: object) -> str:
+    return str(value).lower()
+
+
+def host_policies(values: Mapping[str, Any], namespace: str, release: str) -> list[JsonObject]:
+    """The ``vc-<release>`` ResourceQuota and LimitRange the chart renders into the host
+    namespace (``chart/templates/resourcequota.yaml``, ``limitrange.yaml``): each when either
+    is ``true`` and it is not ``false``, so ``auto`` follows the other one."""
+    merged = helm_values(values)
+    policies = as_dict(merged.get("policies"))
+    quota = as_dict(policies.get("resourceQuota"))
+    limits = as_dict(policies.get("limitRange"))
+    either = "true" in (_enabled(quota.get("enabled")), _enabled(limits.get("enabled")))
+    labels = {"app": "vcluster", "release": release}
+    objects: list[JsonObject] = []
+    if either and _enabled(quota.get("enabled")) != "false":
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": f"vc-{release}", "namespace": namespace, "labels": labels},
+                "spec": {"hard": {str(k): str(v) for k, v in as_dict(quota.get("quota")).items()}},
+            }
+        )
+    if either and _enabled(limits.get("enabled")) != "false":
+        item: JsonObject = {"type": "Container"}
+        for field in ("default", "defaultRequest", "min", "max"):
+            if as_dict(limits.get(field)):
+                item[field] = {str(k): str(v) for k, v in as_dict(limits[field]).items()}
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": {"name": f"vc-{release}", "namespace": namespace, "labels": labels},
+                "spec": {"limits": [item]},
+            }
+        )
+    return objects
+
+
+def _image(image: Mapping[str, Any], default_tag: str) -> str:
+    registry = image.get("registry") or "docker.io"
+    return f"{registry}/{image.get('repository')}:{image.get('tag') or default_tag}"
+
+
+def control_plane_pod(
+    values: Mapping[str, Any], namespace: str, release: str, chart_version: str
+) -> JsonObject:
+    """Pod ``<release>-0`` of the control plane's StatefulSet (``chart/templates/
+    statefulset.yaml``, ``_init-containers.tpl``): the syncer with the StatefulSet's security
+    context and resources, and the ``kubernetes`` init container that copies the binaries,
+    whose security context is ``controlPlane.distro.k8s.securityContext`` (empty by default)."""
+    merged = helm_values(values)
+    control = as_dict(merged.get("controlPlane"))
+    statefulset = as_dict(control.get("statefulSet"))
+    security = as_dict(statefulset.get("security"))
+    k8s = as_dict(as_dict(control.get("distro")).get("k8s"))
+    account = as_dict(as_dict(control.get("advanced")).get("serviceAccount")).get("name")
+    init: JsonObject = {
+        "name": "kubernetes",
+        "image": _image(as_dict(k8s.get("image")), "v1.36.0"),
+        "command": ["cp"],
+        "args": ["-r", "/kubernetes/.", "/binaries/"],
+        "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
+        "resources": as_dict(k8s.get("resources")),
+    }
+    if as_dict(k8s.get("securityContext")):
+        init["securityContext"] = as_dict(k8s.get("securityContext"))
+    syncer: JsonObject = {
+        "name": "syncer",
+        "image": _image(as_dict(statefulset.get("image")), chart_version),
+        "resources": as_dict(statefulset.get("resources")),
+        "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
+    }
+    if as_dict(security.get("containerSecurityContext")):
+        syncer["securityContext"] = as_dict(security.get("containerSecurityContext"))
+    spec: JsonObject = {
+        "serviceAccountName": account or f"vc-{release}",
+        "initContainers": [init],
+        "containers": [syncer],
+        "volumes": [
+            {"name": "binaries", "emptyDir": {}},
+            {"name": "vcluster-config", "secret": {"secretName": f"vc-config-{release}"}},
+        ],
+        "restartPolicy": "Always",
+    }
+    if as_dict(security.get("podSecurityContext")):
+        spec["securityContext"] = as_dict(security.get("podSecurityContext"))
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "labels": {"app": "vcluster", "release": release},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": release,
+                    "uid": hashlib.sha256(f"{namespace}/{release}".encode()).hexdigest()[:32],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
     }

@@ -22,7 +22,7 @@ import posixpath
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
-from gitops.checks import names
+from gitops.checks import names, vcluster
 from gitops.checks.findings import Finding, mapping, object_ref
 from gitops.checks.manifests import (
     is_kustomization_path,
@@ -33,6 +33,8 @@ from gitops.checks.manifests import (
     resolve_reference,
 )
 from gitops.checks.schema import SchemaRegistry, Scope, get_registry
+from gitops.render.meta import LOCAL_QUEUE
+from gitops.render.vcluster import CHART_VERSION
 
 ALLOWED_ROOTS = ("clusters", "infrastructure", "tenants")
 WORKLOADS_DIR = "workloads"
@@ -119,6 +121,7 @@ def check_isolation(
     )
     findings: list[Finding] = []
     unsafe: set[str] = set()
+    rules.files = files
     for path in sorted(files):
         path_findings = list(_path_findings(path))
         if any(f.rule == "path-traversal" for f in path_findings):
@@ -254,6 +257,8 @@ class _Rules:
         self.platform_sources = platform_sources
         self.registry = registry
         self.forbidden_cluster_roles = forbidden_cluster_roles
+        # The whole tree, when the rules run on one (a tenant's policy is read from it).
+        self.files: Mapping[str, bytes] = {}
 
     def scope(self, obj: Mapping[str, Any]) -> Scope | None:
         api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
@@ -342,6 +347,9 @@ class _Rules:
         namespace = mapping(obj.get("metadata")).get("namespace")
         if namespace is not None and namespace != slug:
             add("namespace", f"namespace {namespace!r} must be {slug!r} (or left out)")
+        findings.extend(vcluster.service_account_findings(path, obj))
+        findings.extend(_default_queue(path, obj))
+        findings.extend(self._vcluster_release(path, obj, slug))
         if kind in ("RoleBinding", "ClusterRoleBinding"):
             role_ref = mapping(obj.get("roleRef"))
             if (
@@ -393,9 +401,10 @@ class _Rules:
             return findings
         if scope is None:
             add("unknown-scope", f"{obj.get('apiVersion')} {kind} is unknown")
+        findings.extend(_default_queue(path, obj))
+        findings.extend(self._vcluster_release(path, obj, slug))
         if _platform_release_for(obj, slug):
-            # A vCluster syncing nodes needs a ClusterRole, which only helm-controller in
-            # flux-system may create under the lockdown; the release is the platform's, and
+            # The release is the platform's (helm-controller in flux-system installs it), and
             # everything it installs lands in the tenant's namespace.
             return findings + list(self._references(path, obj, slug, allow_platform_sources=True))
         if namespace != slug:
@@ -408,6 +417,13 @@ class _Rules:
             findings += self._flux_kustomization(path, obj, slug)
         findings += self._references(path, obj, slug, allow_platform_sources=True)
         return findings
+
+    def _vcluster_release(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+        if not vcluster.is_vcluster_release(obj):
+            return []
+        return vcluster.release_findings(
+            path, obj, CHART_VERSION, vcluster.registry_patterns(self.files, slug)
+        )
 
     def _flux_kustomization(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
         ref = object_ref(obj)
@@ -536,6 +552,27 @@ class _Rules:
         if parent.get("kind", "Gateway") != "Gateway":
             return False
         return self.gateway_name is None or parent.get("name") == self.gateway_name
+
+
+def _default_queue(path: str, obj: Mapping[str, Any]) -> list[Finding]:
+    """Kueue's LocalQueueDefaulting gives a LocalQueue named "default" every workload of its
+    namespace that names no queue (see ``gitops.render.meta.LOCAL_QUEUE``)."""
+    if (
+        obj.get("kind") == "LocalQueue"
+        and str(obj.get("apiVersion", "")).startswith("kueue.x-k8s.io/")
+        and mapping(obj.get("metadata")).get("name") == "default"
+    ):
+        return [
+            Finding(
+                path,
+                object_ref(obj),
+                "default-local-queue",
+                "a LocalQueue named 'default' captures every workload of the namespace that "
+                "names no queue (the vCluster control plane, CoreDNS), pinning them to GPU "
+                f"flavors or gating them; name it {LOCAL_QUEUE!r}",
+            )
+        ]
+    return []
 
 
 def _within(path: str, directory: str) -> bool:

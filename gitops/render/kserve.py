@@ -18,8 +18,16 @@ Choices:
   template (DRA; KServe passes ``resourceClaims`` to the pod). More than one GPU turns on
   tensor parallelism unless the arguments set it.
 - Pod Security "restricted": non-root, no privilege escalation, all capabilities dropped,
-  RuntimeDefault seccomp. (KServe's storage initializer takes its security context from the
-  platform's ClusterStorageContainer, which must match.)
+  RuntimeDefault seccomp. KServe's pod webhook adds a ``storage-initializer`` init container
+  for ``hf://``, ``s3://`` and the other download schemes. It builds that container from its
+  ConfigMap defaults, with no security context, then merges into it the container of the first
+  ClusterStorageContainer whose ``supportedUriFormats`` match
+  (kserve/kserve ``pkg/webhook/admission/pod/storage_initializer_injector.go``,
+  ``CommonStorageInitialization`` and ``mergeContainerSpecs``). Pod Security checks the pod
+  after every mutating webhook, so without a restricted security context there the namespace
+  refuses the pod. ``cluster_storage_container`` renders that ClusterStorageContainer; it is
+  named ``default``, the name KServe's own chart gives it, so it replaces the chart's rather
+  than competing with it (two containers claiming one scheme are picked in no defined order).
 """
 
 from __future__ import annotations
@@ -40,6 +48,51 @@ PROMQL = {
     "concurrency": "avg(sum by (pod) (vllm:num_requests_running{{{selector}}}))",
     "rps": "avg(sum by (pod) (rate(vllm:request_success_total{{{selector}}}[1m])))",
 }
+
+
+STORAGE_API = "serving.kserve.io/v1alpha1"
+STORAGE_CONTAINER = "default"
+STORAGE_INITIALIZER_IMAGE = "kserve/storage-initializer:v0.20.0"
+# The storage-initializer image runs as this user (python/storage-initializer.Dockerfile).
+STORAGE_INITIALIZER_USER = 1000
+# What the default storage initializer downloads (KServe's chart lists the same formats).
+STORAGE_URI_PREFIXES = ("gs://", "s3://", "hdfs://", "webhdfs://", "hf://")
+STORAGE_URI_REGEXES = (
+    "https://(.+?).blob.core.windows.net/(.+)",
+    "https://(.+?).file.core.windows.net/(.+)",
+    "https?://(.+)/(.+)",
+)
+RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def cluster_storage_container() -> dict[str, Any]:
+    """The storage initializer KServe injects, Pod Security "restricted" compliant."""
+    return {
+        "apiVersion": STORAGE_API,
+        "kind": "ClusterStorageContainer",
+        "metadata": metadata(STORAGE_CONTAINER),
+        "spec": {
+            "container": {
+                "name": "storage-initializer",
+                "image": STORAGE_INITIALIZER_IMAGE,
+                "resources": {
+                    "requests": {"cpu": "100m", "memory": "100Mi"},
+                    "limits": {"cpu": "1", "memory": "1Gi"},
+                },
+                "securityContext": {
+                    **RESTRICTED_CONTAINER_SECURITY,
+                    "runAsUser": STORAGE_INITIALIZER_USER,
+                },
+            },
+            "supportedUriFormats": [{"prefix": prefix} for prefix in STORAGE_URI_PREFIXES]
+            + [{"regex": regex} for regex in STORAGE_URI_REGEXES],
+        },
+    }
 
 
 def claim_template_name(endpoint: EndpointSpec) -> str:
@@ -103,9 +156,9 @@ def inference_service(
             "args": _args(endpoint),
             "resources": container_resources,
             "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-                "runAsNonRoot": True,
+                key: value
+                for key, value in RESTRICTED_CONTAINER_SECURITY.items()
+                if key != "seccompProfile"  # set once for the pod
             },
         },
     }

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import resources
-from gitops.render.meta import QUEUE_NAME_LABEL, metadata
+from gitops.render import resources, vcluster
+from gitops.render.meta import LOCAL_QUEUE, QUEUE_NAME_LABEL, metadata
 from gitops.specs import FleetSpec, TenantSpec
 
 API = "kyverno.io/v1"
@@ -159,10 +159,118 @@ def gpu_cap(tenant: TenantSpec, fleet: FleetSpec) -> int:
 
 
 def image_patterns(tenant: TenantSpec, fleet: FleetSpec) -> str:
-    prefixes = list(fleet.allowed_registries)
+    patterns = [f"{prefix}*" for prefix in fleet.allowed_registries]
     if tenant.clusters:
-        prefixes.extend(VCLUSTER_IMAGE_PREFIXES)
-    return " | ".join(f"{prefix}*" for prefix in sorted(set(prefixes)))
+        patterns.extend(f"{prefix}*" for prefix in VCLUSTER_IMAGE_PREFIXES)
+        # Exactly the image vCluster's syncer adds to StatefulSet pods (see vcluster.py).
+        patterns.append(fleet.vcluster_hosts_image)
+    return " | ".join(sorted(set(patterns)))
+
+
+# Who creates the pods and the StatefulSet of a vCluster control plane: the StatefulSet
+# controller (kube-controller-manager with per-controller credentials, its default) and
+# helm-controller, as which the platform's HelmRelease installs the chart (vcluster.py).
+STATEFULSET_CONTROLLER = "system:serviceaccount:kube-system:statefulset-controller"
+HELM_CONTROLLER = "system:serviceaccount:flux-system:helm-controller"
+POD_CONTROLLER_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob")
+_TEMPLATE_ACCOUNTS = (
+    "{{ [request.object.spec.template.spec.serviceAccountName, "
+    "request.object.spec.jobTemplate.spec.template.spec.serviceAccountName][] || `[]` }}"
+)
+
+
+VCLUSTER_ACCOUNTS_POLICY = "vcluster-accounts"
+
+
+def tenant_policies(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    """Everything in ``kyverno-policy.yaml``: the guardrails, and the vCluster account guard
+    while the tenant has clusters."""
+    policies = [tenant_policy(tenant, fleet)]
+    rules = vcluster_account_rules(tenant)
+    if rules:
+        policies.append(
+            {
+                "apiVersion": API,
+                "kind": "Policy",
+                "metadata": metadata(
+                    VCLUSTER_ACCOUNTS_POLICY,
+                    tenant.slug,
+                    tenant=tenant.slug,
+                    annotations={"pod-policies.kyverno.io/autogen-controllers": "none"},
+                ),
+                # The rules read the requesting user, which a background scan does not have
+                # (Kyverno refuses userInfo in background policies).
+                "spec": {"background": False, "rules": rules},
+            }
+        )
+    return policies
+
+
+def vcluster_account_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
+    """No tenant workload runs as a vCluster control plane's service account.
+
+    The chart binds ``vc-<cluster>`` to a Role with pods, pods/exec and secrets in the tenant
+    namespace (loft-sh/vcluster ``chart/templates/role.yaml``); a pod that names that account
+    gets its token. Only the StatefulSet controller may create such a pod, and only
+    helm-controller the workload object whose template names it (a tenant could otherwise
+    write a StatefulSet of its own and let the controller create the pod)."""
+    accounts = sorted(vcluster.service_account(cluster) for cluster in tenant.clusters)
+    if not accounts:
+        return []
+    return [
+        {
+            "name": "vcluster-account-pods",
+            "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}]},
+            "validate": _enforce(
+                "Only a vCluster's own control plane may run as its service account.",
+                deny={
+                    "conditions": {
+                        "all": [
+                            {
+                                "key": "{{ request.object.spec.serviceAccountName || '' }}",
+                                "operator": "AnyIn",
+                                "value": accounts,
+                            },
+                            {
+                                "key": "{{ request.userInfo.username }}",
+                                "operator": "NotEquals",
+                                "value": STATEFULSET_CONTROLLER,
+                            },
+                        ]
+                    }
+                },
+            ),
+        },
+        {
+            "name": "vcluster-account-templates",
+            "match": {
+                "any": [
+                    {
+                        "resources": {
+                            "kinds": list(POD_CONTROLLER_KINDS),
+                            "operations": ["CREATE", "UPDATE"],
+                        }
+                    }
+                ]
+            },
+            "validate": _enforce(
+                "Workloads may not run as a vCluster's service account; the platform installs "
+                "the vCluster.",
+                deny={
+                    "conditions": {
+                        "all": [
+                            {"key": _TEMPLATE_ACCOUNTS, "operator": "AnyIn", "value": accounts},
+                            {
+                                "key": "{{ request.userInfo.username }}",
+                                "operator": "NotEquals",
+                                "value": HELM_CONTROLLER,
+                            },
+                        ]
+                    }
+                },
+            ),
+        },
+    ]
 
 
 def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
@@ -189,7 +297,7 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             },
             "validate": _enforce(
                 f"Pods that use GPUs must carry the label {QUEUE_NAME_LABEL} (the tenant's "
-                "queue is named 'default').",
+                f"queue is named {LOCAL_QUEUE!r}).",
                 pattern={"metadata": {"labels": {QUEUE_NAME_LABEL: "?*"}}},
             ),
         },

@@ -23,7 +23,13 @@ LITELLM_MODEL_LABEL = "ai-factory.io/litellm-model"
 
 FLUX_NAMESPACE = "flux-system"
 KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
-LOCAL_QUEUE = "default"
+# Not "default": Kueue's LocalQueueDefaulting (stable since v0.17, kubernetes-sigs/kueue
+# site/content/en/docs/tasks/manage/enforce_job_management/setup_default_local_queue.md) gives a
+# LocalQueue named "default" every workload of its namespace that names no queue, the vCluster
+# control plane and its CoreDNS included, and they would then be admitted on a GPU flavor (or
+# never, by a ClusterQueue without CPU-only capacity). GPU pods name this queue explicitly (the
+# tenant policy requires it); everything else is left to the default scheduler.
+LOCAL_QUEUE = "gpu"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 

@@ -85,8 +85,13 @@ def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
             ("infrastructure/controllers/helm-repositories.yaml", [vcluster.helm_repository()]),
             (
                 "infrastructure/configs/kustomization.yaml",
-                [kustomization(["kueue.yaml", "kyverno-policies.yaml", "rbac.yaml"])],
+                [
+                    kustomization(
+                        ["kserve-storage.yaml", "kueue.yaml", "kyverno-policies.yaml", "rbac.yaml"]
+                    )
+                ],
             ),
+            ("infrastructure/configs/kserve-storage.yaml", [kserve.cluster_storage_container()]),
             ("infrastructure/configs/kueue.yaml", kueue.fleet_objects(fleet)),
             ("infrastructure/configs/kyverno-policies.yaml", kyverno.cluster_policies()),
             ("infrastructure/configs/rbac.yaml", [rbac.tenant_reconciler_role()]),
@@ -117,7 +122,7 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
         ("rbac.yaml", rbac.tenant_objects(tenant)),
         ("quota.yaml", quota.tenant_objects(tenant, fleet)),
         ("network-policy.yaml", network.tenant_objects(tenant, fleet)),
-        ("kyverno-policy.yaml", [kyverno.tenant_policy(tenant, fleet)]),
+        ("kyverno-policy.yaml", kyverno.tenant_policies(tenant, fleet)),
         ("queues.yaml", kueue.tenant_objects(tenant, fleet)),
         ("sync.yaml", flux.tenant_sync(tenant, fleet)),
     ]

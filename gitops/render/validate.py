@@ -42,7 +42,11 @@ DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-SEMVER = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?")
+# registry host (with a dot or a port), repository path, tag: all three, so nothing is implied.
+IMAGE_REF = re.compile(
+    r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?(\.[a-z0-9]+|:[0-9]+)/[a-z0-9]+([._/-][a-z0-9]+)*"
+    r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+)
 ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 GIT_URL = re.compile(r"(https?|ssh)://[^\s]+")
 HTTP_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?")
@@ -258,12 +262,19 @@ def validate_fleet(fleet: FleetSpec) -> None:
             "prometheus_url",
             "The Prometheus URL must look like http://prometheus.monitoring.svc:9090.",
         )
-    if not isinstance(fleet.vcluster_chart_version, str) or not SEMVER.fullmatch(
-        fleet.vcluster_chart_version
-    ):
+    if fleet.vcluster_chart_version != vcluster.CHART_VERSION:
         errors.add(
             "vcluster_chart_version",
-            "Pin the vCluster chart to an exact version such as 0.30.0.",
+            f"The portal writes values for vCluster chart {vcluster.CHART_VERSION} (the version "
+            "its values schema is for); pin that version.",
+        )
+    if not isinstance(fleet.vcluster_hosts_image, str) or not IMAGE_REF.fullmatch(
+        fleet.vcluster_hosts_image
+    ):
+        errors.add(
+            "vcluster_hosts_image",
+            "Give the rewrite-hosts image as registry/repository:tag, e.g. "
+            "ghcr.io/my-org/alpine:3.20.",
         )
     if (
         not isinstance(fleet.git_url, str)

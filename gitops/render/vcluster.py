@@ -9,23 +9,43 @@ The two alternatives fail:
   a cross-namespace reference, which the ``--no-cross-namespace-refs`` lockdown makes
   helm-controller refuse;
 - a HelmRelease in the tenant namespace with a HelmRepository of its own is allowed, but under
-  ``--default-service-account`` it is installed as a service account of that namespace, and a
-  vCluster that syncs host nodes (``sync.fromHost.nodes``, which is how it is kept on its GPU
-  pools) needs a ClusterRole and ClusterRoleBinding (chart ``_rbac.tpl``). Granting a tenant
-  namespace's service account the right to create those would let the tenant's own Flux
-  Kustomization, or any pod in the namespace running as that account, grant itself anything.
+  ``--default-service-account`` it is installed as a service account of that namespace, which
+  would then need to create Roles and RoleBindings (the chart's ``role.yaml`` grants the control
+  plane pods, pods/exec and secrets): the tenant's own Flux Kustomization, or any pod in the
+  namespace running as that account, could grant itself the same.
 
 So the release is platform-owned: the file sits in the tenant's directory (one diff per change)
 but the object is in ``flux-system``, named ``<slug>-<cluster>``; the "tenants" Kustomization,
 which runs as ``kustomize-controller``, applies it. Two tenants can never produce the same
 name unnoticed: a kustomize build of ``tenants/`` fails on a duplicate object.
 
-Values: the Kubernetes image pinned per minor version, control-plane resources by size,
-Pod Security "restricted"-compatible security contexts (the tenant namespace enforces it),
-``policies`` (quota, limit range, network policy) from the cluster spec, node sync restricted
-to the chosen pools' labels (which vCluster also sets as the synced pods' node selector), the
-pools' GPU taint tolerated, and the kubeconfig exported as ``<name>-kubeconfig`` with a server
-address that works from the host cluster.
+Values (for chart ``CHART_VERSION``, the version whose ``values.schema.json`` the schema check
+validates against; the facts below are read from loft-sh/vcluster at that tag):
+
+- the Kubernetes image pinned per minor version (``config/default_extra_values.go``
+  ``K8SVersionMap``), control-plane resources by size, Pod Security "restricted"-compatible
+  security contexts (the tenant namespace enforces it);
+- ``policies.resourceQuota`` and ``policies.limitRange`` **off**. With ``enabled: auto`` or
+  ``true`` the chart renders ``vc-<release>`` ResourceQuota and LimitRange into the *host*
+  namespace (``chart/templates/resourcequota.yaml``, ``limitrange.yaml``), with the chart's
+  default keys merged into ours by Helm (``limits.memory: 40Gi``, ``requests.ephemeral-storage``,
+  ``count/pods: 20``, ...). The host namespace is the tenant's, so that quota also counts the
+  tenant's own model endpoints and rejects them. The tenant's ResourceQuota and LimitRange
+  (``quota.py``) already bound the namespace, the cluster included;
+- no real-node sync and no ClusterRole. ``sync.fromHost.nodes.enabled`` makes the chart grant
+  the control plane's service account cluster-wide ``pods``/``nodes`` reads and, with
+  ``networking.advanced.proxyKubelets`` (on by default), ``nodes/proxy`` (``_rbac.tpl``,
+  ``clusterrole.yaml``): a tenant pod running as that account could read every pod of the fleet
+  and reach any kubelet. The pods syncer applies ``sync.fromHost.nodes.selector.labels`` as the
+  host pods' node selector whether or not nodes are synced
+  (``pkg/controllers/resources/pods/syncer.go``), so the cluster stays on its pools with fake
+  nodes. ``rbac.clusterRole.enabled: false`` and ``rbac.enableVolumeSnapshotRules: false``
+  (the latter alone makes ``auto`` create a ClusterRole) leave the release namespaced;
+- the pools' GPU taint tolerated, the rewrite-hosts init container's image pinned to the fleet's
+  ``vcluster_hosts_image`` (vCluster adds it to every StatefulSet pod it syncs,
+  ``pkg/controllers/resources/pods/translate/hosts.go``; it is restricted-compliant but its
+  registry, ``mirror.gcr.io``, is none of the tenant's, so the tenant policy allows exactly this
+  image), and the kubeconfig exported as ``<name>-kubeconfig``.
 """
 
 from __future__ import annotations
@@ -33,19 +53,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gitops.render import resources
 from gitops.render.meta import FLUX_NAMESPACE, metadata
 from gitops.specs import Flavor, FleetSpec, TenantClusterSpec, TenantSpec
 
 CHART = "vcluster"
 HELM_REPOSITORY = "vcluster"
 HELM_REPOSITORY_URL = "https://charts.loft.sh"
-# The Kubernetes image vCluster runs for each supported minor (vcluster config K8SVersionMap).
+# The chart version the values are written for, and whose values.schema.json validates them.
+CHART_VERSION = "0.35.3"
+# The Kubernetes image vCluster runs for each supported minor, as chart 0.35.3 maps them
+# (loft-sh/vcluster config/default_extra_values.go K8SVersionMap at v0.35.3).
 KUBERNETES_IMAGE_TAGS = {
     "1.32": "v1.32.1",
     "1.33": "v1.33.4",
-    "1.34": "v1.34.12",
-    "1.35": "v1.35.9",
+    "1.34": "v1.34.0",
+    "1.35": "v1.35.0",
+    "1.36": "v1.36.0",
 }
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Control-plane pod resources per size (the API server, controller manager and syncer).
@@ -111,46 +134,42 @@ def kubeconfig_secret(cluster: TenantClusterSpec) -> str:
     return f"{cluster.name}-kubeconfig"
 
 
-def _quota(
-    cluster: TenantClusterSpec, tenant: TenantSpec, pools: Sequence[Flavor]
-) -> dict[str, str]:
-    quota = {
-        "requests.cpu": str(cluster.cpu_quota),
-        "requests.memory": f"{cluster.memory_gib}Gi",
-        "count/pods": str(cluster.max_pods),
-        f"requests.{resources.GPU}": str(cluster.gpu_quota),
-    }
-    pool_names = {pool.name for pool in pools}
-    mig: dict[str, int] = {}
-    for share in tenant.shares:
-        if share.kind == "mig" and share.flavor in pool_names:
-            key = f"requests.{resources.mig_resource(share.mig_profile)}"
-            mig[key] = mig.get(key, 0) + share.count
-    quota.update({key: str(value) for key, value in mig.items()})
-    return quota
+def service_account(cluster: TenantClusterSpec) -> str:
+    """The control plane's service account (``chart/templates/serviceaccount.yaml``): it holds
+    the chart's Role in the tenant namespace (pods, pods/exec, secrets), so no tenant workload
+    may run as it."""
+    return f"vc-{cluster.name}"
+
+
+def image_parts(image: str) -> dict[str, str]:
+    """``registry/repository:tag`` as the chart's ``Image`` values (registry, repository, tag)."""
+    name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    registry, _, repository = name.partition("/")
+    return {"registry": registry, "repository": repository, "tag": tag}
 
 
 def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     """The chart values (they must validate against the chart's ``values.schema.json``)."""
     pools = [flavor for name in cluster.node_pools if (flavor := fleet.flavor(name)) is not None]
     service_host = f"{cluster.name}.{tenant.slug}.svc"
-    sync: dict[str, Any] = {}
+    pods: dict[str, Any] = {
+        "rewriteHosts": {"initContainer": {"image": image_parts(fleet.vcluster_hosts_image)}}
+    }
+    nodes: dict[str, Any] = {"enabled": False}
     selector = node_selector(pools, fleet)
     if pools and selector:
-        sync = {
-            "fromHost": {"nodes": {"enabled": True, "selector": {"labels": selector}}},
-            "toHost": {
-                "pods": {
-                    "enforceTolerations": sorted({f"{pool.taint_key}:NoSchedule" for pool in pools})
-                }
-            },
-        }
+        nodes["selector"] = {"labels": selector}
+        pods["enforceTolerations"] = sorted({f"{pool.taint_key}:NoSchedule" for pool in pools})
     out: dict[str, Any] = {
         "controlPlane": {
             "distro": {
                 "k8s": {
                     "enabled": True,
                     "image": {"tag": KUBERNETES_IMAGE_TAGS[cluster.kubernetes_version]},
+                    # The init container that copies the Kubernetes binaries takes this, not
+                    # the StatefulSet's security context, and the chart leaves it empty
+                    # (_init-containers.tpl): restricted would refuse the pod.
+                    "securityContext": _CONTAINER_SECURITY,
                 }
             },
             "statefulSet": {
@@ -170,21 +189,21 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
         },
         "policies": {
             "podSecurityStandard": "restricted",
-            "resourceQuota": {"enabled": True, "quota": _quota(cluster, tenant, pools)},
-            "limitRange": {
-                "enabled": True,
-                "default": {"cpu": "1", "memory": "1Gi"},
-                "defaultRequest": {"cpu": "100m", "memory": "256Mi"},
-            },
+            "resourceQuota": {"enabled": False},
+            "limitRange": {"enabled": False},
             "networkPolicy": {"enabled": True},
         },
+        "rbac": {
+            "clusterRole": {"enabled": False},
+            "enableVolumeSnapshotRules": {"enabled": False},
+        },
+        "networking": {"advanced": {"proxyKubelets": {"byHostname": False, "byIP": False}}},
+        "sync": {"fromHost": {"nodes": nodes}, "toHost": {"pods": pods}},
         "exportKubeConfig": {
             "server": f"https://{service_host}:443",
             "secret": {"name": kubeconfig_secret(cluster)},
         },
     }
-    if sync:
-        out["sync"] = sync
     return out
 
 

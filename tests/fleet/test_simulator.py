@@ -93,7 +93,7 @@ def test_it_lists_the_demo_nodes_with_gpu_feature_discovery_labels(
     kube: client.ApiClient,
 ) -> None:
     nodes = {n.metadata.name: n for n in core(kube).list_node().items}
-    assert len(nodes) == 16
+    assert len(nodes) == 18  # 16 GPU nodes and 2 CPU-only system nodes
 
     whole = nodes["h200-01"]
     labels = whole.metadata.labels
@@ -151,6 +151,11 @@ def test_it_puts_the_nodes_in_two_nvlink_domains(kube: client.ApiClient) -> None
     cliques: dict[str, set[str]] = {}
     for node in nodes:
         labels = node.metadata.labels
+        if labels["ai-factory.io/pool"] == "system":
+            # CPU-only nodes have no GPUs, so no NVLink clique.
+            assert "nvidia.com/gpu.clique" not in labels
+            assert not node.spec.taints
+            continue
         cliques.setdefault(labels["network.topology.kubernetes.io/block"], set()).add(
             labels["nvidia.com/gpu.clique"]
         )
@@ -182,7 +187,7 @@ def test_it_runs_the_seed_workloads_as_controller_pods(kube: client.ApiClient) -
     assert {p.metadata.namespace for p in pods} == {"vision", "llm-platform"}
     for pod in pods:
         assert pod.status.phase == "Running" and pod.spec.node_name
-        assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+        assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "gpu"
         assert pod.metadata.owner_references[0].controller
         assert pod.metadata.owner_references[0].kind in ("Job", "ReplicaSet")
     training = [p for p in pods if p.metadata.name.startswith("finetune-vit-")]
@@ -202,7 +207,9 @@ def test_it_filters_lists_by_label_and_field_selectors(kube: client.ApiClient) -
 
     assert names(label_selector=f"{POOL_LABEL}=h200-mig") == {"h200-mig-01", "h200-mig-02"}
     assert len(names(label_selector="gpu")) == 4
-    assert len(names(label_selector=f"{POOL_LABEL}!=h200")) == 6
+    assert (
+        len(names(label_selector=f"{POOL_LABEL}!=h200")) == 8
+    )  # MIG, HAMi and the CPU-only system nodes
     assert len(names(label_selector=f"{POOL_LABEL} in (h200-mig, h200-hami),!gpu")) == 2
     assert names(field_selector="metadata.name=h200-07") == {"h200-07"}
 
@@ -274,7 +281,7 @@ def test_it_evicts_a_pod_and_its_controller_recreates_it_elsewhere(
     assert new.spec.node_name not in ("h200-01", None)
     assert new.status.phase == "Running"
     assert new.metadata.owner_references[0].name == "finetune-vit"
-    assert new.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+    assert new.metadata.labels["kueue.x-k8s.io/queue-name"] == "gpu"
 
 
 def test_it_leaves_a_recreated_pod_pending_when_no_node_fits(
@@ -302,7 +309,7 @@ def test_it_leaves_a_recreated_pod_pending_when_no_node_fits(
         "False",
         "Unschedulable",
     )
-    assert scheduled.message.startswith("0/16 nodes are available:")
+    assert scheduled.message.startswith("0/18 nodes are available:")
     assert "2 node(s) were unschedulable" in scheduled.message
 
     api.patch_node("h200-mig-02", {"spec": {"unschedulable": False}})
@@ -406,7 +413,7 @@ def test_it_answers_status_objects_for_bad_requests_and_keeps_serving(
     assert call("PUT", "/sim/objects", json=widget).status_code == 400
 
     assert call("GET", "/healthz").text == "ok"
-    assert len(call("GET", "/api/v1/nodes").json()["items"]) == 16
+    assert len(call("GET", "/api/v1/nodes").json()["items"]) == 18
 
 
 def test_it_requires_the_bearer_token_when_one_is_configured() -> None:
@@ -421,7 +428,7 @@ def test_it_requires_the_bearer_token_when_one_is_configured() -> None:
         cfg.api_key = {"authorization": "s3cret"}
         cfg.api_key_prefix = {"authorization": "Bearer"}
         with client.ApiClient(cfg) as api:
-            assert len(client.CoreV1Api(api).list_node().items) == 16
+            assert len(client.CoreV1Api(api).list_node().items) == 18
         assert requests.post(f"{url}/sim/tick", timeout=5).status_code == 200
 
 
@@ -491,9 +498,9 @@ def test_it_plays_flux_from_the_portals_repository(
         "InstallSucceeded",
     )
     assert released["message"] == (
-        "Helm install succeeded for release alpha/dev.v1 with chart vcluster@0.30.0"
+        "Helm install succeeded for release alpha/dev.v1 with chart vcluster@0.35.3"
     )
-    assert release["status"]["lastAttemptedRevision"] == "0.30.0"
+    assert release["status"]["lastAttemptedRevision"] == "0.35.3"
 
     isvc = custom(kube).get_namespaced_custom_object(*KSERVE[:2], "alpha", KSERVE[2], "chat")
     assert condition(isvc, "Ready")["status"] == "True"
@@ -509,7 +516,7 @@ def test_it_plays_flux_from_the_portals_repository(
     assert pod.spec.node_name.startswith("h200-hami-")
     assert pod.spec.scheduler_name == "hami-scheduler"
     assert pod.metadata.owner_references[0].kind == "ReplicaSet"
-    assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "default"
+    assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "gpu"
 
     source = custom(kube).get_namespaced_custom_object(
         "source.toolkit.fluxcd.io", "v1", "alpha", "gitrepositories", "alpha"

@@ -41,9 +41,11 @@ def _reconcile(sim: Simulator) -> None:
 def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
     report = services.sync_all()
     assert report.ok, report.errors
-    assert Node.objects.count() == 16
+    assert Node.objects.count() == 18
     flavors = {n.flavor for n in Node.objects.all()}
-    assert flavors == {"h200", "h200-mig", "h200-hami"}
+    # The CPU-only system nodes belong to no GPU flavor.
+    assert flavors == {"h200", "h200-mig", "h200-hami", ""}
+    assert Node.objects.filter(flavor="", gpu_count=0).count() == 2
     whole = Node.objects.filter(flavor="h200").first()
     assert whole is not None
     assert (whole.product, whole.gpu_count, whole.gpu_memory_mib) == ("NVIDIA-H200", 8, 143771)
@@ -52,7 +54,7 @@ def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
     mig = Node.objects.filter(flavor="h200-mig").first()
     assert mig is not None and mig.sharing == "mig"
     assert mig.mig_profiles == {"1g.18gb": 16, "2g.35gb": 8, "3g.71gb": 8}
-    assert len({n.domain for n in Node.objects.all()}) == 2  # two NVLink domains
+    assert len({n.domain for n in Node.objects.exclude(flavor="")}) == 2  # two NVLink domains
     assert all(n.rack and n.block for n in Node.objects.all())
     vision = Workload.objects.filter(tenant_slug="vision")
     assert vision.exists()
@@ -71,7 +73,7 @@ def test_it_runs_as_a_job_with_progress(
     job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED, job.error
     assert job.progress == 100
-    assert "16 nodes" in job.log
+    assert "18 nodes" in job.log
 
 
 @pytest.mark.django_db
@@ -147,7 +149,7 @@ def test_it_keeps_old_rows_and_marks_them_stale_when_the_api_is_down(
     sim.stop()
     report = services.sync_all()
     assert set(report.errors) == {"nodes", "pods", "flux", "kserve"}
-    assert Node.objects.count() == 16  # the last good read stays
+    assert Node.objects.count() == 18  # the last good read stays
     nodes = SyncState.objects.get(source="nodes")
     assert nodes.stale and "did not answer" in nodes.error
     assert nodes.last_success is not None

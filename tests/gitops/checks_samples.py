@@ -176,7 +176,7 @@ def local_queue(slug: str = "alpha") -> dict[str, Any]:
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "LocalQueue",
-        "metadata": {"name": "default", "namespace": slug},
+        "metadata": {"name": "gpu", "namespace": slug},
         "spec": {"clusterQueue": slug},
     }
 
@@ -260,7 +260,7 @@ def vcluster_release(slug: str = "alpha", name: str = "dev") -> dict[str, Any]:
             "chart": {
                 "spec": {
                     "chart": "vcluster",
-                    "version": "0.30.0",
+                    "version": "0.35.3",
                     "sourceRef": {
                         "kind": "HelmRepository",
                         "name": "vcluster",
@@ -275,14 +275,13 @@ def vcluster_release(slug: str = "alpha", name: str = "dev") -> dict[str, Any]:
                 },
                 "sync": {
                     "fromHost": {
-                        "nodes": {"enabled": True, "selector": {"labels": {"pool": "h200"}}}
+                        "nodes": {"enabled": False, "selector": {"labels": {"pool": "h200"}}}
                     }
                 },
+                "rbac": {"clusterRole": {"enabled": False}},
                 "policies": {
-                    "resourceQuota": {
-                        "enabled": True,
-                        "quota": {"requests.nvidia.com/gpu": "4", "count/pods": 100},
-                    }
+                    "resourceQuota": {"enabled": False},
+                    "limitRange": {"enabled": False},
                 },
                 "exportKubeConfig": {"secret": {"name": f"{name}-kubeconfig"}},
             },
@@ -297,7 +296,7 @@ def inference_service(slug: str = "alpha", name: str = "llama3-8b") -> dict[str,
         "metadata": {
             "name": name,
             "namespace": slug,
-            "labels": {"kueue.x-k8s.io/queue-name": "default"},
+            "labels": {"kueue.x-k8s.io/queue-name": "gpu"},
             "annotations": {"serving.kserve.io/deploymentMode": "Standard"},
         },
         "spec": {

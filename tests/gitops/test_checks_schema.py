@@ -391,11 +391,11 @@ def test_a_crd_may_limit_metadata_name(crds_dir: Path) -> None:
     crds = load_crd_file(crds_dir / "kueue" / "kueue.x-k8s.io_localqueues.yaml")
     for version in crds[0]["spec"]["versions"]:
         properties = version["schema"]["openAPIV3Schema"]["properties"]
-        properties["metadata"] = {"type": "object", "properties": {"name": {"maxLength": 5}}}
+        properties["metadata"] = {"type": "object", "properties": {"name": {"maxLength": 2}}}
     registry = SchemaRegistry.from_crds(crds)
     queue = samples.local_queue()
     queue["metadata"]["labels"] = {"team": "alpha"}
     [error] = registry.validate(queue)
-    assert (error.path, error.message) == ("metadata.name", "'default' is too long")
-    queue["metadata"]["name"] = "small"
+    assert (error.path, error.message) == ("metadata.name", "'gpu' is too long")
+    queue["metadata"]["name"] = "q"
     assert registry.validate(queue) == []

@@ -126,7 +126,7 @@ def test_it_records_reservation_end_dates() -> None:
 def test_it_points_the_local_queue_at_the_cluster_queue() -> None:
     queue = kueue.local_queue(rich_tenant())
     assert queue["metadata"]["namespace"] == "alpha"
-    assert queue["metadata"]["name"] == "default"
+    assert queue["metadata"]["name"] == "gpu"
     assert queue["spec"] == {"clusterQueue": "alpha"}
 
 

@@ -219,8 +219,10 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
     env = rules["forbid-hami-bypass-env"]["validate"]["deny"]["conditions"]["any"][0]
     assert "CUDA_DISABLE_CONTROL" in env["value"]
     images = rules["restrict-image-registries"]["validate"]["pattern"]["spec"]["containers"][0]
+    # With a cluster: the vCluster images, and exactly the rewrite-hosts image its syncer adds.
     assert images["image"] == (
-        "coredns/coredns:* | docker.io/vllm/* | ghcr.io/ai-factory/* | ghcr.io/loft-sh/* | kserve/*"
+        "coredns/coredns:* | docker.io/vllm/* | ghcr.io/ai-factory/* | ghcr.io/loft-sh/* "
+        "| kserve/* | mirror.gcr.io/library/alpine:3.20"
     )
     cap = rules["limit-gpus-per-pod"]["validate"]["deny"]["conditions"]["any"][0]
     assert cap["value"] == 26
@@ -288,10 +290,23 @@ def test_it_releases_the_vcluster_from_flux_system_into_the_tenant_namespace() -
         "nvidia.com/gpu.product": "NVIDIA-H200",
     }
     assert values["sync"]["toHost"]["pods"]["enforceTolerations"] == ["nvidia.com/gpu:NoSchedule"]
+    # Pinned to its pools by the pods syncer's node selector, with fake nodes: no node sync, so
+    # no ClusterRole with fleet-wide pod reads and nodes/proxy.
+    assert values["sync"]["fromHost"]["nodes"]["enabled"] is False
+    assert values["rbac"] == {
+        "clusterRole": {"enabled": False},
+        "enableVolumeSnapshotRules": {"enabled": False},
+    }
+    assert values["networking"]["advanced"]["proxyKubelets"] == {"byHostname": False, "byIP": False}
+    assert values["sync"]["toHost"]["pods"]["rewriteHosts"]["initContainer"]["image"] == {
+        "registry": "mirror.gcr.io",
+        "repository": "library/alpine",
+        "tag": "3.20",
+    }
+    # The chart's own quota and limit range would land in the tenant namespace: off.
     policies = values["policies"]
-    assert policies["resourceQuota"]["quota"]["requests.nvidia.com/gpu"] == "8"
-    assert policies["resourceQuota"]["quota"]["requests.cpu"] == "16"
-    assert policies["limitRange"]["enabled"] is True
+    assert policies["resourceQuota"] == {"enabled": False}
+    assert policies["limitRange"] == {"enabled": False}
     assert policies["networkPolicy"]["enabled"] is True
     assert values["exportKubeConfig"]["secret"] == {"name": "dev-kubeconfig"}
 
@@ -313,17 +328,18 @@ def test_it_selects_several_pools_by_their_common_labels_only() -> None:
 def test_it_gives_a_cluster_without_pools_no_node_sync() -> None:
     cluster = TenantClusterSpec(name="cpu-only")
     values = vcluster.values(cluster, rich_tenant(), FLEET)
-    assert "sync" not in values
-    assert values["policies"]["resourceQuota"]["quota"]["requests.nvidia.com/gpu"] == "0"
+    nodes = values["sync"]["fromHost"]["nodes"]
+    assert nodes == {"enabled": False}
+    assert "enforceTolerations" not in values["sync"]["toHost"]["pods"]
 
 
 def test_it_serves_a_whole_gpu_endpoint_with_vllm_on_kserve() -> None:
     isvc, route, config = kserve.endpoint_objects(rich_tenant(), LLAMA, FLEET)
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
-    assert isvc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert isvc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     predictor = isvc["spec"]["predictor"]
-    assert predictor["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert predictor["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
     assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 4)
     model = predictor["model"]
     assert model["modelFormat"] == {"name": "huggingface"}
@@ -438,3 +454,45 @@ def test_it_renders_a_dedicated_tenant_without_workloads_it_did_not_ask_for() ->
     kinds = [obj["kind"] for obj in objects_for(files)]
     assert "HelmRelease" not in kinds
     assert kinds.count("InferenceService") == 1
+
+
+def test_it_keeps_tenant_workloads_off_the_vcluster_service_accounts() -> None:
+    guardrails, accounts = kyverno.tenant_policies(rich_tenant(), FLEET)
+    assert guardrails["metadata"]["name"] == "tenant-guardrails"
+    assert accounts["metadata"]["name"] == "vcluster-accounts"
+    # userInfo is not available to background scans: Kyverno refuses it there.
+    assert accounts["spec"]["background"] is False
+    pods, templates = accounts["spec"]["rules"]
+    [named, creator] = pods["validate"]["deny"]["conditions"]["all"]
+    assert named["value"] == ["vc-dev"]
+    assert creator == {
+        "key": "{{ request.userInfo.username }}",
+        "operator": "NotEquals",
+        "value": "system:serviceaccount:kube-system:statefulset-controller",
+    }
+    assert "StatefulSet" in templates["match"]["any"][0]["resources"]["kinds"]
+    [_, installer] = templates["validate"]["deny"]["conditions"]["all"]
+    assert installer["value"] == "system:serviceaccount:flux-system:helm-controller"
+    # No clusters, no guard.
+    plain = dataclasses.replace(rich_tenant(), clusters=())
+    assert [p["metadata"]["name"] for p in kyverno.tenant_policies(plain, FLEET)] == [
+        "tenant-guardrails"
+    ]
+
+
+def test_it_gives_the_storage_initializer_a_restricted_security_context() -> None:
+    storage = kserve.cluster_storage_container()
+    assert storage["kind"] == "ClusterStorageContainer"
+    # Named like KServe chart's own, so ours replaces it instead of racing it for hf://.
+    assert storage["metadata"]["name"] == "default"
+    container = storage["spec"]["container"]
+    assert container["name"] == "storage-initializer"
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    prefixes = {f.get("prefix") for f in storage["spec"]["supportedUriFormats"]}
+    assert {"hf://", "s3://"} <= prefixes

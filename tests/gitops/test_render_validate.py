@@ -467,7 +467,20 @@ BAD_FLEETS: list[tuple[str, FleetSpec, str, str]] = [
         "chart not pinned",
         dataclasses.replace(FLEET, vcluster_chart_version="0.x"),
         "vcluster_chart_version",
-        "exact",
+        "0.35.3",
+    ),
+    (
+        # Another real chart version: its values schema is not the one the checks use.
+        "chart not the validated one",
+        dataclasses.replace(FLEET, vcluster_chart_version="0.30.0"),
+        "vcluster_chart_version",
+        "values schema",
+    ),
+    (
+        "hosts image without a registry",
+        dataclasses.replace(FLEET, vcluster_hosts_image="alpine:3.20"),
+        "vcluster_hosts_image",
+        "registry/repository:tag",
     ),
     ("git url", dataclasses.replace(FLEET, git_url="file:///srv/git"), "git_url", "http"),
     ("git branch", dataclasses.replace(FLEET, git_branch="../main"), "git_branch", "branch"),

@@ -1,0 +1,289 @@
+"""The simulator refuses what a real cluster refuses (issue 9): Pod Security on injected
+containers, the vCluster chart's own quota, Kueue's queue defaulting. Each test plays the
+portal's rendered repository through the simulated Flux, then breaks it the way the portal
+used to render it, and shows the failure instead of "ready"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import yaml
+
+from fleet.simulator import Simulator
+from fleet.simulator.admission import (
+    Rejected,
+    admit_pod,
+    apply_limit_defaults,
+    pod_security_problems,
+    pod_usage,
+)
+from fleet.simulator.store import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Store
+from gitops.fleet import demo_fleet
+from gitops.render.tree import render_repository
+from gitops.repo import GitRepository, Identity
+from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+
+AUTHOR = Identity("Test Author", "author@example.com")
+BETA = TenantSpec(
+    slug="beta",
+    shares=(GpuShare(name="serve", flavor="h200", kind="whole", count=2),),
+    endpoints=(EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="serve"),),
+    clusters=(TenantClusterSpec(name="dev", node_pools=("h200",)),),
+)
+CPU_ONLY = TenantSpec(slug="gamma", clusters=(TenantClusterSpec(name="ci"),))
+
+Files = dict[str, bytes]
+
+
+def play(simulator: Simulator, settings: Any, files: Files) -> None:
+    repo = GitRepository.open_or_init(settings.GITOPS_REPO_PATH)
+    repo.commit(files, message="Change\n", author=AUTHOR, branch="main", expected_parent=None)
+    for _ in range(3):
+        simulator.tick()
+
+
+def edit(files: Files, path: str, change: Callable[[list[Any]], None]) -> Files:
+    docs = list(yaml.safe_load_all(files[path]))
+    change(docs)
+    return {**files, path: yaml.safe_dump_all(docs).encode()}
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
+
+
+def endpoint_ready(simulator: Simulator, namespace: str, name: str) -> dict[str, Any]:
+    return condition(simulator.get_object("inferenceservices", namespace, name), "Ready")
+
+
+def release_ready(simulator: Simulator, name: str) -> dict[str, Any]:
+    return condition(simulator.get_object("helmreleases", "flux-system", name), "Ready")
+
+
+def release_values(docs: list[Any]) -> dict[str, Any]:
+    values: dict[str, Any] = docs[0]["spec"]["values"]
+    return values
+
+
+# --- finding 4: the storage initializer under Pod Security "restricted" ----------------------
+
+
+def test_the_rendered_endpoint_starts_with_a_restricted_storage_initializer(
+    simulator: Simulator, settings: Any
+) -> None:
+    play(simulator, settings, render_repository(demo_fleet(), [BETA]))
+    assert endpoint_ready(simulator, "beta", "chat")["status"] == "True"
+    [pod] = [
+        p
+        for p in simulator.store.list(PODS, "beta")
+        if p["metadata"]["labels"].get("serving.kserve.io/inferenceservice") == "chat"
+    ]
+    [init] = pod["spec"]["initContainers"]
+    assert init["name"] == "storage-initializer"
+    assert init["args"] == ["hf://org/chat-model", "/mnt/models"]
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_without_the_storage_container_pod_security_refuses_the_endpoint(
+    simulator: Simulator, settings: Any
+) -> None:
+    files = render_repository(demo_fleet(), [BETA])
+    files.pop("infrastructure/configs/kserve-storage.yaml")
+
+    def unlist(docs: list[Any]) -> None:
+        docs[0]["resources"].remove("kserve-storage.yaml")
+
+    files = edit(files, "infrastructure/configs/kustomization.yaml", unlist)
+    play(simulator, settings, files)
+    ready = endpoint_ready(simulator, "beta", "chat")
+    assert ready["status"] == "False"
+    assert ready["reason"] == "FailedCreate"
+    assert 'violates PodSecurity "restricted:latest"' in ready["message"]
+    assert 'container "storage-initializer" must set' in ready["message"]
+    assert not [p for p in simulator.store.list(PODS, "beta") if "chat" in p["metadata"]["name"]]
+
+
+# --- finding 2: the vCluster chart's own quota in the tenant's namespace --------------------
+
+
+def test_the_charts_quota_would_reject_the_tenants_own_endpoint(
+    simulator: Simulator, settings: Any
+) -> None:
+    files = render_repository(demo_fleet(), [BETA])
+    path = "tenants/beta/clusters/dev.yaml"
+
+    def chart_quota(docs: list[Any]) -> None:
+        # What the portal rendered before: the cluster's quota through the chart's policies.
+        release_values(docs)["policies"]["resourceQuota"] = {
+            "enabled": True,
+            "quota": {"requests.cpu": "16", "requests.nvidia.com/gpu": "0"},
+        }
+        release_values(docs)["policies"]["limitRange"] = {"enabled": True}
+
+    play(simulator, settings, edit(files, path, chart_quota))
+    quota = simulator.get_object("resourcequotas", "beta", "vc-dev")
+    # Helm merged the chart's defaults in: limits the portal never asked for.
+    assert quota["spec"]["hard"]["limits.memory"] == "40Gi"
+    assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "0"
+    ready = endpoint_ready(simulator, "beta", "chat")
+    assert ready["status"] == "False"
+    # Refused by the chart's quota (here: it tracks ephemeral storage, which KServe's injected
+    # storage initializer does not set).
+    assert "failed quota: vc-dev" in ready["message"]
+
+
+def test_the_rendered_cluster_leaves_the_namespace_quota_to_the_tenant(
+    simulator: Simulator, settings: Any
+) -> None:
+    play(simulator, settings, render_repository(demo_fleet(), [BETA]))
+    assert [q["metadata"]["name"] for q in simulator.store.list(RESOURCE_QUOTAS, "beta")] == [
+        "tenant-quota"
+    ]
+    assert simulator.store.list(LIMIT_RANGES, "beta")[0]["metadata"]["name"] == "tenant-limits"
+    assert release_ready(simulator, "beta-dev")["status"] == "True"
+    assert endpoint_ready(simulator, "beta", "chat")["status"] == "True"
+    # The control plane runs on a CPU node, not on the tenant's GPUs.
+    control_plane = simulator.get_object("pods", "beta", "dev-0")
+    assert control_plane["spec"]["nodeName"].startswith("system-")
+
+
+def test_the_control_planes_init_container_needs_its_own_security_context(
+    simulator: Simulator, settings: Any
+) -> None:
+    files = render_repository(demo_fleet(), [BETA])
+
+    def chart_default(docs: list[Any]) -> None:
+        del release_values(docs)["controlPlane"]["distro"]["k8s"]["securityContext"]
+
+    play(simulator, settings, edit(files, "tenants/beta/clusters/dev.yaml", chart_default))
+    ready = release_ready(simulator, "beta-dev")
+    assert (ready["status"], ready["reason"]) == ("False", "InstallFailed")
+    assert 'container "kubernetes" must set' in ready["message"]
+
+
+# --- finding 5: a LocalQueue named "default" ----------------------------------------------
+
+
+def _default_queue(docs: list[Any]) -> None:
+    for doc in docs:
+        if doc["kind"] == "LocalQueue":
+            doc["metadata"]["name"] = "default"
+
+
+def test_a_default_local_queue_gates_a_cpu_only_control_plane_forever(
+    simulator: Simulator, settings: Any
+) -> None:
+    files = render_repository(demo_fleet(), [CPU_ONLY])
+    play(simulator, settings, edit(files, "tenants/gamma/queues.yaml", _default_queue))
+    pod = simulator.get_object("pods", "gamma", "ci-0")
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert pod["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+    ready = release_ready(simulator, "gamma-ci")
+    assert ready["status"] == "False"
+    assert "resource cpu unavailable in ClusterQueue" in ready["message"]
+
+
+def test_a_default_local_queue_captures_the_control_plane_of_a_gpu_tenant(
+    simulator: Simulator, settings: Any
+) -> None:
+    files = render_repository(demo_fleet(), [BETA])
+    play(simulator, settings, edit(files, "tenants/beta/queues.yaml", _default_queue))
+    pod = simulator.get_object("pods", "beta", "dev-0")
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    # Queued against the tenant's GPU quota, which covers cpu and memory per GPU flavor but
+    # not the ephemeral storage the control plane asks for: it waits forever.
+    assert "nodeName" not in pod["spec"]
+    ready = release_ready(simulator, "beta-dev")
+    assert "resource ephemeral-storage unavailable in ClusterQueue" in ready["message"]
+
+
+def test_the_rendered_queue_leaves_pods_without_a_queue_alone(
+    simulator: Simulator, settings: Any
+) -> None:
+    play(simulator, settings, render_repository(demo_fleet(), [CPU_ONLY, BETA]))
+    for slug, name in (("gamma", "ci-0"), ("beta", "dev-0")):
+        pod = simulator.get_object("pods", slug, name)
+        assert "kueue.x-k8s.io/queue-name" not in pod["metadata"]["labels"]
+        assert "schedulingGates" not in pod["spec"]
+    assert release_ready(simulator, "gamma-ci")["status"] == "True"
+    # The endpoint names the queue, and Kueue admits it on the share's flavor.
+    [endpoint_pod] = [
+        p for p in simulator.store.list(PODS, "beta") if "chat" in p["metadata"]["name"]
+    ]
+    assert endpoint_pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
+    assert endpoint_pod["spec"]["nodeSelector"]["ai-factory.io/pool"] == "h200"
+
+
+# --- the admission chain on its own -----------------------------------------------------------
+
+
+def _pod(**container: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "t"},
+        "spec": {"containers": [{"name": "main", "image": "x", **container}]},
+    }
+
+
+def test_pod_security_restricted_names_each_offending_container() -> None:
+    pod = _pod()
+    problems = pod_security_problems(pod, "restricted")
+    assert any(p.startswith("allowPrivilegeEscalation != false") for p in problems)
+    assert any(p.startswith("runAsNonRoot != true") for p in problems)
+    assert any(p.startswith("seccompProfile") for p in problems)
+    assert pod_security_problems(pod, "privileged") == []
+    safe = _pod(
+        securityContext={
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    )
+    assert pod_security_problems(safe, "restricted") == []
+    safe["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": "/"}}]
+    assert any("hostPath" in p for p in pod_security_problems(safe, "restricted"))
+
+
+def test_quota_counts_the_larger_of_init_and_main_containers() -> None:
+    pod = _pod(resources={"requests": {"cpu": "1", "nvidia.com/gpu": "2"}})
+    pod["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "3"}}}]
+    usage = pod_usage(pod)
+    assert usage["requests.cpu"] == Decimal(3)
+    assert usage["requests.nvidia.com/gpu"] == Decimal(2)
+    assert usage["count/pods"] == Decimal(1)
+
+
+def test_limit_ranges_default_limits_and_requests() -> None:
+    pod = _pod()
+    apply_limit_defaults(
+        pod, [("l", {"default": {"memory": "1Gi"}, "defaultRequest": {"cpu": "100m"}})]
+    )
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"memory": "1Gi"}
+    assert resources["requests"] == {"cpu": "100m", "memory": "1Gi"}
+
+
+@pytest.mark.parametrize(
+    ("hard", "message"),
+    [
+        ({"limits.memory": "4Gi"}, "failed quota: q: must specify limits.memory for: main"),
+        (
+            {"requests.nvidia.com/gpu": "1"},
+            "exceeded quota: q, requested: requests.nvidia.com/gpu=2",
+        ),
+    ],
+)
+def test_resource_quota_refuses_and_says_why(hard: dict[str, str], message: str) -> None:
+    store = Store()
+    store.apply(NAMESPACES, {"metadata": {"name": "t"}}, 0)
+    store.apply(
+        RESOURCE_QUOTAS, {"metadata": {"name": "q", "namespace": "t"}, "spec": {"hard": hard}}, 0
+    )
+    pod = _pod(resources={"limits": {"nvidia.com/gpu": "2"}})
+    with pytest.raises(Rejected) as caught:
+        admit_pod(store, pod)
+    assert message in str(caught.value)
