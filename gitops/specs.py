@@ -40,6 +40,10 @@ class Flavor:
     ``nvidia.com/gpu`` vGPU slots plus ``nvidia.com/gpumem`` MiB and ``nvidia.com/gpucores``
     percent). ``dra`` says the NVIDIA DRA driver serves the pool too (DeviceClass
     ``gpu.nvidia.com`` or ``mig.nvidia.com``).
+
+    ``topology`` asks for Kueue topology-aware scheduling on the pool; it is ignored for a
+    HAMi pool, whose vGPU memory and cores are no node's allocatable resources
+    (see ``gitops.render.kueue.topology_enabled``).
     """
 
     name: str
@@ -94,6 +98,9 @@ class FleetSpec:
     portal_service_account: str = "portal"
     git_branch: str = "main"
     max_gpus_per_tenant: int = 64
+    # Kueue's Configuration sets ``fairSharing`` (the ClusterQueues' fairSharing weights then
+    # count, and borrowWithinCohort is ignored); false: classic preemption.
+    fair_sharing: bool = True
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
@@ -165,6 +172,10 @@ class TenantSpec:
     cpu_quota: int = 64
     memory_gib: int = 512
     max_pods: int = 200
+    # Requested node-local disk (container layers, logs, emptyDir such as KServe's model
+    # download) and PersistentVolumeClaim storage, in GiB.
+    ephemeral_storage_gib: int = 500
+    storage_gib: int = 1000
     fair_share_weight: int = 1
     shares: tuple[GpuShare, ...] = ()
     clusters: tuple[TenantClusterSpec, ...] = ()

@@ -8,7 +8,10 @@
   change touches (``gitops.checks.kustomize``);
 - ``isolation``: tenant and path rules on the whole tree, and the tenant rules again on the
   build output of tenant workloads (``gitops.checks.isolation``);
-- ``capacity``: guaranteed GPU quota of all queues against the fleet (``gitops.checks.capacity``).
+- ``capacity``: guaranteed GPU quota of all queues against the fleet (``gitops.checks.capacity``);
+- ``controllers``: settings the controllers would act on against their intent: topology-aware
+  flavors they cannot place, preemption fair sharing ignores, namespace quotas below what Kueue
+  admits, rollouts that surge past the GPU quota (``gitops.checks.controllers``).
 
 A check that cannot run here (no schema directory configured, no kubectl) is ``skipped`` with
 the reason; whether a skipped check may merge is the caller's decision.
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gitops.checks.capacity import check_capacity
+from gitops.checks.controllers import check_controllers
 from gitops.checks.findings import Finding
 from gitops.checks.isolation import (
     PlatformSource,
@@ -45,7 +49,7 @@ from gitops.specs import FleetSpec
 
 logger = logging.getLogger(__name__)
 
-CheckName = Literal["schemas", "kustomize", "isolation", "capacity"]
+CheckName = Literal["schemas", "kustomize", "isolation", "capacity", "controllers"]
 CheckStatus = Literal["passed", "failed", "skipped"]
 
 
@@ -102,6 +106,7 @@ def run_checks(
             ),
         ),
         _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
+        _guarded("controllers", lambda: _controllers(files, fleet)),
     ]
     return results
 
@@ -233,6 +238,11 @@ def _capacity(files: Mapping[str, bytes], fleet: FleetSpec, allow_overcommit: bo
         return CheckResult("capacity", "skipped", "the fleet has no GPU flavors configured")
     findings = check_capacity(files, fleet, allow_overcommit=allow_overcommit)
     return _from_findings("capacity", findings, "guaranteed quota fits in every GPU pool")
+
+
+def _controllers(files: Mapping[str, bytes], fleet: FleetSpec) -> CheckResult:
+    findings = check_controllers(files, fleet)
+    return _from_findings("controllers", findings, "Kueue, KServe and the namespace quotas agree")
 
 
 def _from_findings(name: CheckName, findings: list[Finding], ok: str) -> CheckResult:

@@ -11,7 +11,7 @@ Capacity per flavor mode:
 
 - ``whole``: ``nvidia.com/gpu`` = GPUs;
 - ``mig``: ``nvidia.com/mig-<profile>`` = the slices of that profile;
-- ``hami``: ``nvidia.com/gpu`` = GPUs x ``hami_split`` vGPU slots, ``nvidia.com/gpumem`` =
+- ``hami``: ``nvidia.com/vgpu`` = GPUs x ``hami_split`` vGPU slots, ``nvidia.com/gpumem`` =
   GPUs x memory MiB, ``nvidia.com/gpucores`` = GPUs x 100 (percent);
 - ``dra``: Kueue counts DRA devices under the resource its ``deviceClassMappings`` names
   after the DeviceClass (``gitops.render.resources``): ``gpu.nvidia.com`` draws on the same
@@ -38,6 +38,7 @@ from gitops.render.resources import (
     GPU,
     GPUCORES,
     GPUMEM,
+    VGPU,
     mig_resource,
 )
 from gitops.specs import Flavor, FleetSpec
@@ -73,7 +74,7 @@ def flavor_pools(flavor: Flavor) -> list[Pool]:
             total = sum(slices for _, slices in flavor.mig_profiles)
             pools.append(pool({*every, DRA_MIG_CLASS}, total, "MIG devices"))
     elif flavor.mode == "hami":
-        pools.append(pool({GPU}, flavor.gpus * flavor.hami_split, "vGPU slots"))
+        pools.append(pool({VGPU}, flavor.gpus * flavor.hami_split, "vGPU slots"))
         pools.append(pool({GPUMEM}, flavor.gpus * flavor.gpu_memory_mib, "MiB"))
         pools.append(pool({GPUCORES}, flavor.gpus * 100, "% of a GPU's cores"))
         if flavor.dra:

@@ -13,10 +13,16 @@ Choices:
   ``memory`` use the HPA (utilisation in percent); ``concurrency`` and ``rps`` are Knative
   metrics that Standard mode's HPA does not offer, so they use KEDA with a Prometheus query on
   vLLM's own metrics, averaged per pod so the target is per replica.
-- GPUs from the share: ``nvidia.com/gpu`` (whole), ``nvidia.com/mig-<profile>`` (MIG), vGPUs
-  with the share's memory and cores (HAMi), or a ResourceClaim made from the endpoint's own
-  template (DRA; KServe passes ``resourceClaims`` to the pod). More than one GPU turns on
-  tensor parallelism unless the arguments set it.
+- GPUs from the share: ``nvidia.com/gpu`` (whole), ``nvidia.com/mig-<profile>`` (MIG),
+  ``nvidia.com/vgpu`` slots with the share's memory and cores (HAMi), or a ResourceClaim made
+  from the endpoint's own template (DRA; KServe passes ``resourceClaims`` to the pod). More
+  than one GPU turns on tensor parallelism unless the arguments set it.
+- Rollouts replace pods one at a time without a surge (``deploymentStrategy`` RollingUpdate,
+  ``maxSurge: 0``, ``maxUnavailable: 1``): KServe otherwise gives the predictor Deployment
+  Kubernetes' 25% surge (kserve v0.20.0 pkg/controller/v1beta1/inferenceservice/reconcilers/
+  deployment/deployment_reconciler.go ``setDefaultDeploymentSpec``; a user-set strategy takes
+  precedence there), and a surge pod needs GPUs the quota, sized to the replicas, does not
+  have, so the update would stall. An endpoint of one replica is briefly down while it updates.
 - Pod Security "restricted": non-root, no privilege escalation, all capabilities dropped,
   RuntimeDefault seccomp. KServe's pod webhook adds a ``storage-initializer`` init container
   for ``hf://``, ``s3://`` and the other download schemes. It builds that container from its
@@ -95,6 +101,12 @@ def cluster_storage_container() -> dict[str, Any]:
     }
 
 
+def rollout_strategy() -> dict[str, Any]:
+    """No surge pod during an update (see the module docstring). maxSurge 0 needs
+    maxUnavailable above 0, or the Deployment is invalid."""
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
 def claim_template_name(endpoint: EndpointSpec) -> str:
     return f"{endpoint.name}{DRA_TEMPLATE_SUFFIX}"
 
@@ -148,6 +160,7 @@ def inference_service(
         "minReplicas": endpoint.min_replicas,
         "maxReplicas": endpoint.max_replicas,
         **scaling,
+        "deploymentStrategy": rollout_strategy(),
         "labels": dict(queue_labels),
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "model": {

@@ -17,18 +17,35 @@ Kueue's count of them only has to let GPU pods through, never be the limit. A GP
 tenant has no quota for on one of its flavors (another MIG profile, DRA on a whole-GPU pool)
 is covered with 0 and may be borrowed when another queue of the cohort lends it.
 
-Flavor order is the fleet's: a pod asking for ``nvidia.com/gpu`` alone fits a whole-GPU
-flavor and a HAMi flavor alike (HAMi then gives it whole cards' memory), so a fleet should list
-its whole-GPU pools before its HAMi pools.
+Whole GPUs (``nvidia.com/gpu``) and HAMi vGPU slots (``nvidia.com/vgpu``) are different
+resources (``gitops.render.resources``), so a pod asking for whole GPUs can never be admitted
+to a HAMi flavor and the fleet's flavor order does not matter for that.
 
 Shares of one flavor add up; their borrowing limit is the sum unless one share borrows without
 limit, and their lending limit is what each share lends (all of it when it sets no limit).
 DRA shares are counted under the DeviceClass name (see ``gitops.render.resources``).
+``admissible`` is what Kueue may admit for the queue (nominal plus borrowing, per resource):
+the namespace ResourceQuota is rendered from it, so a borrowed admission never fails at pod
+creation.
 
-Preemption: a queue reclaims its nominal quota from any borrower (``reclaimWithinCohort: Any``),
-preempts lower priorities inside itself, and while borrowing it may preempt only workloads of
-other queues at or below the ``training`` priority, so borrowed capacity never evicts another
-tenant's production inference.
+Topology-aware scheduling (TAS) only on flavors whose pods it can place: TAS fits a pod set
+against the nodes' ``status.allocatable`` and only considers nodes that carry every level label
+of the Topology (kueue v0.19.2 pkg/cache/scheduler/tas_nodes_cache.go, pkg/util/tas/node.go
+``NodeMatchesFlavor``). HAMi's ``nvidia.com/gpumem``/``gpucores`` are never allocatable (see
+``gitops.render.resources``), so a HAMi pod would never fit: HAMi flavors get no
+``topologyName``. The Topology's levels are the fleet's ``topology_levels``, which the fleet's
+inventory keeps to labels every GPU node carries; ``kubernetes.io/hostname`` is set by the
+kubelet on every node.
+
+Preemption: a queue reclaims its nominal quota from any borrower (``reclaimWithinCohort: Any``)
+and preempts lower priorities inside itself. With fair sharing (the fleet's default) Kueue
+ignores ``borrowWithinCohort`` (kueue v0.19.2 site/content/en/docs/concepts/preemption.md
+"Fair Sharing"; pkg/scheduler/preemption/preemption.go ``getTargets`` runs
+``fairPreemptions``, which never reads it), and a borrowing queue preempts only workloads of
+queues that are themselves borrowing, by share value, so it is not rendered. With classic
+preemption, a borrowing queue may preempt only workloads of other queues at or below the
+``training`` priority, so borrowed capacity never evicts another tenant's production
+inference; the queues then carry no fair-sharing weight.
 """
 
 from __future__ import annotations
@@ -54,13 +71,18 @@ INFERENCE_PRIORITY = "inference-critical"
 BORROW_PREEMPT_THRESHOLD = 500
 
 
+def topology_enabled(flavor: Flavor) -> bool:
+    """Whether the flavor's ResourceFlavor names the Topology (see the module docstring)."""
+    return flavor.topology and flavor.mode != "hami"
+
+
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "nodeLabels": pool_labels(flavor),
         # Kueue adds these to admitted pods, so GPU pods need not tolerate the taint themselves.
         "tolerations": [{"key": flavor.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
     }
-    if flavor.topology:
+    if topology_enabled(flavor):
         spec["topologyName"] = TOPOLOGY
     return {
         "apiVersion": API,
@@ -99,7 +121,7 @@ def priority_classes() -> list[dict[str, Any]]:
 def fleet_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
     """Everything Kueue needs before any tenant queue: flavors, topology, cohort, priorities."""
     objs = [resource_flavor(flavor) for flavor in fleet.flavors]
-    if any(flavor.topology for flavor in fleet.flavors):
+    if any(topology_enabled(flavor) for flavor in fleet.flavors):
         objs.append(topology(fleet))
     objs.append(cohort(fleet))
     objs.extend(priority_classes())
@@ -157,21 +179,49 @@ def _resource_group(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | No
     return {"coveredResources": covered, "flavors": flavors}
 
 
+def admissible(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, int]:
+    """The most of each GPU resource Kueue may admit for the tenant's queue, over its flavors:
+    nominal quota plus the borrowing limit, or the flavor's whole pool where borrowing has no
+    limit (a queue can never borrow more than the pool holds)."""
+    totals: dict[str, int] = defaultdict(int)
+    group = _resource_group(tenant, fleet)
+    for entry in group["flavors"] if group else []:
+        flavor = fleet.flavor(entry["name"])
+        assert flavor is not None, "the group lists only the fleet's flavors"
+        for resource in entry["resources"]:
+            name = resource["name"]
+            if name in ("cpu", "memory"):
+                continue
+            nominal = int(resource["nominalQuota"])
+            if "borrowingLimit" in resource:
+                totals[name] += nominal + int(resource["borrowingLimit"])
+            else:
+                totals[name] += max(nominal, resources.flavor_capacity(flavor, name))
+    return dict(totals)
+
+
+def _preemption(fleet: FleetSpec) -> dict[str, Any]:
+    preemption: dict[str, Any] = {
+        "reclaimWithinCohort": "Any",
+        "withinClusterQueue": "LowerPriority",
+    }
+    if not fleet.fair_sharing:
+        preemption["borrowWithinCohort"] = {
+            "policy": "LowerPriority",
+            "maxPriorityThreshold": BORROW_PREEMPT_THRESHOLD,
+        }
+    return preemption
+
+
 def cluster_queue(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "cohortName": fleet.cohort,
         "namespaceSelector": {"matchLabels": {TENANT_LABEL: tenant.slug}},
         "queueingStrategy": "BestEffortFIFO",
-        "preemption": {
-            "reclaimWithinCohort": "Any",
-            "borrowWithinCohort": {
-                "policy": "LowerPriority",
-                "maxPriorityThreshold": BORROW_PREEMPT_THRESHOLD,
-            },
-            "withinClusterQueue": "LowerPriority",
-        },
-        "fairSharing": {"weight": str(tenant.fair_share_weight)},
+        "preemption": _preemption(fleet),
     }
+    if fleet.fair_sharing:
+        spec["fairSharing"] = {"weight": str(tenant.fair_share_weight)}
     group = _resource_group(tenant, fleet)
     if group is not None:
         spec["resourceGroups"] = [group]

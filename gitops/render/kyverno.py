@@ -7,6 +7,17 @@ Fleet-wide (``infrastructure/configs``):
 
 - ``forbid-hami-bypass-env``: no container anywhere may set ``CUDA_DISABLE_CONTROL`` (HAMi then
   skips its in-process limiter) or ``GPU_CORE_UTILIZATION_POLICY`` (turns core limiting off);
+- ``forbid-envfrom-with-hami``: a container that asks for HAMi resources may not use
+  ``envFrom``. A ConfigMap or Secret can carry any variable name, so the env rule cannot see
+  what it injects; HAMi-core reads ``GPU_CORE_UTILIZATION_POLICY`` from the process
+  environment. Validating the referenced ConfigMaps instead would not hold: their content may
+  change after the pod is admitted and is read again when a container restarts, and reading
+  Secrets would need Kyverno to read every tenant's Secrets. (HAMi's device plugin itself reads
+  ``CUDA_DISABLE_CONTROL`` from the pod spec's ``env`` only, HAMi v2.10.0
+  pkg/device-plugin/nvidiadevice/nvinternal/plugin/server.go, so the limiter's preload mount
+  cannot be switched off through ``envFrom``.) What a container's own command exports is out
+  of any admission policy's sight: HAMi's limits stay an in-process limiter, which is why
+  dedicated tenants never get HAMi;
 - ``protect-hami-annotations``: HAMi's scheduler records a pod's devices in ``hami.io/*``
   annotations and the device plugin trusts them. A pod may not be created with them, and a
   service account of the pod's own namespace (a tenant's Flux, a vCluster syncer copying a
@@ -18,11 +29,20 @@ rules mean the same for pods made by a Deployment, a Job or a vCluster):
 - ``require-queue-name``: a pod that asks for GPUs (an ``nvidia.com/*`` limit or a DRA claim)
   must carry ``kueue.x-k8s.io/queue-name``, so it is admitted against the tenant's quota;
 - ``disallow-privileged``: no privileged containers;
-- ``forbid-hami-bypass-env``: as fleet-wide, so the tenant's policy report shows it;
+- ``forbid-hami-bypass-env`` and ``forbid-envfrom-with-hami``: as fleet-wide, so the tenant's
+  policy report shows them;
 - ``restrict-image-registries``: images only from the fleet's registries (plus the vCluster
   images when the tenant has a cluster);
-- ``limit-gpus-per-pod``: ``nvidia.com/gpu`` summed over a pod's containers at most the
-  tenant's GPU quota, and never above the fleet's per-tenant cap.
+- ``require-hami-limits``: a container that asks for any HAMi resource asks for all of
+  ``nvidia.com/vgpu``, ``nvidia.com/gpumem`` and ``nvidia.com/gpucores``, and not for
+  ``nvidia.com/gpumem-percentage``. HAMi's own defaults give a container that names only a
+  slot the whole card (``defaultMemory: 0`` is all of its memory and the webhook sets
+  ``gpucores`` to 100: HAMi v2.10.0 charts/hami/templates/scheduler/device-configmap.yaml,
+  pkg/device/nvidia/device.go ``defaultExclusiveCoreIfNeeded``/``GenerateResourceRequests``),
+  while Kueue and the quota charge one slot. Memory as a percentage is counted by neither, so
+  it is refused with the reason;
+- ``limit-gpus-per-pod``: ``nvidia.com/gpu`` (whole GPUs) summed over a pod's containers at
+  most the tenant's whole-GPU quota, and never above the fleet's per-tenant cap.
 
 The JMESPath expressions follow the kyverno/policies library; they are data here, never text
 assembled around user input (the only inputs are fleet settings and numbers).
@@ -74,6 +94,80 @@ def _env_rule() -> dict[str, Any]:
                     ]
                 }
             },
+        ),
+    }
+
+
+_HAMI_CONTAINERS = "request.object.spec.[initContainers, containers][]"
+_ELEMENT_LIMITS = "{{ keys(element.resources.limits || `{}`) }}"
+
+
+def _hami_foreach(deny_any: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A ``validate.foreach`` over the containers that ask for a HAMi resource."""
+    return [
+        {
+            "list": _HAMI_CONTAINERS,
+            "preconditions": {
+                "any": [
+                    {
+                        "key": _ELEMENT_LIMITS,
+                        "operator": "AnyIn",
+                        "value": list(resources.HAMI_RESOURCES),
+                    },
+                    {
+                        "key": "{{ keys(element.resources.requests || `{}`) }}",
+                        "operator": "AnyIn",
+                        "value": list(resources.HAMI_RESOURCES),
+                    },
+                ]
+            },
+            "deny": {"conditions": {"any": deny_any}},
+        }
+    ]
+
+
+def _envfrom_rule() -> dict[str, Any]:
+    return {
+        "name": "forbid-envfrom-with-hami",
+        "match": _PODS,
+        "validate": _enforce(
+            "Containers that use shared GPUs (HAMi) may not take environment variables from "
+            "ConfigMaps or Secrets (envFrom): list each variable under env instead.",
+            foreach=_hami_foreach(
+                [
+                    {
+                        "key": "{{ length(element.envFrom || `[]`) }}",
+                        "operator": "GreaterThan",
+                        "value": 0,
+                    }
+                ]
+            ),
+        ),
+    }
+
+
+def _hami_limits_rule() -> dict[str, Any]:
+    required = (resources.VGPU, resources.GPUMEM, resources.GPUCORES)
+    return {
+        "name": "require-hami-limits",
+        "match": _PODS,
+        "validate": _enforce(
+            f"A container on shared GPUs must set the limits {', '.join(required)} (MiB and "
+            f"percent per vGPU), so it gets the slot it is charged for; "
+            f"{resources.GPUMEM_PERCENTAGE} is not counted by the quota and is not allowed.",
+            foreach=_hami_foreach(
+                [
+                    *(
+                        {"key": name, "operator": "AnyNotIn", "value": _ELEMENT_LIMITS}
+                        for name in required
+                    ),
+                    {
+                        "key": resources.GPUMEM_PERCENTAGE,
+                        "operator": "AnyIn",
+                        "value": _ELEMENT_LIMITS,
+                    },
+                ]
+            ),
         ),
     }
 
@@ -147,13 +241,14 @@ def cluster_policies() -> list[dict[str, Any]]:
         "apiVersion": API,
         "kind": "ClusterPolicy",
         "metadata": metadata("forbid-hami-bypass-env"),
-        "spec": {"background": True, "rules": [_env_rule()]},
+        "spec": {"background": True, "rules": [_env_rule(), _envfrom_rule()]},
     }
     return [bypass, protect]
 
 
 def gpu_cap(tenant: TenantSpec, fleet: FleetSpec) -> int:
-    """The most ``nvidia.com/gpu`` one pod of the tenant may ask for."""
+    """The most ``nvidia.com/gpu`` (whole GPUs; HAMi slots are ``nvidia.com/vgpu``) one pod of
+    the tenant may ask for."""
     granted = sum(resources.kueue_resources(share).get(resources.GPU, 0) for share in tenant.shares)
     return min(granted, fleet.max_gpus_per_tenant)
 
@@ -318,6 +413,8 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             ),
         },
         _env_rule(),
+        _envfrom_rule(),
+        _hami_limits_rule(),
         {
             "name": "restrict-image-registries",
             "match": _PODS,

@@ -1,10 +1,24 @@
 """What a GPU share asks of Kubernetes, in each of the places that count it.
 
+Each unit has its own resource name, so no quota key ever adds up two different things:
+
+- ``nvidia.com/gpu`` is a whole GPU, advertised by NVIDIA's device plugin on whole-GPU pools;
+- ``nvidia.com/vgpu`` is a HAMi vGPU slot. HAMi's chart value ``resourceName`` (the device
+  config's ``resourceCountName``) is set to it on the fleet, so HAMi's device plugin advertises
+  its slots under that name and its webhook and scheduler extender manage it
+  (HAMi v2.10.0 charts/hami/values.yaml ``resourceName``,
+  charts/hami/templates/scheduler/device-configmap.yaml, pkg/device/nvidia/device.go
+  ``ResourceCountName``). Under HAMi's default ``nvidia.com/gpu`` a quota or a Kueue flavor
+  could not tell a whole card from a tenth of one;
+- ``nvidia.com/gpumem`` (MiB) and ``nvidia.com/gpucores`` (percent) go with every vGPU slot;
+  they are never node allocatable (HAMi's scheduler extender lists them
+  ``ignoredByScheduler``, charts/hami/templates/_helpers.tpl ``managedResources``);
+- ``nvidia.com/mig-<profile>`` is a MIG slice (mixed strategy).
+
 One share is counted three times, each with its own names:
 
-- Kueue (``ClusterQueue`` nominal quota): the device-plugin resource names (``nvidia.com/gpu``,
-  ``nvidia.com/mig-<profile>``, HAMi's ``nvidia.com/gpumem``/``gpucores``) and, for DRA, the
-  name Kueue's ``resources.deviceClassMappings`` gives a DeviceClass. The platform's Kueue
+- Kueue (``ClusterQueue`` nominal quota): the device-plugin resource names above and, for DRA,
+  the name Kueue's ``resources.deviceClassMappings`` gives a DeviceClass. The platform's Kueue
   configuration maps each NVIDIA DeviceClass to a resource *named after the class*::
 
       resources:
@@ -12,15 +26,16 @@ One share is counted three times, each with its own names:
         - {name: gpu.nvidia.com, deviceClassNames: [gpu.nvidia.com]}
         - {name: mig.nvidia.com, deviceClassNames: [mig.nvidia.com]}
 
-  (Kueue's ``DynamicResourceAllocation`` feature gate must be on). A DRA GPU is one device
-  whatever claims it, so Kueue counts devices; a MIG device counts 1 whatever its profile.
+  (Kueue's ``KueueDRAIntegration`` feature gate, beta and on by default since v0.18: kueue
+  v0.19.2 pkg/features/kube_features.go). A DRA GPU is one device whatever claims it, so Kueue
+  counts devices; a MIG device counts 1 whatever its profile.
 - ``ResourceQuota`` in the namespace: ``requests.<resource>`` for extended resources,
   ``limits.nvidia.com/gpumem|gpucores`` as HAMi's scheduler reads them, and
-  ``<class>.deviceclass.resource.k8s.io/devices`` for DRA claims.
+  ``<class>.deviceclass.resource.k8s.io/devices`` for DRA claims (``quota_keys``).
 - the container of an endpoint: ``resources.limits``/``requests``.
 
 The namespace quota lists every GPU resource the fleet offers, with 0 for the ones the tenant
-has no share of: an extended resource missing from a quota is unlimited, not forbidden.
+can never be admitted: an extended resource missing from a quota is unlimited, not forbidden.
 """
 
 from __future__ import annotations
@@ -32,8 +47,14 @@ from fractions import Fraction
 from gitops.specs import Flavor, FleetSpec, GpuShare
 
 GPU = "nvidia.com/gpu"
+# HAMi vGPU slots: the fleet sets HAMi's resourceName to this (see the module docstring).
+VGPU = "nvidia.com/vgpu"
 GPUMEM = "nvidia.com/gpumem"
 GPUCORES = "nvidia.com/gpucores"
+GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
+# Every resource HAMi's webhook treats as a HAMi request (pkg/device/nvidia/device.go
+# ``mutateContainerResource``): any one of them makes the container a vGPU container.
+HAMI_RESOURCES = (VGPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES)
 DRA_GPU_CLASS = "gpu.nvidia.com"
 DRA_MIG_CLASS = "mig.nvidia.com"
 MIG_PROFILE = re.compile(r"([1-7])g\.([1-9][0-9]{0,3})gb")
@@ -62,7 +83,7 @@ def kueue_resources(share: GpuShare) -> dict[str, int]:
         return {mig_resource(share.mig_profile): share.count}
     if share.kind == "hami":
         return {
-            GPU: share.count,
+            VGPU: share.count,
             GPUMEM: share.count * share.gpumem_mib,
             GPUCORES: share.count * share.gpucores_percent,
         }
@@ -84,7 +105,7 @@ def quota_usage(share: GpuShare) -> dict[str, int]:
         memory = share.count * share.gpumem_mib
         cores = share.count * share.gpucores_percent
         return {
-            f"requests.{GPU}": share.count,
+            f"requests.{VGPU}": share.count,
             f"requests.{GPUMEM}": memory,
             f"limits.{GPUMEM}": memory,
             f"requests.{GPUCORES}": cores,
@@ -93,13 +114,49 @@ def quota_usage(share: GpuShare) -> dict[str, int]:
     return {dra_quota_key(dra_device_class(share)): share.count}
 
 
+def quota_keys(resource: str) -> list[str]:
+    """The ResourceQuota keys that count what Kueue counts as ``resource`` (none for cpu and
+    memory, which the quota bounds by the tenant's own budget)."""
+    if resource in (DRA_GPU_CLASS, DRA_MIG_CLASS):
+        return [dra_quota_key(resource)]
+    if resource in (GPUMEM, GPUCORES):
+        # HAMi's scheduler reads the limits.* keys itself (pkg/device/quota.go).
+        return [f"requests.{resource}", f"limits.{resource}"]
+    if resource.startswith("nvidia.com/"):
+        return [f"requests.{resource}"]
+    return []
+
+
+def flavor_capacity(flavor: Flavor, resource: str) -> int:
+    """The most of Kueue resource ``resource`` the flavor's pool can ever provide: what a
+    queue that borrows it without limit may be admitted at most."""
+    if flavor.mode == "whole" and resource == GPU:
+        return flavor.gpus
+    if flavor.dra and resource == DRA_GPU_CLASS and flavor.mode == "whole":
+        return flavor.gpus
+    if flavor.mode == "mig":
+        profiles = dict(flavor.mig_profiles)
+        if resource.startswith("nvidia.com/mig-"):
+            return profiles.get(resource.removeprefix("nvidia.com/mig-"), 0)
+        if flavor.dra and resource == DRA_MIG_CLASS:
+            return sum(profiles.values())
+    if flavor.mode == "hami":
+        return {
+            VGPU: flavor.gpus * flavor.hami_split,
+            GPUMEM: flavor.gpus * flavor.gpu_memory_mib,
+            GPUCORES: flavor.gpus * 100,
+        }.get(resource, 0)
+    return 0
+
+
 def fleet_quota_keys(fleet: FleetSpec) -> list[str]:
     """Every GPU quota key the fleet can be asked for, sorted."""
     keys: set[str] = set()
     for flavor in fleet.flavors:
-        if flavor.mode in ("whole", "hami"):
+        if flavor.mode == "whole":
             keys.add(f"requests.{GPU}")
         if flavor.mode == "hami":
+            keys.add(f"requests.{VGPU}")
             keys.update(
                 f"{kind}.{name}" for kind in ("requests", "limits") for name in (GPUMEM, GPUCORES)
             )
@@ -123,7 +180,7 @@ def container_resources(share: GpuShare, devices: int) -> dict[str, str]:
     if share.kind == "hami":
         # HAMi's gpumem and gpucores are per GPU, not per container.
         return {
-            GPU: str(devices),
+            VGPU: str(devices),
             GPUMEM: str(share.gpumem_mib),
             GPUCORES: str(share.gpucores_percent),
         }

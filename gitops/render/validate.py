@@ -84,6 +84,7 @@ SANE_LIMITS = {
     "cpu_quota": 100_000,
     "memory_gib": 1_000_000,
     "max_pods": 100_000,
+    "storage_gib": 10_000_000,
     "fair_share_weight": 1_000,
     "endpoint_cpu": 512,
     "endpoint_memory_gib": 16_384,
@@ -434,6 +435,22 @@ def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
         errors, "memory_gib", tenant.memory_gib, 1, SANE_LIMITS["memory_gib"], "The memory quota"
     )
     _check_int(errors, "max_pods", tenant.max_pods, 1, SANE_LIMITS["max_pods"], "The pod limit")
+    _check_int(
+        errors,
+        "ephemeral_storage_gib",
+        tenant.ephemeral_storage_gib,
+        1,
+        SANE_LIMITS["storage_gib"],
+        "The ephemeral storage quota",
+    )
+    _check_int(
+        errors,
+        "storage_gib",
+        tenant.storage_gib,
+        0,
+        SANE_LIMITS["storage_gib"],
+        "The persistent storage quota",
+    )
     _check_int(
         errors,
         "fair_share_weight",

@@ -125,18 +125,27 @@ def role_binding(
     }
 
 
-def resource_flavor(name: str = "h200") -> dict[str, Any]:
+def resource_flavor(name: str = "h200", *, topology: bool = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    if topology:
+        spec["topologyName"] = "default"
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",
         "metadata": {"name": name},
-        "spec": {
-            "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H200"},
-            "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-            "topologyName": "default",
-        },
+        "spec": spec,
+    }
+
+
+def topology(levels: tuple[str, ...] = FLEET.topology_levels) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": "default"},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
     }
 
 
@@ -305,6 +314,7 @@ def inference_service(slug: str = "alpha", name: str = "llama3-8b") -> dict[str,
                 "maxReplicas": 2,
                 "scaleMetric": "concurrency",
                 "scaleTarget": 8,
+                "deploymentStrategy": {"type": "Recreate"},
                 "model": {
                     "modelFormat": {"name": "huggingface"},
                     "storageUri": "hf://meta-llama/meta-llama-3-8b-instruct",
@@ -444,7 +454,11 @@ def fleet_tree(*slugs: str) -> dict[str, bytes]:
         "clusters/ai-factory/tenants.yaml": dump(tenants_ks),
         "infrastructure/kustomization.yaml": kustomization(["flavors.yaml", "sources.yaml"]),
         "infrastructure/flavors.yaml": dump(
-            resource_flavor("h200"), resource_flavor("a100-mig"), resource_flavor("l40s-shared")
+            resource_flavor("h200"),
+            resource_flavor("a100-mig"),
+            # A HAMi pool is never topology-aware (gitops.checks.controllers, tas-hami).
+            resource_flavor("l40s-shared", topology=False),
+            topology(),
         ),
         "infrastructure/sources.yaml": dump(helm_repository),
         "tenants/kustomization.yaml": kustomization(list(slugs)),

@@ -30,7 +30,7 @@ def test_capacity_is_derived_from_each_flavor_mode() -> None:
         ("h200", "nvidia.com/gpu"): Decimal(16),
         ("a100-mig", "nvidia.com/mig-1g.10gb"): Decimal(28),
         ("a100-mig", "nvidia.com/mig-3g.40gb"): Decimal(8),
-        ("l40s-shared", "nvidia.com/gpu"): Decimal(8 * 4),
+        ("l40s-shared", "nvidia.com/vgpu"): Decimal(8 * 4),
         ("l40s-shared", "nvidia.com/gpumem"): Decimal(8 * 46_068),
         ("l40s-shared", "nvidia.com/gpucores"): Decimal(800),
     }
@@ -76,8 +76,8 @@ def test_borrowing_limits_do_not_count() -> None:
             "nvidia.com/mig-3g.40gb is 9 but the pool has 8 3g.40gb MIG devices",
         ),
         (
-            [queue("a", "l40s-shared", "nvidia.com/gpu", 33)],
-            "nvidia.com/gpu is 33 but the pool has 32 vGPU slots",
+            [queue("a", "l40s-shared", "nvidia.com/vgpu", 33)],
+            "nvidia.com/vgpu is 33 but the pool has 32 vGPU slots",
         ),
         (
             # HAMi memory is in MiB: "200Gi" is a mistake the check makes visible.

@@ -70,7 +70,7 @@ def test_a_directory_without_kustomization_builds_as_flux_does(kubectl: str) -> 
     result = kustomize_build(tree, "infrastructure")
     assert result.ok, result.error_text
     names = sorted(o["metadata"]["name"] for o in result.output_objects)
-    assert names == ["a100-mig", "h200", "kyverno", "l40s-shared", "vcluster"]
+    assert names == ["a100-mig", "default", "h200", "kyverno", "l40s-shared", "vcluster"]
 
 
 def test_references_out_of_the_repository_are_refused_before_building() -> None:

@@ -26,7 +26,13 @@ def kubectl() -> str:
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
-    assert [r.name for r in results] == ["schemas", "kustomize", "isolation", "capacity"]
+    assert [r.name for r in results] == [
+        "schemas",
+        "kustomize",
+        "isolation",
+        "capacity",
+        "controllers",
+    ]
     return {r.name: r for r in results}
 
 
@@ -35,7 +41,7 @@ def test_a_good_fleet_passes_every_check(crds_dir: Path, kubectl: str) -> None:
         run_checks(samples.fleet_tree("alpha", "bravo"), fleet=FLEET, schema_dir=crds_dir)
     )
     assert {name: r.status for name, r in results.items()} == dict.fromkeys(results, "passed")
-    assert results["schemas"].summary == "38 objects in 24 files valid"
+    assert results["schemas"].summary == "39 objects in 24 files valid"
     assert results["kustomize"].summary == "4 Flux paths of 4 build"
 
 
@@ -70,6 +76,9 @@ def test_each_check_reports_its_failures(crds_dir: Path, kubectl: str) -> None:
     bad_route["spec"]["rules"][0]["timeout"] = "1s"
     tree["tenants/alpha/workloads/endpoints/llama3-8b.yaml"] = samples.dump(bad_route)
     tree["tenants/bravo/workloads/kustomization.yaml"] = samples.kustomization(["missing.yaml"])
+    queue = samples.cluster_queue("charlie")
+    queue["spec"]["preemption"]["borrowWithinCohort"] = {"policy": "LowerPriority"}
+    tree["tenants/charlie/queues.yaml"] = samples.dump(queue, samples.local_queue("charlie"))
     results = by_name(
         run_checks(
             tree,
@@ -97,6 +106,10 @@ def test_each_check_reports_its_failures(crds_dir: Path, kubectl: str) -> None:
         "[cross-namespace-ref] spec.rules[0].backendRefs[0].namespace 'bravo' is another namespace"
     ]
     assert results["capacity"].summary == "1 problem"
+    [preemption] = results["controllers"].details
+    assert preemption.startswith(
+        "tenants/charlie/queues.yaml: ClusterQueue/charlie: [fair-sharing] "
+    )
 
 
 def test_an_allowed_overcommit_passes_with_a_warning(crds_dir: Path, kubectl: str) -> None:

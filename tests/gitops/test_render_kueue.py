@@ -31,7 +31,8 @@ def test_it_sums_shares_per_flavor_into_nominal_quota() -> None:
     assert quotas["h200"]["gpu.nvidia.com"]["nominalQuota"] == "8"
     assert quotas["h200-mig"]["nvidia.com/mig-1g.18gb"]["nominalQuota"] == "8"
     hami = quotas["h200-hami"]
-    assert hami["nvidia.com/gpu"]["nominalQuota"] == "10"
+    assert hami["nvidia.com/vgpu"]["nominalQuota"] == "10"
+    assert hami["nvidia.com/gpu"]["nominalQuota"] == "0"
     assert hami["nvidia.com/gpumem"]["nominalQuota"] == "200000"
     assert hami["nvidia.com/gpucores"]["nominalQuota"] == "300"
 
@@ -109,6 +110,17 @@ def test_it_selects_the_tenant_namespace_and_sets_fair_sharing_and_preemption() 
     assert spec["cohortName"] == FLEET.cohort
     assert spec["namespaceSelector"] == {"matchLabels": {"ai-factory.io/tenant": "alpha"}}
     assert spec["fairSharing"] == {"weight": "3"}
+    # Finding 16: fair sharing ignores borrowWithinCohort, so it is not rendered.
+    assert spec["preemption"] == {
+        "reclaimWithinCohort": "Any",
+        "withinClusterQueue": "LowerPriority",
+    }
+
+
+def test_it_renders_classic_preemption_without_fair_sharing_weights() -> None:
+    fleet = dataclasses.replace(FLEET, fair_sharing=False)
+    spec = kueue.cluster_queue(rich_tenant(), fleet)["spec"]
+    assert "fairSharing" not in spec
     assert spec["preemption"] == {
         "reclaimWithinCohort": "Any",
         "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 500},
@@ -160,3 +172,25 @@ def test_it_leaves_topology_out_for_flavors_without_it() -> None:
     assert "topologyName" not in kueue.resource_flavor(flavor)["spec"]
     fleet = dataclasses.replace(FLEET, flavors=(flavor,))
     assert "Topology" not in {obj["kind"] for obj in kueue.fleet_objects(fleet)}
+
+
+def test_it_never_makes_a_hami_flavor_topology_aware() -> None:
+    # Finding 6: TAS fits pods against node allocatable, which never lists HAMi's gpumem.
+    hami = next(f for f in FLEET.flavors if f.mode == "hami")
+    assert hami.topology
+    assert "topologyName" not in kueue.resource_flavor(hami)["spec"]
+    fleet = dataclasses.replace(FLEET, flavors=(hami,))
+    assert "Topology" not in {obj["kind"] for obj in kueue.fleet_objects(fleet)}
+
+
+def test_it_gives_whole_gpus_and_hami_slots_different_resources() -> None:
+    quotas = _quotas(kueue.cluster_queue(rich_tenant(), FLEET))
+    assert quotas["h200"]["nvidia.com/vgpu"]["nominalQuota"] == "0"
+    assert quotas["h200-hami"]["nvidia.com/gpu"]["nominalQuota"] == "0"
+
+
+def test_it_reports_what_kueue_may_admit_per_resource() -> None:
+    admissible = kueue.admissible(rich_tenant(), FLEET)
+    assert admissible["nvidia.com/gpu"] == 16 + 8
+    assert admissible["gpu.nvidia.com"] == 80  # no borrowing limit: the whole pool
+    assert kueue.admissible(TenantSpec(slug="empty"), FLEET) == {}

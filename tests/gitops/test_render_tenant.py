@@ -11,13 +11,15 @@ from gitops.fleet import demo_fleet
 from gitops.render import kserve, kyverno, network, quota, rbac, vcluster
 from gitops.render.tree import objects_for, render_tenant_tree
 from gitops.render.yamlio import load_documents
-from gitops.specs import TenantClusterSpec
+from gitops.specs import TenantClusterSpec, TenantSpec
 from tests.gitops.render_samples import (
     CLAIMED,
     DEV,
+    FRACTIONS,
     LLAMA,
     PRIVATE,
     SMALL,
+    TRAIN,
     dedicated_tenant,
     rich_tenant,
 )
@@ -146,26 +148,67 @@ def test_it_binds_the_tenant_account_to_the_reconciler_role() -> None:
         assert forbidden not in {res for _, res in granted}
 
 
-def test_it_sums_the_quota_from_the_shares_and_zeroes_the_rest() -> None:
+def test_it_sizes_the_gpu_quota_to_what_kueue_may_admit_and_zeroes_the_rest() -> None:
     hard = quota.resource_quota(rich_tenant(), FLEET)["spec"]["hard"]
+    hami = next(f for f in FLEET.flavors if f.mode == "hami")
     assert hard == {
         "requests.cpu": "64",
         "requests.memory": "512Gi",
+        "requests.ephemeral-storage": "500Gi",
+        "limits.ephemeral-storage": "500Gi",
+        "requests.storage": "1000Gi",
         "count/pods": "200",
-        # 16 whole GPUs + 10 HAMi vGPUs
-        "requests.nvidia.com/gpu": "26",
-        "requests.nvidia.com/gpumem": "200000",
-        "limits.nvidia.com/gpumem": "200000",
-        "requests.nvidia.com/gpucores": "300",
-        "limits.nvidia.com/gpucores": "300",
-        "requests.nvidia.com/mig-1g.18gb": "8",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
+        # whole GPUs only: 16 nominal + a borrowing limit of 8
+        "requests.nvidia.com/gpu": "24",
+        # the other shares borrow without limit, so up to their pool
+        "requests.nvidia.com/vgpu": str(hami.gpus * hami.hami_split),
+        "requests.nvidia.com/gpumem": str(hami.gpus * hami.gpu_memory_mib),
+        "limits.nvidia.com/gpumem": str(hami.gpus * hami.gpu_memory_mib),
+        "requests.nvidia.com/gpucores": str(hami.gpus * 100),
+        "limits.nvidia.com/gpucores": str(hami.gpus * 100),
+        "requests.nvidia.com/mig-1g.18gb": "32",
         "requests.nvidia.com/mig-2g.35gb": "0",
         "requests.nvidia.com/mig-3g.71gb": "0",
-        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "8",
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "80",
     }
     dedicated = quota.resource_quota(dedicated_tenant(), FLEET)["spec"]["hard"]
     assert dedicated["limits.nvidia.com/gpumem"] == "0"
+    assert dedicated["requests.nvidia.com/vgpu"] == "0"
     assert dedicated["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "0"
+
+
+def test_the_gpu_quota_is_nominal_plus_borrowing_when_borrowing_is_limited() -> None:
+    # Finding 8: the quota used to stop at the nominal 16, so a borrowing admission's pods
+    # were refused at creation.
+    share = dataclasses.replace(TRAIN, borrowing_limit=8, lending_limit=None)
+    none = dataclasses.replace(TRAIN, name="none", count=2, borrowing_limit=0, lending_limit=None)
+    tenant = TenantSpec(slug="t", shares=(share, none))
+    hard = quota.resource_quota(tenant, FLEET)["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == "26"  # 16 + 8 + 2 + 0
+    assert hard["requests.nvidia.com/vgpu"] == "0"
+
+
+def test_whole_gpus_and_hami_slots_have_distinct_quota_keys() -> None:
+    # Finding 8: one key used to count whole GPUs and vGPU slots alike.
+    tenant = TenantSpec(
+        slug="t",
+        shares=(
+            dataclasses.replace(TRAIN, count=2, borrowing_limit=0),
+            dataclasses.replace(FRACTIONS, count=5),
+        ),
+    )
+    hard = quota.resource_quota(tenant, FLEET)["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == "2"
+    assert int(hard["requests.nvidia.com/vgpu"]) >= 5
+
+
+def test_ephemeral_storage_has_a_default_request_but_no_default_limit() -> None:
+    (item,) = quota.limit_range(rich_tenant())["spec"]["limits"]
+    assert item["defaultRequest"]["ephemeral-storage"] == "1Gi"
+    # A default limit would get pods evicted when KServe's model download fills the emptyDir.
+    assert "ephemeral-storage" not in item["default"]
 
 
 def test_it_keeps_limit_range_defaults_under_the_max() -> None:
@@ -208,6 +251,8 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "require-queue-name",
         "disallow-privileged",
         "forbid-hami-bypass-env",
+        "forbid-envfrom-with-hami",
+        "require-hami-limits",
         "restrict-image-registries",
         "limit-gpus-per-pod",
     }
@@ -225,7 +270,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "| kserve/* | mirror.gcr.io/library/alpine:3.20"
     )
     cap = rules["limit-gpus-per-pod"]["validate"]["deny"]["conditions"]["any"][0]
-    assert cap["value"] == 26
+    assert cap["value"] == 16  # whole GPUs; HAMi slots are nvidia.com/vgpu
 
 
 def test_it_caps_gpus_per_pod_at_the_fleet_limit_and_drops_vcluster_images() -> None:
@@ -384,7 +429,7 @@ def test_it_gives_hami_endpoints_memory_and_cores_and_cpu_scaling() -> None:
     assert predictor["model"]["resources"]["limits"] == {
         "cpu": "8",
         "memory": "64Gi",
-        "nvidia.com/gpu": "1",
+        "nvidia.com/vgpu": "1",
         "nvidia.com/gpumem": "20000",
         "nvidia.com/gpucores": "30",
     }
@@ -445,7 +490,8 @@ def test_it_claims_mig_devices_by_profile() -> None:
         {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '1g.18gb'"}}
     ]
     (hard,) = [o["spec"]["hard"] for o in objects_for(files) if o["kind"] == "ResourceQuota"]
-    assert hard["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "8"
+    # The share borrows without limit, so the quota admits up to the flavor's MIG devices.
+    assert hard["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "64"
 
 
 def test_it_renders_a_dedicated_tenant_without_workloads_it_did_not_ask_for() -> None:
@@ -496,3 +542,55 @@ def test_it_gives_the_storage_initializer_a_restricted_security_context() -> Non
     }
     prefixes = {f.get("prefix") for f in storage["spec"]["supportedUriFormats"]}
     assert {"hf://", "s3://"} <= prefixes
+
+
+def test_it_rolls_gpu_endpoints_out_without_a_surge_pod() -> None:
+    # Finding 19: KServe's default 25% surge needs GPUs the quota does not hold.
+    for endpoint in (LLAMA, SMALL, PRIVATE, CLAIMED):
+        isvc = next(
+            o
+            for o in kserve.endpoint_objects(rich_tenant(), endpoint, FLEET)
+            if o["kind"] == "InferenceService"
+        )
+        assert isvc["spec"]["predictor"]["deploymentStrategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        }
+
+
+def _foreach_rule(name: str) -> dict[str, Any]:
+    rules = {r["name"]: r for r in kyverno.tenant_policy(rich_tenant(), FLEET)["spec"]["rules"]}
+    return rules[name]
+
+
+def test_it_requires_memory_and_cores_with_every_hami_slot() -> None:
+    # Finding 7: a container naming only a slot got the whole card from HAMi's defaults.
+    rule = _foreach_rule("require-hami-limits")
+    (each,) = rule["validate"]["foreach"]
+    assert each["list"] == "request.object.spec.[initContainers, containers][]"
+    for condition in each["preconditions"]["any"]:
+        assert condition["operator"] == "AnyIn"
+        assert set(condition["value"]) == {
+            "nvidia.com/vgpu",
+            "nvidia.com/gpumem",
+            "nvidia.com/gpumem-percentage",
+            "nvidia.com/gpucores",
+        }
+    denied = {(c["key"], c["operator"]) for c in each["deny"]["conditions"]["any"]}
+    assert denied == {
+        ("nvidia.com/vgpu", "AnyNotIn"),
+        ("nvidia.com/gpumem", "AnyNotIn"),
+        ("nvidia.com/gpucores", "AnyNotIn"),
+        ("nvidia.com/gpumem-percentage", "AnyIn"),
+    }
+
+
+def test_it_forbids_env_from_in_hami_containers_in_tenant_and_fleet_policies() -> None:
+    # Finding 7: envFrom injects variables the env-name rule cannot see.
+    rule = _foreach_rule("forbid-envfrom-with-hami")
+    (each,) = rule["validate"]["foreach"]
+    (condition,) = each["deny"]["conditions"]["any"]
+    assert condition["key"] == "{{ length(element.envFrom || `[]`) }}"
+    fleet_wide = {p["metadata"]["name"]: p for p in kyverno.cluster_policies()}
+    names = [r["name"] for r in fleet_wide["forbid-hami-bypass-env"]["spec"]["rules"]]
+    assert names == ["forbid-hami-bypass-env", "forbid-envfrom-with-hami"]
