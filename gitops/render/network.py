@@ -74,9 +74,7 @@ def _model_server_ingress(peer: dict[str, Any]) -> dict[str, Any]:
     return {
         "podSelector": _MODEL_SERVERS,
         "policyTypes": ["Ingress"],
-        "ingress": [
-            {"from": [peer], "ports": [{"protocol": "TCP", "port": MODEL_SERVER_PORT}]}
-        ],
+        "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": MODEL_SERVER_PORT}]}],
     }
 
 
