@@ -262,6 +262,27 @@ def test_it_asks_envoy_gateway_for_the_tenant_key_on_every_tenant_route() -> Non
     }
 
 
+def test_it_confines_tenant_routes_to_the_tenant_host_in_the_cluster_too() -> None:
+    policy = kyverno.tenant_policy(rich_tenant(), FLEET)
+    (rule,) = [r for r in policy["spec"]["rules"] if r["name"] == "confine-http-routes"]
+    assert rule["match"] == {
+        "any": [{"resources": {"kinds": ["gateway.networking.k8s.io/v1/HTTPRoute"]}}]
+    }
+    conditions = rule["validate"]["deny"]["conditions"]["any"]
+    assert {
+        "key": "{{ request.object.spec.hostnames || `[]` }}",
+        "operator": "AnyNotIn",
+        "value": ["alpha.models.ai-factory.example.com"],
+    } in conditions
+    assert any(c["operator"] == "NotEquals" and c["value"] == "alpha" for c in conditions)
+    protect = {p["metadata"]["name"]: p for p in kyverno.cluster_policies()}
+    (litellm,) = protect["protect-litellm-config"]["spec"]["rules"]
+    assert litellm["validate"]["deny"] == {}
+    assert litellm["match"]["any"][0]["resources"]["selector"] == {
+        "matchLabels": {"ai-factory.io/litellm-model": "?*"}
+    }
+
+
 def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
     policy = kyverno.tenant_policy(rich_tenant(), FLEET)
     assert policy["kind"] == "Policy" and policy["metadata"]["namespace"] == "alpha"
@@ -273,6 +294,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "forbid-hami-bypass-env",
         "restrict-image-registries",
         "limit-gpus-per-pod",
+        "confine-http-routes",
     }
     for rule in rules.values():
         assert rule["validate"]["failureAction"] == "Enforce"
@@ -300,7 +322,11 @@ def test_it_caps_gpus_per_pod_at_the_fleet_limit_and_drops_vcluster_images() -> 
 
 def test_it_protects_hami_fleet_wide() -> None:
     policies = {p["metadata"]["name"]: p for p in kyverno.cluster_policies()}
-    assert set(policies) == {"forbid-hami-bypass-env", "protect-hami-annotations"}
+    assert set(policies) == {
+        "forbid-hami-bypass-env",
+        "protect-hami-annotations",
+        "protect-litellm-config",
+    }
     for policy in policies.values():
         assert policy["kind"] == "ClusterPolicy"
         assert "namespace" not in policy["metadata"]
