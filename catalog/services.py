@@ -970,9 +970,15 @@ def expire_reservations(today: date | None = None) -> list[ResourceRequest]:
 
 # --- what the pages show ------------------------------------------------------------------
 
+# The shell variable the curl example reads the tenant's gateway key from.
+API_KEY_VARIABLE = "AI_FACTORY_API_KEY"
+
 
 def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str, str]:
-    """The public URL, the OpenAI model name and a curl example of a ready endpoint."""
+    """The public URL (on the tenant's own gateway host), the address inside the cluster, the
+    OpenAI model name and a curl example of a ready endpoint. The example names the key
+    header with a placeholder: the key itself is shown only once, when it is created."""
+    from gitops.render.gateway import API_KEY_HEADER, cluster_url
     from gitops.render.litellm import model_name, served_name
 
     resource = (
@@ -991,19 +997,18 @@ def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str
     model = served_name(endpoint)  # what vLLM answers to behind the gateway
     curl = (
         f"curl {url.rstrip('/')}/v1/chat/completions \\\n"
+        f'  -H "{API_KEY_HEADER}: ${API_KEY_VARIABLE}" \\\n'
         f"  -H 'Content-Type: application/json' \\\n"
         f'  -d \'{{"model": "{model}", "messages": '
         f'[{{"role": "user", "content": "Hello"}}]}}\''
     )
-    isvc = FluxObject.objects.filter(
-        kind=FluxObject.Kind.INFERENCE_SERVICE, namespace=resource.tenant.slug, name=resource.name
-    ).first()
     return {
-        "url": url,
+        "url": url if endpoint.expose else "",
         "model": model,
         "litellm_model": model_name(tenant, endpoint) if endpoint.expose else "",
-        "curl": curl,
-        "cluster_url": isvc.url if isvc else "",
+        "curl": curl if endpoint.expose else "",
+        "cluster_url": cluster_url(tenant, endpoint),
+        "key_header": API_KEY_HEADER,
     }
 
 

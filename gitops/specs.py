@@ -20,6 +20,9 @@ ShareKind = Literal["whole", "mig", "hami", "dra"]
 TrustLevel = Literal["shared", "dedicated"]
 ScaleMetric = Literal["concurrency", "rps", "cpu", "memory"]
 ClusterSize = Literal["small", "medium", "large"]
+# The controller behind the fleet's Gateway: it decides where gateway traffic comes from (the
+# NetworkPolicy that admits it) and how routes are authenticated.
+GatewayImplementation = Literal["envoy-gateway", "cilium"]
 
 
 class SpecError(ValueError):
@@ -61,9 +64,21 @@ class Flavor:
 
 @dataclass(frozen=True)
 class GatewayRef:
+    """The fleet's shared Gateway.
+
+    ``hostname`` is the base domain: each tenant is served on ``<slug>.<hostname>`` (a wildcard
+    listener and certificate ``*.<hostname>`` on the Gateway), so one tenant's routes can never
+    match another tenant's requests. ``implementation`` is the controller behind the Gateway;
+    ``proxy_namespace`` is where Envoy Gateway runs its proxies (its default,
+    ``envoy-gateway-system``; unused with Cilium, whose proxy traffic has the ``ingress``
+    identity instead of a namespace).
+    """
+
     name: str = "ai-gateway"
     namespace: str = "gateway-system"
     hostname: str = "models.ai-factory.example.com"
+    implementation: GatewayImplementation = "envoy-gateway"
+    proxy_namespace: str = "envoy-gateway-system"
 
 
 @dataclass(frozen=True)

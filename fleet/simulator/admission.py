@@ -302,10 +302,16 @@ def pod_usage(pod: Mapping[str, Any]) -> dict[str, Decimal]:
     return usage
 
 
+# Only cpu and memory must be set on every container when a quota tracks them: a backward
+# compatibility rule of the pods evaluator (pkg/quota/v1/evaluator/core/pods.go
+# ``Constraints``, ``validationSet``); other resources are counted as the pods set them.
+MUST_SPECIFY = ("cpu", "memory")
+
+
 def _missing(pod: Mapping[str, Any], key: str) -> list[str]:
-    """Containers that do not set the compute resource a quota key tracks."""
+    """Containers that do not set the cpu or memory a quota key tracks."""
     kind, _, name = key.partition(".")
-    if kind not in ("requests", "limits") or name not in COMPUTE:
+    if kind not in ("requests", "limits") or name not in MUST_SPECIFY:
         return []
     return [
         str(c.get("name", ""))

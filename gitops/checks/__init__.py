@@ -100,6 +100,7 @@ def run_checks(
                 builds,
                 gateway_namespace=gateway_namespace or fleet.gateway.namespace,
                 gateway_name=fleet.gateway.name if gateway_namespace is None else None,
+                gateway_domain=fleet.gateway.hostname,
                 platform_sources=platform_sources,
                 registry=registry,
                 portal_subject=(fleet.portal_namespace, fleet.portal_service_account),
@@ -202,12 +203,14 @@ def _isolation(
     platform_sources: Collection[PlatformSource] | None,
     registry: SchemaRegistry | None,
     portal_subject: tuple[str, str] | None = None,
+    gateway_domain: str | None = None,
 ) -> CheckResult:
     scopes = registry or get_registry(None)
     findings = check_isolation(
         files,
         gateway_namespace=gateway_namespace,
         gateway_name=gateway_name,
+        gateway_domain=gateway_domain,
         platform_sources=(
             platform_sources if platform_sources is not None else platform_sources_in(files)
         ),
@@ -224,6 +227,7 @@ def _isolation(
             build.output_objects,
             gateway_namespace=gateway_namespace,
             gateway_name=gateway_name,
+            gateway_domain=gateway_domain,
             registry=scopes,
             path=f"{build.directory} (built)",
         ):

@@ -14,13 +14,32 @@ The layout (flux2-multi-tenancy) gives each directory an owner:
 
 Rules are checked on the files as written; ``check_workload_objects`` applies the tenant rules
 to a kustomize build's output as well, since patches can change what the files say.
+
+The shared gateway and LiteLLM need rules of their own, because what a real controller does
+with a valid object is the escape:
+
+- a tenant route must name exactly the tenant's own host, ``<slug>.<gateway domain>``, and carry
+  the tenant label. Gateway API merges the routes of all namespaces attached to a hostname and
+  gives the longest matching path prefix precedence (HTTPRouteRule, "precedence",
+  https://gateway-api.sigs.k8s.io/reference/spec/#httprouterule), so a route on a shared or
+  inherited (wildcard) host could take another tenant's traffic; and the platform's
+  Envoy Gateway SecurityPolicy asks for the tenant's key on routes selected by that label;
+- gateway and Cilium policies are reserved to the platform: a tenant SecurityPolicy or
+  CiliumNetworkPolicy could loosen the key check in front of its routes;
+- a LiteLLM model ConfigMap (label ``ai-factory.io/litellm-model``) is refused in
+  ``workloads/``, and in the platform-owned part may not use ``os.environ/`` (LiteLLM replaces
+  it with the proxy's own environment, secrets included: https://docs.litellm.ai/docs/proxy/configs)
+  nor send requests anywhere but a Service of the tenant's namespace or the tenant's own host.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
+
+import yaml
 
 from gitops.checks import names, vcluster
 from gitops.checks.findings import Finding, mapping, object_ref
@@ -33,7 +52,7 @@ from gitops.checks.manifests import (
     resolve_reference,
 )
 from gitops.checks.schema import SchemaRegistry, Scope, get_registry
-from gitops.render.meta import LOCAL_QUEUE
+from gitops.render.meta import LITELLM_MODEL_LABEL, LOCAL_QUEUE, TENANT_LABEL
 from gitops.render.vcluster import CHART_VERSION
 
 ALLOWED_ROOTS = ("clusters", "infrastructure", "tenants")
@@ -41,8 +60,25 @@ WORKLOADS_DIR = "workloads"
 DEFAULT_FORBIDDEN_CLUSTER_ROLES = frozenset({"cluster-admin"})
 # Namespaced, but they act on other namespaces: a ReferenceGrant opens this namespace's
 # objects to routes elsewhere, a Kyverno PolicyException can exempt any namespace's pods.
-FORBIDDEN_WORKLOAD_KINDS = frozenset({"ReferenceGrant", "PolicyException"})
+# Gateway and Cilium policies change who may reach the tenant's routes and pods (a tenant's own
+# SecurityPolicy could replace the platform's key check); the platform renders them.
+FORBIDDEN_WORKLOAD_KINDS = frozenset(
+    {
+        "ReferenceGrant",
+        "PolicyException",
+        "SecurityPolicy",
+        "ClientTrafficPolicy",
+        "BackendTrafficPolicy",
+        "EnvoyExtensionPolicy",
+        "EnvoyPatchPolicy",
+        "CiliumNetworkPolicy",
+    }
+)
 ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"})
+# Routes matched by hostname; TCP and UDP routes have none and tenants may not write them (RBAC).
+HOSTNAME_ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute"})
+LITELLM_ENV_REFERENCE = "os.environ/"
+LITELLM_DATA_KEY = "model_list.yaml"
 FLUX_GROUPS = (
     "kustomize.toolkit.fluxcd.io/",
     "helm.toolkit.fluxcd.io/",
@@ -56,6 +92,9 @@ KNOWN_CRD_SCOPES: dict[tuple[str, str], Scope] = {
     ("cilium.io", "CiliumCIDRGroup"): "Cluster",
     ("cilium.io", "CiliumClusterwideNetworkPolicy"): "Cluster",
     ("cilium.io", "CiliumNetworkPolicy"): "Namespaced",
+    ("gateway.envoyproxy.io", "BackendTrafficPolicy"): "Namespaced",
+    ("gateway.envoyproxy.io", "ClientTrafficPolicy"): "Namespaced",
+    ("gateway.envoyproxy.io", "SecurityPolicy"): "Namespaced",
     ("external-secrets.io", "ClusterSecretStore"): "Cluster",
     ("external-secrets.io", "ExternalSecret"): "Namespaced",
     ("external-secrets.io", "SecretStore"): "Namespaced",
@@ -97,6 +136,7 @@ def check_isolation(
     gateway_namespace: str,
     platform_sources: Collection[PlatformSource] = (),
     gateway_name: str | None = None,
+    gateway_domain: str | None = None,
     registry: SchemaRegistry | None = None,
     forbidden_cluster_roles: Collection[str] = DEFAULT_FORBIDDEN_CLUSTER_ROLES,
     portal_subject: tuple[str, str] | None = None,
@@ -110,10 +150,13 @@ def check_isolation(
     one the built-in kinds and the well-known CRDs are known. ``portal_subject`` is the
     portal's (namespace, service account): a platform-owned RoleBinding may grant it a Role of
     the tenant's namespace (to read kubeconfig Secrets), and no other foreign subject.
+    ``gateway_domain`` is the gateway's base domain: a tenant's routes must use exactly
+    ``<slug>.<gateway_domain>`` (without it, hostnames are not checked).
     """
     rules = _Rules(
         gateway_namespace=gateway_namespace,
         gateway_name=gateway_name,
+        gateway_domain=gateway_domain,
         platform_sources=frozenset(platform_sources),
         registry=registry or get_registry(None),
         forbidden_cluster_roles=frozenset(forbidden_cluster_roles),
@@ -151,6 +194,7 @@ def check_workload_objects(
     *,
     gateway_namespace: str,
     gateway_name: str | None = None,
+    gateway_domain: str | None = None,
     registry: SchemaRegistry | None = None,
     path: str = "",
     forbidden_cluster_roles: Collection[str] = DEFAULT_FORBIDDEN_CLUSTER_ROLES,
@@ -159,6 +203,7 @@ def check_workload_objects(
     rules = _Rules(
         gateway_namespace=gateway_namespace,
         gateway_name=gateway_name,
+        gateway_domain=gateway_domain,
         platform_sources=frozenset(),
         registry=registry or get_registry(None),
         forbidden_cluster_roles=frozenset(forbidden_cluster_roles),
@@ -250,8 +295,10 @@ class _Rules:
         registry: SchemaRegistry,
         forbidden_cluster_roles: frozenset[str],
         portal_subject: tuple[str, str] | None = None,
+        gateway_domain: str | None = None,
     ) -> None:
         self.portal_subject = portal_subject
+        self.gateway_domain = gateway_domain
         self.gateway_namespace = gateway_namespace
         self.gateway_name = gateway_name
         self.platform_sources = platform_sources
@@ -373,8 +420,121 @@ class _Rules:
                 "flux-impersonation",
                 "spec.serviceAccountName is required on a tenant's own Flux objects",
             )
+        if kind in HOSTNAME_ROUTE_KINDS:
+            findings.extend(self._route_confinement(path, obj, slug))
+        if kind == "ConfigMap" and _labels(obj).get(LITELLM_MODEL_LABEL) is not None:
+            add(
+                "litellm-config",
+                "LiteLLM model configuration is platform-owned (LiteLLM follows its api_base and "
+                "reads its own environment through os.environ/); ask for an endpoint instead",
+            )
         findings.extend(self._references(path, obj, slug, allow_platform_sources=False))
         return findings
+
+    def _route_confinement(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+        """A tenant route serves the tenant's own host only, and carries the tenant label the
+        gateway's key check selects routes by."""
+        ref = object_ref(obj)
+        findings: list[Finding] = []
+        if _labels(obj).get(TENANT_LABEL) != slug:
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "route-label",
+                    f"metadata.labels.{TENANT_LABEL} must be {slug!r}: the gateway asks for the "
+                    "tenant's API key on the routes that carry it",
+                )
+            )
+        if self.gateway_domain is None:
+            return findings
+        own = f"{slug}.{self.gateway_domain}"
+        hostnames = mapping(obj.get("spec")).get("hostnames")
+        if not isinstance(hostnames, list) or not hostnames:
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "route-hostname",
+                    f"spec.hostnames must be [{own!r}]: a route without hostnames takes every "
+                    "host of the gateway's listener, other tenants' included",
+                )
+            )
+            return findings
+        foreign = [h for h in hostnames if h != own]
+        if foreign:
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "route-hostname",
+                    f"spec.hostnames {', '.join(map(repr, foreign))} "
+                    f"{'is' if len(foreign) == 1 else 'are'} not the tenant's own host {own!r}",
+                )
+            )
+        return findings
+
+    def _litellm_config(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+        """What a platform-owned LiteLLM model ConfigMap may say."""
+        ref = object_ref(obj)
+        findings: list[Finding] = []
+        data = mapping(obj.get("data"))
+        for key, value in data.items():
+            if LITELLM_ENV_REFERENCE in str(value):
+                findings.append(
+                    Finding(
+                        path,
+                        ref,
+                        "litellm-environ",
+                        f"data.{key} uses {LITELLM_ENV_REFERENCE}: LiteLLM would fill in its own "
+                        "environment (its secrets) and send it on",
+                    )
+                )
+        try:
+            entries = yaml.safe_load(str(data.get(LITELLM_DATA_KEY, "")))
+        except yaml.YAMLError:
+            entries = None
+        if not isinstance(entries, list) or not entries:
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "litellm-api-base",
+                    f"data.{LITELLM_DATA_KEY} must be a list of model_list entries",
+                )
+            )
+            return findings
+        for index, entry in enumerate(entries):
+            params = mapping(mapping(entry).get("litellm_params"))
+            api_base = params.get("api_base")
+            if not isinstance(api_base, str) or not self._tenant_api_base(api_base, slug):
+                findings.append(
+                    Finding(
+                        path,
+                        ref,
+                        "litellm-api-base",
+                        f"model_list[{index}].litellm_params.api_base {api_base!r} must be a "
+                        f"Service of namespace {slug!r} or the tenant's own gateway host: "
+                        "LiteLLM sends the prompts there",
+                    )
+                )
+        return findings
+
+    def _tenant_api_base(self, url: str, slug: str) -> bool:
+        match = _URL.fullmatch(url)
+        if match is None:
+            return False
+        scheme, host = match.group("scheme"), match.group("host")
+        inside = re.fullmatch(
+            rf"[a-z0-9]([-a-z0-9]*[a-z0-9])?\.{re.escape(slug)}\.svc(\.cluster\.local)?", host
+        )
+        if inside is not None:
+            return True
+        return (
+            scheme == "https"
+            and self.gateway_domain is not None
+            and host == f"{slug}.{self.gateway_domain}"
+        )
 
     def platform_object(
         self, path: str, obj: Mapping[str, Any], slug: str, namespace: str
@@ -415,6 +575,8 @@ class _Rules:
             )
         if kind == "Kustomization" and _is_flux(obj):
             findings += self._flux_kustomization(path, obj, slug)
+        if kind == "ConfigMap" and _labels(obj).get(LITELLM_MODEL_LABEL) is not None:
+            findings += self._litellm_config(path, obj, slug)
         findings += self._references(path, obj, slug, allow_platform_sources=True)
         return findings
 
@@ -573,6 +735,13 @@ def _default_queue(path: str, obj: Mapping[str, Any]) -> list[Finding]:
             )
         ]
     return []
+
+
+_URL = re.compile(r"(?P<scheme>https?)://(?P<host>[A-Za-z0-9.-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return mapping(mapping(obj.get("metadata")).get("labels"))
 
 
 def _within(path: str, directory: str) -> bool:

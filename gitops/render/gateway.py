@@ -1,41 +1,80 @@
-"""Gateway API HTTPRoute (``gateway.networking.k8s.io/v1``) that publishes a model endpoint.
+"""Gateway API HTTPRoute (``gateway.networking.k8s.io/v1``) that publishes a model endpoint, and
+the per-tenant API key check in front of it.
 
-The route attaches to the fleet's shared Gateway (a ``parentRef`` into the gateway's namespace
-is how Gateway API is meant to be used; the Gateway's ``allowedRoutes`` decides which
-namespaces may attach) and sends ``https://<gateway host>/<slug>/<endpoint>/...`` to the
-predictor Service, rewriting the prefix to ``/openai`` where KServe serves the OpenAI API. So
-``/<slug>/<endpoint>/v1/chat/completions`` reaches ``/openai/v1/chat/completions``. The
-backend is in the route's own namespace: no ReferenceGrant is needed.
+Every tenant has its own host, ``<slug>.<gateway base domain>``, on the fleet's shared Gateway
+(a wildcard listener ``*.<domain>``). A shared host would not isolate tenants: Gateway API gives
+the longest matching path prefix precedence across *all* routes attached to a hostname
+(HTTPRouteRule "precedence" in the Gateway API spec,
+https://gateway-api.sigs.k8s.io/reference/spec/#httprouterule), so tenant B could publish
+``/a/model`` and receive tenant A's prompts. Hosts are matched before paths (HTTPRouteSpec
+``hostnames``: the route with the most specific matching hostname wins), and the isolation check
+and the tenant's Kyverno policy refuse a tenant route whose hostnames are not exactly the
+tenant's own; a route with no hostnames would inherit the wildcard and is refused too.
 
-Model responses stream for minutes, longer than the default timeout of several gateway
-implementations, hence the explicit request timeout.
+The route sends ``https://<slug>.<domain>/<endpoint>/...`` to the predictor Service, rewriting
+the prefix to ``/openai`` where KServe serves the OpenAI API; the backend is in the route's own
+namespace, so no ReferenceGrant is needed. Model responses stream for minutes, longer than the
+default timeout of several gateway implementations, hence the explicit request timeout.
+
+A request must carry the tenant's key in the ``x-api-key`` header. The key lives only in the
+Secret ``gateway-api-key`` of the tenant's namespace, which the portal writes through the
+Kubernetes API (never Git), with exactly one entry ``<slug>: <key>``:
+
+- Envoy Gateway: a platform-owned ``SecurityPolicy`` with ``apiKeyAuth`` selecting every HTTPRoute
+  labelled with the tenant (``targetSelectors``); the Secret is "an Opaque secret, with each API
+  key stored under a key corresponding to the client ID"
+  (https://gateway.envoyproxy.io/v1.9/tasks/security/apikey-auth/). ``sanitize`` strips the key
+  before the request reaches the model server.
+- Cilium: its Gateway has no request authentication, so the check is an L7 rule of the
+  ``allow-gateway`` CiliumNetworkPolicy (``gitops.render.network``): ``headerMatches`` with a
+  ``secret`` ("The secret must only contain one entry. If the referred secret does not exist
+  ... the match will fail", CiliumNetworkPolicy CRD, HeaderMatch), and a mismatch drops the
+  request.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gitops.render.meta import metadata
+from gitops.render.meta import TENANT_LABEL, metadata
 from gitops.specs import EndpointSpec, FleetSpec, TenantSpec
 
 API = "gateway.networking.k8s.io/v1"
+SECURITY_POLICY_API = "gateway.envoyproxy.io/v1alpha1"
+SECURITY_POLICY = "tenant-api-key"
+API_KEY_HEADER = "x-api-key"
+API_KEY_SECRET = "gateway-api-key"
 OPENAI_PREFIX = "/openai"
 PREDICTOR_PORT = 80
 REQUEST_TIMEOUT = "600s"
+CLUSTER_DOMAIN = "svc.cluster.local"
 
 
-def path_prefix(tenant: TenantSpec, endpoint: EndpointSpec) -> str:
-    return f"/{tenant.slug}/{endpoint.name}"
+def tenant_host(slug: str, fleet: FleetSpec) -> str:
+    """The tenant's own host on the fleet gateway; its routes may use no other."""
+    return f"{slug}.{fleet.gateway.hostname}"
+
+
+def path_prefix(endpoint: EndpointSpec) -> str:
+    return f"/{endpoint.name}"
 
 
 def public_url(tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec) -> str:
-    """Where clients (and LiteLLM) reach the endpoint; append ``/v1`` for the OpenAI API."""
-    return f"https://{fleet.gateway.hostname}{path_prefix(tenant, endpoint)}"
+    """Where clients reach the endpoint (with the tenant's key); append ``/v1`` for the
+    OpenAI API."""
+    return f"https://{tenant_host(tenant.slug, fleet)}{path_prefix(endpoint)}"
 
 
 def predictor_service(endpoint: EndpointSpec) -> str:
     # KServe's Service for the predictor in Standard deployment mode.
     return f"{endpoint.name}-predictor"
+
+
+def cluster_url(tenant: TenantSpec, endpoint: EndpointSpec) -> str:
+    """The predictor's OpenAI API base inside the cluster (append ``/v1``): what LiteLLM
+    calls, and what pods of the tenant's own namespace may call without a key."""
+    # The Service listens on port 80 (PREDICTOR_PORT), so the URL names no port.
+    return f"http://{predictor_service(endpoint)}.{tenant.slug}.{CLUSTER_DOMAIN}{OPENAI_PREFIX}"
 
 
 def http_route(tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec) -> dict[str, Any]:
@@ -52,12 +91,10 @@ def http_route(tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec) -> 
                     "namespace": fleet.gateway.namespace,
                 }
             ],
-            "hostnames": [fleet.gateway.hostname],
+            "hostnames": [tenant_host(tenant.slug, fleet)],
             "rules": [
                 {
-                    "matches": [
-                        {"path": {"type": "PathPrefix", "value": path_prefix(tenant, endpoint)}}
-                    ],
+                    "matches": [{"path": {"type": "PathPrefix", "value": path_prefix(endpoint)}}],
                     "filters": [
                         {
                             "type": "URLRewrite",
@@ -75,3 +112,35 @@ def http_route(tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec) -> 
             ],
         },
     }
+
+
+def security_policy(tenant: TenantSpec) -> dict[str, Any]:
+    """Envoy Gateway: every route of the tenant needs the tenant's key. Platform-owned, and it
+    selects routes by the tenant label, which the isolation check and Kyverno require on every
+    tenant route, so a route the tenant adds by hand is covered as well."""
+    return {
+        "apiVersion": SECURITY_POLICY_API,
+        "kind": "SecurityPolicy",
+        "metadata": metadata(SECURITY_POLICY, tenant.slug, tenant=tenant.slug),
+        "spec": {
+            "targetSelectors": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "HTTPRoute",
+                    "matchLabels": {TENANT_LABEL: tenant.slug},
+                }
+            ],
+            "apiKeyAuth": {
+                "credentialRefs": [{"group": "", "kind": "Secret", "name": API_KEY_SECRET}],
+                "extractFrom": [{"headers": [API_KEY_HEADER]}],
+                "sanitize": True,
+            },
+        },
+    }
+
+
+def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    """Platform-owned gateway objects of the tenant (``gateway-auth.yaml``)."""
+    if fleet.gateway.implementation == "envoy-gateway":
+        return [security_policy(tenant)]
+    return []

@@ -1,5 +1,6 @@
 """A model endpoint: a KServe InferenceService (``serving.kserve.io/v1beta1``) running vLLM
-through the Hugging Face runtime, plus its route, LiteLLM entry and DRA claim template.
+through the Hugging Face runtime, plus its route and DRA claim template (tenant-owned; its
+LiteLLM entry is platform-owned, see ``gitops.render.litellm``).
 
 Choices:
 
@@ -212,5 +213,4 @@ def endpoint_objects(
     objs.append(inference_service(tenant, endpoint, share, fleet))
     if endpoint.expose:
         objs.append(gateway.http_route(tenant, endpoint, fleet))
-        objs.append(litellm.config_map(tenant, endpoint, fleet))
     return objs

@@ -59,6 +59,12 @@ from gitops.render.vcluster import pool_labels
 from gitops.specs import Flavor, FleetSpec, TenantSpec
 
 API = "kueue.x-k8s.io/v1beta2"
+# Resources every pod requests, covered by every flavor with the namespace's whole budget (the
+# ResourceQuota bounds them). ephemeral-storage too: the LimitRange gives every container a
+# request for it, and Kueue refuses a workload that requests a resource its ClusterQueue does
+# not cover ("resource ... unavailable in ClusterQueue", kubernetes-sigs/kueue
+# pkg/scheduler/flavorassigner; KEP-5800 proposes per-queue exclusion for this reason).
+NAMESPACE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 TOPOLOGY = "default"
 # WorkloadPriorityClasses: name, value, description.
 PRIORITY_CLASSES = (
@@ -155,7 +161,7 @@ def _resource_group(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | No
     if not nominal:
         return None
     gpu_names = sorted({name for amounts in nominal.values() for name in amounts})
-    covered = ["cpu", "memory", *gpu_names]
+    covered = [*NAMESPACE_RESOURCES, *gpu_names]
     flavors = []
     for flavor in fleet.flavors:
         if flavor.name not in nominal:
@@ -163,6 +169,7 @@ def _resource_group(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | No
         entries: list[dict[str, Any]] = [
             {"name": "cpu", "nominalQuota": str(tenant.cpu_quota)},
             {"name": "memory", "nominalQuota": f"{tenant.memory_gib}Gi"},
+            {"name": "ephemeral-storage", "nominalQuota": f"{tenant.ephemeral_storage_gib}Gi"},
         ]
         for name in gpu_names:
             amount = nominal[flavor.name].get(name, 0)
@@ -190,7 +197,7 @@ def admissible(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, int]:
         assert flavor is not None, "the group lists only the fleet's flavors"
         for resource in entry["resources"]:
             name = resource["name"]
-            if name in ("cpu", "memory"):
+            if name in NAMESPACE_RESOURCES:
                 continue
             nominal = int(resource["nominalQuota"])
             if "borrowingLimit" in resource:

@@ -18,6 +18,9 @@ Fleet-wide (``infrastructure/configs``):
   cannot be switched off through ``envFrom``.) What a container's own command exports is out
   of any admission policy's sight: HAMi's limits stay an in-process limiter, which is why
   dedicated tenants never get HAMi;
+- ``protect-litellm-config``: ConfigMaps labelled ``ai-factory.io/litellm-model`` become
+  LiteLLM's configuration (``gitops.render.litellm``); the platform's Flux writes them, and a
+  service account of the ConfigMap's own namespace (the tenant's Flux) may not;
 - ``protect-hami-annotations``: HAMi's scheduler records a pod's devices in ``hami.io/*``
   annotations and the device plugin trusts them. A pod may not be created with them, and a
   service account of the pod's own namespace (a tenant's Flux, a vCluster syncer copying a
@@ -42,7 +45,11 @@ rules mean the same for pods made by a Deployment, a Job or a vCluster):
   while Kueue and the quota charge one slot. Memory as a percentage is counted by neither, so
   it is refused with the reason;
 - ``limit-gpus-per-pod``: ``nvidia.com/gpu`` (whole GPUs) summed over a pod's containers at
-  most the tenant's whole-GPU quota, and never above the fleet's per-tenant cap.
+  most the tenant's whole-GPU quota, and never above the fleet's per-tenant cap;
+- ``confine-http-routes``: an HTTPRoute of the tenant names exactly the tenant's own host
+  ``<slug>.<gateway hostname>`` and carries the tenant label (the same rule as the isolation
+  check, in the cluster: a route on a shared host could take another tenant's requests, and
+  the gateway's key check selects routes by the label).
 
 The JMESPath expressions follow the kyverno/policies library; they are data here, never text
 assembled around user input (the only inputs are fleet settings and numbers).
@@ -53,7 +60,14 @@ from __future__ import annotations
 from typing import Any
 
 from gitops.render import resources, vcluster
-from gitops.render.meta import LOCAL_QUEUE, QUEUE_NAME_LABEL, metadata
+from gitops.render.gateway import tenant_host
+from gitops.render.meta import (
+    LITELLM_MODEL_LABEL,
+    LOCAL_QUEUE,
+    QUEUE_NAME_LABEL,
+    TENANT_LABEL,
+    metadata,
+)
 from gitops.specs import FleetSpec, TenantSpec
 
 API = "kyverno.io/v1"
@@ -243,7 +257,48 @@ def cluster_policies() -> list[dict[str, Any]]:
         "metadata": metadata("forbid-hami-bypass-env"),
         "spec": {"background": True, "rules": [_env_rule(), _envfrom_rule()]},
     }
-    return [bypass, protect]
+    litellm = {
+        "apiVersion": API,
+        "kind": "ClusterPolicy",
+        "metadata": metadata("protect-litellm-config"),
+        "spec": {
+            # The rule reads the request's user, which a background scan lacks.
+            "background": False,
+            "rules": [
+                {
+                    "name": "no-litellm-config-from-the-namespace",
+                    "match": {
+                        "any": [
+                            {
+                                "resources": {
+                                    "kinds": ["ConfigMap"],
+                                    "operations": ["CREATE", "UPDATE"],
+                                    "selector": {"matchLabels": {LITELLM_MODEL_LABEL: "?*"}},
+                                }
+                            }
+                        ]
+                    },
+                    "preconditions": {
+                        "all": [
+                            {
+                                "key": "{{ request.userInfo.username }}",
+                                "operator": "AnyIn",
+                                "value": ["system:serviceaccount:{{ request.namespace }}:*"],
+                            }
+                        ]
+                    },
+                    "validate": _enforce(
+                        "LiteLLM model configuration is written by the platform; workloads in "
+                        "the namespace may not create or change it.",
+                        # An empty deny refuses every matched request (kyverno/policies
+                        # other/block-updates-deletes does the same).
+                        deny={},
+                    ),
+                }
+            ],
+        },
+    }
+    return [bypass, litellm, protect]
 
 
 def gpu_cap(tenant: TenantSpec, fleet: FleetSpec) -> int:
@@ -449,6 +504,41 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             ),
         },
     ]
+    host = tenant_host(tenant.slug, fleet)
+    rules.append(
+        {
+            "name": "confine-http-routes",
+            "match": {
+                "any": [{"resources": {"kinds": ["gateway.networking.k8s.io/v1/HTTPRoute"]}}]
+            },
+            "validate": _enforce(
+                f"HTTPRoutes of this tenant must list exactly the host {host} and carry the "
+                f"label {TENANT_LABEL}: {tenant.slug}.",
+                deny={
+                    "conditions": {
+                        "any": [
+                            {
+                                "key": "{{ length(request.object.spec.hostnames || `[]`) }}",
+                                "operator": "Equals",
+                                "value": 0,
+                            },
+                            {
+                                "key": "{{ request.object.spec.hostnames || `[]` }}",
+                                "operator": "AnyNotIn",
+                                "value": [host],
+                            },
+                            {
+                                "key": f'{{{{ request.object.metadata.labels."{TENANT_LABEL}"'
+                                " || '' }}",
+                                "operator": "NotEquals",
+                                "value": tenant.slug,
+                            },
+                        ]
+                    }
+                },
+            ),
+        }
+    )
     return {
         "apiVersion": API,
         "kind": "Policy",

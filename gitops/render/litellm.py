@@ -1,18 +1,27 @@
 """The LiteLLM route for an exposed endpoint, as a ConfigMap in the tenant's namespace.
 
-LiteLLM's ``model_list`` is the proxy's own configuration, so the tenant cannot edit it; each
-exposed endpoint instead carries a ConfigMap labelled ``ai-factory.io/litellm-model: "true"``
-with one ``model_list`` entry under the key ``model_list.yaml``, and the platform's collector in
-the LiteLLM namespace merges them. Clients ask for ``<slug>/<endpoint>``; LiteLLM calls the
-endpoint through the gateway with the ``hosted_vllm`` provider, which appends
-``/chat/completions`` to ``api_base`` (``.../<slug>/<endpoint>/v1``).
+Each exposed endpoint has a ConfigMap labelled ``ai-factory.io/litellm-model: "true"`` with one
+``model_list`` entry under the key ``model_list.yaml``; the platform's collector in the LiteLLM
+namespace merges them into the proxy's configuration. That configuration is powerful: LiteLLM
+sends requests (and the prompts in them) to whatever ``api_base`` says, and it replaces any
+value written ``os.environ/NAME`` with the proxy's own environment variable, its secrets
+included (LiteLLM docs, "Proxy Config.yaml", https://docs.litellm.ai/docs/proxy/configs).
+So the ConfigMaps are platform-owned (``tenants/<slug>/litellm/<endpoint>.yaml``, applied by
+the platform, never by the tenant's Flux), the isolation check refuses a labelled ConfigMap in
+the tenant's ``workloads/`` and any ``os.environ/`` or foreign ``api_base`` in the platform's,
+and a Kyverno ClusterPolicy stops the tenant's own service accounts from writing one.
+
+Clients ask for ``<slug>/<endpoint>``; LiteLLM calls the predictor inside the cluster (its own
+virtual keys guard this route, so it does not need the tenant's gateway key) with the
+``hosted_vllm`` provider, which appends ``/chat/completions`` to ``api_base``
+(``http://<endpoint>-predictor.<slug>.svc.cluster.local/openai/v1``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gitops.render.gateway import public_url
+from gitops.render.gateway import cluster_url
 from gitops.render.meta import LITELLM_MODEL_LABEL, metadata
 from gitops.render.yamlio import dump_value
 from gitops.specs import EndpointSpec, FleetSpec, TenantSpec
@@ -33,7 +42,7 @@ def model_entry(tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec) ->
         "model_name": model_name(tenant, endpoint),
         "litellm_params": {
             "model": f"hosted_vllm/{served_name(endpoint)}",
-            "api_base": f"{public_url(tenant, endpoint, fleet)}/v1",
+            "api_base": f"{cluster_url(tenant, endpoint)}/v1",
         },
         "model_info": {"id": model_name(tenant, endpoint)},
     }

@@ -4,8 +4,20 @@
 - ``allow-dns``: egress to kube-dns in kube-system, UDP and TCP 53;
 - ``allow-same-namespace``: pods of the namespace talk to each other (a vCluster's control
   plane and its synced pods, a model and its clients);
-- ``allow-gateway``: the fleet gateway's namespace reaches model servers on their port, which
-  is the only way in from outside the namespace (LiteLLM goes through the gateway too);
+- ``allow-gateway``: the fleet gateway's proxies reach model servers on their port. Where that
+  traffic comes from depends on the implementation (``fleet.gateway.implementation``), and
+  never from the Gateway object's own namespace:
+  - Envoy Gateway runs its Envoy proxies in its own namespace, ``envoy-gateway-system`` by
+    default, labelled ``app.kubernetes.io/{name: envoy, component: proxy, managed-by:
+    envoy-gateway}`` (envoyproxy/gateway internal/infrastructure/kubernetes/proxy/resource.go
+    ``EnvoyAppLabel``): a NetworkPolicy from those pods;
+  - Cilium's Gateway is served by the node's Envoy, and its traffic to backends carries the
+    reserved ``ingress`` identity, not a pod or a namespace (Cilium policy language, entity
+    ``ingress``, https://docs.cilium.io/en/stable/security/policy/language/#entities-based):
+    a CiliumNetworkPolicy ``fromEntities: [ingress]``, with an L7 rule that also checks the
+    tenant's API key (see ``gitops.render.gateway``);
+- ``allow-litellm``: LiteLLM calls exposed model servers inside the cluster (its own virtual
+  keys guard that route, so it does not go through the gateway's key check);
 - ``allow-monitoring``: Prometheus scrapes model servers' metrics (autoscaling reads them);
 - ``allow-model-download``: only when an endpoint loads from ``hf://`` or ``s3://``: model
   server pods (where KServe's storage initializer runs) reach public HTTPS, never private
@@ -19,10 +31,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitops.render.gateway import API_KEY_HEADER, API_KEY_SECRET
 from gitops.render.meta import metadata
 from gitops.specs import FleetSpec, TenantSpec
 
 API = "networking.k8s.io/v1"
+CILIUM_API = "cilium.io/v2"
+ENVOY_PROXY_LABELS = {
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+    "app.kubernetes.io/name": "envoy",
+}
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 ISVC_POD_LABEL = "serving.kserve.io/inferenceservice"
 MODEL_SERVER_PORT = 8080
@@ -51,17 +70,55 @@ def _from_namespace(namespace: str) -> dict[str, Any]:
     return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}}
 
 
-def _model_server_ingress(namespace: str) -> dict[str, Any]:
+def _model_server_ingress(peer: dict[str, Any]) -> dict[str, Any]:
     return {
         "podSelector": _MODEL_SERVERS,
         "policyTypes": ["Ingress"],
-        "ingress": [
-            {
-                "from": [_from_namespace(namespace)],
-                "ports": [{"protocol": "TCP", "port": MODEL_SERVER_PORT}],
-            }
-        ],
+        "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": MODEL_SERVER_PORT}]}],
     }
+
+
+def gateway_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
+    """``allow-gateway``: what admits the fleet gateway's traffic, for its implementation."""
+    if fleet.gateway.implementation == "cilium":
+        return {
+            "apiVersion": CILIUM_API,
+            "kind": "CiliumNetworkPolicy",
+            "metadata": metadata("allow-gateway", tenant.slug, tenant=tenant.slug),
+            "spec": {
+                "endpointSelector": _MODEL_SERVERS,
+                "ingress": [
+                    {
+                        "fromEntities": ["ingress"],
+                        "toPorts": [
+                            {
+                                "ports": [{"port": str(MODEL_SERVER_PORT), "protocol": "TCP"}],
+                                "rules": {
+                                    "http": [
+                                        {
+                                            "headerMatches": [
+                                                {
+                                                    "name": API_KEY_HEADER,
+                                                    "secret": {
+                                                        "namespace": tenant.slug,
+                                                        "name": API_KEY_SECRET,
+                                                    },
+                                                }
+                                            ]
+                                        }
+                                    ]
+                                },
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+    peer = {
+        **_from_namespace(fleet.gateway.proxy_namespace),
+        "podSelector": {"matchLabels": dict(ENVOY_PROXY_LABELS)},
+    }
+    return _policy(tenant, "allow-gateway", _model_server_ingress(peer))
 
 
 def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
@@ -99,8 +156,15 @@ def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]
                 "egress": [{"to": [{"podSelector": {}}]}],
             },
         ),
-        _policy(tenant, "allow-gateway", _model_server_ingress(fleet.gateway.namespace)),
-        _policy(tenant, "allow-monitoring", _model_server_ingress(fleet.monitoring_namespace)),
+        gateway_policy(tenant, fleet),
+        _policy(
+            tenant, "allow-litellm", _model_server_ingress(_from_namespace(fleet.litellm_namespace))
+        ),
+        _policy(
+            tenant,
+            "allow-monitoring",
+            _model_server_ingress(_from_namespace(fleet.monitoring_namespace)),
+        ),
     ]
     if any(endpoint.model_uri.startswith(DOWNLOAD_SCHEMES) for endpoint in tenant.endpoints):
         objs.append(

@@ -27,9 +27,11 @@ from typing import Any
 from gitops.render import (
     dra,
     flux,
+    gateway,
     kserve,
     kueue,
     kyverno,
+    litellm,
     namespace,
     network,
     quota,
@@ -125,6 +127,16 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
         ("kyverno-policy.yaml", kyverno.tenant_policies(tenant, fleet)),
         ("queues.yaml", kueue.tenant_objects(tenant, fleet)),
         ("sync.yaml", flux.tenant_sync(tenant, fleet)),
+    ]
+    auth = gateway.tenant_objects(tenant, fleet)
+    if auth:
+        entries.append(("gateway-auth.yaml", auth))
+    # LiteLLM configuration is platform-owned: LiteLLM follows its api_base and expands
+    # os.environ/ references, so a tenant must not be able to write it.
+    entries += [
+        (f"litellm/{endpoint.name}.yaml", [litellm.config_map(tenant, endpoint, fleet)])
+        for endpoint in sorted(tenant.endpoints, key=lambda e: e.name)
+        if endpoint.expose
     ]
     entries += [
         (f"clusters/{cluster.name}.yaml", [vcluster.helm_release(cluster, tenant, fleet)])

@@ -27,6 +27,7 @@ from gitops.specs import (
     EndpointSpec,
     Flavor,
     FleetSpec,
+    GatewayImplementation,
     GpuMode,
     GpuShare,
     ScaleMetric,
@@ -68,6 +69,8 @@ RESERVED_NAMESPACES = frozenset(
 )
 RESERVED_PREFIXES = ("kube-", "flux-")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Tenants are served on "<slug>.<gateway hostname>", a DNS name of at most 253 characters.
+GATEWAY_DOMAIN_MAX = 253 - TENANT_SLUG_MAX - 1
 # Kueue allows 8 node labels on a ResourceFlavor; the renderer adds the product label.
 MAX_FLAVOR_NODE_LABELS = 7
 # KServe names the predictor Service "<name>-predictor" and hosts "<name>-<namespace>.<domain>".
@@ -240,13 +243,28 @@ def validate_fleet(fleet: FleetSpec) -> None:
     hostname = fleet.gateway.hostname
     if (
         not isinstance(hostname, str)
-        or len(hostname) > 253
+        or len(hostname) > GATEWAY_DOMAIN_MAX
         or not DNS1123_SUBDOMAIN.fullmatch(hostname)
     ):
         errors.add(
             "gateway.hostname",
-            "The gateway hostname must be a lower-case DNS name such as models.example.com.",
+            "The gateway hostname must be a lower-case DNS name such as models.example.com, "
+            f"at most {GATEWAY_DOMAIN_MAX} characters: each tenant is served on "
+            "<tenant>.<hostname>.",
         )
+    _check_choice(
+        errors,
+        "gateway.implementation",
+        fleet.gateway.implementation,
+        get_args(GatewayImplementation),
+        "The gateway implementation",
+    )
+    _check_label(
+        errors,
+        "gateway.proxy_namespace",
+        fleet.gateway.proxy_namespace,
+        "The gateway's proxy namespace",
+    )
     _check_label(errors, "litellm_namespace", fleet.litellm_namespace, "The LiteLLM namespace")
     _check_label(
         errors, "monitoring_namespace", fleet.monitoring_namespace, "The monitoring namespace"

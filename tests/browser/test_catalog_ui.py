@@ -141,7 +141,7 @@ def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
     page.goto(bob_url)
     ready = page.locator("body")
     expect(ready).to_contain_text("Ready", timeout=60_000)
-    expect(ready).to_contain_text("https://models.ai-factory.example.com/alpha/chat")
+    expect(ready).to_contain_text("https://alpha.models.ai-factory.example.com/chat")
     expect(ready).to_contain_text("/v1/chat/completions")
     request.refresh_from_db()
     assert request.state == "ready"

@@ -301,8 +301,14 @@ def test_an_endpoint_is_ready_when_the_cluster_serves_it_then_decommissioned(
     assert share.state == S.READY, share.error
     assert endpoint.state == S.READY, endpoint.error
     access = services.endpoint_access(endpoint)
-    assert access["url"].startswith("https://") and access["cluster_url"].startswith("http")
+    # The tenant's own host on the gateway, and the predictor inside the cluster.
+    assert access["url"] == f"https://alpha.models.ai-factory.example.com/{endpoint.resource.name}"
+    assert access["cluster_url"] == (
+        f"http://{endpoint.resource.name}-predictor.alpha.svc.cluster.local/openai"
+    )
     assert access["model"] in access["curl"] and "/v1/chat/completions" in access["curl"]
+    # The example carries the key header with a placeholder, never a key.
+    assert '-H "x-api-key: $AI_FACTORY_API_KEY"' in access["curl"]
 
     # A share an endpoint runs on cannot go first.
     with pytest.raises(ValidationError, match="chat"):

@@ -386,6 +386,8 @@ def test_an_endpoint_shows_its_url_and_curl_once_ready(
     assert "Use the endpoint" in page
     assert access["url"] in page and access["model"] in page
     assert "/v1/chat/completions" in page and "Copy" in page
+    assert "https://alpha.models.ai-factory.example.com/" in page
+    assert "x-api-key: $AI_FACTORY_API_KEY" in page and access["cluster_url"] in page
     assert 'hx-trigger="every 3s"' not in page  # ready is final: no more polling
     assert "Download kubeconfig" not in page
 

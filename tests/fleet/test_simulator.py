@@ -505,7 +505,7 @@ def test_it_plays_flux_from_the_portals_repository(
     isvc = custom(kube).get_namespaced_custom_object(*KSERVE[:2], "alpha", KSERVE[2], "chat")
     assert condition(isvc, "Ready")["status"] == "True"
     assert condition(isvc, "PredictorReady")["status"] == "True"
-    assert isvc["status"]["url"] == "https://models.ai-factory.example.com/alpha/chat"
+    assert isvc["status"]["url"] == "https://alpha.models.ai-factory.example.com/chat"
     assert isvc["status"]["address"]["url"] == "http://chat-predictor.alpha.svc.cluster.local"
     predictors = core(kube).list_namespaced_pod(
         "alpha", label_selector="serving.kserve.io/inferenceservice=chat"

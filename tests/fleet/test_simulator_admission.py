@@ -131,9 +131,9 @@ def test_the_charts_quota_would_reject_the_tenants_own_endpoint(
     assert quota["spec"]["hard"]["requests.nvidia.com/gpu"] == "0"
     ready = endpoint_ready(simulator, "beta", "chat")
     assert ready["status"] == "False"
-    # Refused by the chart's quota (here: it tracks ephemeral storage, which KServe's injected
-    # storage initializer does not set).
-    assert "failed quota: vc-dev" in ready["message"]
+    # Refused by the chart's quota: its GPU key says 0, and its merged-in limits.memory (40Gi)
+    # is below what the model server asks for.
+    assert "exceeded quota: vc-dev" in ready["message"]
 
 
 def test_the_rendered_cluster_leaves_the_namespace_quota_to_the_tenant(
@@ -187,18 +187,17 @@ def test_a_default_local_queue_gates_a_cpu_only_control_plane_forever(
     assert "resource cpu unavailable in ClusterQueue" in ready["message"]
 
 
-def test_a_default_local_queue_captures_the_control_plane_of_a_gpu_tenant(
+def test_a_default_local_queue_pins_the_control_plane_to_a_gpu_flavor(
     simulator: Simulator, settings: Any
 ) -> None:
     files = render_repository(demo_fleet(), [BETA])
     play(simulator, settings, edit(files, "tenants/beta/queues.yaml", _default_queue))
     pod = simulator.get_object("pods", "beta", "dev-0")
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
-    # Queued against the tenant's GPU quota, which covers cpu and memory per GPU flavor but
-    # not the ephemeral storage the control plane asks for: it waits forever.
-    assert "nodeName" not in pod["spec"]
-    ready = release_ready(simulator, "beta-dev")
-    assert "resource ephemeral-storage unavailable in ClusterQueue" in ready["message"]
+    # Admitted on the tenant's GPU flavor, whose cpu and memory cover it: it now runs on a
+    # GPU node, next to the GPUs it does not use.
+    assert pod["spec"]["nodeSelector"]["ai-factory.io/pool"] == "h200"
+    assert pod["spec"]["nodeName"].startswith("h200-")
 
 
 def test_the_rendered_queue_leaves_pods_without_a_queue_alone(

@@ -329,6 +329,10 @@ def inference_service(slug: str = "alpha", name: str = "llama3-8b") -> dict[str,
     }
 
 
+# The fleet gateway's base domain: tenant alpha is served on alpha.<domain>.
+GATEWAY_DOMAIN = "models.ai-factory.example.com"
+
+
 def http_route(
     slug: str = "alpha",
     name: str = "llama3-8b",
@@ -342,13 +346,13 @@ def http_route(
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": slug},
+        "metadata": {"name": name, "namespace": slug, "labels": {"ai-factory.io/tenant": slug}},
         "spec": {
             "parentRefs": [{"name": "ai-gateway", "namespace": gateway_namespace}],
-            "hostnames": ["models.ai-factory.example.com"],
+            "hostnames": [f"{slug}.{GATEWAY_DOMAIN}"],
             "rules": [
                 {
-                    "matches": [{"path": {"type": "PathPrefix", "value": f"/{slug}/{name}"}}],
+                    "matches": [{"path": {"type": "PathPrefix", "value": f"/{name}"}}],
                     "backendRefs": [backend],
                 }
             ],

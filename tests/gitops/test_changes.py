@@ -210,7 +210,10 @@ def test_it_deletes_files_to_decommission(world: dict[str, Any], on_commit: Any)
     change = _open(world["bob"], on_commit, without)
     repo = services.repository()
     deleted = [d.path for d in repo.diff(change.base_sha, change.head_sha) if d.status == "deleted"]
-    assert deleted and all("endpoints/chat" in p for p in deleted)
+    assert sorted(deleted) == [
+        "tenants/alpha/litellm/chat.yaml",
+        "tenants/alpha/workloads/endpoints/chat.yaml",
+    ]
     removal = services.tenant_removal_changes("alpha", FLEET)
     assert (
         "tenants/alpha/namespace.yaml" in removal

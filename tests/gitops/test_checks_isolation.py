@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from gitops.checks.findings import Finding
 from gitops.checks.isolation import check_isolation, check_workload_objects, platform_sources_in
@@ -17,6 +18,7 @@ PLATFORM_SOURCES = {("HelmRepository", "flux-system", "vcluster")}
 def check(files: dict[str, bytes], **options: Any) -> list[Finding]:
     options.setdefault("gateway_namespace", GATEWAY_NS)
     options.setdefault("platform_sources", PLATFORM_SOURCES)
+    options.setdefault("gateway_domain", samples.GATEWAY_DOMAIN)
     return check_isolation(files, **options)
 
 
@@ -325,3 +327,123 @@ def test_the_platform_may_let_the_portal_read_a_tenant_role_and_nothing_more() -
     # The tenant's own files never grant the portal (or anyone outside) anything.
     tenant_owned = with_workload(_portal_binding())
     assert "cross-namespace-subject" in rules(check(tenant_owned, portal_subject=PORTAL))
+
+
+# --- the shared gateway and LiteLLM --------------------------------------------------------
+
+
+def _route(**changes: Any) -> dict[str, Any]:
+    route = samples.http_route("alpha", name="mine")
+    route["spec"].update(changes)
+    return route
+
+
+@pytest.mark.parametrize(
+    "hostnames",
+    [
+        # Another tenant's host: with the longest-prefix rule it would take bravo's prompts.
+        ["bravo.models.ai-factory.example.com"],
+        # The old shared host, and a second host beside the tenant's own.
+        ["models.ai-factory.example.com"],
+        ["alpha.models.ai-factory.example.com", "models.ai-factory.example.com"],
+        # No hostnames: the route inherits the listener's wildcard, every tenant's host.
+        [],
+        None,
+    ],
+)
+def test_a_tenant_route_serves_only_its_own_host(hostnames: list[str] | None) -> None:
+    route = _route(hostnames=hostnames)
+    if hostnames is None:
+        del route["spec"]["hostnames"]
+    assert rules(check(with_workload(route))) == ["route-hostname"]
+
+
+def test_a_tenant_route_on_its_own_host_passes() -> None:
+    assert check(with_workload(_route(hostnames=["alpha.models.ai-factory.example.com"]))) == []
+
+
+def test_a_tenant_route_must_carry_the_tenant_label_the_key_check_selects() -> None:
+    route = _route()
+    route["metadata"]["labels"] = {"ai-factory.io/tenant": "bravo"}
+    assert rules(check(with_workload(route))) == ["route-label"]
+    del route["metadata"]["labels"]
+    assert rules(check(with_workload(route))) == ["route-label"]
+
+
+def test_route_rules_apply_to_the_built_workloads_too() -> None:
+    # A kustomize patch can rewrite the hostnames the files show.
+    built = [_route(hostnames=["bravo.models.ai-factory.example.com"])]
+    findings = check_workload_objects(
+        "alpha", built, gateway_namespace=GATEWAY_NS, gateway_domain=samples.GATEWAY_DOMAIN
+    )
+    assert rules(findings) == ["route-hostname"]
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [
+        ("gateway.envoyproxy.io/v1alpha1", "SecurityPolicy"),
+        ("gateway.envoyproxy.io/v1alpha1", "ClientTrafficPolicy"),
+        ("cilium.io/v2", "CiliumNetworkPolicy"),
+    ],
+)
+def test_gateway_and_cilium_policies_are_reserved_to_the_platform(
+    api_version: str, kind: str
+) -> None:
+    policy = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "open", "namespace": "alpha"},
+        "spec": {},
+    }
+    assert "forbidden-kind" in rules(check(with_workload(policy)))
+
+
+def _litellm(api_base: str, **params: str) -> dict[str, Any]:
+    entry = {
+        "model_name": "alpha/chat",
+        "litellm_params": {"model": "hosted_vllm/chat", "api_base": api_base, **params},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "chat-litellm",
+            "namespace": "alpha",
+            "labels": {"ai-factory.io/litellm-model": "true"},
+        },
+        "data": {"model_list.yaml": yaml.safe_dump([entry])},
+    }
+
+
+OWN_PREDICTOR = "http://chat-predictor.alpha.svc.cluster.local/openai/v1"
+
+
+def test_a_tenant_cannot_write_litellm_configuration() -> None:
+    assert rules(check(with_workload(_litellm(OWN_PREDICTOR)))) == ["litellm-config"]
+
+
+def test_the_platform_litellm_configuration_passes_when_it_calls_the_tenant() -> None:
+    for api_base in (OWN_PREDICTOR, "https://alpha.models.ai-factory.example.com/chat/v1"):
+        tree = samples.fleet_tree("alpha", "bravo")
+        tree["tenants/alpha/litellm/chat.yaml"] = samples.dump(_litellm(api_base))
+        assert check(tree) == [], api_base
+
+
+@pytest.mark.parametrize(
+    ("config", "rule"),
+    [
+        (_litellm(OWN_PREDICTOR, api_key="os.environ/OPENAI_API_KEY"), "litellm-environ"),
+        (_litellm("os.environ/MASTER_KEY"), "litellm-environ"),
+        (_litellm("http://chat-predictor.bravo.svc.cluster.local/openai/v1"), "litellm-api-base"),
+        (_litellm("https://bravo.models.ai-factory.example.com/chat/v1"), "litellm-api-base"),
+        (_litellm("https://attacker.example.com/v1"), "litellm-api-base"),
+        (_litellm("http://169.254.169.254/latest"), "litellm-api-base"),
+    ],
+)
+def test_the_platform_litellm_configuration_refuses_secrets_and_foreign_bases(
+    config: dict[str, Any], rule: str
+) -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree["tenants/alpha/litellm/chat.yaml"] = samples.dump(config)
+    assert rule in rules(check(tree))

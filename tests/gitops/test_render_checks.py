@@ -55,3 +55,28 @@ def test_it_flags_a_platform_release_aimed_at_another_tenant(schema_dir: Path) -
     result = {r.name: r for r in run_checks(files, fleet=fleet, schema_dir=schema_dir)}
     assert result["isolation"].status == "failed"
     assert any("namespace" in d for d in result["isolation"].details)
+
+
+def test_it_fails_a_change_that_publishes_on_another_tenants_host(schema_dir: Path) -> None:
+    # The cross-tenant hijack: bravo's route claims alpha's host (the old shared host let the
+    # longest path prefix win across tenants). The kustomize build sees it too.
+    fleet = demo_fleet()
+    bravo = replace(rich_tenant(), slug="bravo")
+    files = dict(render_repository(fleet, [rich_tenant(), bravo]))
+    path = "tenants/bravo/workloads/endpoints/llama.yaml"
+    files[path] = files[path].replace(b"bravo.models.", b"alpha.models.")
+    result = {r.name: r for r in run_checks(files, fleet=fleet, schema_dir=schema_dir)}
+    assert result["isolation"].status == "failed"
+    assert any("route-hostname" in d and "alpha.models" in d for d in result["isolation"].details)
+
+
+def test_it_fails_a_change_that_moves_litellm_configuration_into_workloads(
+    schema_dir: Path,
+) -> None:
+    fleet = demo_fleet()
+    files = dict(render_repository(fleet, [rich_tenant()]))
+    config = files.pop("tenants/alpha/litellm/llama.yaml")
+    files["tenants/alpha/workloads/endpoints/llama.yaml"] += b"---\n" + config
+    result = {r.name: r for r in run_checks(files, fleet=fleet, schema_dir=schema_dir)}
+    assert result["isolation"].status == "failed"
+    assert any("litellm-config" in d for d in result["isolation"].details)

@@ -87,6 +87,11 @@ def test_it_loads_a_fleet_file(tmp_path: Path) -> None:
             "true or false",
         ),
         ("gateway: {name: gw, port: 80}\n", "gateway.port", "Unknown key"),
+        (
+            "gateway: {name: gw, implementation: nginx}\n",
+            "gateway.implementation",
+            "Must be one of envoy-gateway, cilium",
+        ),
         ("max_gpus_per_tenant: true\n", "max_gpus_per_tenant", "whole number"),
         ("topology_levels: kubernetes.io/hostname\n", "topology_levels", "list"),
         ("name: Bad Name\n", "name", "DNS label"),
@@ -103,6 +108,18 @@ def test_it_names_the_key_of_a_bad_fleet_file(
         load_fleet(file)
     assert path in caught.value.errors, caught.value.errors
     assert fragment in caught.value.errors[path]
+
+
+def test_it_reads_the_gateway_implementation(tmp_path: Path) -> None:
+    file = tmp_path / "fleet.yaml"
+    file.write_text(
+        "gateway: {name: gw, namespace: gw-system, hostname: models.lab.example,"
+        " implementation: cilium}\n"
+    )
+    assert load_fleet(file).gateway.implementation == "cilium"
+    file.write_text("gateway: {proxy_namespace: eg}\n")
+    gateway = load_fleet(file).gateway
+    assert (gateway.implementation, gateway.proxy_namespace) == ("envoy-gateway", "eg")
 
 
 def test_it_reports_yaml_syntax_errors(tmp_path: Path) -> None:

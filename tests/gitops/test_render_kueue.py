@@ -52,9 +52,12 @@ def test_it_lists_every_covered_resource_on_every_flavor_in_order() -> None:
 def test_it_covers_only_the_flavors_and_resources_of_the_shares() -> None:
     queue = kueue.cluster_queue(dedicated_tenant(), FLEET)
     (group,) = queue["spec"]["resourceGroups"]
+    # ephemeral-storage: every container requests some (the LimitRange default), and Kueue
+    # refuses a workload asking for a resource its queue does not cover.
     assert group["coveredResources"] == [
         "cpu",
         "memory",
+        "ephemeral-storage",
         "nvidia.com/gpu",
         "nvidia.com/mig-3g.71gb",
     ]

@@ -6,16 +6,35 @@ import dataclasses
 from pathlib import Path
 from typing import get_args
 
+import pytest
+
 from gitops.checks.schema import get_registry, validate_objects
 from gitops.fleet import demo_fleet
 from gitops.render import objects_for, render_repository
-from gitops.specs import ClusterSize, EndpointSpec, ScaleMetric, TenantClusterSpec
+from gitops.specs import (
+    ClusterSize,
+    EndpointSpec,
+    GatewayImplementation,
+    ScaleMetric,
+    TenantClusterSpec,
+)
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 
 
-def test_it_renders_only_objects_the_schemas_accept(schema_dir: Path) -> None:
-    files = render_repository(demo_fleet(), [rich_tenant(), dedicated_tenant()])
+@pytest.mark.parametrize("implementation", get_args(GatewayImplementation))
+def test_it_renders_only_objects_the_schemas_accept(
+    schema_dir: Path, implementation: GatewayImplementation
+) -> None:
+    fleet = demo_fleet()
+    fleet = dataclasses.replace(
+        fleet, gateway=dataclasses.replace(fleet.gateway, implementation=implementation)
+    )
+    files = render_repository(fleet, [rich_tenant(), dedicated_tenant()])
     objs = objects_for(files)
+    # Each implementation's own kinds are among them, so they are validated too.
+    kinds = {o["kind"] for o in objs}
+    assert ("SecurityPolicy" in kinds) == (implementation == "envoy-gateway")
+    assert ("CiliumNetworkPolicy" in kinds) == (implementation == "cilium")
     registry = get_registry(schema_dir)
     unknown = {
         (o["apiVersion"], o["kind"]) for o in objs if not registry.knows(o["apiVersion"], o["kind"])

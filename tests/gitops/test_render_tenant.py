@@ -39,8 +39,12 @@ def test_it_writes_the_platform_and_workload_files_of_a_tenant() -> None:
     files = render_tenant_tree(rich_tenant(), FLEET)
     assert sorted(files) == [
         "tenants/alpha/clusters/dev.yaml",
+        "tenants/alpha/gateway-auth.yaml",
         "tenants/alpha/kustomization.yaml",
         "tenants/alpha/kyverno-policy.yaml",
+        "tenants/alpha/litellm/claimed.yaml",
+        "tenants/alpha/litellm/llama.yaml",
+        "tenants/alpha/litellm/small.yaml",
         "tenants/alpha/namespace.yaml",
         "tenants/alpha/network-policy.yaml",
         "tenants/alpha/portal-access.yaml",
@@ -64,6 +68,10 @@ def test_it_writes_the_platform_and_workload_files_of_a_tenant() -> None:
         "kyverno-policy.yaml",
         "queues.yaml",
         "sync.yaml",
+        "gateway-auth.yaml",
+        "litellm/claimed.yaml",
+        "litellm/llama.yaml",
+        "litellm/small.yaml",
         "clusters/dev.yaml",
         "portal-access.yaml",
     ]
@@ -229,9 +237,25 @@ def test_it_denies_all_traffic_then_opens_dns_namespace_gateway_and_downloads() 
     }
     assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
     assert policies["allow-same-namespace"]["ingress"] == [{"from": [{"podSelector": {}}]}]
+    # Envoy Gateway's proxies run in its own namespace, not in the Gateway's (gateway-system).
     (gateway,) = policies["allow-gateway"]["ingress"]
     assert gateway["from"] == [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway-system"}}}
+        {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}
+            },
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/component": "proxy",
+                    "app.kubernetes.io/managed-by": "envoy-gateway",
+                    "app.kubernetes.io/name": "envoy",
+                }
+            },
+        }
+    ]
+    (litellm,) = policies["allow-litellm"]["ingress"]
+    assert litellm["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "litellm"}}}
     ]
     (download,) = policies["allow-model-download"]["egress"]
     assert "169.254.0.0/16" in download["to"][0]["ipBlock"]["except"]
@@ -239,6 +263,66 @@ def test_it_denies_all_traffic_then_opens_dns_namespace_gateway_and_downloads() 
     local = dataclasses.replace(rich_tenant(), endpoints=(PRIVATE,))
     assert "allow-model-download" not in {
         p["metadata"]["name"] for p in network.tenant_objects(local, FLEET)
+    }
+
+
+def test_it_admits_cilium_gateway_traffic_by_its_ingress_identity_with_the_key() -> None:
+    fleet = dataclasses.replace(
+        FLEET, gateway=dataclasses.replace(FLEET.gateway, implementation="cilium")
+    )
+    objs = {p["metadata"]["name"]: p for p in network.tenant_objects(rich_tenant(), fleet)}
+    policy = objs["allow-gateway"]
+    assert (policy["apiVersion"], policy["kind"]) == ("cilium.io/v2", "CiliumNetworkPolicy")
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["fromEntities"] == ["ingress"]
+    (port,) = rule["toPorts"]
+    assert port["ports"] == [{"port": "8080", "protocol": "TCP"}]
+    assert port["rules"]["http"] == [
+        {
+            "headerMatches": [
+                {"name": "x-api-key", "secret": {"namespace": "alpha", "name": "gateway-api-key"}}
+            ]
+        }
+    ]
+    # Cilium has no SecurityPolicy: the key check is the policy's L7 rule.
+    assert "tenants/alpha/gateway-auth.yaml" not in render_tenant_tree(rich_tenant(), fleet)
+
+
+def test_it_asks_envoy_gateway_for_the_tenant_key_on_every_tenant_route() -> None:
+    (policy,) = _docs(render_tenant_tree(rich_tenant(), FLEET), "tenants/alpha/gateway-auth.yaml")
+    assert policy["kind"] == "SecurityPolicy" and policy["metadata"]["namespace"] == "alpha"
+    assert policy["spec"]["targetSelectors"] == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "HTTPRoute",
+            "matchLabels": {"ai-factory.io/tenant": "alpha"},
+        }
+    ]
+    assert policy["spec"]["apiKeyAuth"] == {
+        "credentialRefs": [{"group": "", "kind": "Secret", "name": "gateway-api-key"}],
+        "extractFrom": [{"headers": ["x-api-key"]}],
+        "sanitize": True,
+    }
+
+
+def test_it_confines_tenant_routes_to_the_tenant_host_in_the_cluster_too() -> None:
+    policy = kyverno.tenant_policy(rich_tenant(), FLEET)
+    (rule,) = [r for r in policy["spec"]["rules"] if r["name"] == "confine-http-routes"]
+    assert rule["match"] == {
+        "any": [{"resources": {"kinds": ["gateway.networking.k8s.io/v1/HTTPRoute"]}}]
+    }
+    conditions = rule["validate"]["deny"]["conditions"]["any"]
+    assert {
+        "key": "{{ request.object.spec.hostnames || `[]` }}",
+        "operator": "AnyNotIn",
+        "value": ["alpha.models.ai-factory.example.com"],
+    } in conditions
+    assert any(c["operator"] == "NotEquals" and c["value"] == "alpha" for c in conditions)
+    protect = {p["metadata"]["name"]: p for p in kyverno.cluster_policies()}
+    (litellm,) = protect["protect-litellm-config"]["spec"]["rules"]
+    assert litellm["validate"]["deny"] == {}
+    assert litellm["match"]["any"][0]["resources"]["selector"] == {
+        "matchLabels": {"ai-factory.io/litellm-model": "?*"}
     }
 
 
@@ -255,6 +339,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "require-hami-limits",
         "restrict-image-registries",
         "limit-gpus-per-pod",
+        "confine-http-routes",
     }
     for rule in rules.values():
         assert rule["validate"]["failureAction"] == "Enforce"
@@ -284,7 +369,11 @@ def test_it_caps_gpus_per_pod_at_the_fleet_limit_and_drops_vcluster_images() -> 
 
 def test_it_protects_hami_fleet_wide() -> None:
     policies = {p["metadata"]["name"]: p for p in kyverno.cluster_policies()}
-    assert set(policies) == {"forbid-hami-bypass-env", "protect-hami-annotations"}
+    assert set(policies) == {
+        "forbid-hami-bypass-env",
+        "protect-hami-annotations",
+        "protect-litellm-config",
+    }
     for policy in policies.values():
         assert policy["kind"] == "ClusterPolicy"
         assert "namespace" not in policy["metadata"]
@@ -379,7 +468,7 @@ def test_it_gives_a_cluster_without_pools_no_node_sync() -> None:
 
 
 def test_it_serves_a_whole_gpu_endpoint_with_vllm_on_kserve() -> None:
-    isvc, route, config = kserve.endpoint_objects(rich_tenant(), LLAMA, FLEET)
+    isvc, route = kserve.endpoint_objects(rich_tenant(), LLAMA, FLEET)
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     assert isvc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
@@ -405,18 +494,22 @@ def test_it_serves_a_whole_gpu_endpoint_with_vllm_on_kserve() -> None:
 
     assert route["kind"] == "HTTPRoute"
     assert route["spec"]["parentRefs"][0]["namespace"] == "gateway-system"
+    # The tenant's own host: no other tenant's route can match its requests.
+    assert route["spec"]["hostnames"] == ["alpha.models.ai-factory.example.com"]
+    assert route["metadata"]["labels"]["ai-factory.io/tenant"] == "alpha"
     (rule,) = route["spec"]["rules"]
-    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/alpha/llama"}}]
+    assert rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/llama"}}]
     assert rule["backendRefs"] == [{"name": "llama-predictor", "port": 80}]
 
-    assert config["kind"] == "ConfigMap"
+    (config,) = _docs(render_tenant_tree(rich_tenant(), FLEET), "tenants/alpha/litellm/llama.yaml")
+    assert config["kind"] == "ConfigMap" and config["metadata"]["namespace"] == "alpha"
     assert config["metadata"]["labels"]["ai-factory.io/litellm-model"] == "true"
     assert yaml.safe_load(config["data"]["model_list.yaml"]) == [
         {
             "model_name": "alpha/llama",
             "litellm_params": {
                 "model": "hosted_vllm/llama-3.1-8b",
-                "api_base": "https://models.ai-factory.example.com/alpha/llama/v1",
+                "api_base": "http://llama-predictor.alpha.svc.cluster.local/openai/v1",
             },
             "model_info": {"id": "alpha/llama"},
         }
@@ -424,7 +517,7 @@ def test_it_serves_a_whole_gpu_endpoint_with_vllm_on_kserve() -> None:
 
 
 def test_it_gives_hami_endpoints_memory_and_cores_and_cpu_scaling() -> None:
-    isvc, _, _ = kserve.endpoint_objects(rich_tenant(), SMALL, FLEET)
+    isvc, _ = kserve.endpoint_objects(rich_tenant(), SMALL, FLEET)
     predictor = isvc["spec"]["predictor"]
     assert predictor["model"]["resources"]["limits"] == {
         "cpu": "8",
@@ -446,7 +539,7 @@ def test_it_keeps_an_unexposed_mig_endpoint_in_the_cluster() -> None:
 
 
 def test_it_claims_dra_gpus_for_an_endpoint_per_replica() -> None:
-    template, isvc, _, _ = kserve.endpoint_objects(rich_tenant(), CLAIMED, FLEET)
+    template, isvc, _ = kserve.endpoint_objects(rich_tenant(), CLAIMED, FLEET)
     assert template["kind"] == "ResourceClaimTemplate"
     assert template["metadata"]["name"] == "claimed-gpus"
     (request,) = template["spec"]["spec"]["devices"]["requests"]
