@@ -83,6 +83,9 @@ class FleetSpec:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     vcluster_chart_version: str = "0.30.0"
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
+    # Each tenant's Flux source reads only its own projection repository,
+    # ``<tenant_git_base_url>/<slug>.git`` (see gitops/sources.py).
+    tenant_git_base_url: str = "http://portal.portal-system.svc/git/tenants"
     # The portal's own service account: it may read tenant clusters' kubeconfig Secrets.
     portal_namespace: str = "portal-system"
     portal_service_account: str = "portal"
@@ -91,6 +94,10 @@ class FleetSpec:
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
+
+    def tenant_git_url(self, slug: str) -> str:
+        """The URL of the tenant's read-only projection repository."""
+        return f"{self.tenant_git_base_url.rstrip('/')}/{slug}.git"
 
 
 @dataclass(frozen=True)
