@@ -130,6 +130,32 @@ class Kube:
             # The message leaves the value out: it is a credential.
             raise KubeError(f"Could not {what}: its data is not base64.") from exc
 
+    def write_secret(
+        self, namespace: str, name: str, data: dict[str, bytes], *, labels: dict[str, str]
+    ) -> None:
+        """Create the Opaque Secret, or replace the one there (data and labels as given).
+
+        A missing namespace is a ``KubeError`` with status 404, as from the API server.
+        """
+        body = client.V1Secret(
+            api_version="v1",
+            kind="Secret",
+            type="Opaque",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels),
+            data={key: base64.b64encode(value).decode("ascii") for key, value in data.items()},
+        )
+        what = f"write secret {namespace}/{name}"
+        try:
+            self._call(what, lambda **kw: self.core.read_namespaced_secret(name, namespace, **kw))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            self._call(what, lambda **kw: self.core.create_namespaced_secret(namespace, body, **kw))
+        else:
+            self._call(
+                what, lambda **kw: self.core.replace_namespaced_secret(name, namespace, body, **kw)
+            )
+
     def set_unschedulable(self, node: str, value: bool) -> None:
         """Cordon (True) or uncordon (False) a node, as ``kubectl cordon`` does."""
         self._call(

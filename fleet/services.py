@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -27,15 +27,18 @@ from fleet.flavors import derive_flavors
 from fleet.kube import HELM_RELEASE, INFERENCE_SERVICE, KUSTOMIZATION, CustomKind, Kube, KubeError
 from fleet.models import FluxObject, Health, Node, SyncState, Workload
 from gitops import services as gitops_services
+from gitops import sources
 from gitops.applied import FluxReport, update_apply_states
 from gitops.fleet import base_fleet, configured_fleet
 from gitops.models import ChangeRequest
+from gitops.render.flux import TENANT_SOURCE_SECRET
 from gitops.render.meta import FLUX_NAMESPACE, FLUX_TENANT_LABEL, TENANT_LABEL
 from gitops.render.vcluster import pool_labels
 from gitops.specs import FleetSpec
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from portal.models import Job
+from tenants.access import is_platform_admin
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +122,18 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
             else:
                 _record(source, items=kept, skipped=skipped)
                 report.counts[source] = kept
+        step(85, "writing tenants' Git credentials")
+        try:
+            installed, waiting = ensure_source_credentials(kube)
+        except KubeError as exc:
+            logger.warning("writing tenants' Git credentials failed: %s", exc)
+            report.errors[CREDENTIALS] = str(exc)
+        else:
+            report.counts[CREDENTIALS] = installed
+            if waiting:
+                logger.info(
+                    "%d tenants' namespaces are not there yet for their Git Secret", waiting
+                )
         if SyncState.Source.FLUX not in report.errors:
             step(90, "updating the state of merged changes")
             moved = update_apply_states(gitops_services.repository(), flux_reports())
@@ -395,6 +410,84 @@ def flux_reports() -> list[FluxReport]:
         )
         for row in FluxObject.objects.filter(kind=FluxObject.Kind.KUSTOMIZATION)
     ]
+
+
+# --- tenants' Git credentials ---------------------------------------------------------------
+
+CREDENTIALS = "git credentials"
+# The user name is not checked (the token is the password); it names the writer for humans.
+SOURCE_USERNAME = b"flux"
+SOURCE_SECRET_LABELS = {"app.kubernetes.io/managed-by": "ai-factory-portal"}
+
+
+def install_source_credentials(slug: str, *, acting_user: Any, kube: Kube) -> str:
+    """Issue the tenant a new source token and write it into the tenant's Secret; returns the
+    token's visible prefix.
+
+    One transaction: when the API refuses the Secret, the new token is rolled back and the one
+    before stays valid, so a failed rotation never breaks a working source.
+    """
+    with transaction.atomic():
+        token = sources.issue_token(slug, acting_user=acting_user)
+        kube.write_secret(
+            slug,
+            TENANT_SOURCE_SECRET,
+            {"username": SOURCE_USERNAME, "password": token.encode("utf-8")},
+            labels={**SOURCE_SECRET_LABELS, TENANT_LABEL: slug},
+        )
+    return token[: sources.VISIBLE_CHARS]
+
+
+def ensure_source_credentials(kube: Kube) -> tuple[int, int]:
+    """Give every tenant on main that has no source token one, written into its namespace.
+
+    The namespace exists only once Flux applied the onboarding, so this runs with every fleet
+    sync: a tenant whose namespace is not there yet (404) waits for the next one. Returns
+    (installed, still waiting). Tenants that have a token cost one query in all.
+    """
+    repo = gitops_services.repository()
+    main = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if main is None:
+        return 0, 0
+    installed = waiting = 0
+    for slug in sorted(sources.tokenless(sources.tenant_slugs(repo, main))):
+        try:
+            install_source_credentials(slug, acting_user=None, kube=kube)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            waiting += 1
+        else:
+            installed += 1
+    return installed, waiting
+
+
+def do_rotate_source_token(slug: str, *, acting_user: Any, kube: Kube | None = None) -> str:
+    """Replace a tenant's source token (platform admins only); returns the new prefix.
+
+    The old token stops working as soon as the new one is in the tenant's Secret; Flux picks
+    the Secret up at its next fetch.
+    """
+    if not is_platform_admin(acting_user):
+        raise PermissionDenied("Only platform admins can rotate a tenant's Git token.")
+    repo = gitops_services.repository()
+    main = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if main is None or slug not in sources.tenant_slugs(repo, main):
+        raise ValidationError(
+            f"Tenant '{slug}' is not on main: its onboarding must be merged before it has a "
+            "Git token."
+        )
+    own = kube is None
+    kube = kube or Kube()
+    try:
+        return install_source_credentials(slug, acting_user=acting_user, kube=kube)
+    except KubeError as exc:
+        raise ValidationError(
+            f"The token was not rotated (the old one still works): {exc}"
+        ) from exc
+    finally:
+        if own:
+            kube.close()
 
 
 # --- cordon and drain -----------------------------------------------------------------------

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from django.db import transaction
 
+from gitops import sources
 from gitops.checks.kustomize import flux_kustomizations
 from gitops.checks.manifests import build_inputs
 from gitops.models import ChangeRequest
@@ -126,10 +127,23 @@ def verdict(
     return Verdict(ChangeRequest.Apply.APPLIED, f"Applied at {short} by {', '.join(names)}.")
 
 
+def on_main(report: FluxReport) -> FluxReport:
+    """The report with revisions of main: a tenant's Kustomization reads the tenant's
+    projection repository, whose commits name the main commit they were made from."""
+
+    def translate(sha: str | None) -> str | None:
+        return (sources.main_commit(report.namespace, sha) or sha) if sha else sha
+
+    applied, attempted = translate(report.applied_sha), translate(report.attempted_sha)
+    if (applied, attempted) == (report.applied_sha, report.attempted_sha):
+        return report
+    return replace(report, applied_sha=applied, attempted_sha=attempted)
+
+
 def update_apply_states(repo: GitRepository, reports: Iterable[FluxReport]) -> list[ChangeRequest]:
     """Move merged changes on from pending (or failed: a later fix may apply them) and audit
     every transition. Returns the changes whose state changed."""
-    by_key = {report.key: report for report in reports}
+    by_key = {report.key: on_main(report) for report in reports}
     moved: list[ChangeRequest] = []
     candidates = ChangeRequest.objects.filter(
         status=ChangeRequest.Status.MERGED,

@@ -9,10 +9,15 @@ v2, shallow and filtered fetches), we do routing, authentication and the HTTP fr
 * ``git-receive-pack`` (push), in either form, is refused with 403: changes reach the
   repository only through the portal's reviewed change requests.
 
-Authentication is a token from ``settings.GITOPS_HTTP_TOKENS``, sent as the password of HTTP
-Basic (any user name, which is what a Flux ``GitRepository`` secret with ``username`` and
-``password`` sends) or as ``Authorization: Bearer <token>``. Only the repository at
-``settings.GITOPS_REPO_PATH`` is served, under its directory name without ``.git``.
+Two kinds of repository are served (``gitops.sources``): the fleet repository at
+``settings.GITOPS_REPO_PATH``, under its directory name without ``.git``, and each tenant's
+read-only projection at ``tenants/<slug>.git``. Authentication is a token sent as the
+password of HTTP Basic (any user name, which is what a Flux ``GitRepository`` secret with
+``username`` and ``password`` sends) or as ``Authorization: Bearer <token>``. A platform token
+(``settings.GITOPS_HTTP_TOKENS``) reads every repository; a tenant's token reads its own
+projection only. No or an unknown token gets 401 with a Basic challenge; a valid token asking
+for a repository it may not read gets the 404 of a repository that is not there, so a tenant
+cannot probe for other tenants.
 
 Serve it with gunicorn in production. Django's development server (``make demo``) works for
 git and for Flux's go-git, with two gaps: it does not decode chunked request bodies (git sends
@@ -25,17 +30,16 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hmac
 import os
 import re
 import subprocess
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import wraps
 from pathlib import Path
 from typing import Protocol
 
-from django.conf import settings
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -45,6 +49,8 @@ from django.http import (
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
+
+from gitops import sources
 
 _CHUNK = 64 * 1024
 
@@ -60,14 +66,6 @@ _NO_CACHE = {
     "Pragma": "no-cache",
     "Cache-Control": "no-cache, max-age=0, must-revalidate",
 }
-
-
-def _repository(name: str) -> Path | None:
-    """The served repository, if ``name`` is its name."""
-    repo = Path(settings.GITOPS_REPO_PATH)
-    if name != repo.name.removesuffix(".git") or not (repo / "HEAD").is_file():
-        return None
-    return repo
 
 
 def _not_found() -> HttpResponse:
@@ -88,22 +86,17 @@ def _token(request: HttpRequest) -> str | None:
     return None
 
 
-def _authorized(request: HttpRequest) -> bool:
+def _resolve(request: HttpRequest, name: str) -> Path | HttpResponse:
+    """The repository ``name`` if the request's token may read it, else the refusal."""
     token = _token(request)
-    if token is None:
-        return False
-    offered = token.encode("utf-8")
-    # Compare against every configured token, each in constant time.
-    matches = [hmac.compare_digest(offered, t.encode("utf-8")) for t in settings.GITOPS_HTTP_TOKENS]
-    return any(matches)
-
-
-def _denied(request: HttpRequest) -> HttpResponse | None:
-    if _authorized(request):
-        return None
-    response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
-    response["WWW-Authenticate"] = 'Basic realm="fleet"'
-    return response
+    if token is None or not sources.is_known_token(token):
+        response = HttpResponse("Authentication required.\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Basic realm="fleet"'
+        return response
+    repository = sources.served(name)
+    if repository is None or not sources.may_read(repository, token):
+        return _not_found()
+    return repository.path
 
 
 def _push_refused() -> HttpResponse:
@@ -132,11 +125,9 @@ def _pkt_line(text: str) -> bytes:
 @require_GET
 def info_refs(request: HttpRequest, name: str) -> HttpResponse:
     """The ref advertisement that starts every clone and fetch."""
-    if (denied := _denied(request)) is not None:
-        return denied
-    repo = _repository(name)
-    if repo is None:
-        return _not_found()
+    repo = _resolve(request, name)
+    if isinstance(repo, HttpResponse):
+        return repo
     service = request.GET.get("service")
     if service == "git-receive-pack":
         return _push_refused()
@@ -168,11 +159,9 @@ def info_refs(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 def upload_pack(request: HttpRequest, name: str) -> HttpResponseBase:
     """Negotiation and pack data, streamed through ``git upload-pack --stateless-rpc``."""
-    if (denied := _denied(request)) is not None:
-        return denied
-    repo = _repository(name)
-    if repo is None:
-        return _not_found()
+    repo = _resolve(request, name)
+    if isinstance(repo, HttpResponse):
+        return repo
     if request.content_type != "application/x-git-upload-pack-request":
         return HttpResponse("Unexpected content type.\n", status=415, content_type="text/plain")
     gzipped = request.headers.get("Content-Encoding", "").lower() in ("gzip", "x-gzip")
@@ -252,8 +241,31 @@ def _drain(process: subprocess.Popen[bytes], feeder: threading.Thread) -> Iterat
         feeder.join(timeout=5)
 
 
+def _tenant(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """The same view for ``tenants/<slug>.git``: the name it serves is ``tenants/<slug>``."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, slug: str) -> HttpResponseBase:
+        return view(request, f"tenants/{slug}")
+
+    return wrapped
+
+
 urlpatterns = [
     path("<str:name>.git/info/refs", info_refs, name="githttp_info_refs"),
     path("<str:name>.git/git-upload-pack", upload_pack, name="githttp_upload_pack"),
     path("<str:name>.git/git-receive-pack", receive_pack, name="githttp_receive_pack"),
+    # Token-authenticated (no session), so not behind the tenant membership helper: a token
+    # that may not read the projection gets the same 404 as a repository that does not exist.
+    path("tenants/<str:slug>.git/info/refs", _tenant(info_refs), name="githttp_tenant_info_refs"),
+    path(
+        "tenants/<str:slug>.git/git-upload-pack",
+        _tenant(upload_pack),
+        name="githttp_tenant_upload_pack",
+    ),
+    path(
+        "tenants/<str:slug>.git/git-receive-pack",
+        _tenant(receive_pack),
+        name="githttp_tenant_receive_pack",
+    ),
 ]

@@ -156,3 +156,27 @@ class FleetInventory(models.Model):
 
     def __str__(self) -> str:
         return f"fleet inventory ({len(self.flavors)} flavors)"
+
+
+class SourceToken(models.Model):
+    """The credential a tenant's Flux source uses to read the tenant's projection repository.
+
+    Only a SHA-256 digest and a short visible prefix are kept: the token itself exists once,
+    in the Kubernetes Secret the portal writes into the tenant's namespace. Tokens are 256
+    random bits, so a plain digest is enough (no password stretching). One row per tenant:
+    rotating replaces it, and the old token stops working at once.
+    """
+
+    tenant_slug = models.CharField(max_length=63, unique=True)
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["tenant_slug"]
+
+    def __str__(self) -> str:
+        return f"source token {self.prefix}… of {self.tenant_slug}"

@@ -639,6 +639,81 @@ class GitRepository:
         self._update_ref(ref, sha, ours_sha)
         return sha
 
+    def project(
+        self,
+        source: GitRepository,
+        rev: str,
+        prefix: str,
+        *,
+        branch: str,
+        message: str,
+        committer: Identity,
+    ) -> str | None:
+        """Make ``branch`` of this repository hold only ``prefix`` of ``source`` at ``rev``.
+
+        The subtree keeps its path (``tenants/a/workloads`` stays there), so paths that point
+        into it stay valid. Only the objects below ``prefix`` are copied in: this repository
+        never holds anything else of ``source``, so serving it cannot leak another object, not
+        even by id. The commit is deterministic (its time is the source commit's, the parent is
+        the branch's tip), and none is made when the tree is unchanged. Returns the branch's
+        tip afterwards, or None when ``prefix`` does not exist at ``rev`` and the branch does
+        not either. Compare-and-swap like every write; retried on a concurrent projection.
+        """
+        parts = _split_prefix(prefix)
+        if not parts:
+            raise InvalidPath("a projection needs a directory, not the whole repository")
+        origin = source._commit(rev)
+        subtree = source._lookup_path(origin.tree, parts)
+        ref = self._ref_name(branch)
+        with self._writer_queue(ref):
+            tip = self.head(branch)
+            if not isinstance(subtree, pygit2.Tree):
+                return tip
+            oid = self._copy_tree(source, subtree.id)
+            for part in reversed(parts):
+                entries = _TreeEntries([], [])
+                entries.put(part.encode("utf-8", "surrogateescape"), _TREE_MODE, oid.raw)
+                oid = self._write_tree(entries)
+            parent = self._commit(tip) if tip else None
+            if parent is not None and parent.tree_id == oid:
+                return tip
+            when = origin.committer
+            signature = pygit2.Signature(committer.name, committer.email, when.time, when.offset)
+            sha = str(
+                self._repo.create_commit(
+                    None,
+                    signature,
+                    signature,
+                    message.rstrip() + "\n",
+                    oid,
+                    [parent.id] if parent else [],
+                )
+            )
+            self._update_ref(ref, sha, tip)
+            return sha
+
+    def _copy_tree(self, source: GitRepository, oid: pygit2.Oid) -> pygit2.Oid:
+        """Copy a tree and everything below it from ``source``, skipping what is here already.
+
+        A tree is written only after its entries, so a tree found here has all of them.
+        """
+        odb = self._repo.odb
+        if oid in odb:
+            return oid
+        for entry in source._tree_entries(oid).entries:
+            mode = int(entry[: entry.index(b" ")], 8)
+            child = pygit2.Oid(raw=entry[-20:])
+            if mode == _TREE_MODE:
+                self._copy_tree(source, child)
+            elif mode == _GITLINK_MODE:
+                raise InvalidPath("a projected directory must not contain a submodule")
+            elif child not in odb:
+                kind, data = source._repo.odb.read(child)
+                odb.write(kind, data)
+        kind, data = source._repo.odb.read(oid)
+        written = odb.write(kind, data)
+        return written
+
     def maintain(self) -> None:
         """Pack loose objects when there are many (``git gc --auto``); run it periodically.
 

@@ -467,6 +467,14 @@ def do_record_forge_event(*, number: int, kind: str, merge_sha: str | None) -> C
         change.merged_at = timezone.now()
         change.apply_state = ChangeRequest.Apply.PENDING
         action = "change.forge_merge"
+        enqueue(
+            "gitops.project_tenants",
+            title=f"Project main for change #{change.pk}",
+            slugs=sorted(
+                {p.split("/")[1] for p in change.files_changed if p.startswith("tenants/")}
+                - {"kustomization.yaml"}
+            ),
+        )
     else:
         change.status = ChangeRequest.Status.CLOSED
         change.closed_at = timezone.now()

@@ -108,6 +108,9 @@ class FleetSpec:
     # with clusters; point it at a mirror in an air-gapped fleet.
     vcluster_hosts_image: str = "mirror.gcr.io/library/alpine:3.20"
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
+    # Each tenant's Flux source reads only its own projection repository,
+    # ``<tenant_git_base_url>/<slug>.git`` (see gitops/sources.py).
+    tenant_git_base_url: str = "http://portal.portal-system.svc/git/tenants"
     # The portal's own service account: it may read tenant clusters' kubeconfig Secrets.
     portal_namespace: str = "portal-system"
     portal_service_account: str = "portal"
@@ -119,6 +122,10 @@ class FleetSpec:
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
+
+    def tenant_git_url(self, slug: str) -> str:
+        """The URL of the tenant's read-only projection repository."""
+        return f"{self.tenant_git_base_url.rstrip('/')}/{slug}.git"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import requests
 from django.conf import settings
 from django.db import transaction
 
+from gitops import sources
 from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
@@ -73,6 +74,11 @@ def publish_merge(job: Job) -> None:
             change.merge_sha = new_sha
             job.append_log(f"rebased onto the remote; merge commit is now {new_sha[:12]}")
         job.append_log(f"pushed; remote main at {(result.tip or '')[:12]}")
+    slugs = sources.slugs_in(change.files_changed)
+    if slugs:
+        # Before Flux is nudged, so the tenants' sources find the new revision at once.
+        job.set_progress(40, f"projecting main for {', '.join(sorted(slugs))}")
+        sources.update_projections(repository(), slugs)
     if settings.FLUX_RECEIVER_URL:
         job.set_progress(60, "notifying the Flux receiver")
         headers = {}
@@ -114,8 +120,19 @@ def open_forge_pull_request(job: Job) -> None:
     job.set_progress(100, f"opened {pull.url}")
 
 
+@job_task("gitops.project_tenants")
+def project_tenants(job: Job) -> None:
+    """Bring tenants' projection repositories level with main (all of them without ``slugs``)."""
+    slugs = job.kwargs.get("slugs")
+    count = sources.update_projections(repository(), slugs)
+    job.set_progress(100, f"{count} tenant projections up to date")
+
+
 @job_task("gitops.maintain")
 def maintain_repository(job: Job) -> None:
-    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule."""
+    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule, and
+    catch up any tenant projection a failed job left behind (cheap: tree ids are compared)."""
     repository().maintain()
-    job.set_progress(100, "repository packed where needed")
+    job.set_progress(50, "repository packed where needed")
+    count = sources.update_projections(repository())
+    job.set_progress(100, f"repository packed where needed; {count} tenant projections checked")

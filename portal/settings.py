@@ -252,8 +252,12 @@ GITOPS_FORGE_API_URL = env("GITOPS_FORGE_API_URL")
 GITOPS_FORGE_REPO = env("GITOPS_FORGE_REPO")  # owner/name, or the GitLab project id or path
 GITOPS_FORGE_TOKEN = env("GITOPS_FORGE_TOKEN")
 GITOPS_FORGE_WEBHOOK_SECRET = env("GITOPS_FORGE_WEBHOOK_SECRET")
-# Tokens that may clone the portal's repository over HTTP (Flux's GitRepository secret).
+# Platform tokens that may clone the portal's repositories over HTTP (the flux-system
+# GitRepository's secret): the fleet repository and every tenant's projection. Tenants' own
+# sources use per-tenant tokens the portal issues and writes into their namespaces.
 GITOPS_HTTP_TOKENS = env_list("GITOPS_HTTP_TOKENS")
+# Where the per-tenant projection repositories live; empty: tenants/ beside GITOPS_REPO_PATH.
+GITOPS_TENANT_REPOS_DIR = env("GITOPS_TENANT_REPOS_DIR")
 # Flux notification-controller Receiver URL to call after a merge, so Flux reconciles at once.
 FLUX_RECEIVER_URL = env("FLUX_RECEIVER_URL")
 FLUX_RECEIVER_TOKEN = env("FLUX_RECEIVER_TOKEN")

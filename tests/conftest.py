@@ -145,6 +145,7 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
 
     from fleet.simulator import Simulator
     from fleet.simulator.config import SimConfig
+    from gitops.sources import simulator_git_options
 
     started: list[Any] = []
 
@@ -156,7 +157,10 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
             recreate_delay=0,
             fleet_name=settings.GITOPS_FLEET_NAME,
         )
-        simulator = Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main")
+        settings.GITOPS_HTTP_TOKENS = ["platform-test-token"]
+        simulator = Simulator(
+            config, repo_path=settings.GITOPS_REPO_PATH, branch="main", **simulator_git_options()
+        )
         started.append(simulator)
         settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=tick_seconds)
         settings.FLEET_API_TOKEN = ""

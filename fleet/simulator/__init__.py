@@ -19,6 +19,7 @@ Times are wall-clock seconds (``time.time()``); ``tick(now)`` takes one explicit
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -30,9 +31,9 @@ from typing import Any
 from fleet.simulator.cluster import Cluster
 from fleet.simulator.config import SimConfig, load_config, validate_config
 from fleet.simulator.dcgm import GpuSample
-from fleet.simulator.flux import FluxPlayer
+from fleet.simulator.flux import FluxPlayer, Resolver, Verifier
 from fleet.simulator.server import Api, ApiServer
-from fleet.simulator.store import RESOURCES, JsonObject, Store
+from fleet.simulator.store import RESOURCES, SECRETS, JsonObject, Store
 
 __all__ = ["SimConfig", "Simulator", "load_config"]
 
@@ -51,14 +52,42 @@ class Simulator:
         repo_path: str | Path | None = None,
         branch: str = "main",
         token: str = "",
+        git_credentials: tuple[str, str] = ("git", "flux-bootstrap"),
+        verify_git: Verifier | None = None,
+        resolve_git: Resolver | None = None,
     ) -> None:
+        """``git_credentials`` go into the ``flux-system`` Secret, as ``flux bootstrap`` writes
+        it. ``verify_git(url, username, password)`` decides whether the Git server would serve
+        a source (default: any non-empty pair); ``resolve_git(url)`` maps a source URL to the
+        local bare repository it reads (default: ``repo_path``)."""
         validate_config(config)
         self.config = config
         self.token = token
         now = time.time()
         self.store = Store(config.seed)
         self.cluster = Cluster(config, self.store, now)
-        self.flux = FluxPlayer(config, self.store, self.cluster, repo_path, branch)
+        self.flux = FluxPlayer(
+            config,
+            self.store,
+            self.cluster,
+            repo_path,
+            branch,
+            verifier=verify_git,
+            resolve=resolve_git,
+        )
+        username, password = git_credentials
+        self.store.apply(
+            SECRETS,
+            {
+                "metadata": {"name": "flux-system", "namespace": "flux-system"},
+                "type": "Opaque",
+                "data": {
+                    "username": base64.b64encode(username.encode()).decode(),
+                    "password": base64.b64encode(password.encode()).decode(),
+                },
+            },
+            now,
+        )
         self._tick_lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: ApiServer | None = None

@@ -1,9 +1,15 @@
 """The Flux player: applies the portal's Git repository to the simulated cluster the way
 kustomize-controller does, and plays helm-controller and KServe for what it applied.
 
-It polls the branch head. ``flux_delay`` seconds after the head moved (or at once when a
-client sets ``reconcile.fluxcd.io/requestedAt`` on a Kustomization or GitRepository, as the
-notification Receiver does) it reconciles that revision:
+It polls the heads its GitRepositories read, their specs and Secrets. ``flux_delay`` seconds
+after one of them moved (or at once when a client sets ``reconcile.fluxcd.io/requestedAt`` on
+a Kustomization or GitRepository, as the notification Receiver does) it reconciles:
+
+- every GitRepository is fetched as source-controller does: its URL mapped to a local
+  repository, its ``secretRef`` Secret read and the credentials checked; a missing Secret
+  (``AuthenticationFailed``) or refused credentials (``GitOperationFailed``, "authentication
+  required") make it Ready False, and its Kustomizations stay on the last artifact it stored
+  (``ArtifactFailed`` when there is none);
 
 - ``flux-system/flux-system`` builds ``clusters/<fleet>``; every Flux Kustomization in a
   successful build output exists from then on and is reconciled in the same pass, parents
@@ -22,11 +28,12 @@ notification Receiver does) it reconciles that revision:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -135,6 +142,16 @@ def _condition(
     return condition
 
 
+def _decoded(value: object) -> str:
+    """A Secret data value as text; empty when absent or not base64 (as a missing key)."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        return base64.b64decode(value, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+
+
 def _generation(obj: Mapping[str, Any]) -> int:
     return int(as_dict(obj.get("metadata")).get("generation") or 1)
 
@@ -175,8 +192,43 @@ class _Endpoint:
     error: str = ""
 
 
+Verifier = Callable[[str, str, str], bool]
+Resolver = Callable[[str], "Path | None"]
+
+
+def accept_any_credentials(url: str, username: str, password: str) -> bool:
+    """The default check: a user name and a password are there (any values)."""
+    return bool(username and password)
+
+
+@dataclass(frozen=True, eq=False)
+class _Artifact:
+    """What source-controller stored for a GitRepository: one revision's files."""
+
+    revision: str
+    sha: str
+    files: Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    """One fetch of a source in a pass: the new artifact, or why there is none."""
+
+    artifact: _Artifact | None
+    message: str = ""
+
+
 class FluxPlayer:
-    """Reconciles the repository at ``repo_path`` (branch ``branch``) into ``store``."""
+    """Reconciles the repository at ``repo_path`` (branch ``branch``) into ``store``.
+
+    Each Kustomization reads the artifact of its own ``sourceRef``, as in Flux. A
+    GitRepository is fetched like source-controller does it: from the local repository that
+    ``resolve`` maps its URL to (default: ``repo_path``), with the ``username``/``password``
+    of the Secret its ``secretRef`` names, which ``verifier(url, username, password)`` accepts
+    or not (default: any non-empty pair; the portal passes its own token check). A source whose
+    Secret is missing or whose credentials are refused is Ready False, and its Kustomizations
+    keep applying the last artifact it stored, or none.
+    """
 
     def __init__(
         self,
@@ -185,15 +237,25 @@ class FluxPlayer:
         cluster: Cluster,
         repo_path: str | Path | None,
         branch: str,
+        *,
+        verifier: Verifier | None = None,
+        resolve: Resolver | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.cluster = cluster
         self.repo_path = Path(repo_path) if repo_path else None
         self.branch = branch
-        self._repo: GitRepository | None = None
-        self._seen: str | None = None
+        self.verifier = verifier or accept_any_credentials
+        self.resolve: Resolver = resolve or (lambda _url: self.repo_path)
+        self._repos: dict[Path, GitRepository] = {}
+        self._trees: dict[Path, tuple[str, Mapping[str, bytes]]] = {}
+        self._seen: Any = None
         self._due: float | None = None
+        # Per GitRepository: the last artifact it stored; per pass: what each fetch gave.
+        self._artifacts: dict[KId, _Artifact] = {}
+        self._fetched: dict[KId, _Fetch] = {}
+        self._builds: dict[tuple[str, str], BuildResult] = {}
         # Per Kustomization: the object as its parent applied it, and what it applied.
         self._specs: dict[KId, JsonObject] = {}
         self._inventory: dict[KId, dict[str, JsonObject]] = {}
@@ -202,32 +264,56 @@ class FluxPlayer:
 
     # --- polling -----------------------------------------------------------------------------
 
-    def _head(self) -> str | None:
-        if self.repo_path is None:
+    def _open(self, path: Path | None) -> GitRepository | None:
+        if path is None or not (path / "HEAD").exists():
             return None
-        if self._repo is None:
-            if not (self.repo_path / "HEAD").exists():
-                return None
+        if path not in self._repos:
             try:
-                self._repo = GitRepository(self.repo_path)
+                self._repos[path] = GitRepository(path)
             except GitRepositoryError as exc:
-                logger.warning("cannot open %s: %s", self.repo_path, exc)
+                logger.warning("cannot open %s: %s", path, exc)
                 return None
-        return self._repo.head(self.branch)
+        return self._repos[path]
+
+    def _head(self) -> str | None:
+        repo = self._open(self.repo_path)
+        return repo.head(self.branch) if repo is not None else None
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        """Everything a reconcile reads: the heads of the sources' repositories, their specs
+        and their Secrets. A change of any starts a reconcile."""
+        parts: list[Any] = [self._head()]
+        for obj in self.store.list(GIT_REPOSITORIES):
+            spec = as_dict(obj.get("spec"))
+            repo = self._open(self.resolve(str(spec.get("url", ""))))
+            branch = str(as_dict(spec.get("ref")).get("branch") or "master")
+            head = repo.head(branch) if repo is not None else None
+            secret_name = as_dict(spec.get("secretRef")).get("name")
+            secret = (
+                self.store.get(SECRETS, key_of(obj)[0], str(secret_name)) if secret_name else None
+            )
+            data = json.dumps(secret.get("data"), sort_keys=True) if secret else None
+            digest = hashlib.sha256(data.encode()).hexdigest() if data else None
+            parts.append((key_of(obj), json.dumps(spec, sort_keys=True), head, digest))
+        return tuple(parts)
 
     def request_reconcile(self, now: float) -> None:
         """Reconcile the current head at the next tick, even if it was applied already."""
         self._due = now
 
     def tick(self, now: float) -> None:
-        """Notice a new head; reconcile it once ``flux_delay`` has passed."""
-        head = self._head()
-        if head is not None and head != self._seen:
-            self._seen = head
+        """Notice a new head (or source, or Secret); reconcile once ``flux_delay`` has passed."""
+        if self._head() is None:
+            return
+        fingerprint = self._fingerprint()
+        if fingerprint != self._seen:
+            self._seen = fingerprint
             self._due = now + self.config.flux_delay
-        if self._due is not None and now >= self._due and self._seen is not None:
+        if self._due is not None and now >= self._due:
             self._due = None
-            self.reconcile(self._seen, now)
+            self.reconcile(now)
+            # What this pass created itself (sources, Secrets) needs no second pass.
+            self._seen = self._fingerprint()
 
     def advance(self, now: float) -> None:
         """Move HelmReleases and InferenceServices whose delay has passed to Ready."""
@@ -235,23 +321,139 @@ class FluxPlayer:
             self._advance_releases(now)
             self._advance_endpoints(now)
 
+    # --- source-controller -------------------------------------------------------------------
+
+    def _files(self, path: Path, repo: GitRepository, sha: str) -> Mapping[str, bytes]:
+        cached = self._trees.get(path)
+        if cached is None or cached[0] != sha:
+            cached = (sha, repo.read_tree(sha))
+            self._trees[path] = cached
+        return cached[1]
+
+    def _bootstrap(self) -> _Fetch:
+        """Before ``flux-system`` exists, ``flux bootstrap`` applies the branch head itself."""
+        sha = self._head()
+        repo = self._open(self.repo_path)
+        if sha is None or repo is None or self.repo_path is None:
+            return _Fetch(None, "Source artifact not found, retrying in 30s")
+        revision = f"{self.branch}@sha1:{sha}"
+        return _Fetch(_Artifact(revision, sha, self._files(self.repo_path, repo, sha)))
+
+    def _fetch(self, obj: JsonObject, now: float) -> _Fetch:
+        """Fetch one GitRepository as source-controller does; record its status."""
+        key = key_of(obj)
+        spec = as_dict(obj.get("spec"))
+        url = str(spec.get("url", ""))
+        branch = str(as_dict(spec.get("ref")).get("branch") or "master")
+        username = password = ""
+        secret_name = as_dict(spec.get("secretRef")).get("name")
+        failure: tuple[str, str] | None = None
+        if secret_name:
+            secret = self.store.get(SECRETS, key[0], str(secret_name))
+            if secret is None:
+                # source-controller's getAuthOpts, when the Secret cannot be read.
+                failure = (
+                    "AuthenticationFailed",
+                    f"failed to get secret '{key[0]}/{secret_name}': "
+                    f'secrets "{secret_name}" not found',
+                )
+            else:
+                data = as_dict(secret.get("data"))
+                username, password = _decoded(data.get("username")), _decoded(data.get("password"))
+        path = self.resolve(url)
+        repo = self._open(path)
+        if failure is None and (repo is None or path is None):
+            failure = (
+                "GitOperationFailed",
+                f"failed to checkout and determine revision: unable to clone '{url}': "
+                "repository not found",
+            )
+        if failure is None and not self.verifier(url, username, password):
+            # What go-git reports when the server answers 401 to the credentials (or none).
+            failure = (
+                "GitOperationFailed",
+                f"failed to checkout and determine revision: unable to clone '{url}': "
+                "authentication required",
+            )
+        sha = repo.head(branch) if failure is None and repo is not None else None
+        if failure is None and sha is None:
+            failure = (
+                "GitOperationFailed",
+                f"failed to checkout and determine revision: unable to clone '{url}': "
+                f'couldn\'t find remote ref "refs/heads/{branch}"',
+            )
+        if failure is not None:
+            logger.info("%s/%s: %s", *key, failure[1])
+            self._source_failed(key, *failure, now)
+            return _Fetch(None, "Source artifact not found, retrying in 30s")
+        assert repo is not None and path is not None and sha is not None
+        artifact = _Artifact(f"{branch}@sha1:{sha}", sha, self._files(path, repo, sha))
+        self._artifacts[key] = artifact
+        self._store_artifact(key, artifact.revision, now)
+        return _Fetch(artifact)
+
+    def _source(self, kid: KId, now: float) -> tuple[_Artifact | None, str]:
+        """The artifact a Kustomization applies (the last one its source stored), or why none."""
+        ref = as_dict(as_dict(self._specs[kid].get("spec")).get("sourceRef"))
+        kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
+        key = (str(ref.get("namespace") or kid[0]), name)
+        if kind != "GitRepository":
+            return None, f"Source '{kind}/{key[0]}/{name}' is not simulated"
+        if key not in self._fetched:
+            obj = self.store.get(GIT_REPOSITORIES, *key)
+            if obj is not None:
+                self._fetched[key] = self._fetch(obj, now)
+            elif key == ROOT:
+                self._fetched[key] = self._bootstrap()
+            else:
+                self._fetched[key] = _Fetch(
+                    None, f"Source 'GitRepository/{key[0]}/{name}' not found"
+                )
+        fetched = self._fetched[key]
+        artifact = fetched.artifact or self._artifacts.get(key)
+        return artifact, fetched.message
+
+    def _build(self, artifact: _Artifact, path: str) -> BuildResult:
+        key = (artifact.sha, path)
+        if key not in self._builds:
+            self._builds[key] = kustomize_build(artifact.files, path)
+        return self._builds[key]
+
     # --- kustomize-controller ----------------------------------------------------------------
 
-    def reconcile(self, sha: str, now: float) -> None:
-        """Apply revision ``sha`` of the branch: every Kustomization, parents first."""
-        assert self._repo is not None
-        revision = f"{self.branch}@sha1:{sha}"
-        files = self._repo.read_tree(sha)
+    def reconcile(self, now: float) -> None:
+        """Fetch every source and apply every Kustomization, parents first."""
+        if self._head() is None:
+            return
+        self._fetched = {}
+        self._builds = {}
+        for obj in self.store.list(GIT_REPOSITORIES):
+            self._fetched[key_of(obj)] = self._fetch(obj, now)
         root_path = f"clusters/{self.config.fleet_name}"
-        wanted = {found.path for found in flux_kustomizations(files)} | {root_path}
-        paths = sorted(wanted | {self._path(obj) for obj in self._specs.values()})
+        self._specs.setdefault(ROOT, self._root_object(root_path))
         # kubectl runs outside the lock and in parallel: the API keeps answering meanwhile.
+        wanted: set[tuple[_Artifact, str]] = set()
+        for kid, obj in self._specs.items():
+            artifact, _ = self._source(kid, now)
+            if artifact is not None:
+                wanted.add((artifact, self._path(obj)))
+                if kid == ROOT:
+                    platform = flux_kustomizations(artifact.files)
+                    wanted |= {
+                        (artifact, found.path)
+                        for found in platform
+                        if found.kustomization.startswith(f"{ROOT[0]}/")
+                    }
         with ThreadPoolExecutor(max_workers=8) as pool:
-            results = pool.map(lambda path: kustomize_build(files, path), paths)
-            builds = dict(zip(paths, results, strict=True))
-        logger.info("reconciling %s (%d builds)", revision, len(builds))
+            jobs = sorted(wanted, key=lambda item: (item[0].sha, item[1]))
+            for (artifact, path), result in zip(
+                jobs,
+                pool.map(lambda item: kustomize_build(item[0].files, item[1]), jobs),
+                strict=True,
+            ):
+                self._builds[(artifact.sha, path)] = result
+        logger.info("reconciling (%d builds)", len(self._builds))
         with self.store.lock:
-            self._specs.setdefault(ROOT, self._root_object(root_path))
             ready: dict[KId, bool] = {}
             queue: list[KId] = [ROOT]
             while queue:
@@ -259,10 +461,11 @@ class FluxPlayer:
                 queue.remove(kid)
                 if kid in ready or kid not in self._specs:
                     continue
-                children = self._reconcile_one(kid, files, builds, revision, ready, now)
+                children = self._reconcile_one(kid, ready, now)
                 queue += [child for child in children if child not in ready]
-            for repository in self.store.list(GIT_REPOSITORIES):
-                self._store_artifact(repository, revision, now)
+            for obj in self.store.list(GIT_REPOSITORIES):
+                if key_of(obj) not in self._fetched:
+                    self._fetched[key_of(obj)] = self._fetch(obj, now)
 
     def _root_object(self, path: str) -> JsonObject:
         """What ``flux bootstrap`` creates before the repository has been read."""
@@ -297,15 +500,7 @@ class FluxPlayer:
             return True
         return all(dep in ready or dep not in queue for dep in self._dependencies(kid))
 
-    def _reconcile_one(
-        self,
-        kid: KId,
-        files: Mapping[str, bytes],
-        builds: dict[str, BuildResult],
-        revision: str,
-        ready: dict[KId, bool],
-        now: float,
-    ) -> list[KId]:
+    def _reconcile_one(self, kid: KId, ready: dict[KId, bool], now: float) -> list[KId]:
         """Reconcile one Kustomization; returns the Kustomizations it (still) applies."""
         obj = self._specs[kid]
         spec = as_dict(obj.get("spec"))
@@ -323,10 +518,14 @@ class FluxPlayer:
             self._set_status(kid, now, ready=False, reason="DependencyNotReady", message=message)
             ready[kid] = False
             return previous_children
-        path = self._path(obj)
-        if path not in builds:
-            builds[path] = kustomize_build(files, path)
-        result = builds[path]
+        artifact, problem = self._source(kid, now)
+        if artifact is None:
+            # kustomize-controller waits for the source; nothing is applied or pruned.
+            self._set_status(kid, now, ready=False, reason="ArtifactFailed", message=problem)
+            ready[kid] = False
+            return previous_children
+        revision = artifact.revision
+        result = self._build(artifact, self._path(obj))
         if not result.ok:
             logger.info("%s/%s: build failed: %s", *kid, result.error_text)
             self._set_status(
@@ -490,9 +689,9 @@ class FluxPlayer:
 
         self.store.mutate(KUSTOMIZATIONS, *kid, change)
 
-    def _store_artifact(self, repository: JsonObject, revision: str, now: float) -> None:
+    def _store_artifact(self, key: KId, revision: str, now: float) -> None:
         """source-controller's view: the branch's revision is stored as an artifact."""
-        namespace, name = key_of(repository)
+        namespace, name = key
         sha = revision.rpartition(":")[2]
         message = f"stored artifact for revision '{revision}'"
 
@@ -517,6 +716,29 @@ class FluxPlayer:
             status["observedGeneration"] = generation
 
         self.store.mutate(GIT_REPOSITORIES, namespace, name, change)
+
+    def _source_failed(self, key: KId, reason: str, message: str, now: float) -> None:
+        """A fetch failed: FetchFailed and Ready False with the reason; an artifact stored
+        before stays (and ArtifactInStorage with it), as source-controller keeps it."""
+
+        def change(obj: JsonObject) -> None:
+            status = obj["status"] = as_dict(obj.get("status"))
+            previous = as_list(status.get("conditions"))
+            generation = _generation(obj)
+            conditions = [
+                _condition("FetchFailed", "True", reason, message, now, previous, generation),
+                _condition("Ready", "False", reason, message, now, previous, generation),
+            ]
+            stored = next(
+                (as_dict(c) for c in previous if as_dict(c).get("type") == "ArtifactInStorage"),
+                None,
+            )
+            if stored is not None and status.get("artifact"):
+                conditions.append(stored)
+            status["conditions"] = conditions
+            status["observedGeneration"] = generation
+
+        self.store.mutate(GIT_REPOSITORIES, *key, change)
 
     # --- helm-controller ---------------------------------------------------------------------
 

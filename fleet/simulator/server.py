@@ -3,8 +3,9 @@
 Paths, list envelopes and ``Status`` errors are the API server's, so the official client
 works against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and each
 group version), ``/healthz``, nodes (get, list, patch), namespaces (get, list), pods (get,
-list, patch, delete, the ``eviction`` subresource), secrets (get, list; the vCluster kubeconfigs
-helm-controller's releases export) and the custom resources in ``store.RESOURCES`` (get, list,
+list, patch, delete, the ``eviction`` subresource), secrets (get, list; create and replace, which
+the portal uses for the tenants' Git credentials; the vCluster kubeconfigs helm-controller's
+releases export) and the custom resources in ``store.RESOURCES`` (get, list,
 patch, delete). Lists take ``labelSelector`` and ``fieldSelector``; ``limit`` and ``continue``
 are ignored (every list is one page) and ``watch`` is refused. ``/metrics`` is the DCGM
 exporter's text exposition.
@@ -15,6 +16,7 @@ it stands for the operator's hands, not for the API.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import logging
@@ -30,9 +32,11 @@ from fleet.simulator.flux import REQUESTED_AT
 from fleet.simulator.store import (
     GIT_REPOSITORIES,
     KUSTOMIZATIONS,
+    NAMESPACES,
     NODES,
     PODS,
     RESOURCES,
+    SECRETS,
     JsonObject,
     PatchError,
     Resource,
@@ -300,10 +304,14 @@ class Api:
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on evictions")
             return self._evict(namespace, name, body)
         if name is None:
+            if method == "POST" and resource is SECRETS and namespace:
+                return self._create_secret(namespace, body)
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
             return self._list(resource, namespace, query)
         namespace = namespace or ""
+        if method == "PUT" and resource is SECRETS:
+            return self._replace_secret(namespace, name, body)
         if method == "GET":
             obj = self.sim.store.get(resource, namespace, name)
             if obj is None:
@@ -385,6 +393,52 @@ class Api:
                 if new_at and new_at != old_at:
                     self.sim.flux.request_reconcile(now)
             return _json(200, store.get(resource, namespace, name))
+
+    def _secret_body(self, namespace: str, body: bytes, name: str | None = None) -> JsonObject:
+        """A Secret as the API server stores it: ``stringData`` folded into base64 ``data``."""
+        obj = _parse_object(body)
+        metadata = as_dict(obj.get("metadata"))
+        if name is not None and metadata.get("name") not in (None, name):
+            raise ApiError(400, "BadRequest", "the name of the object does not match the URL")
+        metadata["name"] = name or metadata.get("name")
+        if not isinstance(metadata["name"], str) or not metadata["name"]:
+            raise ApiError(422, "Invalid", "metadata.name: Required value")
+        if metadata.get("namespace") not in (None, namespace):
+            raise ApiError(400, "BadRequest", "the namespace of the object does not match the URL")
+        metadata["namespace"] = namespace
+        obj["metadata"] = metadata
+        data = {str(k): str(v) for k, v in as_dict(obj.get("data")).items()}
+        for key, value in as_dict(obj.pop("stringData", None)).items():
+            data[str(key)] = base64.b64encode(str(value).encode()).decode("ascii")
+        for key, value in data.items():
+            try:
+                base64.b64decode(value, validate=True)
+            except ValueError as exc:
+                raise ApiError(422, "Invalid", f"data[{key}]: illegal base64 data") from exc
+        obj["data"] = data
+        obj.setdefault("type", "Opaque")
+        return obj
+
+    def _create_secret(self, namespace: str, body: bytes) -> Response:
+        store = self.sim.store
+        obj = self._secret_body(namespace, body)
+        name = obj["metadata"]["name"]
+        with store.lock:
+            if store.get(NAMESPACES, "", namespace) is None:
+                raise _not_found(NAMESPACES, namespace)
+            if store.get(SECRETS, namespace, name) is not None:
+                raise ApiError(409, "AlreadyExists", f'secrets "{name}" already exists')
+            return _json(201, store.apply(SECRETS, obj, time.time()))
+
+    def _replace_secret(self, namespace: str, name: str, body: bytes) -> Response:
+        store = self.sim.store
+        obj = self._secret_body(namespace, body, name)
+        with store.lock:
+            if store.get(SECRETS, namespace, name) is None:
+                raise _not_found(SECRETS, name)
+            # A replace, not a merge: labels and data are exactly what was sent.
+            store.delete(SECRETS, namespace, name)
+            return _json(200, store.apply(SECRETS, obj, time.time()))
 
     def _delete(self, resource: Resource, namespace: str, name: str) -> Response:
         if resource is PODS:

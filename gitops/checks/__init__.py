@@ -104,6 +104,7 @@ def run_checks(
                 platform_sources=platform_sources,
                 registry=registry,
                 portal_subject=(fleet.portal_namespace, fleet.portal_service_account),
+                tenant_source_url=fleet.tenant_git_url,
             ),
         ),
         _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
@@ -174,7 +175,13 @@ def _kustomize(
         command = kustomize_command()
     except KustomizeUnavailable as exc:
         return CheckResult("kustomize", "skipped", str(exc))
-    targets = flux_kustomizations(files, repo_urls={fleet.git_url})
+    # A tenant's projection repository holds its workloads at the same paths as this tree,
+    # so its Kustomization is built from here too.
+    slugs = {
+        path.split("/")[1] for path in files if path.startswith("tenants/") and path.count("/") >= 2
+    }
+    urls = {fleet.git_url} | {fleet.tenant_git_url(slug) for slug in slugs}
+    targets = flux_kustomizations(files, repo_urls=urls)
     all_paths = sorted({t.path for t in targets})
     paths = all_paths if changed is None else affected_paths(changed, all_paths, files)
     if not paths:
@@ -204,6 +211,7 @@ def _isolation(
     registry: SchemaRegistry | None,
     portal_subject: tuple[str, str] | None = None,
     gateway_domain: str | None = None,
+    tenant_source_url: Callable[[str], str] | None = None,
 ) -> CheckResult:
     scopes = registry or get_registry(None)
     findings = check_isolation(
@@ -216,6 +224,7 @@ def _isolation(
         ),
         registry=scopes,
         portal_subject=portal_subject,
+        tenant_source_url=tenant_source_url,
     )
     seen = {(f.object, f.rule) for f in findings}
     for build in builds:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -140,6 +140,7 @@ def check_isolation(
     registry: SchemaRegistry | None = None,
     forbidden_cluster_roles: Collection[str] = DEFAULT_FORBIDDEN_CLUSTER_ROLES,
     portal_subject: tuple[str, str] | None = None,
+    tenant_source_url: Callable[[str], str] | None = None,
 ) -> list[Finding]:
     """Every isolation rule broken in the tree.
 
@@ -152,6 +153,8 @@ def check_isolation(
     the tenant's namespace (to read kubeconfig Secrets), and no other foreign subject.
     ``gateway_domain`` is the gateway's base domain: a tenant's routes must use exactly
     ``<slug>.<gateway_domain>`` (without it, hostnames are not checked).
+    ``tenant_source_url(slug)`` is the one URL a tenant's platform-owned GitRepository may
+    read (its projection repository); every such GitRepository needs a ``secretRef`` anyway.
     """
     rules = _Rules(
         gateway_namespace=gateway_namespace,
@@ -161,6 +164,7 @@ def check_isolation(
         registry=registry or get_registry(None),
         forbidden_cluster_roles=frozenset(forbidden_cluster_roles),
         portal_subject=portal_subject,
+        tenant_source_url=tenant_source_url,
     )
     findings: list[Finding] = []
     unsafe: set[str] = set()
@@ -296,9 +300,11 @@ class _Rules:
         forbidden_cluster_roles: frozenset[str],
         portal_subject: tuple[str, str] | None = None,
         gateway_domain: str | None = None,
+        tenant_source_url: Callable[[str], str] | None = None,
     ) -> None:
         self.portal_subject = portal_subject
         self.gateway_domain = gateway_domain
+        self.tenant_source_url = tenant_source_url
         self.gateway_namespace = gateway_namespace
         self.gateway_name = gateway_name
         self.platform_sources = platform_sources
@@ -577,6 +583,8 @@ class _Rules:
             findings += self._flux_kustomization(path, obj, slug)
         if kind == "ConfigMap" and _labels(obj).get(LITELLM_MODEL_LABEL) is not None:
             findings += self._litellm_config(path, obj, slug)
+        if kind == "GitRepository" and _is_flux(obj):
+            findings += self._tenant_source(path, obj, slug)
         findings += self._references(path, obj, slug, allow_platform_sources=True)
         return findings
 
@@ -586,6 +594,40 @@ class _Rules:
         return vcluster.release_findings(
             path, obj, CHART_VERSION, vcluster.registry_patterns(self.files, slug)
         )
+
+    def _tenant_source(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+        """The tenant's Flux source reads its own projection repository, with credentials.
+
+        Without a secretRef the portal's Git endpoint answers 401 and nothing of the tenant is
+        ever applied; pointed at the fleet repository (or another tenant's), the source would
+        hand every tenant's files and every open change to this tenant's namespace.
+        """
+        ref = object_ref(obj)
+        spec = mapping(obj.get("spec"))
+        findings: list[Finding] = []
+        if not mapping(spec.get("secretRef")).get("name"):
+            findings.append(
+                Finding(
+                    path,
+                    ref,
+                    "tenant-source",
+                    "spec.secretRef is required: the tenant's source authenticates with the "
+                    "token the portal writes into the tenant's namespace",
+                )
+            )
+        if self.tenant_source_url is not None:
+            expected = self.tenant_source_url(slug)
+            if str(spec.get("url", "")).rstrip("/") != expected.rstrip("/"):
+                findings.append(
+                    Finding(
+                        path,
+                        ref,
+                        "tenant-source",
+                        f"spec.url must be the tenant's own read-only repository {expected}, "
+                        f"not {spec.get('url')!r}",
+                    )
+                )
+        return findings
 
     def _flux_kustomization(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
         ref = object_ref(obj)

@@ -42,14 +42,25 @@ CROSS_NAMESPACE_CONTROLLERS = (
 IMPERSONATING_CONTROLLERS = ("kustomize-controller", "helm-controller")
 
 
-def git_repository(name: str, namespace: str, fleet: FleetSpec, **spec: Any) -> dict[str, Any]:
+# The Secret (keys ``username`` and ``password``) a tenant's GitRepository authenticates with.
+# The portal writes it into the tenant namespace through the Kubernetes API; it is never in
+# Git. Those are the key names source-controller reads for HTTP basic auth (fluxcd/pkg
+# git/options.go, NewAuthOptions), and it sends them over plain http:// too: its
+# gitrepository_controller.go (gitCheckout) turns on WithInsecureCredentialsOverHTTP for the
+# http transport, so the in-cluster portal URL works without TLS.
+TENANT_SOURCE_SECRET = "flux-git-auth"
+
+
+def git_repository(
+    name: str, namespace: str, fleet: FleetSpec, *, url: str | None = None, **spec: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": SOURCE_API,
         "kind": "GitRepository",
         "metadata": metadata(name, namespace),
         "spec": {
             "interval": "1m0s",
-            "url": fleet.git_url,
+            "url": url or fleet.git_url,
             "ref": {"branch": fleet.git_branch},
             **spec,
         },
@@ -181,8 +192,19 @@ def workloads_path(tenant: TenantSpec) -> str:
 
 
 def tenant_sync(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
-    """The tenant's own source and Kustomization, in its namespace, as its service account."""
-    repo = git_repository(tenant.slug, tenant.slug, fleet)
+    """The tenant's own source and Kustomization, in its namespace, as its service account.
+
+    The source is the tenant's projection repository (only ``tenants/<slug>/workloads``, at
+    the same path), read with the tenant's own token: the fleet repository holds every
+    tenant's files and every open change, which no tenant may read.
+    """
+    repo = git_repository(
+        tenant.slug,
+        tenant.slug,
+        fleet,
+        url=fleet.tenant_git_url(tenant.slug),
+        secretRef={"name": TENANT_SOURCE_SECRET},
+    )
     workloads = flux_kustomization(
         f"{tenant.slug}-workloads",
         tenant.slug,

@@ -267,6 +267,11 @@ def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
 
 
 def _reconcile(sim: Simulator) -> None:
+    """Flux applies main; a fleet sync writes the tenants' Git Secrets into the namespaces that
+    now exist (as the portal does); Flux then fetches the tenants' sources with them."""
+    for _ in range(3):
+        sim.tick()
+    fleet.sync_all()
     for _ in range(3):
         sim.tick()
 

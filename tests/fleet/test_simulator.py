@@ -3,6 +3,7 @@ cordon, eviction, errors, Flux play on a real bare repository, faults and DCGM m
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import time
@@ -78,6 +79,18 @@ def vision_pod_on(kube: client.ApiClient, node: str) -> client.V1Pod:
 
 def repository(settings: Any) -> GitRepository:
     return GitRepository.open_or_init(Path(settings.GITOPS_REPO_PATH))
+
+
+def git_secret(sim: Simulator, slug: str = "alpha") -> None:
+    """The Secret the portal writes for a tenant's source (any credentials pass the default
+    check); put in before the tenant's namespace exists, so one tick applies everything."""
+    encoded = {
+        k: base64.b64encode(v.encode()).decode()
+        for k, v in (("username", "flux"), ("password", "t"))
+    }
+    sim.put_object(
+        "secrets", {"metadata": {"namespace": slug, "name": "flux-git-auth"}, "data": encoded}
+    )
 
 
 def commit(repo: GitRepository, changes: dict[str, bytes | None], parent: str | None) -> str:
@@ -458,6 +471,7 @@ def test_it_does_nothing_until_the_repository_has_a_commit(
 def test_it_plays_flux_from_the_portals_repository(
     simulator: Simulator, kube: client.ApiClient, settings: Any
 ) -> None:
+    git_secret(simulator)
     repo = repository(settings)
     sha = commit(repo, render_repository(demo_fleet(), [ALPHA]), None)
     started = time.monotonic()
@@ -527,6 +541,7 @@ def test_it_plays_flux_from_the_portals_repository(
 def test_it_stalls_on_a_broken_build_and_keeps_the_applied_revision(
     simulator: Simulator, kube: client.ApiClient, settings: Any
 ) -> None:
+    git_secret(simulator)
     repo = repository(settings)
     good = commit(repo, render_repository(demo_fleet(), [ALPHA]), None)
     simulator.tick()
@@ -555,6 +570,7 @@ def test_it_stalls_on_a_broken_build_and_keeps_the_applied_revision(
 def test_it_creates_tenant_workloads_only_once_the_tenants_kustomization_applied(
     simulator: Simulator, kube: client.ApiClient, settings: Any
 ) -> None:
+    git_secret(simulator)
     repo = repository(settings)
     files = render_repository(demo_fleet(), [ALPHA])
     files["tenants/alpha/kustomization.yaml"] = b"resources: [nowhere.yaml]\n"
@@ -604,6 +620,7 @@ def test_it_prunes_what_leaves_the_repository(
 def test_it_waits_for_the_configured_delays(settings: Any) -> None:
     config = dataclasses.replace(SimConfig.demo(), flux_delay=2.0, ready_delay=1.0)
     sim = Simulator(config, repo_path=settings.GITOPS_REPO_PATH)
+    git_secret(sim)
     commit(repository(settings), render_repository(demo_fleet(), [ALPHA]), None)
     now = time.time()
     sim.tick(now)

@@ -25,6 +25,7 @@ from gitops.fleet import demo_fleet
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+from tests.fleet.test_simulator import git_secret
 
 AUTHOR = Identity("Test Author", "author@example.com")
 BETA = TenantSpec(
@@ -39,6 +40,10 @@ Files = dict[str, bytes]
 
 
 def play(simulator: Simulator, settings: Any, files: Files) -> None:
+    for slug in {
+        path.split("/")[1] for path in files if path.startswith("tenants/") and path.count("/") > 1
+    }:
+        git_secret(simulator, slug)
     repo = GitRepository.open_or_init(settings.GITOPS_REPO_PATH)
     repo.commit(files, message="Change\n", author=AUTHOR, branch="main", expected_parent=None)
     for _ in range(3):

@@ -90,7 +90,11 @@ def test_it_deletes_a_namespaces_secrets_with_it(
     simulator.put_object("secrets", {"metadata": {"namespace": "alpha", "name": "other"}})
     merged_change(remove="alpha")
     simulator.tick()
-    assert client.CoreV1Api(kube).list_secret_for_all_namespaces().items == []
+    # Only the flux-system Secret bootstrap wrote is left.
+    left = client.CoreV1Api(kube).list_secret_for_all_namespaces().items
+    assert [(s.metadata.namespace, s.metadata.name) for s in left] == [
+        ("flux-system", "flux-system")
+    ]
 
 
 def test_it_names_the_secret_after_the_release_without_values() -> None:

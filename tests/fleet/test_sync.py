@@ -15,7 +15,7 @@ from django.test import Client
 from fleet import services
 from fleet.models import FluxObject, Node, SyncState, Workload
 from fleet.simulator import Simulator
-from gitops.models import ChangeRequest
+from gitops.models import ChangeRequest, SourceToken
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from portal.jobs import enqueue
 from portal.models import AuditEvent, Job
@@ -32,7 +32,12 @@ def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
 
 
 def _reconcile(sim: Simulator) -> None:
-    """Flux reconciles, then the controllers make things ready: two steps of the simulator."""
+    """Flux reconciles, then the controllers make things ready: two steps of the simulator.
+
+    Asked for explicitly, in this thread: Flux checks tenants' tokens against the database,
+    and the background tick's connection does not see this test's uncommitted rows.
+    """
+    sim.flux.request_reconcile(time.time())
     sim.tick()
     sim.tick()
 
@@ -86,6 +91,14 @@ def test_it_marks_a_merged_change_applied_when_flux_reports_it(
     services.sync_all()
     onboarding.refresh_from_db()
     assert onboarding.apply_state == "pending"  # Flux has not reconciled yet
+    _reconcile(sim)
+    services.sync_all()
+    onboarding.refresh_from_db()
+    # The namespace is there now, and with it the tenant's Git Secret (this sync wrote it);
+    # until the source fetched with it, the tenant's own Kustomization has applied nothing.
+    assert onboarding.apply_state == "pending", onboarding.apply_message
+    assert "alpha/alpha-workloads has not applied it yet" in onboarding.apply_message
+    assert SourceToken.objects.filter(tenant_slug="alpha").exists()
     _reconcile(sim)
     services.sync_all()
     onboarding.refresh_from_db()

@@ -232,8 +232,9 @@ def git_repository(slug: str = "alpha") -> dict[str, Any]:
         "metadata": {"name": "fleet", "namespace": slug},
         "spec": {
             "interval": "1m",
-            "url": "http://portal.portal-system.svc/git/fleet.git",
+            "url": f"http://portal.portal-system.svc/git/tenants/{slug}.git",
             "ref": {"branch": "main"},
+            "secretRef": {"name": "flux-git-auth"},
         },
     }
 

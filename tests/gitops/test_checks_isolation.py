@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gitops.checks import run_checks
 from gitops.checks.findings import Finding
 from gitops.checks.isolation import check_isolation, check_workload_objects, platform_sources_in
 from tests.gitops import checks_samples as samples
@@ -447,3 +448,46 @@ def test_the_platform_litellm_configuration_refuses_secrets_and_foreign_bases(
     tree = samples.fleet_tree("alpha", "bravo")
     tree["tenants/alpha/litellm/chat.yaml"] = samples.dump(config)
     assert rule in rules(check(tree))
+
+
+def test_a_tenant_source_must_carry_credentials() -> None:
+    # What tenants/<t>/sync.yaml said before: no secretRef, so the portal's Git endpoint
+    # answered 401 and nothing of the tenant was ever applied.
+    tree = samples.fleet_tree("alpha")
+    source = samples.git_repository()
+    del source["spec"]["secretRef"]
+    tree["tenants/alpha/sync.yaml"] = samples.dump(source, samples.flux_kustomization())
+    findings = check(tree)
+    assert rules(findings) == ["tenant-source"]
+    assert "spec.secretRef is required" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "http://portal.portal-system.svc/git/fleet.git",
+        "http://portal.portal-system.svc/git/tenants/bravo.git",
+        "https://github.com/someone/else.git",
+    ],
+)
+def test_a_tenant_source_must_read_the_tenants_own_repository(wrong: str) -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    source = samples.git_repository()
+    source["spec"]["url"] = wrong
+    tree["tenants/alpha/sync.yaml"] = samples.dump(source, samples.flux_kustomization())
+    findings = check(tree, tenant_source_url=samples.FLEET.tenant_git_url)
+    assert rules(findings) == ["tenant-source"]
+    assert "tenants/alpha.git" in findings[0].message
+    # A tenant's own sources in workloads/ (its own Git host, say) are the tenant's business.
+    found = check(with_workload(source), tenant_source_url=samples.FLEET.tenant_git_url)
+    assert "tenant-source" not in rules(found)
+
+
+def test_the_checks_run_the_tenant_source_rule_with_the_fleets_url() -> None:
+    tree = samples.fleet_tree("alpha")
+    source = samples.git_repository()
+    source["spec"]["url"] = samples.FLEET.git_url
+    tree["tenants/alpha/sync.yaml"] = samples.dump(source, samples.flux_kustomization())
+    results = {r.name: r for r in run_checks(tree, fleet=samples.FLEET, changed=None)}
+    assert results["isolation"].status == "failed"
+    assert any("tenants/alpha.git" in line for line in results["isolation"].details)

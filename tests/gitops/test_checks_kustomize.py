@@ -148,10 +148,11 @@ def test_flux_paths_leave_out_other_repositories() -> None:
     tree["tenants/alpha/other.yaml"] = samples.dump(other)
     assert "deploy" not in flux_paths(tree)
 
-    # The tenant's GitRepository (in the tree) points at the fleet repository; the
+    # The tenant's GitRepository (in the tree) points at the tenant's projection; the
     # flux-system one is made by bootstrap and not in the tree, so it counts as this one.
-    fleet_url = samples.FLEET.git_url
-    assert "tenants/alpha/workloads" in flux_paths(tree, repo_urls={fleet_url})
+    fleet_url, tenant_url = samples.FLEET.git_url, samples.FLEET.tenant_git_url("alpha")
+    assert "tenants/alpha/workloads" not in flux_paths(tree, repo_urls={fleet_url})
+    assert "tenants/alpha/workloads" in flux_paths(tree, repo_urls={fleet_url, tenant_url})
     assert flux_paths(tree, repo_urls={"https://elsewhere.example/x.git"}) == [
         "infrastructure",
         "tenants",

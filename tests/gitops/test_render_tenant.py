@@ -388,7 +388,10 @@ def test_it_syncs_the_tenant_workloads_as_the_tenant() -> None:
     kinds = _by_kind(_docs(files, "tenants/alpha/sync.yaml"))
     repo, sync = kinds["GitRepository"], kinds["Kustomization"]
     assert repo["metadata"]["namespace"] == "alpha"
-    assert repo["spec"]["url"] == FLEET.git_url
+    # The tenant's own read-only projection, never the fleet repository (every tenant's files
+    # and every open change), read with the token the portal writes into the namespace.
+    assert repo["spec"]["url"] == "http://portal.portal-system.svc/git/tenants/alpha.git"
+    assert repo["spec"]["secretRef"] == {"name": "flux-git-auth"}
     assert repo["spec"]["ref"] == {"branch": "main"}
     assert sync["metadata"] == {
         "name": "alpha-workloads",
@@ -687,3 +690,15 @@ def test_it_forbids_env_from_in_hami_containers_in_tenant_and_fleet_policies() -
     fleet_wide = {p["metadata"]["name"]: p for p in kyverno.cluster_policies()}
     names = [r["name"] for r in fleet_wide["forbid-hami-bypass-env"]["spec"]["rules"]]
     assert names == ["forbid-hami-bypass-env", "forbid-envfrom-with-hami"]
+
+
+def test_no_credential_is_rendered_into_git() -> None:
+    files = render_tenant_tree(rich_tenant(), FLEET)
+    secrets = [
+        path
+        for path, data in files.items()
+        for doc in _docs(files, path)
+        if doc["kind"] == "Secret"
+    ]
+    assert secrets == []
+    assert not any(b"password" in data or b"bearerToken" in data for data in files.values())

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.simulator import SimConfig, Simulator, load_config
 from fleet.simulator.config import ConfigError
+from gitops.sources import simulator_git_options
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -59,6 +60,8 @@ class Command(BaseCommand):
             branch=options["branch"] or settings.GITOPS_MAIN_BRANCH,
             # The portal's own token for the fleet API, so `make demo` needs no flags.
             token=options["token"] or getattr(settings, "FLEET_API_TOKEN", ""),
+            # Flux reads sources with the credentials the portal's Git endpoint would accept.
+            **simulator_git_options(),
         )
         try:
             url = simulator.start(host, port)

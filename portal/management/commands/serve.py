@@ -53,8 +53,15 @@ class Command(BaseCommand):
         )
         # The simulated Flux reconciles clusters/<fleet>, the portal's own fleet.
         config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
+        from gitops.sources import simulator_git_options
+
         simulator = Simulator(
-            config, repo_path=settings.GITOPS_REPO_PATH, branch=settings.GITOPS_MAIN_BRANCH
+            config,
+            repo_path=settings.GITOPS_REPO_PATH,
+            branch=settings.GITOPS_MAIN_BRANCH,
+            # Its Flux reads tenants' sources with their own tokens, checked as the portal's
+            # Git endpoint checks them.
+            **simulator_git_options(),
         )
         url = simulator.start(host or "127.0.0.1", int(port))
         self.stdout.write(f"Fleet simulator (Kubernetes API, DCGM /metrics) on {url}")
