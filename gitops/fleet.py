@@ -51,6 +51,7 @@ def demo_fleet() -> FleetSpec:
     """
     return FleetSpec(
         name="ai-factory",
+        vcluster_api_domain="clusters.ai-factory.example.com",
         flavors=(
             Flavor(
                 name="h200",

@@ -107,6 +107,10 @@ class FleetSpec:
     # (the chart's default, pinned). The tenant policy allows exactly this image for tenants
     # with clusters; point it at a mirror in an air-gapped fleet.
     vcluster_hosts_image: str = "mirror.gcr.io/library/alpine:3.20"
+    # Tenant clusters' API servers are reachable from outside as <cluster>.<slug>.<this domain>
+    # through a TLS-passthrough listener of the fleet gateway; "" keeps them in-cluster only
+    # (the downloaded kubeconfig then works from inside the host cluster alone).
+    vcluster_api_domain: str = ""
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
     # Each tenant's Flux source reads only its own projection repository,
     # ``<tenant_git_base_url>/<slug>.git`` (see gitops/sources.py).

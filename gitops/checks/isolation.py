@@ -670,7 +670,11 @@ class _Rules:
                 if not holder.endswith(("Ref", "Refs")) and holder not in ("subjects", "dependsOn"):
                     continue
                 parent = _lookup(obj, where)
-                if kind in ROUTE_KINDS and holder == "parentRefs" and self._is_gateway(parent):
+                if holder == "parentRefs" and self._is_gateway(parent) and (
+                    kind in ROUTE_KINDS or allow_platform_sources
+                ):
+                    # Routes attach to the fleet gateway; so may a platform-owned release's
+                    # (the vCluster chart's TLSRoute, in its values).
                     continue
                 if holder == "dependsOn":
                     continue  # ordering only; Flux reads its status, nothing is applied there

@@ -356,6 +356,52 @@ def tenant_policies(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]
     return policies
 
 
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def _gates(source: str) -> str:
+    return (
+        f"{{{{ length({source}.spec.schedulingGates[?name == '{KUEUE_ADMISSION_GATE}'] "
+        "|| `[]`) }}"
+    )
+
+
+def vcluster_gate_rule(tenant: TenantSpec) -> dict[str, Any]:
+    """A tenant cluster's syncer may not lift Kueue's admission gate.
+
+    Kueue's pod webhook gates a host pod that carries a queue name until its workload is
+    admitted. vCluster's pods syncer, on every later update of the host pod, sets its
+    ``schedulingGates`` to the virtual pod's (loft-sh/vcluster v0.35.3
+    ``pkg/controllers/resources/pods/translate/diff.go`` ``calcSpecDiff``), and the virtual pod
+    has none: the gate would go and the pod would run unadmitted, outside the tenant's quota.
+    Only Kueue removes it; the syncer's update is refused until then (it retries).
+    """
+    syncers = [
+        f"system:serviceaccount:{tenant.slug}:{vcluster.service_account(cluster)}"
+        for cluster in sorted(tenant.clusters, key=lambda c: c.name)
+    ]
+    return {
+        "name": "vcluster-keeps-kueue-gate",
+        "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]},
+        "preconditions": {
+            "all": [
+                {"key": "{{ request.userInfo.username }}", "operator": "AnyIn", "value": syncers}
+            ]
+        },
+        "validate": _enforce(
+            "Kueue has not admitted this pod yet; only Kueue may remove its admission gate.",
+            deny={
+                "conditions": {
+                    "all": [
+                        {"key": _gates("request.oldObject"), "operator": "GreaterThan", "value": 0},
+                        {"key": _gates("request.object"), "operator": "Equals", "value": 0},
+                    ]
+                }
+            },
+        ),
+    }
+
+
 def vcluster_account_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     """No tenant workload runs as a vCluster control plane's service account.
 
@@ -368,6 +414,7 @@ def vcluster_account_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     if not accounts:
         return []
     return [
+        vcluster_gate_rule(tenant),
         {
             "name": "vcluster-account-pods",
             "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}]},

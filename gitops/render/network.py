@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitops.render import vcluster
 from gitops.render.gateway import API_KEY_HEADER, API_KEY_SECRET
 from gitops.render.meta import metadata
 from gitops.specs import FleetSpec, TenantSpec
@@ -121,6 +122,45 @@ def gateway_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     return _policy(tenant, "allow-gateway", _model_server_ingress(peer))
 
 
+VCLUSTER_PODS = {"matchLabels": {"app": "vcluster"}}
+
+
+def vcluster_api_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | None:
+    """``allow-vcluster-api``: the gateway's TLS passthrough reaches the tenant clusters' API
+    servers (only when the fleet exposes them, ``vcluster_api_domain``)."""
+    if not tenant.clusters or not fleet.vcluster_api_domain:
+        return None
+    port = vcluster.API_SERVER_PORT
+    if fleet.gateway.implementation == "cilium":
+        return {
+            "apiVersion": CILIUM_API,
+            "kind": "CiliumNetworkPolicy",
+            "metadata": metadata("allow-vcluster-api", tenant.slug, tenant=tenant.slug),
+            "spec": {
+                "endpointSelector": VCLUSTER_PODS,
+                "ingress": [
+                    {
+                        "fromEntities": ["ingress"],
+                        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"}]}],
+                    }
+                ],
+            },
+        }
+    peer = {
+        **_from_namespace(fleet.gateway.proxy_namespace),
+        "podSelector": {"matchLabels": dict(ENVOY_PROXY_LABELS)},
+    }
+    return _policy(
+        tenant,
+        "allow-vcluster-api",
+        {
+            "podSelector": VCLUSTER_PODS,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": port}]}],
+        },
+    )
+
+
 def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
     objs = [
         _policy(tenant, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
@@ -185,4 +225,7 @@ def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]
                 },
             )
         )
+    api = vcluster_api_policy(tenant, fleet)
+    if api is not None:
+        objs.append(api)
     return objs

@@ -287,6 +287,15 @@ def validate_fleet(fleet: FleetSpec) -> None:
             f"The portal writes values for vCluster chart {vcluster.CHART_VERSION} (the version "
             "its values schema is for); pin that version.",
         )
+    domain = fleet.vcluster_api_domain
+    if domain and (
+        not isinstance(domain, str) or len(domain) > 200 or not DNS1123_SUBDOMAIN.fullmatch(domain)
+    ):
+        errors.add(
+            "vcluster_api_domain",
+            "The tenant clusters' API domain must be a lower-case DNS name such as "
+            "clusters.example.com (or empty).",
+        )
     if not isinstance(fleet.vcluster_hosts_image, str) or not IMAGE_REF.fullmatch(
         fleet.vcluster_hosts_image
     ):

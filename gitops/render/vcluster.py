@@ -134,6 +134,21 @@ def kubeconfig_secret(cluster: TenantClusterSpec) -> str:
     return f"{cluster.name}-kubeconfig"
 
 
+# The Gateway listener (TLS passthrough on 443, hostname *.<vcluster_api_domain>) that carries
+# tenant clusters' API traffic.
+API_LISTENER = "vcluster-api"
+# The control plane's container port behind the chart's Service port 443.
+API_SERVER_PORT = 8443
+
+
+def api_hostname(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> str:
+    """Where members reach the cluster's API from outside (``<cluster>.<slug>.<domain>``), or
+    "" when the fleet exposes tenant clusters inside the host cluster only."""
+    if not fleet.vcluster_api_domain:
+        return ""
+    return f"{cluster.name}.{tenant.slug}.{fleet.vcluster_api_domain}"
+
+
 def service_account(cluster: TenantClusterSpec) -> str:
     """The control plane's service account (``chart/templates/serviceaccount.yaml``): it holds
     the chart's Role in the tenant namespace (pods, pods/exec, secrets), so no tenant workload
@@ -152,6 +167,7 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
     """The chart values (they must validate against the chart's ``values.schema.json``)."""
     pools = [flavor for name in cluster.node_pools if (flavor := fleet.flavor(name)) is not None]
     service_host = f"{cluster.name}.{tenant.slug}.svc"
+    api_host = api_hostname(cluster, tenant, fleet)
     pods: dict[str, Any] = {
         "rewriteHosts": {"initContainer": {"image": image_parts(fleet.vcluster_hosts_image)}}
     }
@@ -185,7 +201,7 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
                     "containerSecurityContext": _COREDNS_CONTAINER_SECURITY,
                 }
             },
-            "proxy": {"extraSANs": [service_host]},
+            "proxy": {"extraSANs": [service_host, *([api_host] if api_host else [])]},
         },
         "policies": {
             "podSecurityStandard": "restricted",
@@ -200,10 +216,26 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
         "networking": {"advanced": {"proxyKubelets": {"byHostname": False, "byIP": False}}},
         "sync": {"fromHost": {"nodes": nodes}, "toHost": {"pods": pods}},
         "exportKubeConfig": {
-            "server": f"https://{service_host}:443",
+            "server": f"https://{api_host}" if api_host else f"https://{service_host}:443",
             "secret": {"name": kubeconfig_secret(cluster)},
         },
     }
+    if api_host:
+        # The chart's TLSRoute (chart/templates/tlsroute.yaml): the fleet gateway passes TLS
+        # through to the API server, which holds the certificate for api_host (extraSANs).
+        out["controlPlane"]["tlsRoute"] = {
+            "enabled": True,
+            "host": api_host,
+            "parentRefs": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "name": fleet.gateway.name,
+                    "namespace": fleet.gateway.namespace,
+                    "sectionName": API_LISTENER,
+                }
+            ],
+        }
     return out
 
 

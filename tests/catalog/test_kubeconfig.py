@@ -53,7 +53,10 @@ def test_it_returns_the_kubeconfig_of_an_active_cluster(
     sim.tick()
     kubeconfig = yaml.safe_load(kubeconfig_for(cluster(world)))
     assert kubeconfig["current-context"] == "dev"
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://dev.alpha.svc:443"
+    assert (
+        kubeconfig["clusters"][0]["cluster"]["server"]
+        == "https://dev.alpha.clusters.ai-factory.example.com"
+    )  # through the gateway
     assert kubeconfig["users"][0]["user"]["client-key-data"]
 
 

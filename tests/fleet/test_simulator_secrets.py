@@ -49,14 +49,14 @@ def test_it_exports_the_kubeconfig_once_the_vcluster_release_is_ready(
     assert kubeconfig["kind"] == "Config"
     assert kubeconfig["current-context"] == "dev"
     cluster = kubeconfig["clusters"][0]["cluster"]
-    assert cluster["server"] == "https://dev.alpha.svc:443"
+    assert cluster["server"] == "https://dev.alpha.clusters.ai-factory.example.com"
     assert base64.b64decode(cluster["certificate-authority-data"]) == data["certificate-authority"]
     assert data["certificate-authority"].startswith(b"-----BEGIN CERTIFICATE-----\n")
     assert data["client-key"].startswith(b"-----BEGIN EC PRIVATE KEY-----\n")
     # The official client takes it as it is.
     loaded = client.Configuration()
     config.load_kube_config_from_dict(kubeconfig, client_configuration=loaded)
-    assert loaded.host == "https://dev.alpha.svc:443"
+    assert loaded.host == "https://dev.alpha.clusters.ai-factory.example.com"
 
     listed = core.list_namespaced_secret("alpha").items
     assert [s.metadata.name for s in listed] == ["dev-kubeconfig"]

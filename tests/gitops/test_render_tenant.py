@@ -604,7 +604,14 @@ def test_it_keeps_tenant_workloads_off_the_vcluster_service_accounts() -> None:
     assert accounts["metadata"]["name"] == "vcluster-accounts"
     # userInfo is not available to background scans: Kyverno refuses it there.
     assert accounts["spec"]["background"] is False
-    pods, templates = accounts["spec"]["rules"]
+    gate, pods, templates = accounts["spec"]["rules"]
+    # Finding 13: the syncer copies the virtual pod's (empty) scheduling gates over Kueue's.
+    assert gate["name"] == "vcluster-keeps-kueue-gate"
+    assert gate["preconditions"]["all"][0]["value"] == ["system:serviceaccount:alpha:vc-dev"]
+    old, new = gate["validate"]["deny"]["conditions"]["all"]
+    assert "request.oldObject.spec.schedulingGates" in old["key"]
+    assert "kueue.x-k8s.io/admission" in old["key"]
+    assert (old["operator"], new["operator"], new["value"]) == ("GreaterThan", "Equals", 0)
     [named, creator] = pods["validate"]["deny"]["conditions"]["all"]
     assert named["value"] == ["vc-dev"]
     assert creator == {
@@ -702,3 +709,25 @@ def test_no_credential_is_rendered_into_git() -> None:
     ]
     assert secrets == []
     assert not any(b"password" in data or b"bearerToken" in data for data in files.values())
+
+
+def test_it_exposes_tenant_clusters_through_the_gateway_when_the_fleet_has_a_domain() -> None:
+    # Finding 12: a kubeconfig naming dev.alpha.svc works only inside the host cluster.
+    internal = dataclasses.replace(FLEET, vcluster_api_domain="")
+    inside = vcluster.values(DEV, rich_tenant(), internal)
+    assert inside["exportKubeConfig"]["server"] == "https://dev.alpha.svc:443"
+    assert "tlsRoute" not in inside["controlPlane"]
+    exposed = dataclasses.replace(FLEET, vcluster_api_domain="clusters.example.com")
+    values = vcluster.values(DEV, rich_tenant(), exposed)
+    assert values["exportKubeConfig"]["server"] == "https://dev.alpha.clusters.example.com"
+    assert "dev.alpha.clusters.example.com" in values["controlPlane"]["proxy"]["extraSANs"]
+    route = values["controlPlane"]["tlsRoute"]
+    assert (route["enabled"], route["host"]) == (True, "dev.alpha.clusters.example.com")
+    assert route["parentRefs"][0]["sectionName"] == "vcluster-api"
+    policies = {p["metadata"]["name"]: p for p in network.tenant_objects(rich_tenant(), exposed)}
+    api = policies["allow-vcluster-api"]
+    assert api["spec"]["podSelector"] == {"matchLabels": {"app": "vcluster"}}
+    assert api["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 8443}]
+    assert "allow-vcluster-api" not in {
+        p["metadata"]["name"] for p in network.tenant_objects(rich_tenant(), internal)
+    }
