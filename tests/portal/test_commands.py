@@ -16,7 +16,12 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     from catalog.models import Resource, ResourceRequest
 
     active = set(Resource.objects.filter(state="active").values_list("tenant__slug", "name"))
-    assert active == {("vision", "serve"), ("vision", "caption")}
+    assert active == {
+        ("vision", "serve"),
+        ("vision", "eval"),
+        ("vision", "lab"),
+        ("vision", "caption"),
+    }
     waiting = ResourceRequest.objects.get(state="submitted")
     assert (waiting.tenant.slug, waiting.resource.name) == ("llm-platform", "frac")
     counts = (Tenant.objects.count(), Membership.objects.count(), AuditEvent.objects.count())

@@ -56,6 +56,26 @@ CATALOG = [
         True,
     ),
     (
+        "vision",
+        "alice",
+        "gpu-share",
+        {
+            "name": "eval",
+            "flavor": "h200-mig",
+            "kind": "mig",
+            "count": 4,
+            "mig_profile": "1g.18gb",
+        },
+        True,
+    ),
+    (
+        "vision",
+        "alice",
+        "cluster",
+        {"name": "lab", "node_pools": ["h200"], "cpu_quota": 16, "memory_gib": 64},
+        True,
+    ),
+    (
         "llm-platform",
         "dave",
         "gpu-share",
