@@ -90,6 +90,23 @@ def ensure_bootstrapped(fleet: FleetSpec) -> str:
     )
 
 
+def flux_components_changes(fleet: FleetSpec, components: bytes) -> dict[str, bytes | None]:
+    """What to write so that main holds the Flux controllers (``flux install --export``
+    output) and the lockdown patches them: ``gotk-components.yaml`` and the flux-system
+    kustomization rendered with it. Only what differs from main."""
+    bootstrap = render_cluster_bootstrap(fleet, include_components=True)
+    base = f"clusters/{fleet.name}/flux-system"
+    wanted = {
+        f"{base}/gotk-components.yaml": components,
+        f"{base}/kustomization.yaml": bootstrap[f"{base}/kustomization.yaml"],
+    }
+    repo = repository()
+    main = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if main is None:
+        raise ValidationError("The fleet repository is not bootstrapped yet.")
+    return {path: data for path, data in wanted.items() if repo.read_file(main, path) != data}
+
+
 def _tenant_slugs(repo: GitRepository, rev: str) -> set[str]:
     return {name.rstrip("/") for name in repo.list_dir(rev, "tenants/") if name.endswith("/")}
 

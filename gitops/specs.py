@@ -123,6 +123,9 @@ class FleetSpec:
     # Kueue's Configuration sets ``fairSharing`` (the ClusterQueues' fairSharing weights then
     # count, and borrowWithinCohort is ignored); false: classic preemption.
     fair_sharing: bool = True
+    # The address NodeLocal DNSCache answers on, when the cluster runs it (pods then send DNS
+    # to this link-local address, 169.254.20.10 by default, not to kube-dns pods); "" when not.
+    node_local_dns: str = ""
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)

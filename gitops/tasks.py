@@ -24,6 +24,9 @@ def run_change_checks(job: Job) -> None:
     repo = repository()
     job.set_progress(10, f"reading the tree at {sha[:12]}")
     files = repo.read_tree(sha)
+    # The change's base is what the cluster runs before it merges: updates the API server
+    # refuses (an immutable spec changed in place) are found against it.
+    base = repo.read_tree(change.base_sha) if change.base_sha else None
     job.set_progress(30, f"checking {len(change.files_changed)} changed files")
     results = run_checks(
         files,
@@ -31,6 +34,7 @@ def run_change_checks(job: Job) -> None:
         changed=set(change.files_changed),
         schema_dir=settings.GITOPS_SCHEMA_DIR or None,
         allow_overcommit=change.allow_overcommit,
+        base=base,
     )
     with transaction.atomic():
         CheckRun.objects.filter(change=change, sha=sha).delete()

@@ -20,6 +20,11 @@ a Kustomization or GitRepository, as the notification Receiver does) it reconcil
 - a successful build is applied (objects get the ``kustomize.toolkit.fluxcd.io/name`` labels,
   ``targetNamespace`` is honoured) and what left the output is pruned; a failed build leaves
   the cluster as it was and marks the Kustomization ``Stalled``/``BuildFailed``;
+- an update the API server refuses as immutable (a ResourceClaimTemplate's spec) fails the
+  apply: nothing of that build is applied and the Kustomization is Ready False
+  ``ReconciliationFailed`` with the dry-run error, unless the object (new or live) carries
+  ``kustomize.toolkit.fluxcd.io/force: enabled`` or the Kustomization sets ``spec.force``,
+  when it is deleted and created again;
 - HelmReleases become Ready ``ready_delay`` after each install or upgrade, and a vCluster
   release then exports its kubeconfig Secret (``vcluster``), removed with the release; an
   InferenceService gets predictor pods at once (placed like any pod) and is Ready
@@ -70,6 +75,7 @@ from fleet.simulator.vcluster import (
     host_policies,
     is_vcluster,
 )
+from gitops.checks.controllers import forced
 from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
 from gitops.checks.manifests import normalise_dir
 from gitops.repo import GitRepository, GitRepositoryError
@@ -106,6 +112,10 @@ CLUSTER_SCOPED = frozenset(
 )
 
 KId = tuple[str, str]
+
+# Kinds whose spec the API server refuses to change (kubernetes pkg/apis/resource/validation
+# ``ValidateResourceClaimTemplateUpdate``: ``ValidateImmutableField`` on ``spec``).
+IMMUTABLE_SPEC_KINDS = frozenset({("resource.k8s.io", "ResourceClaimTemplate")})
 
 
 def inventory_id(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -539,6 +549,22 @@ class FluxPlayer:
             ready[kid] = False
             return previous_children
         objects = self._prepare(kid, result.output_objects, spec)
+        refused, recreate = self._immutable_changes(objects, force=spec.get("force") is True)
+        if refused:
+            # kustomize-controller dry-runs a stage before applying any of it (fluxcd/pkg ssa
+            # ApplyAllStaged), so a refused object applies nothing of its build.
+            self._set_status(
+                kid,
+                now,
+                ready=False,
+                reason="ReconciliationFailed",
+                message=refused,
+                attempted=revision,
+            )
+            ready[kid] = False
+            return previous_children
+        for obj in recreate:
+            self._delete(obj, now)
         self._apply(kid, objects, spec.get("prune") is True, now)
         self._set_status(
             kid,
@@ -567,6 +593,37 @@ class FluxPlayer:
             labels[f"{FLUX_GROUP}/namespace"] = kid[0]
             objects[inventory_id(obj)[0]] = obj
         return objects
+
+    def _immutable_changes(
+        self, objects: Mapping[str, JsonObject], *, force: bool
+    ) -> tuple[str, list[JsonObject]]:
+        """(the dry-run error of the first refused update or "", live objects to recreate).
+
+        The message is the shape kustomize-controller reports (fluxcd/pkg ssa errors.go
+        ``DryRunErr``: "<Kind>/<namespace>/<name> dry-run failed (Invalid): ..."), wrapping the
+        API server's "field is immutable". With force, kustomize-controller deletes the live
+        object and applies again (ssa manager_apply.go ``shouldForceApply``).
+        """
+        recreate: list[JsonObject] = []
+        for obj in objects.values():
+            group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+            kind = str(obj.get("kind", ""))
+            if (group, kind) not in IMMUTABLE_SPEC_KINDS:
+                continue
+            resource = resource_of(str(obj.get("apiVersion", "")), kind)
+            live = self.store.get(resource, *key_of(obj)) if resource is not None else None
+            if live is None or live.get("spec") == obj.get("spec"):
+                continue
+            if force or forced(obj) or forced(live):
+                recreate.append(live)
+                continue
+            namespace, name = key_of(obj)
+            return (
+                f"{kind}/{namespace}/{name} dry-run failed (Invalid): {kind}.{group} "
+                f'"{name}" is invalid: spec: Invalid value: "object": field is immutable',
+                [],
+            )
+        return "", recreate
 
     def _apply(self, kid: KId, objects: dict[str, JsonObject], prune: bool, now: float) -> None:
         old = self._inventory.get(kid, {})

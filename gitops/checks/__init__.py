@@ -11,7 +11,8 @@
 - ``capacity``: guaranteed GPU quota of all queues against the fleet (``gitops.checks.capacity``);
 - ``controllers``: settings the controllers would act on against their intent: topology-aware
   flavors they cannot place, preemption fair sharing ignores, namespace quotas below what Kueue
-  admits, rollouts that surge past the GPU quota (``gitops.checks.controllers``).
+  admits, rollouts that surge past the GPU quota, immutable specs changed in place
+  (``gitops.checks.controllers``).
 
 A check that cannot run here (no schema directory configured, no kubectl) is ``skipped`` with
 the reason; whether a skipped check may merge is the caller's decision.
@@ -42,6 +43,8 @@ from gitops.checks.kustomize import (
     flux_kustomizations,
     kustomize_build,
     kustomize_command,
+    patched_directories,
+    patches_matching_nothing,
 )
 from gitops.checks.manifests import iter_objects
 from gitops.checks.schema import SchemaRegistry, get_registry
@@ -73,13 +76,15 @@ def run_checks(
     gateway_namespace: str | None = None,
     platform_sources: Collection[PlatformSource] | None = None,
     allow_overcommit: bool = False,
+    base: Mapping[str, bytes] | None = None,
 ) -> list[CheckResult]:
     """Run every check on the tree ``files`` (``{path: bytes}`` at the change's head).
 
     ``changed`` limits schema validation to those files and builds only the Flux paths they
     affect (None: everything, as for a full check of main). The gateway tenant routes attach
     to defaults to the fleet's; platform sources default to the Flux sources defined under
-    ``clusters/`` and ``infrastructure/``.
+    ``clusters/`` and ``infrastructure/``. ``base`` is the tree the change starts from, for the
+    rules about updates the API server refuses (None: those rules are not run).
     """
     registry: SchemaRegistry | None = None
     registry_error = ""
@@ -108,7 +113,7 @@ def run_checks(
             ),
         ),
         _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
-        _guarded("controllers", lambda: _controllers(files, fleet)),
+        _guarded("controllers", lambda: _controllers(files, fleet, base)),
     ]
     return results
 
@@ -188,16 +193,30 @@ def _kustomize(
         reason = "no Flux Kustomization in the tree" if not all_paths else "no Flux path affected"
         return CheckResult("kustomize", "passed", reason)
     details: list[str] = []
+    unmatched: list[str] = []
     for path in paths:
         result = kustomize_build(files, path, command=command)
         builds.append(result)
         if not result.ok:
             owners = ", ".join(t.kustomization for t in targets if t.path == path)
             details.append(f"{path or '.'} (Flux Kustomization {owners}): {result.error_text}")
+            continue
+        for directory in patched_directories(files, path):
+            inner = (
+                result if directory == path else kustomize_build(files, directory, command=command)
+            )
+            if inner.ok:
+                unmatched += patches_matching_nothing(files, directory, inner.output_objects)
     failed = len(details)
     built = f"{_plural(len(paths), 'Flux path')} of {len(all_paths)}"
     if failed:
-        return CheckResult("kustomize", "failed", f"{failed} of {built} do not build", details)
+        return CheckResult(
+            "kustomize", "failed", f"{failed} of {built} do not build", details + unmatched
+        )
+    if unmatched:
+        count = len(unmatched)
+        summary = f"{count} patch{'' if count == 1 else 'es'} in {built} match nothing"
+        return CheckResult("kustomize", "failed", summary, unmatched)
     return CheckResult("kustomize", "passed", f"{built} build", [p or "." for p in paths])
 
 
@@ -253,8 +272,10 @@ def _capacity(files: Mapping[str, bytes], fleet: FleetSpec, allow_overcommit: bo
     return _from_findings("capacity", findings, "guaranteed quota fits in every GPU pool")
 
 
-def _controllers(files: Mapping[str, bytes], fleet: FleetSpec) -> CheckResult:
-    findings = check_controllers(files, fleet)
+def _controllers(
+    files: Mapping[str, bytes], fleet: FleetSpec, base: Mapping[str, bytes] | None
+) -> CheckResult:
+    findings = check_controllers(files, fleet, base=base)
     return _from_findings("controllers", findings, "Kueue, KServe and the namespace quotas agree")
 
 

@@ -32,6 +32,16 @@ a manifest that the API server accepts but that would never run as meant does no
   a 25% surge (kserve v0.20.0 pkg/controller/v1beta1/inferenceservice/reconcilers/deployment/
   deployment_reconciler.go ``setDefaultDeploymentSpec``), and the surge pod's GPUs are not in
   a quota sized to the replicas, so the update stalls.
+- ``immutable-spec``: a change may not alter the spec of a ResourceClaimTemplate that exists on
+  its base (same namespace and name) unless the template carries
+  ``kustomize.toolkit.fluxcd.io/force: enabled``. The API server refuses the update
+  (kubernetes pkg/apis/resource/validation ``ValidateResourceClaimTemplateUpdate``:
+  ``ValidateImmutableField`` on ``spec``), so Flux's dry-run apply fails and the Kustomization
+  stays Ready False with "field is immutable" until someone deletes the object by hand.
+  kustomize-controller deletes and recreates instead when that annotation is on the new or the
+  live object (fluxcd/pkg ssa v0.76.1 manager_apply.go ``shouldForceApply``, the selector set
+  in kustomize-controller v1.9.4 ``ForceSelector``). A renamed template is a new object and
+  needs nothing. Only run when the base tree is given.
 """
 
 from __future__ import annotations
@@ -60,24 +70,33 @@ Item = tuple[str, Mapping[str, Any]]
 
 
 def check_controllers(
-    source: Mapping[str, bytes] | Iterable[Mapping[str, Any]], fleet: FleetSpec
+    source: Mapping[str, bytes] | Iterable[Mapping[str, Any]],
+    fleet: FleetSpec,
+    *,
+    base: Mapping[str, bytes] | Iterable[Mapping[str, Any]] | None = None,
 ) -> list[Finding]:
     """Findings for every object the controllers would act on against its intent.
 
-    ``source`` is a repository tree (``{path: bytes}``) or a list of objects (path left empty).
+    ``source`` is a repository tree (``{path: bytes}``) or a list of objects (path left empty);
+    ``base``, in the same form, is what the change starts from (what the cluster runs), for the
+    rules about updates.
     """
-    items: list[Item]
-    if isinstance(source, Mapping):
-        objects, _ = iter_objects(source)
-        items = [(item.path, item.obj) for item in objects]
-    else:
-        items = [("", obj) for obj in source]
+    items = _items(source)
     findings: list[Finding] = []
     findings += _topology(items, fleet)
     findings += _fair_sharing(items, fleet)
     findings += _quota_covers_queues(items, fleet)
     findings += _rollouts(items)
+    if base is not None:
+        findings += _immutable_specs(items, _items(base))
     return findings
+
+
+def _items(source: Mapping[str, bytes] | Iterable[Mapping[str, Any]]) -> list[Item]:
+    if isinstance(source, Mapping):
+        objects, _ = iter_objects(source)
+        return [(item.path, item.obj) for item in objects]
+    return [("", obj) for obj in source]
 
 
 def _of(items: list[Item], api_prefix: str, kind: str) -> list[Item]:
@@ -307,6 +326,49 @@ def _rollouts(items: list[Item]) -> list[Finding]:
                     "maxSurge 0",
                 )
             )
+    return findings
+
+
+# --- immutable specs -----------------------------------------------------------------------
+
+DRA = "resource.k8s.io/"
+FORCE_ANNOTATION = "kustomize.toolkit.fluxcd.io/force"
+
+
+def forced(obj: Mapping[str, Any]) -> bool:
+    """Whether kustomize-controller recreates ``obj`` on an immutable change: the force
+    policy as a label or an annotation, compared ignoring case (fluxcd/pkg ssa/utils
+    ``AnyInMetadata``)."""
+    meta = mapping(obj.get("metadata"))
+    return any(
+        str(mapping(meta.get(part)).get(FORCE_ANNOTATION, "")).lower() == "enabled"
+        for part in ("labels", "annotations")
+    )
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = mapping(obj.get("metadata"))
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def _immutable_specs(items: list[Item], base: list[Item]) -> list[Finding]:
+    before = {_identity(obj): obj for _, obj in _of(base, DRA, "ResourceClaimTemplate")}
+    findings: list[Finding] = []
+    for path, obj in _of(items, DRA, "ResourceClaimTemplate"):
+        old = before.get(_identity(obj))
+        if old is None or old.get("spec") == obj.get("spec") or forced(obj) or forced(old):
+            continue
+        findings.append(
+            Finding(
+                path,
+                object_ref(obj),
+                "immutable-spec",
+                "this change alters the spec of an existing ResourceClaimTemplate, which the "
+                "API server refuses (field is immutable), so Flux's apply would fail until the "
+                f"object is deleted by hand; annotate it {FORCE_ANNOTATION}: enabled (Flux "
+                "then recreates it) or give the changed template a new name",
+            )
+        )
     return findings
 
 

@@ -670,8 +670,10 @@ class _Rules:
                 if not holder.endswith(("Ref", "Refs")) and holder not in ("subjects", "dependsOn"):
                     continue
                 parent = _lookup(obj, where)
-                if holder == "parentRefs" and self._is_gateway(parent) and (
-                    kind in ROUTE_KINDS or allow_platform_sources
+                if (
+                    holder == "parentRefs"
+                    and self._is_gateway(parent)
+                    and (kind in ROUTE_KINDS or allow_platform_sources)
                 ):
                     # Routes attach to the fleet gateway; so may a platform-owned release's
                     # (the vCluster chart's TLSRoute, in its values).

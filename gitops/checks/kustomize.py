@@ -10,7 +10,9 @@ from a temporary copy of the tree, the way Flux does:
 - remote bases, kustomize plugins and Helm charts are refused (Flux runs with
   ``--no-remote-bases``; plugins could read any file of this machine);
 - a directory without a kustomization file gets the one Flux would generate: every YAML file
-  under it, and each sub-directory that has its own kustomization file as a whole.
+  under it, and each sub-directory that has its own kustomization file as a whole;
+- a kustomization whose ``patches`` target selects no object of its own build fails: kustomize
+  ignores such a patch, which is how the flux-system lockdown once patched nothing.
 """
 
 from __future__ import annotations
@@ -251,3 +253,76 @@ def affected_paths(
         if contains or reads:
             affected.append(path)
     return affected
+
+
+_TARGET_FIELDS = ("group", "version", "kind", "name", "namespace")
+
+
+def _matches(target: Mapping[str, Any], obj: Mapping[str, Any]) -> bool | None:
+    """Whether a patch ``target`` selects ``obj`` (None: a selector this check cannot judge).
+
+    Each field is a regular expression anchored at both ends (kustomize api/types/selector.go
+    ``anchorRegex``: ``^(?:<pattern>)$``); an empty field matches anything.
+    """
+    if target.get("labelSelector") or target.get("annotationSelector"):
+        return None
+    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+    meta = mapping(obj.get("metadata"))
+    values = {
+        "group": group,
+        "version": version,
+        "kind": str(obj.get("kind", "")),
+        "name": str(meta.get("name", "")),
+        "namespace": str(meta.get("namespace", "")),
+    }
+    for key in _TARGET_FIELDS:
+        pattern = target.get(key)
+        if pattern and not re.fullmatch(f"(?:{pattern})", values[key]):
+            return False
+    return True
+
+
+def patched_directories(files: Mapping[str, bytes], directory: str) -> list[str]:
+    """Directories within ``directory`` whose kustomization has targeted patches."""
+    found: list[str] = []
+    for path in sorted(files):
+        parent = posixpath.dirname(path)
+        if posixpath.basename(path) != "kustomization.yaml" or not _is_within(parent, directory):
+            continue
+        try:
+            config = mapping(yaml.safe_load(files[path]))
+        except yaml.YAMLError:
+            continue
+        if any(mapping(patch).get("target") for patch in config.get("patches") or []):
+            found.append(parent)
+    return found
+
+
+def patches_matching_nothing(
+    files: Mapping[str, bytes], directory: str, objects: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """The ``patches`` targets of ``directory``'s kustomization that select no object of its
+    build output ``objects``. kustomize builds such a kustomization without a word (the
+    flux-system test builds one with ``kubectl kustomize``), so a lockdown written as patches
+    would silently not exist."""
+    path = kustomization_file(files, directory)
+    if path is None:
+        return []
+    try:
+        config = mapping(yaml.safe_load(files[path]))
+    except yaml.YAMLError:
+        return []  # the build reported it already
+    unmatched: list[str] = []
+    for patch in config.get("patches") or []:
+        target = mapping(mapping(patch).get("target"))
+        if not target:
+            continue
+        verdicts = [_matches(target, obj) for obj in objects]
+        if None in verdicts or any(verdicts):
+            continue
+        shown = ", ".join(f"{k}={target[k]}" for k in _TARGET_FIELDS if target.get(k))
+        unmatched.append(
+            f"{path}: the patch for {shown} matches no object of the build, so kustomize "
+            "applies it to nothing"
+        )
+    return unmatched

@@ -11,6 +11,16 @@ name, e.g. "NVIDIA H200"; GPU feature discovery's label is the same with spaces 
 both are compared in that form), MIG devices by profile (profile names are specific to a GPU
 model already). The product comes from the fleet's configuration, which ``validate_fleet``
 restricts to label characters, so it cannot break out of the CEL string literal.
+
+Every template carries ``kustomize.toolkit.fluxcd.io/force: enabled``. The API server refuses
+any change to a ResourceClaimTemplate's spec (kubernetes pkg/apis/resource/validation
+``ValidateResourceClaimTemplateUpdate`` calls ``ValidateImmutableField`` on ``spec``: "field is
+immutable"), and a changed share count or endpoint GPU count renders the same name with a new
+spec. kustomize-controller (v1.9, fluxcd/pkg ssa ``shouldForceApply``) deletes and recreates an
+object whose dry-run apply fails as immutable when that annotation matches, instead of failing
+the whole Kustomization. Claims already made from the template belong to their pods, so the
+recreation leaves running pods alone; new pods get the new spec. Why not content-hash names:
+see docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -23,6 +33,11 @@ from gitops.specs import Flavor, GpuShare, TenantSpec
 
 API = "resource.k8s.io/v1"
 DRIVER = "gpu.nvidia.com"
+# kustomize-controller's recreate-on-immutable-change policy (kustomize-controller v1.9.4
+# internal/controller/kustomization_controller.go ``ForceSelector``; values compared ignoring
+# case by fluxcd/pkg ssa/utils ``AnyInMetadata``).
+FORCE_ANNOTATION = "kustomize.toolkit.fluxcd.io/force"
+FORCE_ENABLED = "enabled"
 
 
 def _selectors(share: GpuShare, flavor: Flavor) -> list[dict[str, Any]]:
@@ -46,7 +61,9 @@ def claim_template(
     return {
         "apiVersion": API,
         "kind": "ResourceClaimTemplate",
-        "metadata": metadata(name, tenant.slug, tenant=tenant.slug),
+        "metadata": metadata(
+            name, tenant.slug, tenant=tenant.slug, annotations={FORCE_ANNOTATION: FORCE_ENABLED}
+        ),
         "spec": {
             "spec": {
                 "devices": {

@@ -1,8 +1,10 @@
 """Flux objects: the cluster bootstrap, the platform Kustomizations and each tenant's sync.
 
 The layout follows flux2-multi-tenancy. ``clusters/<fleet>/flux-system`` holds what
-``flux bootstrap`` writes (``gotk-sync.yaml``, and ``gotk-components.yaml`` when it exists)
-plus the multi-tenancy lockdown as kustomize patches on the controller Deployments:
+``flux bootstrap`` writes (``gotk-sync.yaml``, and ``gotk-components.yaml``, the controllers
+as ``flux install --export`` renders them, once the operator has committed it) plus the
+multi-tenancy lockdown as kustomize patches on the controller Deployments in
+``gotk-components.yaml``:
 
 - ``--no-cross-namespace-refs=true`` on every controller that follows references, so a tenant
   object can only use sources in its own namespace;
@@ -13,6 +15,10 @@ plus the multi-tenancy lockdown as kustomize patches on the controller Deploymen
 - ``serviceAccountName: kustomize-controller`` on the ``flux-system`` Kustomization, which
   must keep full rights (patched rather than written into ``gotk-sync.yaml``, so a re-run of
   ``flux bootstrap`` keeps it).
+
+The Deployment patches are rendered only together with ``gotk-components.yaml``: kustomize
+applies a patch whose target selects nothing to nothing, without an error, so without the
+components they were a lockdown in name only. The kustomize check now fails such a patch.
 
 The platform Kustomizations (``infra-controllers`` -> ``infra-configs`` -> ``tenants``) name
 ``kustomize-controller`` explicitly for the same reason. Each tenant gets a GitRepository and a
@@ -31,6 +37,7 @@ from gitops.specs import FleetSpec, TenantSpec
 FLUX_KUSTOMIZE_API = "kustomize.toolkit.fluxcd.io/v1"
 SOURCE_API = "source.toolkit.fluxcd.io/v1"
 FLUX_SYSTEM = "flux-system"
+COMPONENTS = "gotk-components.yaml"
 KUSTOMIZE_CONTROLLER = "kustomize-controller"
 CROSS_NAMESPACE_CONTROLLERS = (
     "kustomize-controller",
@@ -127,9 +134,17 @@ def _arg(value: str, position: str) -> dict[str, Any]:
     }
 
 
-def lockdown_patches() -> list[dict[str, Any]]:
-    """The flux2-multi-tenancy lockdown. A target that matches nothing (no
-    ``gotk-components.yaml`` yet) is not an error for kustomize."""
+def lockdown_patches(include_components: bool = True) -> list[dict[str, Any]]:
+    """The flux2-multi-tenancy lockdown: the controllers' arguments (only with
+    ``gotk-components.yaml``, which holds their Deployments) and the flux-system
+    Kustomization's service account (in ``gotk-sync.yaml``)."""
+    service_account = _patch(
+        [{"op": "add", "path": "/spec/serviceAccountName", "value": KUSTOMIZE_CONTROLLER}],
+        kind="Kustomization",
+        name=FLUX_SYSTEM,
+    )
+    if not include_components:
+        return [service_account]
     return [
         _patch(
             [_arg("--no-cross-namespace-refs=true", "0")],
@@ -142,17 +157,13 @@ def lockdown_patches() -> list[dict[str, Any]]:
             kind="Deployment",
             name=f"({'|'.join(IMPERSONATING_CONTROLLERS)})",
         ),
-        _patch(
-            [{"op": "add", "path": "/spec/serviceAccountName", "value": KUSTOMIZE_CONTROLLER}],
-            kind="Kustomization",
-            name=FLUX_SYSTEM,
-        ),
+        service_account,
     ]
 
 
 def flux_system_kustomization(include_components: bool) -> dict[str, Any]:
-    files = ["gotk-components.yaml", "gotk-sync.yaml"] if include_components else ["gotk-sync.yaml"]
-    return kustomization(files, patches=lockdown_patches())
+    files = [COMPONENTS, "gotk-sync.yaml"] if include_components else ["gotk-sync.yaml"]
+    return kustomization(files, patches=lockdown_patches(include_components))
 
 
 def infrastructure() -> list[dict[str, Any]]:

@@ -1,7 +1,12 @@
 """NetworkPolicies of a tenant namespace: deny by default, then open what the platform needs.
 
 - ``default-deny``: no ingress, no egress;
-- ``allow-dns``: egress to kube-dns in kube-system, UDP and TCP 53;
+- ``allow-dns``: egress to kube-dns in kube-system, UDP and TCP 53, and, on a fleet that runs
+  NodeLocal DNSCache (``node_local_dns``), to the link-local address its node cache listens on
+  (kubernetes cluster/addons/dns/nodelocaldns/README.md: a dummy interface with 169.254.20.10
+  by default, where pods send their queries; the README notes that network policies need an
+  extra rule for it). That cache runs with hostNetwork, so no pod or namespace selector
+  matches it: only an ipBlock does;
 - ``allow-same-namespace``: pods of the namespace talk to each other (a vCluster's control
   plane and its synced pods, a model and its clients);
 - ``allow-gateway``: the fleet gateway's proxies reach model servers on their port. Where that
@@ -29,6 +34,7 @@ plane; policies only ever add allowed traffic, so they combine with these.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from gitops.render import vcluster
@@ -161,30 +167,40 @@ def vcluster_api_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] 
     )
 
 
+DNS_PORTS = ({"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53})
+
+
+def dns_egress(fleet: FleetSpec) -> list[dict[str, Any]]:
+    """The egress rules of ``allow-dns``."""
+    rules: list[dict[str, Any]] = [
+        {
+            "to": [
+                {
+                    **_from_namespace("kube-system"),
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [dict(port) for port in DNS_PORTS],
+        }
+    ]
+    if fleet.node_local_dns:
+        bits = ipaddress.ip_address(fleet.node_local_dns).max_prefixlen
+        rules.append(
+            {
+                "to": [{"ipBlock": {"cidr": f"{fleet.node_local_dns}/{bits}"}}],
+                "ports": [dict(port) for port in DNS_PORTS],
+            }
+        )
+    return rules
+
+
 def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
     objs = [
         _policy(tenant, "default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         _policy(
             tenant,
             "allow-dns",
-            {
-                "podSelector": {},
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {
-                        "to": [
-                            {
-                                **_from_namespace("kube-system"),
-                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-                            }
-                        ],
-                        "ports": [
-                            {"protocol": "UDP", "port": 53},
-                            {"protocol": "TCP", "port": 53},
-                        ],
-                    }
-                ],
-            },
+            {"podSelector": {}, "policyTypes": ["Egress"], "egress": dns_egress(fleet)},
         ),
         _policy(
             tenant,

@@ -14,6 +14,7 @@ the capacity check's job in ``gitops.checks``.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -225,6 +226,15 @@ def validate_fleet(fleet: FleetSpec) -> None:
         for index, flavor in enumerate(fleet.flavors):
             _validate_flavor(errors, f"flavors[{index}]", flavor)
     _validate_topology(errors, fleet.topology_levels)
+    if fleet.node_local_dns:
+        try:
+            ipaddress.ip_address(fleet.node_local_dns)
+        except ValueError:
+            errors.add(
+                "node_local_dns",
+                f"{fleet.node_local_dns!r} is not an IP address: give the address NodeLocal "
+                "DNSCache listens on (169.254.20.10 by default), or leave it out.",
+            )
     if not fleet.allowed_registries:
         errors.add("allowed_registries", "List at least one image registry prefix tenants may use.")
     for index, prefix in enumerate(fleet.allowed_registries):

@@ -567,6 +567,62 @@ def test_it_stalls_on_a_broken_build_and_keeps_the_applied_revision(
     assert tenants["status"]["lastAppliedRevision"] == f"main@sha1:{broken}"
 
 
+DRA = ("resource.k8s.io", "v1", "resourceclaimtemplates")
+FORCE = "kustomize.toolkit.fluxcd.io/force"
+
+
+def _with_claims(count: int) -> TenantSpec:
+    return TenantSpec(
+        slug="alpha", shares=(GpuShare(name="claims", flavor="h200", kind="dra", count=count),)
+    )
+
+
+def _template_count(kube: client.ApiClient) -> int:
+    template = custom(kube).get_namespaced_custom_object(*DRA[:2], "alpha", DRA[2], "claims")
+    return int(template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"])
+
+
+def test_it_refuses_to_change_a_claim_templates_spec_unless_forced(
+    simulator: Simulator, kube: client.ApiClient, settings: Any
+) -> None:
+    git_secret(simulator)
+    repo = repository(settings)
+    path = "tenants/alpha/workloads/gpu-shares/claims.yaml"
+
+    def unforced(count: int) -> dict[str, bytes]:
+        """The tree as rendered before the force annotation (on the new and live object)."""
+        files = render_repository(demo_fleet(), [_with_claims(count)])
+        files[path] = files[path].replace(f"{FORCE}: enabled".encode(), b"example.com/note: x")
+        return files
+
+    first = commit(repo, unforced(2), None)
+    simulator.tick()
+    assert _template_count(kube) == 2
+
+    # The same template with a new count: the API server refuses the update, and
+    # kustomize-controller reports the dry-run error.
+    refused = commit(repo, {path: unforced(3)[path]}, first)
+    simulator.tick()
+    workloads = kustomizations(kube)["alpha/alpha-workloads"]
+    ready = condition(workloads, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReconciliationFailed")
+    assert ready["message"].startswith(
+        "ResourceClaimTemplate/alpha/claims dry-run failed (Invalid): "
+    )
+    assert "field is immutable" in ready["message"]
+    assert workloads["status"]["lastAttemptedRevision"] == f"main@sha1:{refused}"
+    assert workloads["status"]["lastAppliedRevision"] == f"main@sha1:{first}"
+    assert _template_count(kube) == 2
+
+    # As rendered (force annotation on): Flux deletes and recreates it.
+    forced = commit(repo, render_repository(demo_fleet(), [_with_claims(4)]), refused)
+    simulator.tick()
+    workloads = kustomizations(kube)["alpha/alpha-workloads"]
+    assert condition(workloads, "Ready")["status"] == "True"
+    assert workloads["status"]["lastAppliedRevision"] == f"main@sha1:{forced}"
+    assert _template_count(kube) == 4
+
+
 def test_it_creates_tenant_workloads_only_once_the_tenants_kustomization_applied(
     simulator: Simulator, kube: client.ApiClient, settings: Any
 ) -> None:

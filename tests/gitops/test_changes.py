@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.test import Client
 
 from gitops import services
@@ -396,3 +397,20 @@ def test_it_packs_the_repository_on_schedule(world: dict[str, Any], on_commit: A
         text=True,
     )
     assert fsck.returncode == 0, fsck.stderr
+
+
+def test_it_opens_the_flux_components_change_whose_lockdown_builds(
+    world: dict[str, Any], on_commit: Any, tmp_path: Path
+) -> None:
+    services.ensure_bootstrapped(FLEET)
+    components = Path(__file__).parent / "fixtures" / "gotk-components.yaml"
+    with on_commit(execute=True):
+        call_command("add_flux_components", str(components), "--as", world["bob"].username)
+    change = ChangeRequest.objects.get(title__startswith="Commit the Flux controllers")
+    base = f"clusters/{FLEET.name}/flux-system"
+    assert change.files_changed == [f"{base}/gotk-components.yaml", f"{base}/kustomization.yaml"]
+    kustomization = services.repository().read_file(change.head_sha, f"{base}/kustomization.yaml")
+    assert kustomization is not None and b"--no-remote-bases=true" in kustomization
+    checks = {c.name: (c.status, c.summary) for c in CheckRun.objects.filter(change=change)}
+    if checks["kustomize"][0] != "skipped":  # kubectl present: the patches match the controllers
+        assert checks["kustomize"][0] == "passed", checks

@@ -6,14 +6,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from gitops.checks import run_checks
 from gitops.checks.controllers import check_controllers
 from gitops.fleet import demo_fleet
-from gitops.render import render_repository
+from gitops.render import dra, render_repository
 from gitops.render.kueue import cluster_queue
 from gitops.render.quota import resource_quota
 from gitops.render.tree import objects_for
 from tests.gitops import checks_samples as samples
-from tests.gitops.render_samples import rich_tenant
+from tests.gitops.render_samples import CLAIMS, rich_tenant
 
 FLEET = samples.FLEET
 
@@ -159,3 +160,65 @@ def test_malformed_objects_give_no_crash() -> None:
         {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "spec": None},
     ]
     assert [rule for _, rule in rules(broken)] == ["tas-topology"]
+
+
+# --- immutable specs (issue 9, finding 15) ----------------------------------------------------
+
+FORCE = "kustomize.toolkit.fluxcd.io/force"
+
+
+def _claims(count: int, *, force: bool = True, name: str = "claims") -> dict[str, Any]:
+    share = dataclasses.replace(CLAIMS, name=name, count=count)
+    template = dra.share_template(rich_tenant(), share, demo_fleet().flavor("h200"))  # type: ignore[arg-type]
+    if not force:
+        del template["metadata"]["annotations"][FORCE]
+    return template
+
+
+def immutable(head: list[dict[str, Any]], base: list[dict[str, Any]]) -> list[str]:
+    return [
+        f.object for f in check_controllers(head, FLEET, base=base) if f.rule == "immutable-spec"
+    ]
+
+
+def test_a_claim_templates_spec_changed_in_place_is_refused() -> None:
+    assert immutable([_claims(3, force=False)], [_claims(2, force=False)]) == [
+        "ResourceClaimTemplate/alpha/claims"
+    ]
+
+
+def test_a_forced_or_renamed_or_unchanged_template_passes() -> None:
+    assert immutable([_claims(3)], [_claims(2, force=False)]) == []
+    # kustomize-controller also reads the live object's annotation.
+    assert immutable([_claims(3, force=False)], [_claims(2)]) == []
+    assert immutable([_claims(3, force=False, name="claims-b")], [_claims(2, force=False)]) == []
+    assert immutable([_claims(2, force=False)], [_claims(2, force=False)]) == []
+    # Without a base the rule has nothing to compare with.
+    assert [f.rule for f in check_controllers([_claims(3, force=False)], FLEET)] == []
+
+
+def test_every_rendered_claim_template_is_recreated_by_flux_on_change() -> None:
+    templates = [
+        obj
+        for obj in objects_for(render_repository(demo_fleet(), [rich_tenant()]))
+        if obj["kind"] == "ResourceClaimTemplate"
+    ]
+    assert templates
+    for template in templates:
+        assert template["metadata"]["annotations"][FORCE] == "enabled"
+
+
+def test_the_checks_compare_with_the_base_tree() -> None:
+    fleet = demo_fleet()
+    tenant = rich_tenant()
+    base = render_repository(fleet, [tenant])
+    path = next(p for p in base if p.endswith(".yaml") and "/gpu-shares/" in p)
+    stripped = base[path].replace(f"{FORCE}: enabled".encode(), b"example.com/note: x")
+    base = {**base, path: stripped}
+    head = {**base, path: stripped.replace(b"count: 8", b"count: 4")}
+    assert head[path] != stripped
+    results = {r.name: r for r in run_checks(head, fleet=fleet, changed={path}, base=base)}
+    assert results["controllers"].status == "failed"
+    assert "immutable-spec" in results["controllers"].details[0]
+    results = {r.name: r for r in run_checks(head, fleet=fleet, changed={path})}
+    assert results["controllers"].status == "passed"

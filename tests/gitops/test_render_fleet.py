@@ -8,9 +8,17 @@ from typing import Any
 
 import pytest
 
-from gitops.fleet import base_fleet, configured_fleet, demo_fleet, flavor_mapping, load_fleet
+from gitops.fleet import (
+    base_fleet,
+    configured_fleet,
+    demo_fleet,
+    flavor_mapping,
+    load_fleet,
+    parse_fleet,
+)
 from gitops.models import FleetInventory
-from gitops.specs import SpecError
+from gitops.render import network
+from gitops.specs import SpecError, TenantSpec
 
 FLEET_FILE = """
 name: lab
@@ -95,6 +103,8 @@ def test_it_loads_a_fleet_file(tmp_path: Path) -> None:
         ("max_gpus_per_tenant: true\n", "max_gpus_per_tenant", "whole number"),
         ("topology_levels: kubernetes.io/hostname\n", "topology_levels", "list"),
         ("name: Bad Name\n", "name", "DNS label"),
+        ("node_local_dns: 169.254.20\n", "node_local_dns", "not an IP address"),
+        ("node_local_dns: [169.254.20.10]\n", "node_local_dns", "Must be text"),
         ("- just\n- a list\n", "(file)", "mapping"),
         ("", "(file)", "mapping"),
     ],
@@ -159,3 +169,26 @@ def test_it_takes_flavors_from_the_stored_inventory(settings: Any) -> None:
     # A stored inventory that no longer parses is ignored, not fatal.
     FleetInventory.objects.update(flavors=[{"name": "x", "gpus": "many"}])
     assert configured_fleet().flavors == demo_fleet().flavors
+
+
+def test_nodelocal_dns_is_a_fleet_setting_the_dns_policy_allows() -> None:
+    fleet = parse_fleet({"name": "lab", "node_local_dns": "169.254.20.10"})
+    assert fleet.node_local_dns == "169.254.20.10"
+    assert parse_fleet({"name": "lab"}).node_local_dns == ""
+
+    def dns_rules(fleet: Any) -> list[dict[str, Any]]:
+        (policy,) = [
+            o
+            for o in network.tenant_objects(TenantSpec(slug="alpha"), fleet)
+            if o["metadata"]["name"] == "allow-dns"
+        ]
+        return list(policy["spec"]["egress"])
+
+    without = dns_rules(parse_fleet({"name": "lab"}))
+    assert len(without) == 1 and "ipBlock" not in without[0]["to"][0]
+    kube_dns, local = dns_rules(fleet)
+    assert kube_dns == without[0]
+    assert local == {
+        "to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }

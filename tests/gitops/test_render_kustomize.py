@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from gitops.checks import run_checks
+from gitops.checks.kustomize import patches_matching_nothing
 from gitops.fleet import demo_fleet
-from gitops.render import objects_for, render_cluster_bootstrap, render_repository
-from gitops.render.flux import CROSS_NAMESPACE_CONTROLLERS
+from gitops.render import flux, objects_for, render_cluster_bootstrap, render_repository
+from gitops.render.flux import CROSS_NAMESPACE_CONTROLLERS, lockdown_patches
+from gitops.render.meta import kustomization
 from gitops.render.yamlio import dump_documents
 from gitops.specs import TenantSpec
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
@@ -157,3 +160,74 @@ def test_it_builds_the_bootstrap_before_flux_components_exist(kubectl: str, tmp_
         "Kustomization",
         "Kustomization",
     ]
+
+
+# --- the lockdown over realistic components (issue 9, finding 17) ---------------------------
+
+COMPONENTS = (Path(__file__).parent / "fixtures" / "gotk-components.yaml").read_bytes()
+FLUX_SYSTEM_DIR = "clusters/ai-factory/flux-system"
+
+
+def test_the_lockdown_reaches_the_controllers_flux_install_renders(
+    kubectl: str, tmp_path: Path
+) -> None:
+    files = render_cluster_bootstrap(FLEET, include_components=True)
+    files[f"{FLUX_SYSTEM_DIR}/gotk-components.yaml"] = COMPONENTS
+    _write(files, tmp_path)
+    built = _build(kubectl, tmp_path / FLUX_SYSTEM_DIR)
+    args = {
+        obj["metadata"]["name"]: obj["spec"]["template"]["spec"]["containers"][0]["args"]
+        for obj in built
+        if obj["kind"] == "Deployment"
+    }
+    assert set(args) == {
+        "source-controller",
+        "kustomize-controller",
+        "helm-controller",
+        "notification-controller",
+    }
+    for name in ("kustomize-controller", "helm-controller", "notification-controller"):
+        assert "--no-cross-namespace-refs=true" in args[name], name
+    for name in ("kustomize-controller", "helm-controller"):
+        assert "--default-service-account=default" in args[name], name
+    assert args["kustomize-controller"][-1] == "--no-remote-bases=true"
+    # Flux's own arguments stay.
+    assert "--watch-all-namespaces=true" in args["kustomize-controller"]
+    assert not any(a.startswith("--no-") for a in args["source-controller"])
+    # And the check finds every patch target in the output.
+    assert patches_matching_nothing(files, FLUX_SYSTEM_DIR, built) == []
+
+
+def test_a_lockdown_without_components_is_refused_by_the_check(
+    kubectl: str, tmp_path: Path
+) -> None:
+    # What the portal rendered before: the Deployment patches without gotk-components.yaml.
+    files = render_cluster_bootstrap(FLEET)
+    files[f"{FLUX_SYSTEM_DIR}/kustomization.yaml"] = dump_documents(
+        [kustomization(["gotk-sync.yaml"], patches=lockdown_patches(include_components=True))]
+    )
+    _write(files, tmp_path)
+    built = _build(kubectl, tmp_path / FLUX_SYSTEM_DIR)  # kustomize itself says nothing
+    problems = patches_matching_nothing(files, FLUX_SYSTEM_DIR, built)
+    assert len(problems) == 3
+    assert all("matches no object" in p and "kind=Deployment" in p for p in problems)
+
+    results = {
+        r.name: r for r in run_checks(files, fleet=FLEET, changed=set(files), schema_dir=None)
+    }
+    assert results["kustomize"].status == "failed"
+    assert "match nothing" in results["kustomize"].summary
+    # As rendered now, the bootstrap without components has no patch that matches nothing.
+    rendered = render_cluster_bootstrap(FLEET)
+    results = {
+        r.name: r for r in run_checks(rendered, fleet=FLEET, changed=set(rendered), schema_dir=None)
+    }
+    assert results["kustomize"].status == "passed", results["kustomize"].details
+
+
+def test_the_docs_name_the_secret_gotk_sync_uses() -> None:
+    (repo, _) = flux.gotk_sync(FLEET)
+    secret = repo["spec"]["secretRef"]["name"]
+    guide = (Path(__file__).parents[2] / "docs" / "operator-guide.md").read_text()
+    assert f"flux create secret git {secret} " in guide
+    assert "--secret-name" not in guide or f"--secret-name={secret}" in guide
