@@ -978,7 +978,7 @@ def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str
     """The public URL (on the tenant's own gateway host), the address inside the cluster, the
     OpenAI model name and a curl example of a ready endpoint. The example names the key
     header with a placeholder: the key itself is shown only once, when it is created."""
-    from gitops.render.gateway import API_KEY_HEADER, cluster_url
+    from gitops.render.gateway import API_KEY_HEADER, OPENAI_PREFIX, cluster_url
     from gitops.render.litellm import model_name, served_name
 
     resource = (
@@ -1002,12 +1002,23 @@ def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str
         f'  -d \'{{"model": "{model}", "messages": '
         f'[{{"role": "user", "content": "Hello"}}]}}\''
     )
+    # Inside the cluster: the address KServe reports (status.address.url) once the fleet sync
+    # has read it, the OpenAI prefix appended; until then the one the predictor Service has.
+    reported = (
+        FluxObject.objects.filter(
+            kind=FluxObject.Kind.INFERENCE_SERVICE, namespace=tenant.slug, name=endpoint.name
+        )
+        .values_list("address", flat=True)
+        .first()
+    )
     return {
         "url": url if endpoint.expose else "",
         "model": model,
         "litellm_model": model_name(tenant, endpoint) if endpoint.expose else "",
         "curl": curl if endpoint.expose else "",
-        "cluster_url": cluster_url(tenant, endpoint),
+        "cluster_url": f"{reported.rstrip('/')}{OPENAI_PREFIX}"
+        if reported
+        else cluster_url(tenant, endpoint),
         "key_header": API_KEY_HEADER,
     }
 

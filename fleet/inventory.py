@@ -244,6 +244,8 @@ class FluxStatus:
     generation: int | None = None
     suspended: bool = False
     url: str = ""
+    # An InferenceService's address inside the cluster (status.address.url), as KServe reports it.
+    address: str = ""
     path: str = ""
     chart: str = ""
     problems: tuple[str, ...] = ()
@@ -459,6 +461,13 @@ def parse_flux_object(kind: str, obj: object) -> FluxStatus | None:
         generation=_optional_int(meta.get("generation"), "metadata.generation", problems),
         suspended=spec.get("suspend") is True,
         url=_text(status.get("url"), "status.url", problems) if kind == INFERENCE_SERVICE else "",
+        address=_text(
+            _mapping(status.get("address"), "status.address", problems).get("url"),
+            "status.address.url",
+            problems,
+        )
+        if kind == INFERENCE_SERVICE
+        else "",
         path=_text(spec.get("path"), "spec.path", problems) if kind == KUSTOMIZATION else "",
         chart=_chart(spec, problems) if kind == HELM_RELEASE else "",
         problems=tuple(problems),

@@ -122,6 +122,8 @@ class FluxObject(models.Model):
     last_applied_revision = models.CharField(max_length=200, blank=True)
     last_attempted_revision = models.CharField(max_length=200, blank=True)
     url = models.CharField(max_length=500, blank=True)
+    # An InferenceService's address inside the cluster (status.address.url).
+    address = models.CharField(max_length=500, blank=True)
     path = models.CharField(max_length=500, blank=True)
     chart = models.CharField(max_length=200, blank=True)
     problems = models.JSONField(default=list, blank=True)

@@ -344,6 +344,7 @@ def _sync_custom(kube: Kube, kind: CustomKind) -> tuple[list[FluxObject], int]:
                 last_applied_revision=status.last_applied_revision[:200],
                 last_attempted_revision=status.last_attempted_revision[:200],
                 url=status.url[:500],
+                address=status.address[:500],
                 path=status.path[:500],
                 chart=status.chart[:200],
                 problems=list(status.problems),

@@ -311,6 +311,15 @@ def test_an_endpoint_is_ready_when_the_cluster_serves_it_then_decommissioned(
     assert access["cluster_url"] == (
         f"http://{endpoint.resource.name}-predictor.alpha.svc.cluster.local/openai"
     )
+    # That address is what KServe reports (status.address.url), read by the fleet sync.
+    from fleet.models import FluxObject
+
+    isvc = FluxObject.objects.get(kind="InferenceService", namespace="alpha", name="chat")
+    assert isvc.address == "http://chat-predictor.alpha.svc.cluster.local"
+    FluxObject.objects.filter(pk=isvc.pk).update(address="http://chat.alpha.example.internal")
+    assert services.endpoint_access(endpoint)["cluster_url"] == (
+        "http://chat.alpha.example.internal/openai"
+    )
     assert access["model"] in access["curl"] and "/v1/chat/completions" in access["curl"]
     # The example carries the key header with a placeholder, never a key.
     assert '-H "x-api-key: $AI_FACTORY_API_KEY"' in access["curl"]
