@@ -184,3 +184,27 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class GatewayKey(models.Model):
+    """The key a tenant's clients send (``x-api-key``) to reach its model endpoints.
+
+    Only a SHA-256 digest and a visible prefix are kept: the key is shown once, when it is
+    made, and otherwise exists only in the Secret ``gateway-api-key`` the portal writes into the
+    tenant's namespace, which the gateway checks (``gitops.render.gateway``). One per tenant:
+    rotating replaces it, revoking removes it and the Secret, and the gateway then refuses
+    every request.
+    """
+
+    tenant = models.OneToOneField(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="gateway_key"
+    )
+    prefix = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"gateway key {self.prefix}… of {self.tenant.slug}"

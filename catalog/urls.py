@@ -27,6 +27,7 @@ urlpatterns = [
         views.resource_decommission,
         name="decommission",
     ),
+    path("t/<slug:tenant>/gateway-key/", views.gateway_key, name="gateway_key"),
     path(
         "t/<slug:tenant>/resources/<int:resource_id>/kubeconfig/",
         views.kubeconfig,

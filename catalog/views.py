@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
@@ -23,8 +23,9 @@ from django_htmx.http import HttpResponseLocation
 
 from catalog import services, states
 from catalog.forms import FORMS, NOUNS, SpecForm
+from catalog.keys import do_revoke_gateway_key, do_rotate_gateway_key
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
-from catalog.models import Kind, Resource, ResourceRequest
+from catalog.models import GatewayKey, Kind, Resource, ResourceRequest
 from catalog.specs import CLASSES
 from gitops import services as gitops
 from gitops.diffview import RenderedFile, render_file_diff
@@ -515,3 +516,36 @@ def kubeconfig(request: HttpRequest, tenant: str, resource_id: int) -> HttpRespo
             "Cache-Control": "no-store",
         },
     )
+
+
+# --- the tenant's gateway key -------------------------------------------------------------
+
+
+@login_required
+def gateway_key(request: HttpRequest, tenant: str) -> HttpResponse:
+    """The tenant's key for its endpoints: its prefix and age for members; admins rotate or
+    revoke it. A new key is shown on this response only (never stored in the clear)."""
+    access = get_tenant_for_user(request, tenant)
+    current = GatewayKey.objects.filter(tenant=access.tenant).first()
+    new_key = ""
+    if request.method == "POST":
+        if not access.can_admin:
+            raise PermissionDenied("Only an admin of this tenant can manage its gateway key.")
+        action = request.POST.get("action")
+        try:
+            if action == "rotate":
+                new_key = do_rotate_gateway_key(access.tenant, acting_user=request.user)
+            elif action == "revoke":
+                do_revoke_gateway_key(access.tenant, acting_user=request.user)
+                messages.success(request, "The key is revoked: the gateway refuses every call.")
+            else:
+                return HttpResponse("Unknown action.", status=400)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        current = GatewayKey.objects.filter(tenant=access.tenant).first()
+    elif refused := _reading(request):
+        return refused
+    context = {"access": access, "tenant": access.tenant, "key": current, "new_key": new_key}
+    response = render(request, "catalog/gateway_key.html", context)
+    response["Cache-Control"] = "no-store"
+    return response

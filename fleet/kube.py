@@ -156,6 +156,17 @@ class Kube:
                 what, lambda **kw: self.core.replace_namespaced_secret(name, namespace, body, **kw)
             )
 
+    def delete_secret(self, namespace: str, name: str) -> None:
+        """Delete a Secret; one that is not there is no error (the goal is its absence)."""
+        try:
+            self._call(
+                f"delete secret {namespace}/{name}",
+                lambda **kw: self.core.delete_namespaced_secret(name, namespace, **kw),
+            )
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
     def set_unschedulable(self, node: str, value: bool) -> None:
         """Cordon (True) or uncordon (False) a node, as ``kubectl cordon`` does."""
         self._call(

@@ -90,6 +90,16 @@ class TenantAccess:
             raise PermissionDenied("Viewers cannot change this tenant's resources.")
 
 
+def may_admin_tenant(user: Any, tenant: Tenant) -> bool:
+    """The rule behind ``TenantAccess.can_admin``, for services that have no request: a
+    platform admin, or an admin member of the tenant."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if is_platform_admin(user):
+        return True
+    return Membership.objects.filter(user=user, tenant=tenant, role=Role.ADMIN).exists()
+
+
 def get_tenant_for_user(request: HttpRequest, slug: str) -> TenantAccess:
     """Resolve ``slug`` for the signed-in user; a non-member gets 404, never a hint it exists."""
     user = request.user

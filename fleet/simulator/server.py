@@ -61,7 +61,7 @@ JSON_PATCH = "application/json-patch+json"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_BODY = 8 * 1024 * 1024
 # Resources a client may delete here; nodes and namespaces belong to the simulation.
-DELETABLE = frozenset(r for r in RESOURCES.values() if r.group) | {PODS}
+DELETABLE = frozenset(r for r in RESOURCES.values() if r.group) | {PODS, SECRETS}
 
 
 class ApiError(Exception):
