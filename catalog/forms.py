@@ -30,7 +30,12 @@ NOUNS = {
     Kind.GPU_SHARE: "GPU share",
     Kind.ENDPOINT: "model endpoint",
 }
-MODES = {"whole": "whole GPUs", "mig": "MIG slices", "hami": "GPU fractions (HAMi)"}
+MODES = {
+    "whole": "whole GPUs",
+    "mig": "MIG slices",
+    "hami": "GPU fractions (HAMi)",
+    "dra": "GPUs claimed through DRA",
+}
 SHARE_KINDS = {
     "whole": "Whole GPUs",
     "mig": "MIG slices",
@@ -79,8 +84,8 @@ def _number(
 
 
 def flavor_label(flavor: Flavor) -> str:
-    dra = ", also through DRA" if flavor.dra else ""
-    return f"{flavor.name}: {flavor.gpus} x {flavor.product}, {MODES[flavor.mode]}{dra}"
+    mode = "MIG devices claimed through DRA" if flavor.mig_profiles and flavor.mode == "dra" else ""
+    return f"{flavor.name}: {flavor.gpus} x {flavor.product}, {mode or MODES[flavor.mode]}"
 
 
 def share_unit(share: GpuShare) -> str:
@@ -235,14 +240,12 @@ class GpuShareForm(SpecForm):
         profiles = [
             (f.name, [(p, f"{p} ({n} slices in the pool)") for p, n in f.mig_profiles])
             for f in flavors
-            if f.mode == "mig"
+            if f.mig_profiles
         ]
         self._choices("mig_profile", [("", "none (not MIG)"), *profiles])
 
     @staticmethod
     def _offered(kind: str, flavors: list[Flavor]) -> bool:
-        if kind == "dra":
-            return any(f.dra for f in flavors)
         return any(f.mode == kind for f in flavors)
 
     def clean_until(self) -> date | None:
@@ -254,7 +257,9 @@ class GpuShareForm(SpecForm):
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:
         kind = data["kind"]
         flavor = self.fleet.flavor(data["flavor"])
-        on_mig = kind == "mig" or (kind == "dra" and flavor is not None and flavor.mode == "mig")
+        on_mig = kind == "mig" or (
+            kind == "dra" and flavor is not None and bool(flavor.mig_profiles)
+        )
         hami = kind == "hami"
         # Unticked: a borrowing limit of 0 (Kueue's None would mean borrowing without limit).
         borrowing = data["borrowing_limit"] if data["borrow"] else 0

@@ -4,8 +4,11 @@ The rows are a cache of whatever the API returned, so every amount is read defen
 resource map or a count that is not what it should be counts as 0 rather than breaking a page.
 
 Each flavor is counted in the unit its pods ask for: whole GPUs (``nvidia.com/gpu``), MIG
-slices per profile (``nvidia.com/mig-<profile>``) or HAMi vGPU slots (``nvidia.com/gpu`` on a
-HAMi node stands for a slot of a shared GPU).
+slices per profile (``nvidia.com/mig-<profile>``), HAMi vGPU slots (``nvidia.com/vgpu``, which
+a HAMi node advertises as split x GPUs; HAMi's memory and cores are no node's allocatable) or
+GPUs handed out by the DRA driver (``gpu.nvidia.com``). A DRA node advertises no GPU resource
+(its devices are in ResourceSlices, which the sync does not read), so its GPUs are the ones
+GPU feature discovery counts, and what pods hold is what their ``gpu_requests`` say.
 """
 
 from __future__ import annotations
@@ -20,13 +23,23 @@ from fleet.inventory import (
     GPU_CONDITION_PREFIXES,
     GPU_CONDITION_TYPES,
     MIG_RESOURCE_PREFIX,
+    VGPU,
 )
 from fleet.models import Health, Node, Workload
+from gitops.render.resources import DRA_GPU_CLASS
 from gitops.specs import Flavor, FleetSpec
 
-UNITS = {"whole": "GPUs", "mig": "MIG slices", "hami": "vGPU slots", "time-slicing": "replicas"}
-# Modes whose nvidia.com/gpu is a physical GPU a multi-GPU pod can have to itself.
-WHOLE_MODES = frozenset({"whole", ""})
+UNITS = {
+    "whole": "GPUs",
+    "mig": "MIG slices",
+    "hami": "vGPU slots",
+    "dra": "GPUs (DRA)",
+    "time-slicing": "replicas",
+}
+# Modes whose GPUs are physical GPUs a multi-GPU pod can have to itself.
+WHOLE_MODES = frozenset({"whole", "dra", ""})
+# The resource each sharing mode (other than MIG's per-profile ones) is counted in.
+MODE_RESOURCE = {"hami": VGPU, "dra": DRA_GPU_CLASS}
 NO_DOMAIN = "no NVLink domain"
 NO_RACK = "no rack"
 
@@ -109,9 +122,16 @@ class CapacityRow:
         return self.flavor
 
 
+def _advertised(node: Node, resource: str, *, allocatable: bool) -> int:
+    """What the node offers of ``resource``: its status, or GFD's GPU count on a DRA node."""
+    if resource == DRA_GPU_CLASS:
+        return node.gpu_count if node.sharing == "dra" else 0
+    return amount(node.gpu_allocatable if allocatable else node.gpu_capacity, resource)
+
+
 def _flavor_resources(flavor: Flavor, members: Sequence[Node]) -> list[str]:
     if flavor.mode != "mig":
-        return [GPU]
+        return [MODE_RESOURCE.get(flavor.mode, GPU)]
     names = {MIG_RESOURCE_PREFIX + profile for profile, _ in flavor.mig_profiles}
     for node in members:
         names |= resource_names(node.gpu_capacity) | resource_names(node.gpu_allocatable)
@@ -133,8 +153,8 @@ def capacity_rows(
         for resource in _flavor_resources(flavor, members):
             in_use = free = unavailable = 0
             for node in members:
-                allocatable = amount(node.gpu_allocatable, resource)
-                capacity = max(amount(node.gpu_capacity, resource), allocatable)
+                allocatable = _advertised(node, resource, allocatable=True)
+                capacity = max(_advertised(node, resource, allocatable=False), allocatable)
                 used = requested.get(node.name, {}).get(resource, 0)
                 in_use += used
                 if available(node):
@@ -168,7 +188,7 @@ def _node_resources(node: Node) -> set[str]:
     if node.sharing == "mig":
         names = resource_names(node.gpu_capacity) | resource_names(node.gpu_allocatable)
         return {n for n in names if n.startswith(MIG_RESOURCE_PREFIX)}
-    return {GPU}
+    return {MODE_RESOURCE.get(node.sharing, GPU)}
 
 
 def node_uses(nodes: Iterable[Node], workloads: Iterable[Workload]) -> list[NodeUse]:
@@ -183,7 +203,7 @@ def node_uses(nodes: Iterable[Node], workloads: Iterable[Workload]) -> list[Node
     for node in nodes:
         resources = _node_resources(node)
         used = sum(requested.get(node.name, {}).get(r, 0) for r in resources)
-        allocatable = sum(amount(node.gpu_allocatable, r) for r in resources)
+        allocatable = sum(_advertised(node, r, allocatable=True) for r in resources)
         whole = node.sharing in WHOLE_MODES and available(node)
         uses.append(
             NodeUse(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from fleet.models import Node
+from gitops.render.resources import DEVICE_PLUGIN_LABEL, VGPU
 from gitops.render.validate import DNS1123_LABEL, validate_fleet
 from gitops.specs import Flavor, FleetSpec, SpecError
 
@@ -40,10 +41,12 @@ def _is_gpu_node(node: Node) -> bool:
 
 
 def _hami_split(nodes: Sequence[Node], default: int) -> int:
+    # A HAMi node advertises its GPUs' slots, split x GPUs, as nvidia.com/vgpu
+    # (gitops.render.resources).
     splits = [
-        int(n.gpu_capacity.get("nvidia.com/gpu", 0)) // n.gpu_count
+        int(n.gpu_capacity.get(VGPU, 0)) // n.gpu_count
         for n in nodes
-        if n.gpu_count > 0 and int(n.gpu_capacity.get("nvidia.com/gpu", 0)) >= n.gpu_count
+        if n.gpu_count > 0 and int(n.gpu_capacity.get(VGPU, 0)) >= n.gpu_count
     ]
     return int(_most_common(splits, default))
 
@@ -132,8 +135,10 @@ def _new_flavor(
         )
         return None
     sharing = str(_most_common([n.sharing for n in members], "whole"))
-    mode = sharing if sharing in ("mig", "hami") else "whole"
+    mode = sharing if sharing in ("mig", "hami", "dra") else "whole"
     labels: list[tuple[str, str]] = [(settings.FLEET_POOL_LABEL, pool)]
+    if mode == "dra":
+        labels.append((DEVICE_PLUGIN_LABEL, "false"))
     flavor = Flavor(
         name=pool,
         product=product,

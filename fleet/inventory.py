@@ -28,9 +28,11 @@ from gitops.fleet import POOL_LABEL
 from gitops.render.meta import QUEUE_NAME_LABEL
 
 Health = Literal["healthy", "degraded", "unhealthy", "unknown"]
-Sharing = Literal["mig", "hami", "time-slicing", "whole", ""]
+Sharing = Literal["mig", "hami", "dra", "time-slicing", "whole", ""]
 
 GPU = "nvidia.com/gpu"
+# HAMi's vGPU slots under the resourceName the fleet gives HAMi (gitops.render.resources).
+VGPU = "nvidia.com/vgpu"
 GPUMEM = "nvidia.com/gpumem"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # The resources GPU accounting counts: the NVIDIA device plugin and HAMi (``nvidia.com/*``),
@@ -51,6 +53,11 @@ LABEL_DRIVER_PARTS = (
     "nvidia.com/cuda.driver.minor",
     "nvidia.com/cuda.driver.rev",
 )
+# The GPU Operator's per-node switches: no device plugin (a DRA node of the ClusterPolicy
+# stack), or the DRA driver's kubelet plugin (the GPUCluster stack) (NVIDIA/gpu-operator
+# v26.7.0 controllers/state_manager.go).
+LABEL_DEPLOY_DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
+LABEL_DEPLOY_DRA_DRIVER = "nvidia.com/gpu.deploy.dra-driver"
 LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
@@ -327,7 +334,7 @@ def parse_node(obj: object, *, pool_label: str = POOL_LABEL) -> NodeInfo | None:
         annotations,
         advertised,
         replicas,
-        has_gpu=bool(gpu_count) or advertised.get(GPU, 0) > 0,
+        has_gpu=bool(gpu_count) or advertised.get(GPU, 0) > 0 or advertised.get(VGPU, 0) > 0,
     )
     if gpu_count is None:
         gpu_count = _fallback_count(sharing, annotations, advertised)
@@ -525,8 +532,15 @@ def _sharing(
     ) not in ("", MIG_DISABLED_CONFIG)
     if mig_resources or mig_layout:
         return "mig"
-    if advertised.get(GPUMEM, 0) > 0 or HAMI_REGISTER_ANNOTATION in annotations:
+    hami_resources = (advertised.get(name, 0) > 0 for name in (VGPU, GPUMEM))
+    if any(hami_resources) or HAMI_REGISTER_ANNOTATION in annotations:
         return "hami"
+    if has_gpu and (
+        labels.get(LABEL_DEPLOY_DRA_DRIVER) == "true"
+        or labels.get(LABEL_DEPLOY_DEVICE_PLUGIN) == "false"
+    ):
+        # No device plugin on a GPU node: its GPUs are the DRA driver's to hand out.
+        return "dra"
     if replicas > 1:
         return "time-slicing"
     return "whole" if has_gpu else ""

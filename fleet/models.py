@@ -33,7 +33,7 @@ class Node(models.Model):
     gpu_memory_mib = models.PositiveIntegerField(default=0)
     gpu_family = models.CharField(max_length=40, blank=True)
     driver_version = models.CharField(max_length=40, blank=True)
-    sharing = models.CharField(max_length=16, blank=True)  # whole | mig | hami | time-slicing
+    sharing = models.CharField(max_length=16, blank=True)  # whole | mig | hami | dra | time-slicing
     mig_strategy = models.CharField(max_length=16, blank=True)
     mig_config = models.CharField(max_length=63, blank=True)
     mig_config_state = models.CharField(max_length=16, blank=True)

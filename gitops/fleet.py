@@ -12,11 +12,16 @@ A fleet file has the fields of ``gitops.specs.FleetSpec`` (nested: ``flavors``, 
         gpus: 64
         gpu_memory_mib: 81559
         node_labels: {ai-factory.io/pool: h100}
-        dra: true
+      - name: h100-dra
+        product: NVIDIA-H100-80GB-HBM3
+        mode: dra
+        gpus: 16
+        gpu_memory_mib: 81559
+        node_labels: {ai-factory.io/pool: h100-dra, nvidia.com/gpu.deploy.device-plugin: "false"}
     gateway: {name: ai-gateway, namespace: gateway-system, hostname: models.example.com}
 
 Unknown keys and wrong types are errors naming the key (``flavors[0].gpus``), so a typo in
-the file does not silently become a default.
+the file does not silently become a default. A key that was retired says what replaced it.
 """
 
 from __future__ import annotations
@@ -31,23 +36,34 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
+from gitops.render.resources import DEVICE_PLUGIN_LABEL
 from gitops.render.validate import validate_fleet
 from gitops.specs import Flavor, FleetSpec, SpecError
 
 H200_PRODUCT = "NVIDIA-H200"
 H200_MEMORY_MIB = 143_771
 POOL_LABEL = "ai-factory.io/pool"
+# Keys fleet files once had, and what to write instead.
+RETIRED_KEYS = {
+    (Flavor, "dra"): (
+        "The key dra is gone: a device plugin and the NVIDIA DRA driver cannot serve the same "
+        "nodes, so DRA GPUs are a pool of their own. Move them to a flavor with mode: dra and "
+        f"the node label {DEVICE_PLUGIN_LABEL}: 'false', and delete this key."
+    ),
+}
 
 logger = logging.getLogger(__name__)
 
 
 def demo_fleet() -> FleetSpec:
-    """16 HGX nodes of 8 H200 in two NVLink domains (topology blocks), in three pools.
+    """16 HGX nodes of 8 H200 in two NVLink domains (topology blocks), in four pools.
 
-    - ``h200``: 10 nodes, 80 whole GPUs, also served by the NVIDIA DRA driver;
+    - ``h200``: 8 nodes, 64 whole GPUs (the device plugin);
     - ``h200-mig``: 2 nodes, 16 GPUs in the ``all-balanced`` MIG layout (per GPU 2x 1g.18gb,
       1x 2g.35gb, 1x 3g.71gb), so 32/16/16 slices;
-    - ``h200-hami``: 4 nodes, 32 GPUs shared by HAMi, 10 vGPU slots each.
+    - ``h200-hami``: 4 nodes, 32 GPUs shared by HAMi, 10 vGPU slots each;
+    - ``h200-dra``: 2 nodes, 16 GPUs claimed through the NVIDIA DRA driver, with the device
+      plugin off (a device plugin and the DRA driver cannot serve the same nodes).
     """
     return FleetSpec(
         name="ai-factory",
@@ -57,10 +73,9 @@ def demo_fleet() -> FleetSpec:
                 name="h200",
                 product=H200_PRODUCT,
                 mode="whole",
-                gpus=80,
+                gpus=64,
                 gpu_memory_mib=H200_MEMORY_MIB,
                 node_labels=((POOL_LABEL, "h200"),),
-                dra=True,
             ),
             Flavor(
                 name="h200-mig",
@@ -81,6 +96,14 @@ def demo_fleet() -> FleetSpec:
                 node_labels=((POOL_LABEL, "h200-hami"), ("gpu", "on")),
                 hami_split=10,
             ),
+            Flavor(
+                name="h200-dra",
+                product=H200_PRODUCT,
+                mode="dra",
+                gpus=16,
+                gpu_memory_mib=H200_MEMORY_MIB,
+                node_labels=((POOL_LABEL, "h200-dra"), (DEVICE_PLUGIN_LABEL, "false")),
+            ),
         ),
     )
 
@@ -100,6 +123,9 @@ class _Parser:
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             where = f"{path}.{key}" if path else str(key)
+            if (cls, key) in RETIRED_KEYS:
+                self.errors[where] = RETIRED_KEYS[cls, key]
+                continue
             if key not in fields:
                 known = ", ".join(sorted(fields))
                 self.errors[where] = f"Unknown key {key!r}; the known keys are: {known}."

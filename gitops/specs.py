@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-GpuMode = Literal["whole", "mig", "hami"]
+GpuMode = Literal["whole", "mig", "hami", "dra"]
 ShareKind = Literal["whole", "mig", "hami", "dra"]
 TrustLevel = Literal["shared", "dedicated"]
 ScaleMetric = Literal["concurrency", "rps", "cpu", "memory"]
@@ -37,12 +37,22 @@ class SpecError(ValueError):
 class Flavor:
     """A pool of like GPUs: one Kueue ResourceFlavor.
 
-    ``mode`` says how the pool's GPUs are handed out: ``whole`` (device plugin, one
-    ``nvidia.com/gpu`` per GPU), ``mig`` (mixed strategy: ``nvidia.com/mig-<profile>``
-    resources, capacity per profile in ``mig_profiles``) or ``hami`` (HAMi fractions:
-    ``nvidia.com/gpu`` vGPU slots plus ``nvidia.com/gpumem`` MiB and ``nvidia.com/gpucores``
-    percent). ``dra`` says the NVIDIA DRA driver serves the pool too (DeviceClass
-    ``gpu.nvidia.com`` or ``mig.nvidia.com``).
+    ``mode`` says how the pool's GPUs are handed out, and so which NVIDIA component serves
+    its nodes: ``whole`` (device plugin, one ``nvidia.com/gpu`` per GPU), ``mig`` (device
+    plugin, mixed strategy: ``nvidia.com/mig-<profile>`` resources, capacity per profile in
+    ``mig_profiles``), ``hami`` (HAMi's device plugin: ``nvidia.com/vgpu`` slots plus
+    ``nvidia.com/gpumem`` MiB and ``nvidia.com/gpucores`` percent) or ``dra`` (the NVIDIA DRA
+    driver: ResourceClaims on DeviceClass ``gpu.nvidia.com``, or ``mig.nvidia.com`` when the
+    pool lists ``mig_profiles``, the MIG devices the MIG manager made).
+
+    One mode per pool because a device plugin and the DRA driver must not serve the same
+    node: each would advertise every GPU on its own, so the scheduler could hand one GPU out
+    twice. NVIDIA's GPU Operator refuses a ClusterPolicy that enables both ("the
+    device-plugin and DRA driver for GPUs cannot both be enabled", NVIDIA/gpu-operator
+    pull request 1541), and per node it keeps the device plugin off with the label
+    ``nvidia.com/gpu.deploy.device-plugin=false`` (gpu-operator v26.7.0
+    controllers/state_manager.go ``addGPUStateLabels`` leaves a value already set alone).
+    A DRA pool therefore carries that label among its ``node_labels``.
 
     ``topology`` asks for Kueue topology-aware scheduling on the pool; it is ignored for a
     HAMi pool, whose vGPU memory and cores are no node's allocatable resources
@@ -57,7 +67,6 @@ class Flavor:
     node_labels: tuple[tuple[str, str], ...] = ()
     mig_profiles: tuple[tuple[str, int], ...] = ()  # (profile, slices in the pool)
     hami_split: int = 10  # vGPU slots per physical GPU (HAMi deviceSplitCount)
-    dra: bool = False
     topology: bool = True  # Kueue topology-aware scheduling for this flavor
     taint_key: str = "nvidia.com/gpu"
 

@@ -9,13 +9,22 @@ conditions, taints, the HAMi annotation) when that changes, leaving the rest (la
 Placement is a small kube-scheduler: the filters are ``spec.unschedulable``, the node
 selector, taints against tolerations and the GPU devices; among the nodes that pass, the one
 already using the most GPUs wins (bin packing, what a GPU fleet wants), then the name.
-Device plugin semantics:
+Device plugin semantics (each node group is served by one of them, see
+``gitops.specs.Flavor``):
 
-- ``nvidia.com/gpu`` alone asks whole GPUs of a ``whole`` node; with ``nvidia.com/gpumem``
-  (or ``gpumem-percentage``/``gpucores``) it asks HAMi vGPUs: that many distinct GPUs of a
-  ``hami`` node, each with a free slot, the memory (MiB) and the cores (percent);
+- ``nvidia.com/gpu`` asks whole GPUs of a ``whole`` node, the only kind that advertises it;
+- ``nvidia.com/vgpu`` asks HAMi vGPUs: that many distinct GPUs of a ``hami`` node, each with
+  a free slot, the memory (``nvidia.com/gpumem`` MiB, the whole card when unset) and the cores
+  (``nvidia.com/gpucores`` percent). HAMi's webhook adds one vGPU to a container that sets only
+  memory or cores (HAMi v2.10.0 pkg/device/nvidia/device.go ``mutateContainerResource``,
+  ``defaultGPUNum: 1``) and reads no memory as 100% of the card (``GenerateResourceRequests``
+  with the chart's ``defaultMemory: 0``). A HAMi node advertises ``hami_split`` slots per GPU
+  as ``nvidia.com/vgpu`` and nothing for memory or cores, which HAMi's scheduler extender
+  reads from the ``hami.io/node-nvidia-register`` annotation (see ``_gpu_resources``);
 - ``nvidia.com/mig-<profile>`` asks MIG instances of a ``mig`` node;
-- a DRA ``resourceClaims`` entry asks the claim template's device count of whole GPUs.
+- a DRA ``resourceClaims`` entry asks the claim template's device count of whole GPUs of a
+  ``dra`` node, whose GPUs no device plugin advertises (MIG devices through DRA are not
+  simulated).
 
 Pods that asked for GPUs tolerate the ``nvidia.com/gpu`` taint, as the tolerations of a Kueue
 ResourceFlavor added on admission would make them, and every pod gets the default
@@ -61,6 +70,7 @@ from fleet.simulator.store import (
 logger = logging.getLogger(__name__)
 
 GPU = "nvidia.com/gpu"
+VGPU = "nvidia.com/vgpu"
 GPUMEM = "nvidia.com/gpumem"
 GPUMEM_PERCENT = "nvidia.com/gpumem-percentage"
 GPUCORES = "nvidia.com/gpucores"
@@ -217,23 +227,29 @@ class GpuRequest:
 
     container: str = ""
     gpus: int = 0
+    vgpus: int = 0
     memory_mib: int = 0
     memory_percent: int = 0
     cores: int = 0
-    hami: bool = False
     mig: tuple[tuple[str, int], ...] = ()
     dra_devices: int = 0
 
     @property
+    def hami(self) -> bool:
+        return self.vgpus > 0
+
+    @property
     def wants_gpu(self) -> bool:
-        return bool(self.gpus or self.mig or self.dra_devices)
+        return bool(self.gpus or self.vgpus or self.mig or self.dra_devices)
 
     def shortfall(self) -> str:
         """The scheduler's reason when no node has the devices."""
         if self.mig:
             return f"Insufficient {MIG_PREFIX}{self.mig[0][0]}"
         if self.hami:
-            return f"Insufficient {GPUMEM}"
+            return f"Insufficient {VGPU}"
+        if self.dra_devices and not self.gpus:
+            return "cannot allocate all claims"
         return f"Insufficient {GPU}"
 
 
@@ -264,14 +280,15 @@ def pod_request(pod: Mapping[str, Any], claim_devices: Callable[[str, str], int]
     for claim in as_list(spec.get("resourceClaims")):
         template = as_dict(claim).get("resourceClaimTemplateName")
         dra += claim_devices(namespace, template) if isinstance(template, str) else 1
-    hami = any(totals[name] for name in (GPUMEM, GPUMEM_PERCENT, GPUCORES))
+    # HAMi's webhook gives a container that sets only memory or cores one vGPU.
+    hami_only = any(totals[name] for name in (GPUMEM, GPUMEM_PERCENT, GPUCORES))
     return GpuRequest(
         container=gpu_container,
-        gpus=totals[GPU] or (1 if hami else 0),
+        gpus=totals[GPU],
+        vgpus=totals[VGPU] or (1 if hami_only else 0),
         memory_mib=totals[GPUMEM],
         memory_percent=totals[GPUMEM_PERCENT],
         cores=totals[GPUCORES],
-        hami=hami,
         mig=tuple(
             (name.removeprefix(MIG_PREFIX), count)
             for name, count in sorted(totals.items())
@@ -526,11 +543,19 @@ class Cluster:
                 counts.setdefault(f"{MIG_PREFIX}{profile}", 0)
             return {GPU: 0, **dict(sorted(counts.items()))}
         if group.mode == "hami":
-            return {
-                GPU: len(gpus) * group.hami_split,
-                GPUCORES: len(gpus) * 100,
-                GPUMEM: sum(gpu.memory_mib for gpu in gpus),
-            }
+            # HAMi's device plugin registers its resourceName (the fleet's nvidia.com/vgpu)
+            # with the kubelet and lists deviceSplitCount devices per GPU (HAMi v2.10.0
+            # cmd/device-plugin/nvidia/vgpucfg.go sets the plugin's ResourceName from
+            # resourceCountName; pkg/device-plugin/nvidiadevice/nvinternal/rm/devices.go
+            # ``GetPluginDevices``). Memory and cores are never registered with the kubelet:
+            # the plugin writes them per GPU into the hami.io/node-nvidia-register annotation
+            # (nvinternal/plugin/register.go ``RegisterInAnnotation``), and the chart lists
+            # them ``ignoredByScheduler`` for kube-scheduler (charts/hami/templates/_helpers.tpl
+            # ``managedResources``).
+            return {VGPU: len(gpus) * group.hami_split}
+        if group.mode == "dra":
+            # The DRA driver publishes its GPUs in ResourceSlices, not in the node's status.
+            return {}
         return {GPU: len(gpus)}
 
     def _capacity(self, node: SimNode, *, allocatable: bool) -> dict[str, str]:
@@ -900,7 +925,8 @@ class Cluster:
                 chosen += free[:count]
             return chosen
         if request.hami:
-            if group.mode != "hami":
+            # Whole GPUs or DRA claims as well: no node advertises both.
+            if group.mode != "hami" or request.gpus or request.dra_devices:
                 return None
             options = []
             for gpu in healthy:
@@ -915,13 +941,16 @@ class Cluster:
                     options.append(gpu)
             # HAMi's default GPU policy spreads a node's pods over its GPUs.
             options.sort(key=lambda gpu: (len(gpu.slots), gpu.index))
-            if len(options) < request.gpus:
+            if len(options) < request.vgpus:
                 return None
-            return [(gpu, None) for gpu in options[: request.gpus]]
-        wanted = request.gpus + request.dra_devices
-        if wanted:
-            if group.mode != "whole":
+            return [(gpu, None) for gpu in options[: request.vgpus]]
+        if request.gpus or request.dra_devices:
+            # nvidia.com/gpu only on device-plugin nodes, claims only on DRA nodes.
+            if request.gpus and request.dra_devices:
                 return None
+            if group.mode != ("dra" if request.dra_devices else "whole"):
+                return None
+            wanted = request.gpus + request.dra_devices
             free_gpus = [gpu for gpu in healthy if not gpu.slots]
             if len(free_gpus) < wanted:
                 return None

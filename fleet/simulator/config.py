@@ -35,10 +35,12 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
-GpuMode = Literal["whole", "mig", "hami"]
+GpuMode = Literal["whole", "mig", "hami", "dra"]
 OwnerKind = Literal["Job", "ReplicaSet"]
 
 POOL_LABEL = "ai-factory.io/pool"
+# The GPU Operator's per-node switch for its device plugin, "false" on DRA nodes.
+DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 H200_PRODUCT = "NVIDIA-H200"
 H200_MODEL = "NVIDIA H200"
@@ -56,8 +58,10 @@ class NodeGroup:
     """Identical GPU nodes of one pool, named ``<pool>-01``, ``<pool>-02``, ...
 
     ``mode``: ``whole`` (the device plugin advertises ``nvidia.com/gpu``), ``mig`` (mixed
-    strategy, ``nvidia.com/mig-<profile>``, layout ``mig_profiles`` per GPU) or ``hami``
-    (``hami_split`` vGPU slots per GPU plus ``nvidia.com/gpumem`` and ``nvidia.com/gpucores``).
+    strategy, ``nvidia.com/mig-<profile>``, layout ``mig_profiles`` per GPU), ``hami``
+    (HAMi's device plugin advertises ``hami_split`` ``nvidia.com/vgpu`` slots per GPU; memory
+    and cores are in its node annotation) or ``dra`` (no device plugin: the NVIDIA DRA driver
+    hands the GPUs out through ResourceClaims, and the node advertises no GPU resource).
     ``family`` and ``compute_*`` are derived from known products when left empty; for an
     unknown product they are simply not labelled.
     """
@@ -121,7 +125,7 @@ class SimConfig:
         ``llm-platform`` already using part of it."""
         return cls(
             node_groups=(
-                NodeGroup(pool="h200", nodes=10, labels=((POOL_LABEL, "h200"),)),
+                NodeGroup(pool="h200", nodes=8, labels=((POOL_LABEL, "h200"),)),
                 NodeGroup(
                     pool="h200-mig",
                     nodes=2,
@@ -136,6 +140,12 @@ class SimConfig:
                     mode="hami",
                     hami_split=10,
                     labels=((POOL_LABEL, "h200-hami"), ("gpu", "on")),
+                ),
+                NodeGroup(
+                    pool="h200-dra",
+                    nodes=2,
+                    mode="dra",
+                    labels=((POOL_LABEL, "h200-dra"), (DEVICE_PLUGIN_LABEL, "false")),
                 ),
                 # Where vCluster control planes and other CPU-only pods run: GPU nodes carry
                 # the nvidia.com/gpu taint, which only GPU pods tolerate.
@@ -158,14 +168,16 @@ class SimConfig:
                     "vision",
                     "finetune-vit",
                     pods=2,
-                    resources=(("nvidia.com/gpu", "8"), ("cpu", "96"), ("memory", "1Ti")),
+                    # Within vision's namespace quota (64 CPUs, 512Gi) with room for its
+                    # endpoint: the API server counts these pods against it too.
+                    resources=(("nvidia.com/gpu", "8"), ("cpu", "16"), ("memory", "128Gi")),
                     pool="h200",
                 ),
                 SeedWorkload(
                     "vision",
                     "eval-vit-small",
                     pods=3,
-                    resources=(("nvidia.com/mig-1g.18gb", "1"), ("cpu", "4"), ("memory", "32Gi")),
+                    resources=(("nvidia.com/mig-1g.18gb", "1"), ("cpu", "2"), ("memory", "32Gi")),
                     pool="h200-mig",
                 ),
                 SeedWorkload(
@@ -180,7 +192,7 @@ class SimConfig:
                     kind="ReplicaSet",
                     pods=2,
                     resources=(
-                        ("nvidia.com/gpu", "1"),
+                        ("nvidia.com/vgpu", "1"),
                         ("nvidia.com/gpumem", "24000"),
                         ("nvidia.com/gpucores", "30"),
                         ("cpu", "8"),
@@ -208,6 +220,8 @@ def validate_config(config: SimConfig) -> None:
             problems.append(f"{where}.pool: pool {group.pool!r} is listed twice")
         if group.nodes < 1 or group.gpus_per_node < 0 or group.gpu_memory_mib < 0:
             problems.append(f"{where}: nodes must be at least 1 and counts not negative")
+        if group.mode == "dra" and group.mig_profiles:
+            problems.append(f"{where}.mig_profiles: MIG devices through DRA are not simulated")
         if group.mode == "mig" and not group.mig_profiles:
             problems.append(f"{where}.mig_profiles: a MIG group needs its per-GPU layout")
         if group.mode == "hami" and group.hami_split < 1:

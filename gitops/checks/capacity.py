@@ -14,10 +14,10 @@ Capacity per flavor mode:
 - ``hami``: ``nvidia.com/vgpu`` = GPUs x ``hami_split`` vGPU slots, ``nvidia.com/gpumem`` =
   GPUs x memory MiB, ``nvidia.com/gpucores`` = GPUs x 100 (percent);
 - ``dra``: Kueue counts DRA devices under the resource its ``deviceClassMappings`` names
-  after the DeviceClass (``gitops.render.resources``): ``gpu.nvidia.com`` draws on the same
-  GPUs as ``nvidia.com/gpu`` of a whole flavor, so the two are summed against one pool (on a
-  HAMi flavor it is a pool of whole GPUs); ``mig.nvidia.com`` counts MIG devices of any
-  profile, so it is summed with every ``nvidia.com/mig-<profile>`` against all the slices.
+  after the DeviceClass (``gitops.render.resources``): ``gpu.nvidia.com`` = GPUs, or
+  ``mig.nvidia.com`` = all the MIG devices of a pool that lists MIG profiles. A DRA pool
+  has no device plugin (``gitops.specs.Flavor``), so no device-plugin resource shares its
+  devices, and DRA quota on another kind of pool has nothing to draw on.
 """
 
 from __future__ import annotations
@@ -65,20 +65,19 @@ def flavor_pools(flavor: Flavor) -> list[Pool]:
 
     pools: list[Pool] = []
     if flavor.mode == "whole":
-        pools.append(pool({GPU, DRA_GPU_CLASS} if flavor.dra else {GPU}, flavor.gpus, "GPUs"))
+        pools.append(pool({GPU}, flavor.gpus, "GPUs"))
     elif flavor.mode == "mig":
         for profile, slices in flavor.mig_profiles:
             pools.append(pool({mig_resource(profile)}, slices, f"{profile} MIG devices"))
-        if flavor.dra:
-            every = {mig_resource(profile) for profile, _ in flavor.mig_profiles}
-            total = sum(slices for _, slices in flavor.mig_profiles)
-            pools.append(pool({*every, DRA_MIG_CLASS}, total, "MIG devices"))
     elif flavor.mode == "hami":
         pools.append(pool({VGPU}, flavor.gpus * flavor.hami_split, "vGPU slots"))
         pools.append(pool({GPUMEM}, flavor.gpus * flavor.gpu_memory_mib, "MiB"))
         pools.append(pool({GPUCORES}, flavor.gpus * 100, "% of a GPU's cores"))
-        if flavor.dra:
-            pools.append(pool({DRA_GPU_CLASS}, flavor.gpus, "GPUs (DRA)"))
+    elif flavor.mig_profiles:
+        total = sum(slices for _, slices in flavor.mig_profiles)
+        pools.append(pool({DRA_MIG_CLASS}, total, "MIG devices (DRA)"))
+    else:
+        pools.append(pool({DRA_GPU_CLASS}, flavor.gpus, "GPUs (DRA)"))
     return pools
 
 

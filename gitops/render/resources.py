@@ -56,6 +56,9 @@ GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
 # ``mutateContainerResource``): any one of them makes the container a vGPU container.
 HAMI_RESOURCES = (VGPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES)
 DRA_GPU_CLASS = "gpu.nvidia.com"
+# The GPU Operator's per-node switch for its device plugin; "false" on the nodes of a DRA pool
+# (see ``gitops.specs.Flavor``).
+DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 DRA_MIG_CLASS = "mig.nvidia.com"
 MIG_PROFILE = re.compile(r"([1-7])g\.([1-9][0-9]{0,3})gb")
 # A GPU has seven MIG compute slices, whatever its memory.
@@ -130,23 +133,25 @@ def quota_keys(resource: str) -> list[str]:
 def flavor_capacity(flavor: Flavor, resource: str) -> int:
     """The most of Kueue resource ``resource`` the flavor's pool can ever provide: what a
     queue that borrows it without limit may be admitted at most."""
-    if flavor.mode == "whole" and resource == GPU:
-        return flavor.gpus
-    if flavor.dra and resource == DRA_GPU_CLASS and flavor.mode == "whole":
-        return flavor.gpus
+    profiles = dict(flavor.mig_profiles)
+    if flavor.mode == "whole":
+        return flavor.gpus if resource == GPU else 0
     if flavor.mode == "mig":
-        profiles = dict(flavor.mig_profiles)
-        if resource.startswith("nvidia.com/mig-"):
-            return profiles.get(resource.removeprefix("nvidia.com/mig-"), 0)
-        if flavor.dra and resource == DRA_MIG_CLASS:
-            return sum(profiles.values())
+        return profiles.get(resource.removeprefix("nvidia.com/mig-"), 0)
     if flavor.mode == "hami":
         return {
             VGPU: flavor.gpus * flavor.hami_split,
             GPUMEM: flavor.gpus * flavor.gpu_memory_mib,
             GPUCORES: flavor.gpus * 100,
         }.get(resource, 0)
+    if resource == dra_flavor_class(flavor):
+        return sum(profiles.values()) if profiles else flavor.gpus
     return 0
+
+
+def dra_flavor_class(flavor: Flavor) -> str:
+    """The DeviceClass a DRA pool hands out: its MIG devices when it lists MIG profiles."""
+    return DRA_MIG_CLASS if flavor.mig_profiles else DRA_GPU_CLASS
 
 
 def fleet_quota_keys(fleet: FleetSpec) -> list[str]:
@@ -162,8 +167,8 @@ def fleet_quota_keys(fleet: FleetSpec) -> list[str]:
             )
         if flavor.mode == "mig":
             keys.update(f"requests.{mig_resource(profile)}" for profile, _ in flavor.mig_profiles)
-        if flavor.dra:
-            keys.add(dra_quota_key(DRA_MIG_CLASS if flavor.mode == "mig" else DRA_GPU_CLASS))
+        if flavor.mode == "dra":
+            keys.add(dra_quota_key(dra_flavor_class(flavor)))
     return sorted(keys)
 
 

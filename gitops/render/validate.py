@@ -393,8 +393,8 @@ def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
             seen_keys.add(key)
         if not isinstance(value, str) or len(value) > 63 or not LABEL_VALUE.fullmatch(value):
             errors.add(where, f"The value of node label {key!r} is not a valid label value.")
-    if mode_ok and flavor.mode == "mig":
-        if not flavor.mig_profiles:
+    if mode_ok and flavor.mode in ("mig", "dra"):
+        if flavor.mode == "mig" and not flavor.mig_profiles:
             errors.add(
                 f"{path}.mig_profiles",
                 "A MIG flavor must list its MIG profiles and how many slices of each it has.",
@@ -418,15 +418,36 @@ def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
             high = flavor.gpus * resources.MIG_SLICES_PER_GPU if gpus_ok else 0
             _check_int(errors, f"{where}.slices", slices, 1, max(high, 1), "The slice count")
     elif flavor.mig_profiles:
-        errors.add(f"{path}.mig_profiles", "Only a MIG flavor (mode mig) has MIG profiles.")
+        errors.add(
+            f"{path}.mig_profiles",
+            "Only a MIG flavor (mode mig, or mode dra for MIG devices) has MIG profiles.",
+        )
     if mode_ok and flavor.mode == "hami":
         _check_int(errors, f"{path}.hami_split", flavor.hami_split, 1, 100, "The HAMi split")
-    if flavor.dra and flavor.mode == "hami":
-        errors.add(
-            f"{path}.dra",
-            "The NVIDIA DRA driver cannot share a pool with HAMi: use a whole-GPU or MIG pool.",
-        )
+    _validate_serving(errors, path, flavor)
     _check_label_key(errors, f"{path}.taint_key", flavor.taint_key, "The taint key")
+
+
+def _validate_serving(errors: _Errors, path: str, flavor: Flavor) -> None:
+    """A pool is served by the NVIDIA DRA driver or by a device plugin, never both (see
+    ``gitops.specs.Flavor``): its node labels must say which, since they are what the GPU
+    Operator reads per node and what Kueue selects the pool's nodes by."""
+    labels = {pair[0]: pair[1] for pair in flavor.node_labels if isinstance(pair, tuple)}
+    plugin = labels.get(resources.DEVICE_PLUGIN_LABEL)
+    if flavor.mode == "dra" and plugin != "false":
+        errors.add(
+            f"{path}.node_labels",
+            f"A DRA pool's nodes must run no device plugin: select them by "
+            f"{resources.DEVICE_PLUGIN_LABEL}: 'false' (the GPU Operator then leaves the device "
+            "plugin off), or the device plugin and the DRA driver would both hand out their "
+            "GPUs.",
+        )
+    elif flavor.mode in ("whole", "mig") and plugin == "false":
+        errors.add(
+            f"{path}.node_labels",
+            f"Nodes labelled {resources.DEVICE_PLUGIN_LABEL}: 'false' run no device plugin, so "
+            f"they cannot serve a {flavor.mode!r} pool; use mode dra for them.",
+        )
 
 
 def _validate_topology(errors: _Errors, levels: tuple[str, ...]) -> None:
@@ -556,23 +577,16 @@ def _validate_share(
 
 
 def _validate_share_on_flavor(errors: _Errors, path: str, share: GpuShare, flavor: Flavor) -> None:
-    wanted_mode = {"whole": "whole", "mig": "mig", "hami": "hami"}.get(share.kind)
-    if wanted_mode is not None and flavor.mode != wanted_mode:
+    # A share's kind is the flavor's mode: one pool, one way of handing out its GPUs.
+    if flavor.mode != share.kind:
         errors.add(
             f"{path}.kind",
             f"Flavor {flavor.name!r} hands out GPUs as {flavor.mode!r}, so it cannot serve a "
-            f"{share.kind!r} share; pick a {wanted_mode} flavor.",
-        )
-        return
-    if share.kind == "dra" and not flavor.dra:
-        errors.add(
-            f"{path}.kind",
-            f"Flavor {flavor.name!r} is not served by the NVIDIA DRA driver; pick a flavor with "
-            "DRA or another share kind.",
+            f"{share.kind!r} share; pick a {share.kind} flavor.",
         )
         return
     profiles = dict(flavor.mig_profiles)
-    needs_profile = share.kind == "mig" or (share.kind == "dra" and flavor.mode == "mig")
+    needs_profile = share.kind == "mig" or (share.kind == "dra" and bool(profiles))
     if needs_profile:
         if not share.mig_profile:
             errors.add(
@@ -640,7 +654,6 @@ def _unit(share: GpuShare) -> str:
 
 
 def _unit_key(share: GpuShare) -> tuple[str, str]:
-    # Whole and DRA shares of one flavor draw on the same physical GPUs.
     if share.kind == "hami":
         return share.flavor, "hami"
     if share.mig_profile:

@@ -86,11 +86,11 @@ def _post_data(initial: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.django_db
 def test_it_offers_the_fleet_flavors_kinds_and_profiles(world: dict[str, Any]) -> None:
     form = _form(GpuShareForm, world["alpha"], None)
-    assert _choices(form, "flavor") == ["h200", "h200-mig", "h200-hami"]
+    assert _choices(form, "flavor") == ["h200", "h200-mig", "h200-hami", "h200-dra"]
     assert _choices(form, "kind") == ["whole", "mig", "hami", "dra"]
     assert set(_choices(form, "mig_profile")) == {"", "1g.18gb", "2g.35gb", "3g.71gb"}
     cluster = _form(ClusterForm, world["alpha"], None)
-    assert _choices(cluster, "node_pools") == ["h200", "h200-mig", "h200-hami"]
+    assert _choices(cluster, "node_pools") == ["h200", "h200-mig", "h200-hami", "h200-dra"]
     assert _choices(cluster, "kubernetes_version") == sorted(KUBERNETES_IMAGE_TAGS)
 
 
@@ -226,7 +226,9 @@ def test_the_checks_land_on_their_fields(world: dict[str, Any]) -> None:
 def test_a_tenant_wide_problem_is_a_form_error(world: dict[str, Any]) -> None:
     world["alpha"].gpu_quota = 100
     world["alpha"].save()
-    form = _form(GpuShareForm, world["alpha"], {**SHARE, "count": "70"})
+    # Each share fits its pool; together they are over the tenant's cap.
+    _active_share(world["alpha"], name="claims", flavor="h200-dra", kind="dra", count=16)
+    form = _form(GpuShareForm, world["alpha"], {**SHARE, "count": "60"})
     assert not form.is_valid()
     assert "at most 64" in " ".join(form.non_field_errors())
 

@@ -93,7 +93,8 @@ def test_it_counts_mig_slices_per_profile() -> None:
 
 
 def test_it_counts_hami_vgpu_slots() -> None:
-    advertised = {"nvidia.com/gpu": 80, "nvidia.com/gpumem": 1_150_000, "nvidia.com/gpucores": 800}
+    # HAMi's slots as the fleet names them; memory and cores are not allocatable.
+    advertised = {"nvidia.com/vgpu": 80}
     nodes = [
         node(
             "h1",
@@ -104,11 +105,32 @@ def test_it_counts_hami_vgpu_slots() -> None:
         )
     ]
     workloads = [
-        pod("w1", "h1", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 24000}),
-        pod("w2", "h1", {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 30}),
+        pod("w1", "h1", {"nvidia.com/vgpu": 1, "nvidia.com/gpumem": 24000}),
+        pod("w2", "h1", {"nvidia.com/vgpu": 2, "nvidia.com/gpucores": 30}),
     ]
     rows = [r for r in capacity_rows(FLEET, nodes, workloads) if r.flavor == "h200-hami"]
     assert [(r.unit, r.in_use, r.free, r.unavailable) for r in rows] == [("vGPU slots", 3, 77, 0)]
+    [use] = node_uses(nodes, workloads)
+    assert (use.unit, use.used, use.allocatable, use.whole_free) == ("vGPU slots", 3, 80, 0)
+
+
+def test_it_counts_dra_gpus_from_the_gpu_count() -> None:
+    # A DRA node advertises nothing: GFD's count is its GPUs, all free to a claim.
+    dra = Flavor(name="h200-dra", product="NVIDIA-H200", mode="dra", gpus=8, gpu_memory_mib=1)
+    nodes = [
+        node(
+            "d1",
+            flavor="h200-dra",
+            sharing="dra",
+            gpu_count=8,
+            gpu_capacity={},
+            gpu_allocatable={},
+        )
+    ]
+    rows = capacity_rows(FleetSpec(flavors=(dra,)), nodes, [])
+    assert [(r.unit, r.in_use, r.free, r.unavailable) for r in rows] == [("GPUs (DRA)", 0, 8, 0)]
+    [use] = node_uses(nodes, [])
+    assert (use.unit, use.allocatable, use.whole_free) == ("GPUs (DRA)", 8, 8)
 
 
 def test_it_reports_every_configured_flavor_even_without_nodes() -> None:

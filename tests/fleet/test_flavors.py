@@ -38,7 +38,7 @@ def _node(name: str, pool: str, *, flavor: str = "", **fields: Any) -> Node:
     return Node.objects.create(name=name, **defaults)
 
 
-def _demo_nodes(whole: int = 10) -> None:
+def _demo_nodes(whole: int = 8, hami_split: int = 10) -> None:
     for i in range(whole):
         _node(f"h200-{i:02}", "h200", flavor="h200")
     for i in range(2):
@@ -56,7 +56,17 @@ def _demo_nodes(whole: int = 10) -> None:
             "h200-hami",
             flavor="h200-hami",
             sharing="hami",
-            gpu_capacity={"nvidia.com/gpu": 80, "nvidia.com/gpumem": 8 * 143771},
+            # HAMi advertises its slots as nvidia.com/vgpu; memory and cores are not allocatable.
+            gpu_capacity={"nvidia.com/vgpu": 8 * hami_split},
+        )
+    for i in range(2):
+        _node(
+            f"dra-{i}",
+            "h200-dra",
+            flavor="h200-dra",
+            sharing="dra",
+            gpu_capacity={},
+            labels={"nvidia.com/gpu.deploy.device-plugin": "false"},
         )
 
 
@@ -68,12 +78,15 @@ def _synced() -> None:
 
 @pytest.mark.django_db
 def test_it_sizes_the_configured_flavors_from_the_nodes() -> None:
-    _demo_nodes(whole=9)
+    _demo_nodes(whole=7, hami_split=5)
     derived = derive_flavors(demo_fleet(), list(Node.objects.all()))
     sizes = {f.name: f for f in derived.flavors}
-    assert sizes["h200"].gpus == 72  # one node fewer than configured
+    assert sizes["h200"].gpus == 56  # one node fewer than configured
     assert dict(sizes["h200-mig"].mig_profiles) == {"1g.18gb": 32, "2g.35gb": 16, "3g.71gb": 16}
-    assert sizes["h200-hami"].hami_split == 10
+    # The split comes from the nodes' nvidia.com/vgpu: 40 slots on 8 GPUs.
+    assert sizes["h200-hami"].hami_split == 5
+    # DRA nodes advertise no GPU resource; GFD's count sizes the pool.
+    assert (sizes["h200-dra"].mode, sizes["h200-dra"].gpus) == ("dra", 16)
     assert derived.topology_levels == demo_fleet().topology_levels
 
 
@@ -92,8 +105,29 @@ def test_it_adds_new_pools_and_notes_what_it_cannot_place() -> None:
         {POOL: "l40s"},
     )
     notes = " ".join(derived.notes)
+    assert not any("not used" in note for note in derived.notes), notes
     assert "Node stray (unknown GPU) has no ai-factory.io/pool label" in notes
     assert "'Not_A_Label' cannot name a flavor" in notes
+
+
+@pytest.mark.django_db
+def test_it_makes_a_new_pool_without_a_device_plugin_a_dra_flavor() -> None:
+    _demo_nodes()
+    _node(
+        "b200-1",
+        "b200-dra",
+        product="NVIDIA-B200",
+        sharing="dra",
+        gpu_capacity={},
+        labels={"nvidia.com/gpu.deploy.device-plugin": "false"},
+    )
+    derived = derive_flavors(demo_fleet(), list(Node.objects.all()))
+    new = next(f for f in derived.flavors if f.name == "b200-dra")
+    assert (new.mode, new.gpus, dict(new.node_labels)) == (
+        "dra",
+        8,
+        {POOL: "b200-dra", "nvidia.com/gpu.deploy.device-plugin": "false"},
+    )
 
 
 @pytest.mark.django_db
@@ -123,13 +157,13 @@ def test_it_stores_counts_and_opens_one_pull_request_for_new_flavors(
     world: dict[str, Any], django_capture_on_commit_callbacks: Any
 ) -> None:
     gitops_services.ensure_bootstrapped(configured_fleet())
-    _demo_nodes(whole=9)
+    _demo_nodes(whole=7)
     _synced()
     with django_capture_on_commit_callbacks(execute=True):
         change, _ = services.do_reconcile_flavors(acting_user=world["pam"])
     # Sizes alone change no manifest: stored and audited, no pull request.
     assert change is None
-    assert configured_fleet().flavor("h200").gpus == 72  # type: ignore[union-attr]
+    assert configured_fleet().flavor("h200").gpus == 56  # type: ignore[union-attr]
     assert AuditEvent.objects.filter(action="fleet.inventory").count() == 1
 
     _node("l40s-1", "l40s", product="NVIDIA-L40S", gpu_count=4, gpu_memory_mib=46068)

@@ -161,6 +161,23 @@ def test_it_recognises_hami_by_its_memory_resource() -> None:
     assert info.gpu_allocatable["nvidia.com/gpumem"] == 655360
 
 
+def test_it_recognises_hami_by_its_vgpu_slots() -> None:
+    # What a HAMi node with resourceName nvidia.com/vgpu advertises: slots, no memory.
+    info = parse_node(node(allocatable={"nvidia.com/vgpu": "80"}))
+    assert info is not None
+    assert info.sharing == "hami"
+
+
+def test_it_recognises_a_dra_node_by_its_device_plugin_switch() -> None:
+    raw = node()
+    raw["metadata"]["labels"].update(
+        {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.deploy.device-plugin": "false"}
+    )
+    info = parse_node(raw)
+    assert info is not None
+    assert (info.sharing, info.gpu_count, info.gpu_allocatable) == ("dra", 8, {})
+
+
 def test_it_keeps_an_unknown_gpu_product_as_given() -> None:
     info = parse_node(
         node({"nvidia.com/gpu.product": "Some-Future-GPU-1TB", "nvidia.com/gpu.count": "4"})

@@ -144,9 +144,10 @@ def test_it_lists_the_demo_nodes_with_gpu_feature_discovery_labels(
 
     hami = nodes["h200-hami-01"]
     assert hami.metadata.labels["gpu"] == "on"
-    assert hami.status.allocatable["nvidia.com/gpu"] == "80"
-    assert hami.status.allocatable["nvidia.com/gpumem"] == str(8 * 143771)
-    assert hami.status.allocatable["nvidia.com/gpucores"] == "800"
+    # HAMi's slots under its resourceName; memory and cores only in the register annotation.
+    assert {k: v for k, v in hami.status.allocatable.items() if k.startswith("nvidia.com/")} == {
+        "nvidia.com/vgpu": "80"
+    }
     devices = hami.metadata.annotations["hami.io/node-nvidia-register"].rstrip(":").split(":")
     assert len(devices) == 8
     uuid, split, memory, cores, kind, numa, healthy = devices[0].split(",")
@@ -157,6 +158,90 @@ def test_it_lists_the_demo_nodes_with_gpu_feature_discovery_labels(
         "true",
     )
     assert kind == "NVIDIA-NVIDIA H200" and numa == "0"
+
+    dra = nodes["h200-dra-01"]
+    # No device plugin: the DRA driver's GPUs are in ResourceSlices, not in the node status.
+    assert dra.metadata.labels["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    assert dra.metadata.labels["nvidia.com/gpu.count"] == "8"
+    assert not any(k.startswith("nvidia.com/") for k in dra.status.allocatable)
+
+
+def _place(
+    simulator: Simulator, name: str, limits: dict[str, str], *, pool: str = "", claims: int = 0
+) -> dict[str, Any]:
+    """A pod that was running before the simulator started (no admission), placed now."""
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]
+    }
+    if pool:
+        spec["nodeSelector"] = {POOL_LABEL: pool}
+    if claims:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpus"}]
+        spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        simulator.put_object(
+            "resourceclaimtemplates",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "gpus", "namespace": "default"},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "gpu",
+                                    "exactly": {
+                                        "deviceClassName": "gpu.nvidia.com",
+                                        "count": claims,
+                                    },
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+        )
+    pod = {"metadata": {"namespace": "default"}, "spec": spec}
+    return simulator.cluster.create_pod(pod, name, time.time(), admission=False)
+
+
+def _node_of(pod: dict[str, Any]) -> str:
+    return str(pod["spec"].get("nodeName", ""))
+
+
+def _unschedulable(pod: dict[str, Any]) -> str:
+    return str(pod["status"]["conditions"][0]["message"])
+
+
+def test_it_places_hami_vgpus_only_on_hami_nodes(simulator: Simulator) -> None:
+    # No memory asked: HAMi gives the slot the whole card.
+    vgpu = _place(simulator, "vgpu", {"nvidia.com/vgpu": "1"})
+    assert _node_of(vgpu).startswith("h200-hami-")
+    allocated = vgpu["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    assert allocated.split(",")[2] == "143771"
+    # Memory alone: HAMi's webhook adds one vGPU.
+    memory = _place(simulator, "memory", {"nvidia.com/gpumem": "10000"})
+    assert _node_of(memory).startswith("h200-hami-")
+    # A HAMi node advertises no nvidia.com/gpu, and a whole-GPU node no vGPU slots.
+    whole = _place(simulator, "whole", {"nvidia.com/gpu": "1"}, pool="h200-hami")
+    assert not _node_of(whole)
+    assert "4 Insufficient nvidia.com/gpu" in _unschedulable(whole)
+    slot = _place(simulator, "slot", {"nvidia.com/vgpu": "1"}, pool="h200")
+    assert not _node_of(slot)
+    assert "8 Insufficient nvidia.com/vgpu" in _unschedulable(slot)
+
+
+def test_it_places_dra_claims_only_on_dra_nodes(simulator: Simulator) -> None:
+    claimed = _place(simulator, "claimed", {}, claims=8)
+    assert _node_of(claimed).startswith("h200-dra-")
+    # A DRA node runs no device plugin: nothing there serves nvidia.com/gpu.
+    whole = _place(simulator, "whole", {"nvidia.com/gpu": "1"}, pool="h200-dra")
+    assert not _node_of(whole)
+    assert "2 Insufficient nvidia.com/gpu" in _unschedulable(whole)
+    # ... and the whole-GPU nodes no DRA driver.
+    on_whole = _place(simulator, "on-whole", {}, pool="h200", claims=1)
+    assert not _node_of(on_whole)
+    assert "cannot allocate all claims" in _unschedulable(on_whole)
 
 
 def test_it_puts_the_nodes_in_two_nvlink_domains(kube: client.ApiClient) -> None:
@@ -221,8 +306,8 @@ def test_it_filters_lists_by_label_and_field_selectors(kube: client.ApiClient) -
     assert names(label_selector=f"{POOL_LABEL}=h200-mig") == {"h200-mig-01", "h200-mig-02"}
     assert len(names(label_selector="gpu")) == 4
     assert (
-        len(names(label_selector=f"{POOL_LABEL}!=h200")) == 8
-    )  # MIG, HAMi and the CPU-only system nodes
+        len(names(label_selector=f"{POOL_LABEL}!=h200")) == 10
+    )  # MIG, HAMi, DRA and the CPU-only system nodes
     assert len(names(label_selector=f"{POOL_LABEL} in (h200-mig, h200-hami),!gpu")) == 2
     assert names(field_selector="metadata.name=h200-07") == {"h200-07"}
 
@@ -748,8 +833,7 @@ def test_it_shows_an_xid_on_the_node_and_in_the_metrics(
     xid = next(c for c in hami.status.conditions if c.type == "SysLogsXIDError")
     assert (xid.status, xid.reason) == ("True", "XID48")
     assert "XID 48" in xid.message
-    assert hami.status.allocatable["nvidia.com/gpu"] == "70"
-    assert hami.status.allocatable["nvidia.com/gpumem"] == str(7 * 143771)
+    assert hami.status.allocatable["nvidia.com/vgpu"] == "70"
     assert ",false:" in hami.metadata.annotations["hami.io/node-nvidia-register"]
 
     mig = core(kube).read_node("h200-mig-02").status.allocatable
@@ -774,9 +858,9 @@ def test_it_takes_a_node_that_stops_reporting_out_of_scheduling(
     simulator: Simulator, kube: client.ApiClient
 ) -> None:
     requests.post(
-        f"{simulator.url}/sim/faults", json={"kind": "not-ready", "node": "h200-09"}, timeout=5
+        f"{simulator.url}/sim/faults", json={"kind": "not-ready", "node": "h200-08"}, timeout=5
     )
-    node = core(kube).read_node("h200-09")
+    node = core(kube).read_node("h200-08")
     for kind in ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure"):
         found = next(c for c in node.status.conditions if c.type == kind)
         assert (found.status, found.reason, found.message) == (
@@ -790,8 +874,8 @@ def test_it_takes_a_node_that_stops_reporting_out_of_scheduling(
         ("node.kubernetes.io/unreachable", "NoSchedule"),
     } <= taints
 
-    simulator.set_node_ready("h200-09", True)
-    node = core(kube).read_node("h200-09")
+    simulator.set_node_ready("h200-08", True)
+    node = core(kube).read_node("h200-08")
     assert next(c for c in node.status.conditions if c.type == "Ready").status == "True"
     assert {t.key for t in node.spec.taints} == {"nvidia.com/gpu"}
 

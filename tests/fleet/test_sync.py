@@ -49,7 +49,7 @@ def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
     assert Node.objects.count() == 18
     flavors = {n.flavor for n in Node.objects.all()}
     # The CPU-only system nodes belong to no GPU flavor.
-    assert flavors == {"h200", "h200-mig", "h200-hami", ""}
+    assert flavors == {"h200", "h200-mig", "h200-hami", "h200-dra", ""}
     assert Node.objects.filter(flavor="", gpu_count=0).count() == 2
     whole = Node.objects.filter(flavor="h200").first()
     assert whole is not None
@@ -59,6 +59,11 @@ def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
     mig = Node.objects.filter(flavor="h200-mig").first()
     assert mig is not None and mig.sharing == "mig"
     assert mig.mig_profiles == {"1g.18gb": 16, "2g.35gb": 8, "3g.71gb": 8}
+    hami = Node.objects.filter(flavor="h200-hami").first()
+    assert hami is not None and hami.sharing == "hami"
+    assert hami.gpu_allocatable == {"nvidia.com/vgpu": 80}
+    dra = Node.objects.filter(flavor="h200-dra").first()
+    assert dra is not None and (dra.sharing, dra.gpu_count, dra.gpu_allocatable) == ("dra", 8, {})
     assert len({n.domain for n in Node.objects.exclude(flavor="")}) == 2  # two NVLink domains
     assert all(n.rack and n.block for n in Node.objects.all())
     vision = Workload.objects.filter(tenant_slug="vision")

@@ -27,7 +27,7 @@ FRACTIONS = GpuShare(
     gpumem_mib=20_000,
     gpucores_percent=30,
 )
-CLAIMS = GpuShare(name="claims", flavor="h200", kind="dra", count=8)
+CLAIMS = GpuShare(name="claims", flavor="h200-dra", kind="dra", count=8)
 
 LLAMA = EndpointSpec(
     name="llama",

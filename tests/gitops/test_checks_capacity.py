@@ -95,31 +95,30 @@ def test_mig_and_hami_pools_are_checked(queues: list[dict[str, Any]], pool: str)
     assert pool in finding.message
 
 
-def test_dra_and_device_plugin_share_the_gpus_of_a_whole_flavor() -> None:
+def test_dra_devices_have_a_pool_of_their_own() -> None:
     fleet = FleetSpec(
         flavors=(
-            Flavor(
-                name="b200", product="NVIDIA-B200", mode="whole", gpus=8, gpu_memory_mib=1, dra=True
-            ),
+            Flavor(name="b200", product="NVIDIA-B200", mode="whole", gpus=8, gpu_memory_mib=1),
+            Flavor(name="b200-dra", product="NVIDIA-B200", mode="dra", gpus=4, gpu_memory_mib=1),
         )
     )
-    plugin = queue("a", "b200", "nvidia.com/gpu", 5)
-    dra = queue("b", "b200", "gpu.nvidia.com", 3)
-    assert check_capacity([plugin, dra], fleet) == []
-    dra = queue("b", "b200", "gpu.nvidia.com", 4)
-    [finding] = check_capacity([plugin, dra], fleet)
-    assert "gpu.nvidia.com + nvidia.com/gpu is 9" in finding.message
+    plugin = queue("a", "b200", "nvidia.com/gpu", 8)
+    assert check_capacity([plugin, queue("b", "b200-dra", "gpu.nvidia.com", 4)], fleet) == []
+    [finding] = check_capacity([plugin, queue("b", "b200-dra", "gpu.nvidia.com", 5)], fleet)
+    assert "is 5 but the pool has 4 GPUs (DRA)" in finding.message
+    # The device plugin does not run on the DRA pool, nor the DRA driver on the whole one.
+    findings = check_capacity(
+        [queue("c", "b200", "gpu.nvidia.com", 1), queue("d", "b200-dra", "nvidia.com/gpu", 1)],
+        fleet,
+    )
+    assert [f.rule for f in findings] == ["unknown-resource", "unknown-resource"]
 
 
-def test_dra_mig_devices_share_every_slice_of_a_mig_flavor() -> None:
-    mig = FLEET.flavors[1]
-    fleet = FleetSpec(flavors=(dataclasses.replace(mig, dra=True),))
-    profiles = [
-        queue("a", "a100-mig", "nvidia.com/mig-1g.10gb", 28),
-        queue("b", "a100-mig", "nvidia.com/mig-3g.40gb", 6),
-    ]
-    assert check_capacity([*profiles, queue("c", "a100-mig", "mig.nvidia.com", 2)], fleet) == []
-    [finding] = check_capacity([*profiles, queue("c", "a100-mig", "mig.nvidia.com", 3)], fleet)
+def test_dra_mig_devices_count_every_slice_of_a_dra_pool() -> None:
+    mig = dataclasses.replace(FLEET.flavors[1], mode="dra")
+    fleet = FleetSpec(flavors=(mig,))
+    assert check_capacity([queue("c", "a100-mig", "mig.nvidia.com", 36)], fleet) == []
+    [finding] = check_capacity([queue("c", "a100-mig", "mig.nvidia.com", 37)], fleet)
     assert "is 37 but the pool has 36 MIG devices" in finding.message
     # Without DRA on the flavor, a DRA quota has nothing to draw on.
     [finding] = check_capacity([queue("c", "a100-mig", "mig.nvidia.com", 1)], FLEET)

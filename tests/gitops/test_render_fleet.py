@@ -33,7 +33,12 @@ flavors:
     gpus: 16
     gpu_memory_mib: 81559
     node_labels: {lab.example/pool: h100}
-    dra: true
+  - name: h100-dra
+    product: NVIDIA-H100-80GB-HBM3
+    mode: dra
+    gpus: 8
+    gpu_memory_mib: 81559
+    node_labels: {lab.example/pool: h100-dra, nvidia.com/gpu.deploy.device-plugin: "false"}
   - name: h100-mig
     product: NVIDIA-H100-80GB-HBM3
     mode: mig
@@ -48,7 +53,11 @@ def test_it_describes_the_demo_fleet() -> None:
     fleet = demo_fleet()
     flavors = {f.name: f for f in fleet.flavors}
     assert sum(f.gpus for f in fleet.flavors) == 16 * 8
-    assert (flavors["h200"].mode, flavors["h200"].gpus, flavors["h200"].dra) == ("whole", 80, True)
+    assert (flavors["h200"].mode, flavors["h200"].gpus) == ("whole", 64)
+    # DRA GPUs are a pool of their own, whose nodes run no device plugin.
+    dra = flavors["h200-dra"]
+    assert (dra.mode, dra.gpus) == ("dra", 16)
+    assert ("nvidia.com/gpu.deploy.device-plugin", "false") in dra.node_labels
     assert dict(flavors["h200-mig"].mig_profiles) == {"1g.18gb": 32, "2g.35gb": 16, "3g.71gb": 16}
     assert (flavors["h200-hami"].gpus, flavors["h200-hami"].hami_split) == (32, 10)
 
@@ -60,9 +69,9 @@ def test_it_loads_a_fleet_file(tmp_path: Path) -> None:
     assert (fleet.name, fleet.cohort, fleet.max_gpus_per_tenant) == ("lab", "lab-gpus", 16)
     assert fleet.gateway.namespace == "gw-system"
     assert fleet.allowed_registries == ("ghcr.io/lab/",)
-    h100, mig = fleet.flavors
+    h100, dra, mig = fleet.flavors
     assert h100.node_labels == (("lab.example/pool", "h100"),)
-    assert h100.dra is True
+    assert (dra.mode, dra.gpus) == ("dra", 8)
     assert mig.mig_profiles == (("1g.10gb", 14), ("3g.40gb", 4))
     assert mig.topology is False
     # Defaults stay defaults.
@@ -90,9 +99,14 @@ def test_it_loads_a_fleet_file(tmp_path: Path) -> None:
         ),
         (
             "flavors:\n  - {name: a, product: P, mode: whole, gpus: 1, gpu_memory_mib: 1,"
-            " dra: yes please}\n",
+            " dra: true}\n",
             "flavors[0].dra",
-            "true or false",
+            "The key dra is gone: a device plugin and the NVIDIA DRA driver cannot serve the same",
+        ),
+        (
+            "flavors:\n  - {name: a, product: P, mode: dra, gpus: 1, gpu_memory_mib: 1}\n",
+            "flavors[0].node_labels",
+            "nvidia.com/gpu.deploy.device-plugin: 'false'",
         ),
         ("gateway: {name: gw, port: 80}\n", "gateway.port", "Unknown key"),
         (

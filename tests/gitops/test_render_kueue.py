@@ -28,7 +28,8 @@ def test_it_sums_shares_per_flavor_into_nominal_quota() -> None:
     tenant = dataclasses.replace(rich_tenant(), shares=(*rich_tenant().shares, extra))
     quotas = _quotas(kueue.cluster_queue(tenant, FLEET))
     assert quotas["h200"]["nvidia.com/gpu"]["nominalQuota"] == "20"
-    assert quotas["h200"]["gpu.nvidia.com"]["nominalQuota"] == "8"
+    assert quotas["h200-dra"]["gpu.nvidia.com"]["nominalQuota"] == "8"
+    assert quotas["h200"]["gpu.nvidia.com"]["nominalQuota"] == "0"
     assert quotas["h200-mig"]["nvidia.com/mig-1g.18gb"]["nominalQuota"] == "8"
     hami = quotas["h200-hami"]
     assert hami["nvidia.com/vgpu"]["nominalQuota"] == "10"
@@ -43,7 +44,7 @@ def test_it_lists_every_covered_resource_on_every_flavor_in_order() -> None:
     covered = group["coveredResources"]
     assert covered[:2] == ["cpu", "memory"]
     assert covered[2:] == sorted(covered[2:])
-    assert [f["name"] for f in group["flavors"]] == ["h200", "h200-mig", "h200-hami"]
+    assert [f["name"] for f in group["flavors"]] == ["h200", "h200-mig", "h200-hami", "h200-dra"]
     for flavor in group["flavors"]:
         assert [r["name"] for r in flavor["resources"]] == covered
     assert _quotas(queue)["h200-mig"]["nvidia.com/gpu"]["nominalQuota"] == "0"
@@ -195,5 +196,5 @@ def test_it_gives_whole_gpus_and_hami_slots_different_resources() -> None:
 def test_it_reports_what_kueue_may_admit_per_resource() -> None:
     admissible = kueue.admissible(rich_tenant(), FLEET)
     assert admissible["nvidia.com/gpu"] == 16 + 8
-    assert admissible["gpu.nvidia.com"] == 80  # no borrowing limit: the whole pool
+    assert admissible["gpu.nvidia.com"] == 16  # no borrowing limit: the whole DRA pool
     assert kueue.admissible(TenantSpec(slug="empty"), FLEET) == {}

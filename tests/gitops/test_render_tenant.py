@@ -179,7 +179,7 @@ def test_it_sizes_the_gpu_quota_to_what_kueue_may_admit_and_zeroes_the_rest() ->
         "requests.nvidia.com/mig-1g.18gb": "32",
         "requests.nvidia.com/mig-2g.35gb": "0",
         "requests.nvidia.com/mig-3g.71gb": "0",
-        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "80",
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "16",
     }
     dedicated = quota.resource_quota(dedicated_tenant(), FLEET)["spec"]["hard"]
     assert dedicated["limits.nvidia.com/gpumem"] == "0"
@@ -449,16 +449,16 @@ def test_it_releases_the_vcluster_from_flux_system_into_the_tenant_namespace() -
 
 
 def test_it_selects_several_pools_by_their_common_labels_only() -> None:
-    h200, mig, hami = FLEET.flavors
+    h200, mig, hami, dra = FLEET.flavors
     assert vcluster.node_selector([h200], FLEET) == {
         "ai-factory.io/pool": "h200",
         "nvidia.com/gpu.product": "NVIDIA-H200",
     }
-    # The three pools share only the product label, which selects all of them: fine together...
-    assert vcluster.node_selector([h200, mig, hami], FLEET) == {
+    # The four pools share only the product label, which selects all of them: fine together...
+    assert vcluster.node_selector([h200, mig, hami, dra], FLEET) == {
         "nvidia.com/gpu.product": "NVIDIA-H200"
     }
-    # ... but two of them cannot be told from the third.
+    # ... but two of them cannot be told from the others.
     assert vcluster.node_selector([h200, mig], FLEET) is None
 
 
@@ -572,9 +572,16 @@ def test_it_renders_a_claim_template_per_dra_share() -> None:
 
 
 def test_it_claims_mig_devices_by_profile() -> None:
-    fleet = dataclasses.replace(
-        FLEET, flavors=(FLEET.flavors[0], dataclasses.replace(FLEET.flavors[1], dra=True))
+    # A DRA pool whose GPUs the MIG manager partitioned: the driver hands out MIG devices.
+    mig = dataclasses.replace(
+        FLEET.flavors[1],
+        mode="dra",
+        node_labels=(
+            *FLEET.flavors[1].node_labels,
+            ("nvidia.com/gpu.deploy.device-plugin", "false"),
+        ),
     )
+    fleet = dataclasses.replace(FLEET, flavors=(FLEET.flavors[0], mig))
     share = dataclasses.replace(rich_tenant().shares[1], kind="dra", name="mig-claims")
     tenant = dataclasses.replace(rich_tenant(), shares=(share,), endpoints=(), clusters=())
     files = render_tenant_tree(tenant, fleet)

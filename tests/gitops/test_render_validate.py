@@ -96,7 +96,7 @@ BAD_TENANTS: list[tuple[str, Change, str, str]] = [
     ("share name with slash", _share(0, name="a/b"), "shares[0].name", "DNS label"),
     ("share count zero", _share(0, count=0), "shares[0].count", "at least 1"),
     ("share count negative", _share(0, count=-3), "shares[0].count", "at least 1"),
-    ("share count huge", _share(0, count=10**9), "shares[0].count", "at most 80"),
+    ("share count huge", _share(0, count=10**9), "shares[0].count", "at most 64"),
     ("share count not an int", _share(0, count=1.5), "shares[0].count", "whole number"),
     ("share count bool", _share(0, count=True), "shares[0].count", "whole number"),
     ("unknown flavor", _share(0, flavor="a100"), "shares[0].flavor", "no GPU flavor 'a100'"),
@@ -104,7 +104,10 @@ BAD_TENANTS: list[tuple[str, Change, str, str]] = [
     ("mig share on whole pool", _share(1, flavor="h200"), "shares[1].kind", "whole"),
     ("whole share on mig pool", _share(0, flavor="h200-mig"), "shares[0].kind", "'mig'"),
     ("hami share on whole pool", _share(2, flavor="h200"), "shares[2].kind", "hami"),
-    ("dra share on a pool without dra", _share(3, flavor="h200-hami"), "shares[3].kind", "DRA"),
+    ("dra share on a hami pool", _share(3, flavor="h200-hami"), "shares[3].kind", "a dra flavor"),
+    # The device plugin serves the whole pool, so the DRA driver cannot.
+    ("dra share on the whole pool", _share(3, flavor="h200"), "shares[3].kind", "a dra flavor"),
+    ("whole share on the dra pool", _share(0, flavor="h200-dra"), "shares[0].kind", "'dra'"),
     (
         "mig profile not offered",
         _share(1, mig_profile="3g.40gb"),
@@ -151,12 +154,19 @@ BAD_TENANTS: list[tuple[str, Change, str, str]] = [
         "already named 'slices'",
     ),
     (
-        "whole and dra over the pool together",
+        "dra shares over their pool together",
         lambda t: dataclasses.replace(
-            t, shares=(TRAIN, dataclasses.replace(CLAIMS, count=70), SLICES, FRACTIONS)
+            t,
+            shares=(
+                TRAIN,
+                CLAIMS,
+                dataclasses.replace(CLAIMS, name="more-claims", count=9),
+                SLICES,
+                FRACTIONS,
+            ),
         ),
-        "shares[1].count",
-        "add up to 86",
+        "shares[2].count",
+        "add up to 17",
     ),
     ("cluster name not a label", _cluster(name="Dev"), "clusters[0].name", "DNS label"),
     ("cluster name starting with a digit", _cluster(name="1dev"), "clusters[0].name", "letter"),
@@ -377,7 +387,7 @@ BAD_FLEETS: list[tuple[str, FleetSpec, str, str]] = [
     (
         "duplicate flavor",
         dataclasses.replace(FLEET, flavors=(*FLEET.flavors, FLEET.flavors[0])),
-        "flavors[3].name",
+        "flavors[4].name",
         "already named 'h200'",
     ),
     (
@@ -415,10 +425,25 @@ BAD_FLEETS: list[tuple[str, FleetSpec, str, str]] = [
         "Only a MIG flavor",
     ),
     (
-        "dra on hami",
-        dataclasses.replace(FLEET, flavors=(dataclasses.replace(FLEET.flavors[2], dra=True),)),
-        "flavors[0].dra",
-        "HAMi",
+        "dra pool with a device plugin",
+        dataclasses.replace(FLEET, flavors=(dataclasses.replace(FLEET.flavors[0], mode="dra"),)),
+        "flavors[0].node_labels",
+        "must run no device plugin",
+    ),
+    (
+        "device plugin pool without a device plugin",
+        dataclasses.replace(FLEET, flavors=(dataclasses.replace(FLEET.flavors[3], mode="whole"),)),
+        "flavors[0].node_labels",
+        "use mode dra",
+    ),
+    (
+        "profiles on a hami flavor",
+        dataclasses.replace(
+            FLEET,
+            flavors=(dataclasses.replace(FLEET.flavors[2], mig_profiles=(("1g.18gb", 7),)),),
+        ),
+        "flavors[0].mig_profiles",
+        "Only a MIG flavor",
     ),
     (
         "product label twice",
