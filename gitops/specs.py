@@ -81,6 +81,10 @@ class GatewayRef:
     ``proxy_namespace`` is where Envoy Gateway runs its proxies (its default,
     ``envoy-gateway-system``; unused with Cilium, whose proxy traffic has the ``ingress``
     identity instead of a namespace).
+
+    ``tls_secret`` is the Secret (in ``namespace``) holding the wildcard certificate the HTTPS
+    listener serves. With ``cluster_issuer`` set, cert-manager's Gateway support issues it into
+    that Secret (a wildcard needs a DNS-01 solver); otherwise the operator provides it.
     """
 
     name: str = "ai-gateway"
@@ -88,6 +92,8 @@ class GatewayRef:
     hostname: str = "models.ai-factory.example.com"
     implementation: GatewayImplementation = "envoy-gateway"
     proxy_namespace: str = "envoy-gateway-system"
+    tls_secret: str = "ai-gateway-tls"
+    cluster_issuer: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,13 @@ class FleetSpec:
     # KEDA autoscaler queries it for concurrency/rps scaling.
     monitoring_namespace: str = "monitoring"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
+    # Where the GPU Operator runs dcgm-exporter and where HAMi is installed: the platform's
+    # ServiceMonitors select their Services there.
+    gpu_operator_namespace: str = "gpu-operator"
+    hami_namespace: str = "kube-system"
+    # The External Secrets ClusterSecretStore holding tenants' model-download credentials
+    # (gitops/render/secrets.py); empty: no ExternalSecret is rendered.
+    secret_store: str = ""
     # The one vCluster chart version the renderer writes values for (validate_fleet refuses
     # another): the values schema the checks use is that version's.
     vcluster_chart_version: str = "0.35.3"

@@ -26,6 +26,9 @@ with a valid object is the escape:
   Envoy Gateway SecurityPolicy asks for the tenant's key on routes selected by that label;
 - gateway and Cilium policies are reserved to the platform: a tenant SecurityPolicy or
   CiliumNetworkPolicy could loosen the key check in front of its routes;
+- an ExternalSecret may use a ClusterSecretStore (which answers every namespace) only in the
+  platform-owned part, and only for remote keys under ``ai-factory/tenants/<slug>/``
+  (``gitops.render.secrets``); a tenant's own must use a SecretStore of its namespace;
 - a LiteLLM model ConfigMap (label ``ai-factory.io/litellm-model``) is refused in
   ``workloads/``, and in the platform-owned part may not use ``os.environ/`` (LiteLLM replaces
   it with the proxy's own environment, secrets included: https://docs.litellm.ai/docs/proxy/configs)
@@ -52,6 +55,7 @@ from gitops.checks.manifests import (
     resolve_reference,
 )
 from gitops.checks.schema import SchemaRegistry, Scope, get_registry
+from gitops.render import secrets
 from gitops.render.meta import LITELLM_MODEL_LABEL, LOCAL_QUEUE, TENANT_LABEL
 from gitops.render.vcluster import CHART_VERSION
 
@@ -112,6 +116,9 @@ KNOWN_CRD_SCOPES: dict[tuple[str, str], Scope] = {
     ("kueue.x-k8s.io", "Topology"): "Cluster",
     ("kueue.x-k8s.io", "WorkloadPriorityClass"): "Cluster",
     ("kustomize.toolkit.fluxcd.io", "Kustomization"): "Namespaced",
+    ("monitoring.coreos.com", "PodMonitor"): "Namespaced",
+    ("monitoring.coreos.com", "PrometheusRule"): "Namespaced",
+    ("monitoring.coreos.com", "ServiceMonitor"): "Namespaced",
     ("kyverno.io", "ClusterPolicy"): "Cluster",
     ("kyverno.io", "Policy"): "Namespaced",
     ("kyverno.io", "PolicyException"): "Namespaced",
@@ -719,14 +726,27 @@ class _Rules:
                     "cross-namespace-ref",
                     f"spec.{key} {value!r} must be {slug!r}",
                 )
-            elif key == "secretStoreRef" and isinstance(value, dict):
-                if value.get("kind") == "ClusterSecretStore":
-                    yield Finding(
-                        path,
-                        ref,
-                        "cluster-secret-store",
-                        "a ClusterSecretStore serves every namespace; use the tenant's SecretStore",
-                    )
+            elif key in ("secretStoreRef", "storeRef") and isinstance(value, dict):
+                if value.get("kind") != "ClusterSecretStore":
+                    continue
+                if allow_platform_sources and kind == "ExternalSecret":
+                    foreign = _foreign_remote_keys(obj, slug)
+                    if foreign:
+                        yield Finding(
+                            path,
+                            ref,
+                            "cluster-secret-store",
+                            f"a platform-owned ExternalSecret may read only keys under "
+                            f"{secrets.remote_prefix(slug)!r} from a ClusterSecretStore, "
+                            f"not {', '.join(foreign)}",
+                        )
+                    continue
+                yield Finding(
+                    path,
+                    ref,
+                    "cluster-secret-store",
+                    "a ClusterSecretStore serves every namespace; use the tenant's SecretStore",
+                )
             elif (
                 key == "clusterQueue"
                 and kind == "LocalQueue"
@@ -762,6 +782,30 @@ class _Rules:
         if parent.get("kind", "Gateway") != "Gateway":
             return False
         return self.gateway_name is None or parent.get("name") == self.gateway_name
+
+
+def _foreign_remote_keys(obj: Mapping[str, Any], slug: str) -> list[str]:
+    """The remote keys of an ExternalSecret outside the tenant's own prefix (a ``find``, which
+    matches keys by pattern, counts as one): a ClusterSecretStore answers every namespace, so
+    the key is what keeps one tenant's credentials from another's namespace."""
+    spec = mapping(obj.get("spec"))
+    prefix = secrets.remote_prefix(slug)
+    keys: list[str] = []
+    foreign: list[str] = []
+    for entry in spec.get("data") or []:
+        keys.append(str(mapping(mapping(entry).get("remoteRef")).get("key", "")))
+    for entry in spec.get("dataFrom") or []:
+        entry = mapping(entry)
+        if entry.get("find") is not None:
+            foreign.append("a find")
+        if entry.get("extract") is not None:
+            keys.append(str(mapping(entry.get("extract")).get("key", "")))
+    foreign += [
+        repr(key)
+        for key in keys
+        if not key.startswith(prefix) or ".." in key.split("/") or key == prefix
+    ]
+    return foreign
 
 
 def _default_queue(path: str, obj: Mapping[str, Any]) -> list[Finding]:

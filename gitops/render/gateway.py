@@ -30,6 +30,25 @@ Kubernetes API (never Git), with exactly one entry ``<slug>: <key>``:
   ``secret`` ("The secret must only contain one entry. If the referred secret does not exist
   ... the match will fail", CiliumNetworkPolicy CRD, HeaderMatch), and a mismatch drops the
   request.
+
+The Gateway itself (``infrastructure/configs/gateway.yaml``): one HTTPS listener on port 443
+for ``*.<hostname>`` terminating TLS with the wildcard certificate in the Secret
+``gateway.tls_secret`` of its namespace. A wildcard listener hostname is a suffix match
+("``*.example.com`` would match both ``test.example.com``, and ``foo.test.example.com``",
+Gateway API v1.6.1 Gateway CRD, ``listeners.hostname``), so every tenant host is served and
+each route's own hostname picks the tenant. Routes may attach only from namespaces carrying the
+tenant label (``allowedRoutes.namespaces.from: Selector``), which only the platform sets, and
+only HTTPRoutes. With ``gateway.cluster_issuer`` the Gateway carries cert-manager's
+``cert-manager.io/cluster-issuer`` annotation, and cert-manager (with its Gateway API support
+on) issues the listener's certificate into that Secret.
+
+The GatewayClass follows ``gateway.implementation``: Envoy Gateway's chart installs none, so
+the platform renders ``eg`` with Envoy Gateway's controller name
+``gateway.envoyproxy.io/gatewayclass-controller`` (envoyproxy/gateway v1.9.0
+api/v1alpha1/envoygateway_types.go ``GatewayControllerName``; ``eg`` is the name its
+quickstart uses). Cilium creates its own class ``cilium`` (controller
+``io.cilium/gateway-controller``) when its Gateway API support is on (cilium
+install/kubernetes/cilium/templates/cilium-gateway-api-class.yaml), so none is rendered.
 """
 
 from __future__ import annotations
@@ -37,7 +56,7 @@ from __future__ import annotations
 from typing import Any
 
 from gitops.render.meta import TENANT_LABEL, metadata
-from gitops.specs import EndpointSpec, FleetSpec, TenantSpec
+from gitops.specs import EndpointSpec, FleetSpec, GatewayImplementation, TenantSpec
 
 API = "gateway.networking.k8s.io/v1"
 SECURITY_POLICY_API = "gateway.envoyproxy.io/v1alpha1"
@@ -48,6 +67,14 @@ OPENAI_PREFIX = "/openai"
 PREDICTOR_PORT = 80
 REQUEST_TIMEOUT = "600s"
 CLUSTER_DOMAIN = "svc.cluster.local"
+HTTPS_PORT = 443
+LISTENER = "tenants-https"
+CLUSTER_ISSUER_ANNOTATION = "cert-manager.io/cluster-issuer"
+# (GatewayClass name, controllerName) per implementation; see the module docstring.
+GATEWAY_CLASSES: dict[GatewayImplementation, tuple[str, str]] = {
+    "envoy-gateway": ("eg", "gateway.envoyproxy.io/gatewayclass-controller"),
+    "cilium": ("cilium", "io.cilium/gateway-controller"),
+}
 
 
 def tenant_host(slug: str, fleet: FleetSpec) -> str:
@@ -144,3 +171,67 @@ def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]
     if fleet.gateway.implementation == "envoy-gateway":
         return [security_policy(tenant)]
     return []
+
+
+def gateway_class_name(fleet: FleetSpec) -> str:
+    return GATEWAY_CLASSES[fleet.gateway.implementation][0]
+
+
+def gateway_class(fleet: FleetSpec) -> dict[str, Any]:
+    name, controller = GATEWAY_CLASSES[fleet.gateway.implementation]
+    return {
+        "apiVersion": API,
+        "kind": "GatewayClass",
+        "metadata": metadata(name),
+        "spec": {"controllerName": controller},
+    }
+
+
+def gateway_namespace(fleet: FleetSpec) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata(fleet.gateway.namespace)}
+
+
+def gateway(fleet: FleetSpec) -> dict[str, Any]:
+    """The fleet's shared Gateway (see the module docstring)."""
+    ref = fleet.gateway
+    annotations = {CLUSTER_ISSUER_ANNOTATION: ref.cluster_issuer} if ref.cluster_issuer else None
+    return {
+        "apiVersion": API,
+        "kind": "Gateway",
+        "metadata": metadata(ref.name, ref.namespace, annotations=annotations),
+        "spec": {
+            "gatewayClassName": gateway_class_name(fleet),
+            "listeners": [
+                {
+                    "name": LISTENER,
+                    "protocol": "HTTPS",
+                    "port": HTTPS_PORT,
+                    "hostname": f"*.{ref.hostname}",
+                    "tls": {
+                        "mode": "Terminate",
+                        "certificateRefs": [
+                            {"group": "", "kind": "Secret", "name": ref.tls_secret}
+                        ],
+                    },
+                    "allowedRoutes": {
+                        "namespaces": {
+                            "from": "Selector",
+                            "selector": {
+                                "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+                            },
+                        },
+                        "kinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
+                    },
+                }
+            ],
+        },
+    }
+
+
+def fleet_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
+    """``infrastructure/configs/gateway.yaml``: namespace, class (Envoy Gateway), Gateway."""
+    objs = [gateway_namespace(fleet)]
+    if fleet.gateway.implementation == "envoy-gateway":
+        objs.append(gateway_class(fleet))
+    objs.append(gateway(fleet))
+    return objs

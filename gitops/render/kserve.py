@@ -9,7 +9,8 @@ Choices:
   ``deployment`` integration. KServe's own ingress is off
   (``networking.kserve.io/visibility: cluster-local``); the HTTPRoute is the way in.
 - Kueue: ``kueue.x-k8s.io/queue-name`` and the ``inference-critical`` priority class on the
-  InferenceService (KServe copies its labels to the Deployment) and on the predictor's pods.
+  InferenceService (KServe copies its labels to the Deployment) and on the predictor's pods;
+  the pods also name the ``inference-critical`` PriorityClass (``gitops.render.priority``).
 - Autoscaling: a fixed size (``min == max``) needs no autoscaler (class ``none``); ``cpu`` and
   ``memory`` use the HPA (utilisation in percent); ``concurrency`` and ``rps`` are Knative
   metrics that Standard mode's HPA does not offer, so they use KEDA with a Prometheus query on
@@ -35,15 +36,24 @@ Choices:
   refuses the pod. ``cluster_storage_container`` renders that ClusterStorageContainer; it is
   named ``default``, the name KServe's own chart gives it, so it replaces the chart's rather
   than competing with it (two containers claiming one scheme are picked in no defined order).
+  Its environment reads the tenant's model-download credentials (``gitops.render.secrets``)
+  from the Secret ``model-download-credentials``, each key ``optional``: the storage
+  initializer runs in the predictor pod, in the tenant's namespace, so the reference resolves
+  to that tenant's own Secret, and a missing Secret or key leaves the variable unset.
+- Metrics: the model container declares port 8080, where the runtime serves the API and
+  ``/metrics``. KServe's Standard-mode Service already targets 8080 without it (kserve v0.20.0
+  pkg/controller/v1beta1/inferenceservice/reconcilers/service/service_reconciler.go), but the
+  PodMonitor (``gitops.render.monitoring``) only finds declared ports.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import dra, gateway, litellm, resources
+from gitops.render import dra, gateway, litellm, resources, secrets
 from gitops.render.kueue import INFERENCE_PRIORITY
 from gitops.render.meta import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, metadata
+from gitops.render.monitoring import MODEL_SERVER_PORT
 from gitops.render.validate import DRA_TEMPLATE_SUFFIX
 from gitops.specs import EndpointSpec, FleetSpec, GpuShare, TenantSpec
 
@@ -95,6 +105,15 @@ def cluster_storage_container() -> dict[str, Any]:
                     **RESTRICTED_CONTAINER_SECURITY,
                     "runAsUser": STORAGE_INITIALIZER_USER,
                 },
+                "env": [
+                    {
+                        "name": key,
+                        "valueFrom": {
+                            "secretKeyRef": {"name": secrets.SECRET, "key": key, "optional": True}
+                        },
+                    }
+                    for key in secrets.ENV_KEYS
+                ],
             },
             "supportedUriFormats": [{"prefix": prefix} for prefix in STORAGE_URI_PREFIXES]
             + [{"regex": regex} for regex in STORAGE_URI_REGEXES],
@@ -163,11 +182,14 @@ def inference_service(
         **scaling,
         "deploymentStrategy": rollout_strategy(),
         "labels": dict(queue_labels),
+        # The pod PriorityClass of the same name and value (gitops.render.priority).
+        "priorityClassName": INFERENCE_PRIORITY,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "model": {
             "modelFormat": {"name": "huggingface"},
             "storageUri": endpoint.model_uri,
             "args": _args(endpoint),
+            "ports": [{"name": "http", "containerPort": MODEL_SERVER_PORT, "protocol": "TCP"}],
             "resources": container_resources,
             "securityContext": {
                 key: value

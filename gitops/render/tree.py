@@ -8,8 +8,10 @@ Layout (flux2-multi-tenancy)::
     clusters/<fleet>/infrastructure.yaml       Kustomizations infra-controllers, infra-configs
     clusters/<fleet>/tenants.yaml              Kustomization tenants
     infrastructure/controllers/                Flux sources the portal's objects use
-    infrastructure/configs/                    Kueue flavors/topology/cohort/priorities,
-                                               Kyverno ClusterPolicies, the tenant reconciler role
+    infrastructure/configs/                    Kueue flavors/topology/cohort/priorities and
+                                               manager configuration, pod PriorityClasses,
+                                               Kyverno ClusterPolicies, the tenant reconciler
+                                               role, the Gateway, GPU exporters' monitors
     tenants/kustomization.yaml                 one entry per tenant directory
     tenants/<slug>/                            platform-owned, applied by "tenants"
     tenants/<slug>/workloads/                  tenant-owned, applied as the tenant's account
@@ -30,12 +32,16 @@ from gitops.render import (
     gateway,
     kserve,
     kueue,
+    kueue_config,
     kyverno,
     litellm,
+    monitoring,
     namespace,
     network,
+    priority,
     quota,
     rbac,
+    secrets,
     vcluster,
 )
 from gitops.render.meta import kustomization
@@ -89,13 +95,29 @@ def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
                 "infrastructure/configs/kustomization.yaml",
                 [
                     kustomization(
-                        ["kserve-storage.yaml", "kueue.yaml", "kyverno-policies.yaml", "rbac.yaml"]
+                        [
+                            "gateway.yaml",
+                            "kserve-storage.yaml",
+                            "kueue-manager-config.yaml",
+                            "kueue.yaml",
+                            "kyverno-policies.yaml",
+                            "monitoring.yaml",
+                            "priority-classes.yaml",
+                            "rbac.yaml",
+                        ]
                     )
                 ],
             ),
+            ("infrastructure/configs/gateway.yaml", gateway.fleet_objects(fleet)),
             ("infrastructure/configs/kserve-storage.yaml", [kserve.cluster_storage_container()]),
+            (
+                "infrastructure/configs/kueue-manager-config.yaml",
+                [kueue_config.manager_config_map(fleet)],
+            ),
             ("infrastructure/configs/kueue.yaml", kueue.fleet_objects(fleet)),
             ("infrastructure/configs/kyverno-policies.yaml", kyverno.cluster_policies()),
+            ("infrastructure/configs/monitoring.yaml", monitoring.fleet_objects(fleet)),
+            ("infrastructure/configs/priority-classes.yaml", priority.priority_classes()),
             ("infrastructure/configs/rbac.yaml", [rbac.tenant_reconciler_role()]),
         ]
     )
@@ -131,6 +153,12 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
     auth = gateway.tenant_objects(tenant, fleet)
     if auth:
         entries.append(("gateway-auth.yaml", auth))
+    monitors = monitoring.tenant_objects(tenant)
+    if monitors:
+        entries.append(("monitoring.yaml", monitors))
+    credentials = secrets.tenant_objects(tenant, fleet)
+    if credentials:
+        entries.append(("model-credentials.yaml", credentials))
     # LiteLLM configuration is platform-owned: LiteLLM follows its api_base and expands
     # os.environ/ references, so a tenant must not be able to write it.
     entries += [

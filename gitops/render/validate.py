@@ -164,6 +164,16 @@ def _check_label(
     return True
 
 
+def _check_subdomain(errors: _Errors, path: str, value: object, what: str) -> None:
+    """A Kubernetes object name (DNS-1123 subdomain), as Secrets and cluster objects use."""
+    if not isinstance(value, str) or len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
+        errors.add(
+            path,
+            f"{what} must be a Kubernetes object name: lower-case letters, digits, '-' and '.', "
+            "at most 253 characters.",
+        )
+
+
 def _check_text(errors: _Errors, path: str, value: object, what: str, max_length: int) -> None:
     if not isinstance(value, str):
         errors.add(path, f"{what} must be text.")
@@ -275,7 +285,21 @@ def validate_fleet(fleet: FleetSpec) -> None:
         fleet.gateway.proxy_namespace,
         "The gateway's proxy namespace",
     )
+    _check_subdomain(errors, "gateway.tls_secret", fleet.gateway.tls_secret, "The TLS Secret")
+    if fleet.gateway.cluster_issuer:
+        _check_subdomain(
+            errors, "gateway.cluster_issuer", fleet.gateway.cluster_issuer, "The ClusterIssuer"
+        )
     _check_label(errors, "litellm_namespace", fleet.litellm_namespace, "The LiteLLM namespace")
+    _check_label(
+        errors,
+        "gpu_operator_namespace",
+        fleet.gpu_operator_namespace,
+        "The GPU Operator's namespace",
+    )
+    _check_label(errors, "hami_namespace", fleet.hami_namespace, "HAMi's namespace")
+    if fleet.secret_store:
+        _check_subdomain(errors, "secret_store", fleet.secret_store, "The ClusterSecretStore")
     _check_label(
         errors, "monitoring_namespace", fleet.monitoring_namespace, "The monitoring namespace"
     )

@@ -213,6 +213,8 @@ def test_it_deletes_files_to_decommission(world: dict[str, Any], on_commit: Any)
     deleted = [d.path for d in repo.diff(change.base_sha, change.head_sha) if d.status == "deleted"]
     assert sorted(deleted) == [
         "tenants/alpha/litellm/chat.yaml",
+        # The PodMonitor goes with the tenant's last endpoint.
+        "tenants/alpha/monitoring.yaml",
         "tenants/alpha/workloads/endpoints/chat.yaml",
     ]
     removal = services.tenant_removal_changes("alpha", FLEET)

@@ -216,6 +216,54 @@ def test_each_platform_violation_is_found(obj: dict[str, Any], rule: str) -> Non
     assert rules(check(tree)) == [rule]
 
 
+def _platform_external_secret(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "external-secrets.io/v1",
+        "kind": "ExternalSecret",
+        "metadata": {"name": "model-download-credentials", "namespace": "alpha"},
+        "spec": {"secretStoreRef": {"kind": "ClusterSecretStore", "name": "vault"}, **spec},
+    }
+
+
+def test_the_platform_may_read_the_tenants_own_keys_from_a_cluster_secret_store() -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    own = [{"extract": {"key": "ai-factory/tenants/alpha/model-download"}}]
+    tree["tenants/alpha/model-credentials.yaml"] = samples.dump(
+        _platform_external_secret(dataFrom=own)
+    )
+    assert check(tree) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"dataFrom": [{"extract": {"key": "ai-factory/tenants/bravo/model-download"}}]},
+        {"dataFrom": [{"extract": {"key": "ai-factory/tenants/alpha/../bravo/x"}}]},
+        {"dataFrom": [{"find": {"name": {"regexp": ".*"}}}]},
+        {"data": [{"secretKey": "t", "remoteRef": {"key": "platform/admin-token"}}]},
+    ],
+)
+def test_the_platform_may_not_read_other_keys_from_a_cluster_secret_store(
+    spec: dict[str, Any],
+) -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree["tenants/alpha/model-credentials.yaml"] = samples.dump(_platform_external_secret(**spec))
+    assert rules(check(tree)) == ["cluster-secret-store"]
+
+
+def test_a_tenant_may_not_reach_a_cluster_secret_store_through_a_source_ref() -> None:
+    obj = _platform_external_secret(
+        dataFrom=[
+            {
+                "extract": {"key": "ai-factory/tenants/alpha/model-download"},
+                "sourceRef": {"storeRef": {"kind": "ClusterSecretStore", "name": "vault"}},
+            }
+        ]
+    )
+    obj["spec"]["secretStoreRef"] = {"kind": "SecretStore", "name": "own"}
+    assert rules(check(with_workload(obj))) == ["cluster-secret-store"]
+
+
 def test_the_workloads_sync_must_impersonate_the_tenant() -> None:
     tree = samples.fleet_tree("alpha")
     sync = samples.flux_kustomization()

@@ -27,7 +27,11 @@ def test_it_renders_only_objects_the_schemas_accept(
 ) -> None:
     fleet = demo_fleet()
     fleet = dataclasses.replace(
-        fleet, gateway=dataclasses.replace(fleet.gateway, implementation=implementation)
+        fleet,
+        gateway=dataclasses.replace(
+            fleet.gateway, implementation=implementation, cluster_issuer="letsencrypt"
+        ),
+        secret_store="vault",
     )
     files = render_repository(fleet, [rich_tenant(), dedicated_tenant()])
     objs = objects_for(files)
@@ -35,6 +39,17 @@ def test_it_renders_only_objects_the_schemas_accept(
     kinds = {o["kind"] for o in objs}
     assert ("SecurityPolicy" in kinds) == (implementation == "envoy-gateway")
     assert ("CiliumNetworkPolicy" in kinds) == (implementation == "cilium")
+    assert ("GatewayClass" in kinds) == (implementation == "envoy-gateway")
+    # The production platform's kinds (the Kueue manager configuration is a ConfigMap; its
+    # content is checked against Kueue's own fields in test_render_platform).
+    assert {
+        "ConfigMap",
+        "ExternalSecret",
+        "Gateway",
+        "PodMonitor",
+        "PriorityClass",
+        "ServiceMonitor",
+    } <= kinds
     registry = get_registry(schema_dir)
     unknown = {
         (o["apiVersion"], o["kind"]) for o in objs if not registry.knows(o["apiVersion"], o["kind"])

@@ -1,0 +1,86 @@
+"""Kueue's own configuration (``config.kueue.x-k8s.io/v1beta2`` ``Configuration``), delivered
+as the ConfigMap the Kueue manager reads at start-up.
+
+Where it lives: kueue v0.19.2 ``config/components/manager/kustomization.yaml`` generates the
+ConfigMap ``manager-config`` from ``controller_manager_config.yaml``, and
+``config/default/kustomization.yaml`` prefixes every name with ``kueue-`` in ``kueue-system``,
+so the release manifests run the manager with ``kueue-system/kueue-manager-config``, key
+``controller_manager_config.yaml`` (the Helm chart's ``templates/manager/manager-config.yaml``
+uses the same name and key for a release named ``kueue``). The manager decodes the file
+strictly (``pkg/config/config.go``: ``serializer.EnableStrict``), so an unknown key stops it;
+tests/gitops checks the document against the fields of ``apis/config/v1beta2``.
+
+Only what the platform decides is set; everything else keeps the defaults of
+``apis/config/v1beta2/defaults.go`` (ports, leader election, internal certificates with the
+``kueue-webhook-service``/``kueue-webhook-server-cert`` names of the release manifests), which
+are also the values the release's own file sets:
+
+- ``integrations.frameworks``: ``batch/job`` (training and evaluation Jobs), ``pod`` (plain
+  GPU pods, and what the vCluster syncer creates), ``deployment`` (KServe's Standard-mode
+  predictor), ``statefulset`` and ``jobset.x-k8s.io/jobset`` (the tenant reconciler may write
+  JobSets, see ``gitops.render.rbac``).
+- ``managedJobsNamespaceSelector``: namespaces carrying the tenant label, which only the
+  platform sets. For the pod-based integrations this is a hard boundary: a pod, Deployment or
+  StatefulSet anywhere else is never managed, whatever its labels (``configuration_types.go``,
+  ``ManagedJobsNamespaceSelector``), so system namespaces cannot be queued by accident.
+  Kueue's default selects every namespace but kube-system and its own.
+- ``manageJobsWithoutQueueName`` stays false: only workloads that name the tenant's ``gpu``
+  queue are Kueue's (see ``gitops.render.meta.LOCAL_QUEUE``).
+- ``resources.deviceClassMappings``: each NVIDIA DeviceClass counted as a resource named after
+  the class, as ``gitops.render.resources`` and the ClusterQueues expect.
+- ``fairSharing``: its presence turns fair sharing on (kueue v0.19.2
+  ``pkg/scheduler/preemption/fairsharing/strategy.go`` ``Enabled``: ``pfs != nil``); the
+  strategies are Kueue's documented default pair, and ``pkg/config/validation.go`` accepts
+  only the listed combinations. Left out when the fleet turns fair sharing off.
+
+Kueue reads the file once, at start: after a change, restart the ``kueue-controller-manager``
+Deployment (the operator's guide says so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gitops.render import resources
+from gitops.render.meta import TENANT_LABEL, metadata
+from gitops.render.yamlio import dump_value
+from gitops.specs import FleetSpec
+
+API = "config.kueue.x-k8s.io/v1beta2"
+NAMESPACE = "kueue-system"
+CONFIG_MAP = "kueue-manager-config"
+CONFIG_KEY = "controller_manager_config.yaml"
+FRAMEWORKS = ("batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset")
+FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+DEVICE_CLASSES = (resources.DRA_GPU_CLASS, resources.DRA_MIG_CLASS)
+
+
+def configuration(fleet: FleetSpec) -> dict[str, Any]:
+    """The Configuration document (see the module docstring for each field)."""
+    config: dict[str, Any] = {
+        "apiVersion": API,
+        "kind": "Configuration",
+        "manageJobsWithoutQueueName": False,
+        "managedJobsNamespaceSelector": {
+            "matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]
+        },
+        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "resources": {
+            "deviceClassMappings": [
+                {"name": device_class, "deviceClassNames": [device_class]}
+                for device_class in DEVICE_CLASSES
+            ]
+        },
+    }
+    if fleet.fair_sharing:
+        config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)}
+    return config
+
+
+def manager_config_map(fleet: FleetSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(CONFIG_MAP, NAMESPACE),
+        "data": {CONFIG_KEY: dump_value(configuration(fleet))},
+    }
