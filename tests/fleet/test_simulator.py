@@ -658,7 +658,7 @@ FORCE = "kustomize.toolkit.fluxcd.io/force"
 
 def _with_claims(count: int) -> TenantSpec:
     return TenantSpec(
-        slug="alpha", shares=(GpuShare(name="claims", flavor="h200", kind="dra", count=count),)
+        slug="alpha", shares=(GpuShare(name="claims", flavor="h200-dra", kind="dra", count=count),)
     )
 
 
