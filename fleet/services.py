@@ -440,18 +440,38 @@ def install_source_credentials(slug: str, *, acting_user: Any, kube: Kube) -> st
 
 
 def ensure_source_credentials(kube: Kube) -> tuple[int, int]:
-    """Give every tenant on main that has no source token one, written into its namespace.
+    """Give every tenant on main that has no source token one, written into its namespace, and
+    write a new one for a tenant whose Secret is gone from the cluster.
 
     The namespace exists only once Flux applied the onboarding, so this runs with every fleet
-    sync: a tenant whose namespace is not there yet (404) waits for the next one. Returns
-    (installed, still waiting). Tenants that have a token cost one query in all.
+    sync: a tenant whose namespace is not there yet (404) waits for the next one. A Secret can
+    also vanish (a rebuilt cluster, a restarted simulator, a hand-deleted Secret): the portal
+    keeps only the token's digest, so it issues a new token. It looks only at tenants whose
+    workloads Kustomization is not Ready (one read each), so a healthy fleet costs one query
+    in all. Returns (installed, still waiting).
     """
     repo = gitops_services.repository()
     main = repo.head(settings.GITOPS_MAIN_BRANCH)
     if main is None:
         return 0, 0
+    slugs = set(sources.tenant_slugs(repo, main))
+    missing = sources.tokenless(slugs)
+    unhealthy = {
+        namespace
+        for namespace, name in FluxObject.objects.filter(kind=FluxObject.Kind.KUSTOMIZATION)
+        .exclude(ready="True")
+        .values_list("namespace", "name")
+        if name == f"{namespace}-workloads"
+    }
+    for slug in sorted((slugs - missing) & unhealthy):
+        try:
+            kube.read_secret(slug, TENANT_SOURCE_SECRET)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            missing.add(slug)
     installed = waiting = 0
-    for slug in sorted(sources.tokenless(sources.tenant_slugs(repo, main))):
+    for slug in sorted(missing):
         try:
             install_source_credentials(slug, acting_user=None, kube=kube)
         except KubeError as exc:

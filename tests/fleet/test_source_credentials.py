@@ -19,6 +19,7 @@ from fleet import services
 from fleet.kube import Kube, KubeError
 from fleet.simulator import Simulator
 from fleet.simulator.config import SimConfig
+from fleet.simulator.store import SECRETS
 from gitops import sources
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, SourceToken
@@ -205,6 +206,30 @@ def test_credentials_wait_for_the_namespace(
     fleet_sim.tick()
     assert services.ensure_source_credentials(kube) == (1, 0)
     assert services.ensure_source_credentials(kube) == (0, 0)  # one query, nothing to do
+
+
+@pytest.mark.django_db
+def test_a_secret_gone_from_the_cluster_is_written_again(
+    fleet_sim: Simulator, merged_change: Callable[..., ChangeRequest], kube: Kube
+) -> None:
+    # A restarted simulator (a second `make demo`) or a rebuilt cluster has lost the Secret
+    # while the portal still has the token's digest.
+    merged_change(ALPHA)
+    fleet_sim.tick()
+    assert services.ensure_source_credentials(kube) == (1, 0)
+    first = SourceToken.objects.get(tenant_slug="alpha").digest
+    fleet_sim.store.delete(SECRETS, "alpha", "flux-git-auth")
+    fleet_sim.flux.request_reconcile(0)
+    fleet_sim.tick()
+    services.sync_all()  # reads the workloads Kustomization: not Ready without its source
+    assert SourceToken.objects.get(tenant_slug="alpha").digest != first
+    assert sources.is_tenant_token(
+        "alpha", kube.read_secret("alpha", "flux-git-auth")["password"].decode()
+    )
+    fleet_sim.tick()
+    services.sync_all()
+    workloads = fleet_sim.get_object("kustomizations", "alpha", "alpha-workloads")
+    assert _conditions(workloads)["Ready"]["status"] == "True"
 
 
 @pytest.mark.django_db

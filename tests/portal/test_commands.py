@@ -19,6 +19,7 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     assert active == {
         ("vision", "serve"),
         ("vision", "eval"),
+        ("vision", "claims"),
         ("vision", "lab"),
         ("vision", "caption"),
     }

@@ -71,6 +71,13 @@ CATALOG = [
     (
         "vision",
         "alice",
+        "gpu-share",
+        {"name": "claims", "flavor": "h200-dra", "kind": "dra", "count": 2},
+        True,
+    ),
+    (
+        "vision",
+        "alice",
         "cluster",
         {"name": "lab", "node_pools": ["h200"], "cpu_quota": 16, "memory_gib": 64},
         True,
