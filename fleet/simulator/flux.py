@@ -87,6 +87,8 @@ FLUX_FINALIZER = "finalizers.fluxcd.io"
 REQUESTED_AT = "reconcile.fluxcd.io/requestedAt"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 ROOT = ("flux-system", "flux-system")
+# A failed source is fetched again after this long (Flux: the source's interval, 30s+).
+SOURCE_RETRY_SECONDS = 2.0
 # Kinds without a namespace, which ``targetNamespace`` leaves alone.
 CLUSTER_SCOPED = frozenset(
     {
@@ -262,6 +264,9 @@ class FluxPlayer:
         self._trees: dict[Path, tuple[str, Mapping[str, bytes]]] = {}
         self._seen: Any = None
         self._due: float | None = None
+        # When a failed source is fetched again (source-controller requeues a failed source,
+        # "retrying in 30s"; the simulator's clock is faster).
+        self._retry_at: float | None = None
         # Per GitRepository: the last artifact it stored; per pass: what each fetch gave.
         self._artifacts: dict[KId, _Artifact] = {}
         self._fetched: dict[KId, _Fetch] = {}
@@ -319,8 +324,11 @@ class FluxPlayer:
         if fingerprint != self._seen:
             self._seen = fingerprint
             self._due = now + self.config.flux_delay
+        if self._due is None and self._retry_at is not None and now >= self._retry_at:
+            self._due = now
         if self._due is not None and now >= self._due:
             self._due = None
+            self._retry_at = None
             self.reconcile(now)
             # What this pass created itself (sources, Secrets) needs no second pass.
             self._seen = self._fingerprint()
@@ -395,6 +403,7 @@ class FluxPlayer:
         if failure is not None:
             logger.info("%s/%s: %s", *key, failure[1])
             self._source_failed(key, *failure, now)
+            self._retry_at = now + SOURCE_RETRY_SECONDS
             return _Fetch(None, "Source artifact not found, retrying in 30s")
         assert repo is not None and path is not None and sha is not None
         artifact = _Artifact(f"{branch}@sha1:{sha}", sha, self._files(path, repo, sha))

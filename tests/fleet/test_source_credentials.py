@@ -19,6 +19,7 @@ from fleet import services
 from fleet.kube import Kube, KubeError
 from fleet.simulator import Simulator
 from fleet.simulator.config import SimConfig
+from fleet.simulator.flux import SOURCE_RETRY_SECONDS
 from fleet.simulator.store import SECRETS
 from gitops import sources
 from gitops.fleet import demo_fleet
@@ -134,6 +135,30 @@ def test_refused_credentials_keep_the_tenant_on_its_last_artifact(settings: Any)
     assert sim.get_object("inferenceservices", "alpha", "chat")
     platform = sim.get_object("kustomizations", "flux-system", "tenants")
     assert platform["status"]["lastAppliedRevision"] == f"main@sha1:{second}"
+
+
+def test_a_failed_source_is_fetched_again_later(settings: Any) -> None:
+    # The portal writes the Secret inside the transaction that stores the token, so Flux can
+    # read it before the token is valid; source-controller retries a failed source, and then
+    # it applies with no other change.
+    accepted: set[str] = set()
+    sim = _sim(
+        settings, verify_git=lambda url, user, password: password in accepted | {"flux-bootstrap"}
+    )
+    _secret(sim, password="good")
+    sha = _commit(settings, [ALPHA])
+    sim.tick(1000.0)
+    ready = _conditions(sim.get_object("gitrepositories", "alpha", "alpha"))["Ready"]
+    assert ready["reason"] == "GitOperationFailed"
+    accepted.add("good")  # the portal's transaction commits
+    sim.tick(1000.5)  # too early for a retry
+    assert (
+        "lastAppliedRevision"
+        not in (sim.get_object("kustomizations", "alpha", "alpha-workloads")["status"])
+    )
+    sim.tick(1000.0 + SOURCE_RETRY_SECONDS)
+    workloads = sim.get_object("kustomizations", "alpha", "alpha-workloads")
+    assert workloads["status"]["lastAppliedRevision"] == f"main@sha1:{sha}"
 
 
 def test_a_source_without_a_secret_ref_is_refused(settings: Any) -> None:
