@@ -17,8 +17,16 @@ Read from kubernetes-sigs/kueue v0.19.2 and its documentation:
   own ``borrowingLimit``). A requested resource that no group covers makes the workload
   inadmissible; so does a missing LocalQueue or ClusterQueue: the pod then stays gated.
 
+- topology-aware scheduling: a flavor with ``topologyName`` makes it implied for every
+  workload (Kueue v0.19.2 ``pkg/cache/scheduler/tas_flavor_snapshot.go``): the pod must fit on
+  one node of the flavor that carries every level label of the Topology (nodes without them
+  are left out), counted against that node's *allocatable* less what its pods request. A
+  resource no node advertises, such as HAMi's ``gpumem``/``gpucores`` (scheduler-extender
+  resources, absent from allocatable), never fits.
+
 Simplified: no Workload objects (the pending reason is kept here and shown on the pod's
-PodScheduled condition), no preemption, no fair sharing, no topology-aware scheduling.
+PodScheduled condition), no preemption, no fair sharing, and topology placement only checks
+that some single node fits (no domain packing or required levels).
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from fleet.simulator.admission import pod_usage, quantity
 from fleet.simulator.store import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
+    NODES,
     PODS,
     RESOURCE_FLAVORS,
+    TOPOLOGIES,
     JsonObject,
     Store,
     as_dict,
@@ -153,6 +163,8 @@ class Kueue:
                     continue
                 short = self._shortfall(cq_name, cluster_queue, flavor_name, entry, needed)
                 if short is None:
+                    short = self._topology_shortfall(flavor, wanted)
+                if short is None:
                     chosen = flavor
                     break
                 reasons.append(short)
@@ -161,6 +173,50 @@ class Kueue:
         if chosen is None:
             return "couldn't assign flavors to pod set main: no resource group covers the pod"
         return cq_name, chosen
+
+    def _topology_shortfall(
+        self, flavor: Mapping[str, Any], wanted: Mapping[str, Decimal]
+    ) -> str | None:
+        """Why a topology-aware flavor cannot place the pod on any node, or None."""
+        spec = as_dict(flavor.get("spec"))
+        name = spec.get("topologyName")
+        if not isinstance(name, str) or not name:
+            return None
+        topology = self.store.get(TOPOLOGIES, "", name)
+        levels = [
+            str(as_dict(level).get("nodeLabel"))
+            for level in as_list(as_dict(topology.get("spec") if topology else {}).get("levels"))
+        ]
+        selector = {str(k): str(v) for k, v in as_dict(spec.get("nodeLabels")).items()}
+        requested: dict[str, dict[str, Decimal]] = {}
+        for pod in self.store.list(PODS):
+            node = str(as_dict(pod.get("spec")).get("nodeName") or "")
+            if node and as_dict(pod.get("status")).get("phase") not in ("Succeeded", "Failed"):
+                used = requested.setdefault(node, {})
+                for key, value in pod_usage(pod).items():
+                    if key.startswith("requests."):
+                        resource = key.removeprefix("requests.")
+                        used[resource] = used.get(resource, Decimal(0)) + value
+        for node in self.store.list(NODES):
+            labels = as_dict(as_dict(node.get("metadata")).get("labels"))
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            if topology is None or any(level not in labels for level in levels):
+                continue  # TAS leaves out nodes without the topology's labels
+            allocatable = {
+                str(k): quantity(v)
+                for k, v in as_dict(as_dict(node.get("status")).get("allocatable")).items()
+            }
+            used = requested.get(str(as_dict(node.get("metadata")).get("name")), {})
+            if all(
+                allocatable.get(r, Decimal(0)) - used.get(r, Decimal(0)) >= amount
+                for r, amount in wanted.items()
+            ):
+                return None
+        return (
+            f'topology "{name}" doesn\'t allow to fit any of 1 pod(s) in flavor '
+            f"{as_dict(flavor.get('metadata')).get('name')}"
+        )
 
     def _usage(self, cluster_queue: str, flavor: str) -> dict[str, Decimal]:
         used: dict[str, Decimal] = {}

@@ -72,6 +72,7 @@ CLUSTER_QUEUES = Resource(
 RESOURCE_FLAVORS = Resource(
     "resourceflavors", "ResourceFlavor", "kueue.x-k8s.io", "v1beta2", namespaced=False
 )
+TOPOLOGIES = Resource("topologies", "Topology", "kueue.x-k8s.io", "v1beta2", namespaced=False)
 STORAGE_CONTAINERS = Resource(
     "clusterstoragecontainers",
     "ClusterStorageContainer",
@@ -97,6 +98,7 @@ RESOURCES: dict[str, Resource] = {
         LOCAL_QUEUES,
         CLUSTER_QUEUES,
         RESOURCE_FLAVORS,
+        TOPOLOGIES,
         STORAGE_CONTAINERS,
     )
 }

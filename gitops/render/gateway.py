@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitops.render import vcluster
 from gitops.render.meta import TENANT_LABEL, metadata
 from gitops.specs import EndpointSpec, FleetSpec, GatewayImplementation, TenantSpec
 
@@ -222,10 +223,37 @@ def gateway(fleet: FleetSpec) -> dict[str, Any]:
                         },
                         "kinds": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"}],
                     },
-                }
+                },
+                *_cluster_api_listeners(fleet),
             ],
         },
     }
+
+
+def _cluster_api_listeners(fleet: FleetSpec) -> list[dict[str, Any]]:
+    """With ``vcluster_api_domain``: TLS passthrough on the same port for tenant clusters' API
+    servers, which hold their own certificates (the vCluster chart's TLSRoute attaches here by
+    ``sectionName``, see ``gitops.render.vcluster``). Listeners on one port are told apart by
+    hostname (SNI), and a TLS and an HTTPS listener may share a port (Gateway API Listener
+    ``port`` docs)."""
+    if not fleet.vcluster_api_domain:
+        return []
+    return [
+        {
+            "name": vcluster.API_LISTENER,
+            "protocol": "TLS",
+            "port": HTTPS_PORT,
+            "hostname": f"*.{fleet.vcluster_api_domain}",
+            "tls": {"mode": "Passthrough"},
+            "allowedRoutes": {
+                "namespaces": {
+                    "from": "Selector",
+                    "selector": {"matchExpressions": [{"key": TENANT_LABEL, "operator": "Exists"}]},
+                },
+                "kinds": [{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}],
+            },
+        }
+    ]
 
 
 def fleet_objects(fleet: FleetSpec) -> list[dict[str, Any]]:

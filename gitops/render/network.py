@@ -85,47 +85,60 @@ def _model_server_ingress(peer: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def gateway_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
-    """``allow-gateway``: what admits the fleet gateway's traffic, for its implementation."""
+def _from_gateway(
+    tenant: TenantSpec,
+    fleet: FleetSpec,
+    name: str,
+    pods: dict[str, Any],
+    port: int,
+    http: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A policy admitting the fleet gateway's traffic to ``pods`` on ``port``, in the form its
+    implementation needs: Cilium's proxy traffic carries the reserved ``ingress`` identity (an
+    L7 ``http`` rule can only be written there), Envoy Gateway's comes from its proxy pods in
+    ``proxy_namespace``."""
     if fleet.gateway.implementation == "cilium":
+        to_port: dict[str, Any] = {"ports": [{"port": str(port), "protocol": "TCP"}]}
+        if http:
+            to_port["rules"] = {"http": http}
         return {
             "apiVersion": CILIUM_API,
             "kind": "CiliumNetworkPolicy",
-            "metadata": metadata("allow-gateway", tenant.slug, tenant=tenant.slug),
+            "metadata": metadata(name, tenant.slug, tenant=tenant.slug),
             "spec": {
-                "endpointSelector": _MODEL_SERVERS,
-                "ingress": [
-                    {
-                        "fromEntities": ["ingress"],
-                        "toPorts": [
-                            {
-                                "ports": [{"port": str(MODEL_SERVER_PORT), "protocol": "TCP"}],
-                                "rules": {
-                                    "http": [
-                                        {
-                                            "headerMatches": [
-                                                {
-                                                    "name": API_KEY_HEADER,
-                                                    "secret": {
-                                                        "namespace": tenant.slug,
-                                                        "name": API_KEY_SECRET,
-                                                    },
-                                                }
-                                            ]
-                                        }
-                                    ]
-                                },
-                            }
-                        ],
-                    }
-                ],
+                "endpointSelector": pods,
+                "ingress": [{"fromEntities": ["ingress"], "toPorts": [to_port]}],
             },
         }
     peer = {
         **_from_namespace(fleet.gateway.proxy_namespace),
         "podSelector": {"matchLabels": dict(ENVOY_PROXY_LABELS)},
     }
-    return _policy(tenant, "allow-gateway", _model_server_ingress(peer))
+    return _policy(
+        tenant,
+        name,
+        {
+            "podSelector": pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": port}]}],
+        },
+    )
+
+
+def gateway_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
+    """``allow-gateway``: the gateway reaches the model servers; on Cilium the tenant's key is
+    checked here too (``gitops.render.gateway``)."""
+    key = [
+        {
+            "headerMatches": [
+                {
+                    "name": API_KEY_HEADER,
+                    "secret": {"namespace": tenant.slug, "name": API_KEY_SECRET},
+                }
+            ]
+        }
+    ]
+    return _from_gateway(tenant, fleet, "allow-gateway", _MODEL_SERVERS, MODEL_SERVER_PORT, key)
 
 
 VCLUSTER_PODS = {"matchLabels": {"app": "vcluster"}}
@@ -136,34 +149,8 @@ def vcluster_api_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] 
     servers (only when the fleet exposes them, ``vcluster_api_domain``)."""
     if not tenant.clusters or not fleet.vcluster_api_domain:
         return None
-    port = vcluster.API_SERVER_PORT
-    if fleet.gateway.implementation == "cilium":
-        return {
-            "apiVersion": CILIUM_API,
-            "kind": "CiliumNetworkPolicy",
-            "metadata": metadata("allow-vcluster-api", tenant.slug, tenant=tenant.slug),
-            "spec": {
-                "endpointSelector": VCLUSTER_PODS,
-                "ingress": [
-                    {
-                        "fromEntities": ["ingress"],
-                        "toPorts": [{"ports": [{"port": str(port), "protocol": "TCP"}]}],
-                    }
-                ],
-            },
-        }
-    peer = {
-        **_from_namespace(fleet.gateway.proxy_namespace),
-        "podSelector": {"matchLabels": dict(ENVOY_PROXY_LABELS)},
-    }
-    return _policy(
-        tenant,
-        "allow-vcluster-api",
-        {
-            "podSelector": VCLUSTER_PODS,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [peer], "ports": [{"protocol": "TCP", "port": port}]}],
-        },
+    return _from_gateway(
+        tenant, fleet, "allow-vcluster-api", VCLUSTER_PODS, vcluster.API_SERVER_PORT
     )
 
 

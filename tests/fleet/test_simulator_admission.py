@@ -291,3 +291,65 @@ def test_resource_quota_refuses_and_says_why(hard: dict[str, str], message: str)
     with pytest.raises(Rejected) as caught:
         admit_pod(store, pod)
     assert message in str(caught.value)
+
+
+# --- finding 6: topology-aware scheduling ------------------------------------------------
+
+
+HAMI = TenantSpec(
+    slug="delta",
+    shares=(
+        GpuShare(
+            name="frac",
+            flavor="h200-hami",
+            kind="hami",
+            count=4,
+            gpumem_mib=24000,
+            gpucores_percent=30,
+        ),
+    ),
+    endpoints=(EndpointSpec(name="small", model_uri="pvc://models/small", share="frac"),),
+)
+
+
+def _topology_on(flavor: str) -> Callable[[list[Any]], None]:
+    def change(docs: list[Any]) -> None:
+        for doc in docs:
+            if doc["kind"] == "ResourceFlavor" and doc["metadata"]["name"] == flavor:
+                doc["spec"]["topologyName"] = "default"
+
+    return change
+
+
+def test_a_hami_endpoint_runs_on_a_flavor_without_topology(
+    simulator: Simulator, settings: Any
+) -> None:
+    play(simulator, settings, render_repository(demo_fleet(), [HAMI]))
+    assert endpoint_ready(simulator, "delta", "small")["status"] == "True"
+
+
+def test_topology_aware_hami_admits_nothing(simulator: Simulator, settings: Any) -> None:
+    # TAS fits pods against node allocatable, where HAMi's gpumem and gpucores never appear.
+    files = render_repository(demo_fleet(), [HAMI])
+    play(
+        simulator,
+        settings,
+        edit(files, "infrastructure/configs/kueue.yaml", _topology_on("h200-hami")),
+    )
+    ready = endpoint_ready(simulator, "delta", "small")
+    assert ready["status"] == "False"
+    assert 'topology "default" doesn\'t allow to fit' in ready["message"]
+
+
+def test_topology_drops_nodes_without_its_level_labels(simulator: Simulator, settings: Any) -> None:
+    files = render_repository(demo_fleet(), [BETA])
+
+    def extra_level(docs: list[Any]) -> None:
+        for doc in docs:
+            if doc["kind"] == "Topology":
+                doc["spec"]["levels"].insert(0, {"nodeLabel": "topology.example.com/zone"})
+
+    play(simulator, settings, edit(files, "infrastructure/configs/kueue.yaml", extra_level))
+    ready = endpoint_ready(simulator, "beta", "chat")
+    assert ready["status"] == "False"
+    assert "topology" in ready["message"]

@@ -306,7 +306,21 @@ def test_the_gateway_serves_tenant_hosts_over_tls_to_tenant_namespaces_only() ->
     [gw] = [o for o in objs if o["kind"] == "Gateway"]
     assert (gw["metadata"]["name"], gw["metadata"]["namespace"]) == ("ai-gateway", "gateway-system")
     assert "annotations" not in gw["metadata"]
-    [listener] = gw["spec"]["listeners"]
+    listener, clusters = gw["spec"]["listeners"]
+    # Tenant clusters' API servers: TLS passed through to them (the chart's TLSRoute).
+    assert (clusters["name"], clusters["protocol"], clusters["port"]) == (
+        "vcluster-api",
+        "TLS",
+        443,
+    )
+    assert clusters["tls"] == {"mode": "Passthrough"}
+    assert clusters["hostname"] == f"*.{FLEET.vcluster_api_domain}"
+    assert clusters["allowedRoutes"]["kinds"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}
+    ]
+    internal = dataclasses.replace(FLEET, vcluster_api_domain="")
+    [only] = [o for o in _infra(internal, "gateway.yaml") if o["kind"] == "Gateway"]
+    assert [lst["name"] for lst in only["spec"]["listeners"]] == [listener["name"]]
     assert (listener["protocol"], listener["port"]) == ("HTTPS", 443)
     assert listener["hostname"] == f"*.{FLEET.gateway.hostname}"
     assert gateway.tenant_host("alpha", FLEET).endswith(listener["hostname"][1:])
