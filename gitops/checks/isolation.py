@@ -119,6 +119,7 @@ KNOWN_CRD_SCOPES: dict[tuple[str, str], Scope] = {
     ("monitoring.coreos.com", "PodMonitor"): "Namespaced",
     ("monitoring.coreos.com", "PrometheusRule"): "Namespaced",
     ("monitoring.coreos.com", "ServiceMonitor"): "Namespaced",
+    ("nvidia.com", "ClusterPolicy"): "Cluster",
     ("kyverno.io", "ClusterPolicy"): "Cluster",
     ("kyverno.io", "Policy"): "Namespaced",
     ("kyverno.io", "PolicyException"): "Namespaced",

@@ -11,7 +11,8 @@ Layout (flux2-multi-tenancy)::
     infrastructure/configs/                    Kueue flavors/topology/cohort/priorities and
                                                manager configuration, pod PriorityClasses,
                                                Kyverno ClusterPolicies, the tenant reconciler
-                                               role, the Gateway, GPU exporters' monitors
+                                               role, the Gateway, GPU exporters' monitors,
+                                               the GPU Operator's ClusterPolicy
     tenants/kustomization.yaml                 one entry per tenant directory
     tenants/<slug>/                            platform-owned, applied by "tenants"
     tenants/<slug>/workloads/                  tenant-owned, applied as the tenant's account
@@ -30,6 +31,7 @@ from gitops.render import (
     dra,
     flux,
     gateway,
+    gpu_operator,
     kserve,
     kueue,
     kueue_config,
@@ -97,6 +99,7 @@ def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
                     kustomization(
                         [
                             "gateway.yaml",
+                            "gpu-operator.yaml",
                             "kserve-storage.yaml",
                             "kueue-manager-config.yaml",
                             "kueue.yaml",
@@ -109,6 +112,7 @@ def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
                 ],
             ),
             ("infrastructure/configs/gateway.yaml", gateway.fleet_objects(fleet)),
+            ("infrastructure/configs/gpu-operator.yaml", [gpu_operator.cluster_policy(fleet)]),
             ("infrastructure/configs/kserve-storage.yaml", [kserve.cluster_storage_container()]),
             (
                 "infrastructure/configs/kueue-manager-config.yaml",
