@@ -190,13 +190,13 @@ class Kueue:
         selector = {str(k): str(v) for k, v in as_dict(spec.get("nodeLabels")).items()}
         requested: dict[str, dict[str, Decimal]] = {}
         for pod in self.store.list(PODS):
-            node = str(as_dict(pod.get("spec")).get("nodeName") or "")
-            if node and as_dict(pod.get("status")).get("phase") not in ("Succeeded", "Failed"):
-                used = requested.setdefault(node, {})
+            bound = str(as_dict(pod.get("spec")).get("nodeName") or "")
+            if bound and as_dict(pod.get("status")).get("phase") not in ("Succeeded", "Failed"):
+                on_node = requested.setdefault(bound, {})
                 for key, value in pod_usage(pod).items():
                     if key.startswith("requests."):
                         resource = key.removeprefix("requests.")
-                        used[resource] = used.get(resource, Decimal(0)) + value
+                        on_node[resource] = on_node.get(resource, Decimal(0)) + value
         for node in self.store.list(NODES):
             labels = as_dict(as_dict(node.get("metadata")).get("labels"))
             if any(labels.get(k) != v for k, v in selector.items()):
