@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gitops.render.flux import TENANT_SOURCE_SECRET
+from gitops.render.gateway import API_KEY_SECRET
 from gitops.render.meta import FLUX_TENANT_LABEL, metadata
 from gitops.render.vcluster import kubeconfig_secret
 from gitops.specs import FleetSpec, TenantSpec
@@ -94,32 +96,51 @@ def tenant_objects(tenant: TenantSpec) -> list[dict[str, Any]]:
     return [service_account(tenant), role_binding(tenant)]
 
 
-PORTAL_KUBECONFIG_ROLE = "ai-factory-portal-kubeconfigs"
+PORTAL_ACCESS_ROLE = "ai-factory-portal"
+# The Secrets the portal writes into every tenant namespace through the Kubernetes API: the
+# tenant's Git credentials and its gateway key (never in Git).
+PORTAL_WRITTEN_SECRETS = (TENANT_SOURCE_SECRET, API_KEY_SECRET)
 
 
-def portal_kubeconfig_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
-    """Let the portal hand out the tenant's vCluster kubeconfigs to its members: ``get`` on
-    exactly those Secrets (RBAC names are exact, never patterns), nothing else in the
-    namespace. Rendered only while the tenant has clusters."""
-    if not tenant.clusters:
-        return []
-    names = sorted(kubeconfig_secret(cluster) for cluster in tenant.clusters)
+def portal_access_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    """What the portal's service account may do in the tenant's namespace, and nothing
+    outside it: ``get``/``update``/``delete`` exactly the Secrets it writes, ``create`` Secrets
+    (RBAC cannot limit create to a name, and create gives no read access), and ``get`` the
+    kubeconfig Secrets of the tenant's clusters to hand them to its members. RBAC names are
+    exact, never patterns. Bound here, per tenant, instead of a cluster-wide grant."""
+    kubeconfigs = sorted(kubeconfig_secret(cluster) for cluster in tenant.clusters)
+    rules: list[dict[str, Any]] = [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get", "update", "delete"],
+            "resourceNames": sorted(PORTAL_WRITTEN_SECRETS),
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    if kubeconfigs:
+        rules.append(
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get"],
+                "resourceNames": kubeconfigs,
+            }
+        )
     role = {
         "apiVersion": RBAC_API,
         "kind": "Role",
-        "metadata": metadata(PORTAL_KUBECONFIG_ROLE, tenant.slug, tenant=tenant.slug),
-        "rules": [
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": names}
-        ],
+        "metadata": metadata(PORTAL_ACCESS_ROLE, tenant.slug, tenant=tenant.slug),
+        "rules": rules,
     }
     binding = {
         "apiVersion": RBAC_API,
         "kind": "RoleBinding",
-        "metadata": metadata(PORTAL_KUBECONFIG_ROLE, tenant.slug, tenant=tenant.slug),
+        "metadata": metadata(PORTAL_ACCESS_ROLE, tenant.slug, tenant=tenant.slug),
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "Role",
-            "name": PORTAL_KUBECONFIG_ROLE,
+            "name": PORTAL_ACCESS_ROLE,
         },
         "subjects": [
             {

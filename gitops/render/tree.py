@@ -174,8 +174,7 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
         (f"clusters/{cluster.name}.yaml", [vcluster.helm_release(cluster, tenant, fleet)])
         for cluster in sorted(tenant.clusters, key=lambda c: c.name)
     ]
-    if tenant.clusters:
-        entries.append(("portal-access.yaml", rbac.portal_kubeconfig_objects(tenant, fleet)))
+    entries.append(("portal-access.yaml", rbac.portal_access_objects(tenant, fleet)))
     return entries
 
 

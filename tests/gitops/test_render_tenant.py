@@ -87,17 +87,26 @@ def test_it_writes_the_platform_and_workload_files_of_a_tenant() -> None:
     ]
 
 
-def test_it_lets_the_portal_read_only_the_kubeconfigs_of_the_tenants_clusters() -> None:
+def test_it_lets_the_portal_reach_only_its_secrets_in_the_tenant_namespace() -> None:
     files = render_tenant_tree(rich_tenant(), FLEET)
     role, binding = _docs(files, "tenants/alpha/portal-access.yaml")
     assert (role["kind"], role["metadata"]["namespace"]) == ("Role", "alpha")
     assert role["rules"] == [
+        # The Secrets the portal writes: Git credentials and the gateway key.
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "verbs": ["get", "update", "delete"],
+            "resourceNames": ["flux-git-auth", "gateway-api-key"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        # The kubeconfigs of the tenant's clusters, read when a member downloads one.
         {
             "apiGroups": [""],
             "resources": ["secrets"],
             "verbs": ["get"],
             "resourceNames": ["dev-kubeconfig"],
-        }
+        },
     ]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -107,9 +116,13 @@ def test_it_lets_the_portal_read_only_the_kubeconfigs_of_the_tenants_clusters() 
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "portal", "namespace": "portal-system"}
     ]
-    # no clusters, no access
+    # No clusters: the Secrets the portal writes, no kubeconfig.
     without = render_tenant_tree(dataclasses.replace(rich_tenant(), clusters=()), FLEET)
-    assert "tenants/alpha/portal-access.yaml" not in without
+    role, _ = _docs(without, "tenants/alpha/portal-access.yaml")
+    assert [rule.get("resourceNames") for rule in role["rules"]] == [
+        ["flux-git-auth", "gateway-api-key"],
+        None,
+    ]
 
 
 def test_it_keeps_workloads_namespaced_in_the_tenant_namespace() -> None:
