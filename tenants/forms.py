@@ -55,6 +55,14 @@ class TenantSettingsForm(forms.ModelForm):
         model = Tenant
         fields = ["display_name", "trust_level", "cost_centre", "contacts"]
 
+    def __init__(self, *args: Any, platform_admin: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not platform_admin:
+            # Shown, not editable: a disabled field keeps the tenant's value whatever is posted.
+            for name in ("trust_level", "cost_centre"):
+                self.fields[name].disabled = True
+                self.fields[name].help_text = "Only platform admins can change this."
+
 
 class TenantCreateForm(TenantSettingsForm):
     admins = forms.CharField(

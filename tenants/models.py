@@ -7,7 +7,7 @@ from django.core.validators import validate_email
 from django.db import models
 from django.utils import timezone
 
-from tenants.names import TENANT_SLUG_MAX, validate_tenant_slug
+from tenants.names import TENANT_SLUG_MAX, validate_single_line, validate_tenant_slug
 
 
 class Tenant(models.Model):
@@ -26,11 +26,11 @@ class Tenant(models.Model):
         error_messages={"unique": "A tenant with this slug already exists."},
         help_text="DNS-1123 label; becomes the tenant's namespace. Cannot be changed later.",
     )
-    display_name = models.CharField(max_length=120)
+    display_name = models.CharField(max_length=120, validators=[validate_single_line])
     trust_level = models.CharField(
         max_length=16, choices=TrustLevel.choices, default=TrustLevel.SHARED
     )
-    cost_centre = models.CharField(max_length=64, blank=True)
+    cost_centre = models.CharField(max_length=64, blank=True, validators=[validate_single_line])
     gpu_quota = models.PositiveIntegerField(
         default=16,
         help_text="The most GPUs the tenant's shares may add up to (MIG slices and HAMi slots "

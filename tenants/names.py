@@ -36,3 +36,15 @@ def validate_tenant_slug(value: str) -> None:
     validate_dns1123_label(value, max_length=TENANT_SLUG_MAX)
     if value in RESERVED_SLUGS or value.startswith(("kube-", "flux-")):
         raise ValidationError(f"'{value}' is reserved by the platform.", code="reserved")
+
+
+def validate_single_line(value: str) -> None:
+    """Text that is rendered into manifests (display name, cost centre): no line breaks or
+    other control characters, the rule the renderers apply (``gitops.render.validate``), so a
+    value saved here never breaks a later preview or approval of the tenant."""
+    from gitops.render.validate import CONTROL_CHARS
+
+    if isinstance(value, str) and CONTROL_CHARS.search(value):
+        raise ValidationError(
+            "May not contain line breaks or other control characters.", code="control"
+        )

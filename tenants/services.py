@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, models, transaction
 
 from gitops import services as gitops
@@ -20,6 +20,7 @@ from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from portal.audit import record_audit
 from portal.jobs import enqueue
+from tenants.access import is_platform_admin, may_admin_tenant
 from tenants.groups import parse_groups
 from tenants.models import Membership, PlatformRole, Role, Source, Tenant
 from tenants.specs import tenant_spec
@@ -102,12 +103,24 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
     )
 
 
+# What tenant admins may not change: the trust level decides whether the tenant may share GPUs
+# with others (HAMi), and the cost centre whom it is billed to.
+PLATFORM_ONLY_FIELDS = frozenset({"trust_level", "cost_centre"})
+
+
 @transaction.atomic
 def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Tenant:
+    """Change a tenant's settings: its admins the display name and contacts, platform admins
+    also the trust level and cost centre."""
     unknown = set(changes) - set(TENANT_FIELDS)
     if unknown:
         raise ValidationError(f"These fields cannot be changed: {', '.join(sorted(unknown))}.")
+    if not may_admin_tenant(acting_user, tenant):
+        raise PermissionDenied("Only an admin of this tenant can change its settings.")
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    touched = {field for field, value in changes.items() if getattr(tenant, field) != value}
+    if touched & PLATFORM_ONLY_FIELDS and not is_platform_admin(acting_user):
+        raise PermissionDenied("Only platform admins can change the trust level or cost centre.")
     before = _snapshot(tenant, TENANT_FIELDS)
     for field, value in changes.items():
         setattr(tenant, field, value)

@@ -84,7 +84,9 @@ def tenant_detail(request: HttpRequest, tenant: str) -> HttpResponse:
 def tenant_settings(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
     access.require_admin()
-    form = TenantSettingsForm(request.POST or None, instance=access.tenant)
+    form = TenantSettingsForm(
+        request.POST or None, instance=access.tenant, platform_admin=access.platform_admin
+    )
     if request.method == "POST" and form.is_valid():
         try:
             services.do_update_tenant(

@@ -80,7 +80,7 @@ def test_it_rejects_unknown_trust_level_and_bad_contacts(world: dict[str, Any]) 
 
 def test_it_updates_settings_with_a_diff(world: dict[str, Any]) -> None:
     services.do_update_tenant(
-        world["alpha"], acting_user=world["alice"], cost_centre="CC-77", display_name="Alpha Team"
+        world["alpha"], acting_user=world["pam"], cost_centre="CC-77", display_name="Alpha Team"
     )
     event = AuditEvent.objects.get(action="tenant.update")
     assert event.diff == {"cost_centre": ["CC-1", "CC-77"]}
@@ -143,3 +143,40 @@ def test_it_finds_users_by_name_or_email(world: dict[str, Any]) -> None:
     assert services.find_user("BOB@example.com") == world["bob"]
     with pytest.raises(ValidationError, match="No user 'zed'"):
         services.find_user("zed")
+
+
+def test_only_platform_admins_change_trust_and_cost_centre(world: dict[str, Any]) -> None:
+    # Issue 10, 2a: a tenant admin could turn a dedicated tenant shared (unlocking HAMi on
+    # shared GPUs) or move its bill.
+    from django.core.exceptions import PermissionDenied
+
+    bravo = world["bravo"]
+    for change in ({"trust_level": "shared"}, {"cost_centre": "CC-elsewhere"}):
+        with pytest.raises(PermissionDenied, match="platform admins"):
+            services.do_update_tenant(bravo, acting_user=world["charlie"], **change)
+    # Unchanged values and the tenant's own fields are fine for its admin.
+    services.do_update_tenant(
+        bravo, acting_user=world["charlie"], trust_level="dedicated", display_name="Bravo B"
+    )
+    with pytest.raises(PermissionDenied):
+        services.do_update_tenant(bravo, acting_user=world["alice"], display_name="Not mine")
+    bravo.refresh_from_db()
+    assert (bravo.trust_level, bravo.cost_centre, bravo.display_name) == (
+        "dedicated",
+        "",
+        "Bravo B",
+    )
+    services.do_update_tenant(bravo, acting_user=world["pam"], trust_level="shared")
+    bravo.refresh_from_db()
+    assert bravo.trust_level == "shared"
+
+
+@pytest.mark.parametrize("text", ["Line\nbreak", "Tab\there", "Bell\x07", "CR\r"])
+def test_control_characters_never_reach_a_tenant(world: dict[str, Any], text: str) -> None:
+    # Issue 10, 2c: saved, they broke every later preview and approval of the tenant.
+    for field in ("display_name", "cost_centre"):
+        with pytest.raises(ValidationError) as caught:
+            services.do_update_tenant(world["alpha"], acting_user=world["pam"], **{field: text})
+        assert "control characters" in str(caught.value.message_dict[field])
+    alpha = Tenant.objects.get(pk=world["alpha"].pk)
+    assert (alpha.display_name, alpha.cost_centre) == ("Alpha Team", "CC-1")

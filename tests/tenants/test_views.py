@@ -162,13 +162,26 @@ def test_it_changes_roles_and_refuses_to_drop_the_last_admin(
 
 def test_it_saves_settings_and_shows_them_in_the_audit_log(login: Callable[[str], Client]) -> None:
     client = login("alice")
+    # A tenant admin's form shows trust level and cost centre but ignores what is posted.
     response = client.post(
+        "/t/alpha/settings/",
+        {"display_name": "Alpha Squad", "trust_level": "dedicated", "cost_centre": "CC-2"},
+    )
+    assert response.status_code == 302
+    body = client.get("/t/alpha/audit/").content.decode()
+    assert "tenant.update" in body and "Alpha Squad" in body and "CC-2" not in body
+    alpha = Tenant.objects.get(slug="alpha")
+    assert (alpha.trust_level, alpha.cost_centre) == ("shared", "CC-1")
+    response = login("pam").post(
         "/t/alpha/settings/",
         {"display_name": "Alpha Squad", "trust_level": "shared", "cost_centre": "CC-2"},
     )
     assert response.status_code == 302
-    body = client.get("/t/alpha/audit/").content.decode()
-    assert "tenant.update" in body and "Alpha Squad" in body and "CC-2" in body
+    assert "CC-2" in client.get("/t/alpha/audit/").content.decode()
+    # A line break in the display name is an error on the form, and nothing changes.
+    refused = client.post("/t/alpha/settings/", {"display_name": "Two\nlines"})
+    assert refused.status_code == 200 and "control characters" in refused.content.decode()
+    assert Tenant.objects.get(slug="alpha").display_name == "Alpha Squad"
     filtered = client.get("/t/alpha/audit/", {"action": "membership"}, **HTMX).content.decode()
     assert "tenant.update" not in filtered
 
