@@ -320,6 +320,7 @@ class _Rules:
         self.forbidden_cluster_roles = forbidden_cluster_roles
         # The whole tree, when the rules run on one (a tenant's policy is read from it).
         self.files: Mapping[str, bytes] = {}
+        self._patterns: dict[str, str | None] = {}
 
     def scope(self, obj: Mapping[str, Any]) -> Scope | None:
         api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
@@ -596,12 +597,16 @@ class _Rules:
         findings += self._references(path, obj, slug, allow_platform_sources=True)
         return findings
 
+    def _registry_patterns(self, slug: str) -> str | None:
+        """The tenant's image rule, parsed once per tenant however many clusters it has."""
+        if slug not in self._patterns:
+            self._patterns[slug] = vcluster.registry_patterns(self.files, slug)
+        return self._patterns[slug]
+
     def _vcluster_release(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
         if not vcluster.is_vcluster_release(obj):
             return []
-        return vcluster.release_findings(
-            path, obj, CHART_VERSION, vcluster.registry_patterns(self.files, slug)
-        )
+        return vcluster.release_findings(path, obj, CHART_VERSION, self._registry_patterns(slug))
 
     def _tenant_source(self, path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
         """The tenant's Flux source reads its own projection repository, with credentials.

@@ -84,6 +84,17 @@ HAMI_INTERNAL_ANNOTATIONS = (
 VCLUSTER_IMAGE_PREFIXES = ("ghcr.io/loft-sh/", "coredns/coredns:")
 _ALL_CONTAINERS = "request.object.spec.[ephemeralContainers, initContainers, containers][]"
 _PODS = {"any": [{"resources": {"kinds": ["Pod"]}}]}
+# Preconditions: the request comes from a service account of the object's own namespace (a
+# tenant's Flux, a vCluster syncer, a tenant pod), not from a platform controller.
+_FROM_OWN_NAMESPACE = {
+    "all": [
+        {
+            "key": "{{ request.userInfo.username }}",
+            "operator": "AnyIn",
+            "value": ["system:serviceaccount:{{ request.namespace }}:*"],
+        }
+    ]
+}
 
 
 def _enforce(message: str, **rule: Any) -> dict[str, Any]:
@@ -222,15 +233,7 @@ def cluster_policies() -> list[dict[str, Any]]:
                 {
                     "name": "no-hami-annotation-changes-from-the-namespace",
                     "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]},
-                    "preconditions": {
-                        "all": [
-                            {
-                                "key": "{{ request.userInfo.username }}",
-                                "operator": "AnyIn",
-                                "value": ["system:serviceaccount:{{ request.namespace }}:*"],
-                            }
-                        ]
-                    },
+                    "preconditions": _FROM_OWN_NAMESPACE,
                     "validate": _enforce(
                         "The hami.io/ scheduling annotations are written by HAMi; workloads in "
                         "the pod's namespace may not change them.",
@@ -278,15 +281,7 @@ def cluster_policies() -> list[dict[str, Any]]:
                             }
                         ]
                     },
-                    "preconditions": {
-                        "all": [
-                            {
-                                "key": "{{ request.userInfo.username }}",
-                                "operator": "AnyIn",
-                                "value": ["system:serviceaccount:{{ request.namespace }}:*"],
-                            }
-                        ]
-                    },
+                    "preconditions": _FROM_OWN_NAMESPACE,
                     "validate": _enforce(
                         "LiteLLM model configuration is written by the platform; workloads in "
                         "the namespace may not create or change it.",
