@@ -13,7 +13,7 @@ import hashlib
 import secrets
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from catalog.models import GatewayKey
@@ -21,7 +21,8 @@ from fleet.kube import Kube, KubeError
 from gitops.render.gateway import API_KEY_SECRET
 from gitops.render.meta import MANAGED_BY, PORTAL, TENANT_LABEL
 from portal.audit import record_audit
-from tenants.access import may_admin_tenant
+from tenants import access
+from tenants.access import Action
 from tenants.models import Tenant
 
 KEY_PREFIX = "aif_"
@@ -34,8 +35,7 @@ def _digest(key: str) -> str:
 
 
 def _require(tenant: Tenant, acting_user: Any) -> None:
-    if not may_admin_tenant(acting_user, tenant):
-        raise PermissionDenied("Only an admin of this tenant can manage its gateway key.")
+    access.require(acting_user, Action.MANAGE_GATEWAY_KEY, tenant)
 
 
 def do_rotate_gateway_key(tenant: Tenant, *, acting_user: Any, kube: Kube | None = None) -> str:

@@ -45,7 +45,9 @@ from gitops.render.validate import validate_tenant
 from gitops.specs import FleetSpec, GpuShare, SpecError, TenantSpec
 from portal.audit import record_audit
 from portal.jobs import enqueue
-from tenants.models import Membership, Role, Tenant
+from tenants import access
+from tenants.access import Action
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -269,27 +271,12 @@ def digest(changes: dict[str, bytes | None]) -> str:
 # --- who may do what ----------------------------------------------------------------------
 
 
-def _can_request(user: Any, tenant: Tenant) -> bool:
-    from tenants.access import is_platform_admin
-
-    return (
-        is_platform_admin(user)
-        or Membership.objects.filter(
-            user=user, tenant=tenant, role__in=[Role.ADMIN, Role.MEMBER]
-        ).exists()
-    )
-
-
 def _require_requester(user: Any, tenant: Tenant) -> None:
-    if not _can_request(user, tenant):
-        raise ValidationError("Viewers cannot ask for resources; ask a member or an admin.")
+    access.require(user, Action.REQUEST, tenant)
 
 
 def _require_admin(user: Any) -> None:
-    from tenants.access import is_platform_admin
-
-    if not is_platform_admin(user):
-        raise ValidationError("Only a platform admin can decide on requests.")
+    access.require(user, Action.DECIDE)
 
 
 # --- moving a request ---------------------------------------------------------------------
@@ -356,14 +343,12 @@ def _notify(request: ResourceRequest, state: str, note: str) -> None:
     template = NOTICES.get(state)
     if template is None:
         return
-    from tenants.access import platform_admins
-
     title = template.format(title=request.title)
     if state == S.SUBMITTED:
-        people = [u for u in platform_admins() if u.pk != request.requested_by_id]
+        people = [u for u in access.platform_admins() if u.pk != request.requested_by_id]
     else:
-        admins = Membership.objects.filter(tenant=request.tenant, role=Role.ADMIN)
-        people = [m.user for m in admins.select_related("user")]
+        # Those who may act on the tenant's requests hear how they go.
+        people = list(access.users_who_may(request.tenant, Action.CANCEL_REQUEST))
         if request.requested_by is not None:
             people.append(request.requested_by)
     body = f"{title}.\n\n{note}".strip() if note else f"{title}."
@@ -596,21 +581,12 @@ def _withdraw(request: ResourceRequest) -> None:
 
 @transaction.atomic
 def do_cancel(request: ResourceRequest, *, acting_user: Any, note: str = "") -> ResourceRequest:
-    from tenants.access import is_platform_admin
-
     request = _locked(request)
-    _require_requester(acting_user, request.tenant)
+    access.require(
+        acting_user, Action.CANCEL_REQUEST, request.tenant, owners=[request.requested_by_id]
+    )
     if request.change is not None and request.change.status == ChangeRequest.Status.MERGED:
         raise ValidationError("Its pull request is merged; decommission the resource instead.")
-    may_cancel = (
-        request.requested_by_id == acting_user.pk
-        or is_platform_admin(acting_user)
-        or Membership.objects.filter(
-            user=acting_user, tenant=request.tenant, role=Role.ADMIN
-        ).exists()
-    )
-    if not may_cancel:
-        raise ValidationError("Only who asked, a tenant admin or a platform admin can cancel.")
     _move(request, S.CANCELLED, actor=acting_user, note=note)
     if request.change is not None and request.change.is_open:
         gitops.do_close(request.change, acting_user=acting_user, reason="request cancelled")

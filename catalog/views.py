@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
@@ -33,7 +33,7 @@ from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from gitops.specs import SpecError
 from portal.audit import record_audit
-from tenants.access import TenantAccess, get_tenant_for_user
+from tenants.access import Action, TenantAccess, get_tenant_for_user
 from tenants.models import Tenant
 
 A = ResourceRequest.Action
@@ -344,13 +344,13 @@ def _request_context(
         "spec_rows": spec_rows(req),
         "live": req.state not in states.TERMINAL,
         "endpoint": services.endpoint_access(req) if ready_endpoint else {},
-        "kubeconfig": access.can_write and active and req.kind == Kind.CLUSTER,
+        "kubeconfig": access.may(Action.KUBECONFIG) and active and req.kind == Kind.CLUSTER,
         "may_edit": access.can_write
         and req.state in states.EDITABLE
         and req.action != A.DECOMMISSION,
         "may_cancel": req.state in states.OPEN
         and not merged
-        and (access.can_admin or (access.can_write and req.requested_by_id == request.user.pk)),
+        and access.may(Action.CANCEL_REQUEST, owner=req.requested_by_id == request.user.pk),
     }
 
 
@@ -491,7 +491,7 @@ def resource_decommission(request: HttpRequest, tenant: str, resource_id: int) -
 @login_required
 def kubeconfig(request: HttpRequest, tenant: str, resource_id: int) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
-    if not access.can_write:  # a credential: viewers are told nothing, as outsiders
+    if not access.may(Action.KUBECONFIG):  # a credential: viewers are told nothing, as outsiders
         raise Http404("No such cluster.")
     if refused := _reading(request):
         return refused
@@ -529,8 +529,7 @@ def gateway_key(request: HttpRequest, tenant: str) -> HttpResponse:
     current = GatewayKey.objects.filter(tenant=access.tenant).first()
     new_key = ""
     if request.method == "POST":
-        if not access.can_admin:
-            raise PermissionDenied("Only an admin of this tenant can manage its gateway key.")
+        access.require(Action.MANAGE_GATEWAY_KEY)
         action = request.POST.get("action")
         try:
             if action == "rotate":

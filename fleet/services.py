@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -38,7 +38,8 @@ from gitops.specs import FleetSpec
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from portal.models import Job
-from tenants.access import is_platform_admin
+from tenants import access
+from tenants.access import Action
 
 logger = logging.getLogger(__name__)
 
@@ -489,8 +490,7 @@ def do_rotate_source_token(slug: str, *, acting_user: Any, kube: Kube | None = N
     The old token stops working as soon as the new one is in the tenant's Secret; Flux picks
     the Secret up at its next fetch.
     """
-    if not is_platform_admin(acting_user):
-        raise PermissionDenied("Only platform admins can rotate a tenant's Git token.")
+    access.require(acting_user, Action.OPERATE_FLEET)
     repo = gitops_services.repository()
     main = repo.head(settings.GITOPS_MAIN_BRANCH)
     if main is None or slug not in sources.tenant_slugs(repo, main):
@@ -557,6 +557,7 @@ def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
 @transaction.atomic
 def do_cordon(node: Node, *, acting_user: Any, cordon: bool = True, reason: str = "") -> Node:
     """Mark the node unschedulable (or schedulable again) in the cluster, then here."""
+    access.require(acting_user, Action.OPERATE_FLEET)
     with Kube() as kube:
         try:
             kube.set_unschedulable(node.name, cordon)
@@ -579,6 +580,7 @@ def do_drain(node: Node, *, acting_user: Any, plan: DrainPlan, reason: str = "")
     """Cordon the node and evict the planned pods in a job. The plan is the one the admin
     confirmed: pods that arrived since are not evicted by surprise (the node is cordoned, so
     none should)."""
+    access.require(acting_user, Action.OPERATE_FLEET)
     do_cordon(node, acting_user=acting_user, reason=reason or "drain")
     pods = [f"{p.namespace}/{p.name}" for p in plan.evict]
     record_audit(
@@ -660,6 +662,7 @@ def do_reconcile_flavors(*, acting_user: Any = None) -> tuple[ChangeRequest | No
     and open a pull request when the ResourceFlavors or the Topology must change. Nothing
     happens while the node inventory is stale or empty: a cluster that cannot be read must not
     shrink the fleet to nothing. Returns the change (if one is open) and notes for people."""
+    access.require(acting_user, Action.OPERATE_FLEET)
     state = sync_states()[SyncState.Source.NODES]
     if state.stale:
         return None, ["The node inventory is stale; flavors were left as they are."]

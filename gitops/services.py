@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from gitops.fleet import base_fleet, flavor_mapping, with_inventory
 from gitops.models import ChangeRequest, FleetInventory, Review
@@ -222,6 +223,33 @@ def _locked(change: ChangeRequest) -> ChangeRequest:
     return ChangeRequest.objects.select_for_update().get(pk=change.pk)
 
 
+_DENIED = {
+    "review": "Only platform admins review changes.",
+    "merge": "Only platform admins merge changes.",
+    "close": "Only its author or requester (still a member), a tenant admin or a platform admin "
+    "can close this change.",
+}
+
+
+def may(acting_user: Any, action: str, change: ChangeRequest) -> bool:
+    """Whether ``acting_user`` may review, merge (or update) or close ``change``.
+
+    The rules live with the roles, in the access module that settings.GITOPS_CHANGE_POLICY
+    names (gitops knows no tenants or roles: dependencies point the other way). No
+    ``acting_user`` is the portal itself, acting on what a service already decided (closing a
+    superseded change, say); a view always passes the signed-in user.
+    """
+    if acting_user is None:
+        return True
+    policy = import_string(settings.GITOPS_CHANGE_POLICY)
+    return bool(policy(acting_user, action, change))
+
+
+def _require(acting_user: Any, action: str, change: ChangeRequest) -> None:
+    if not may(acting_user, action, change):
+        raise PermissionDenied(_DENIED[action])
+
+
 def _require_open(change: ChangeRequest) -> None:
     if not change.is_open:
         raise ValidationError(f"Change #{change.pk} is {change.get_status_display().lower()}.")
@@ -229,6 +257,7 @@ def _require_open(change: ChangeRequest) -> None:
 
 @transaction.atomic
 def do_review(change: ChangeRequest, *, acting_user: Any, state: str, body: str = "") -> Review:
+    _require(acting_user, "review", change)
     change = _locked(change)
     _require_open(change)
     if state not in Review.State.values:
@@ -287,6 +316,7 @@ def merge_blockers(change: ChangeRequest) -> list[str]:
 
 @transaction.atomic
 def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
+    _require(acting_user, "merge", change)
     change = _locked(change)
     reasons = merge_blockers(change)
     if reasons:
@@ -381,6 +411,7 @@ def _merge_regenerating_index(
 
 @transaction.atomic
 def do_close(change: ChangeRequest, *, acting_user: Any, reason: str = "") -> ChangeRequest:
+    _require(acting_user, "close", change)
     change = _locked(change)
     _require_open(change)
     change.status = ChangeRequest.Status.CLOSED
@@ -403,6 +434,7 @@ def do_update_branch(change: ChangeRequest, *, acting_user: Any) -> ChangeReques
     The files keep the content the change gave them; the new diff against main is what
     reviewers approve, so earlier reviews (tied to the old head) no longer count.
     """
+    _require(acting_user, "merge", change)
     change = _locked(change)
     _require_open(change)
     repo = repository()

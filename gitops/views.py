@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from gitops import services
 from gitops.diffview import render_file_diff
 from gitops.models import ChangeRequest, Review
-from tenants.access import is_platform_admin, sees_all_tenants, visible_tenants
+from tenants.access import sees_all_tenants, visible_tenants
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,13 @@ def get_change_for_user(request: HttpRequest, number: int) -> ChangeAccess:
     change = visible_changes(request.user).filter(pk=number).first()
     if change is None:
         raise Http404("No such change.")
-    admin = is_platform_admin(request.user)
-    is_author = request.user.pk in {change.author_id, change.requested_by_id}
-    return ChangeAccess(change, can_review=admin, can_merge=admin, can_close=admin or is_author)
+    user = request.user
+    return ChangeAccess(
+        change,
+        can_review=services.may(user, "review", change),
+        can_merge=services.may(user, "merge", change),
+        can_close=services.may(user, "close", change),
+    )
 
 
 @login_required
@@ -163,7 +167,7 @@ def change_close(request: HttpRequest, number: int) -> HttpResponse:
     if isinstance(access, HttpResponse):
         return access
     if not access.can_close:
-        raise PermissionDenied("Only the author or a platform admin can close this change.")
+        raise PermissionDenied(services._DENIED["close"])
     try:
         services.do_close(
             access.change, acting_user=request.user, reason=request.POST.get("reason", "")

@@ -240,6 +240,8 @@ GITOPS_FLEET_FILE = env("GITOPS_FLEET_FILE")
 _shared_crds = BASE_DIR.parent / "shared" / "crds"
 GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(_shared_crds) if _shared_crds.is_dir() else "")
 GITOPS_REQUIRED_APPROVALS = env_int("GITOPS_REQUIRED_APPROVALS", 1)
+# Who may review, merge and close changes: the access rules module (gitops knows no roles).
+GITOPS_CHANGE_POLICY = "tenants.access.may_act_on_change"
 GITOPS_COMMITTER_NAME = env("GITOPS_COMMITTER_NAME", "AI factory portal")
 GITOPS_COMMITTER_EMAIL = env("GITOPS_COMMITTER_EMAIL", "portal@ai-factory.invalid")
 # Push main to a remote after each merge (optional): URL and HTTPS credentials.

@@ -20,12 +20,14 @@ from django.views.decorators.http import require_safe
 
 from portal.models import Job
 from tenants.access import (
+    Action,
     get_tenant_for_user,
     is_platform_admin,
+    may,
     memberships_of,
+    tenants_where,
     visible_tenants,
 )
-from tenants.models import Membership
 
 CURRENT_TENANT_KEY = "current_tenant"
 
@@ -54,10 +56,10 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 
 
 def _jobs_for(user: Any) -> QuerySet[Job]:
-    if is_platform_admin(user):
+    if may(user, Action.OPERATE_FLEET):
         return Job.objects.all()
-    admin_of = Membership.objects.filter(user=user, role="admin").values("tenant")
-    return Job.objects.filter(Q(created_by=user) | Q(tenant__in=admin_of))
+    audited = tenants_where(user, Action.VIEW_AUDIT).values("pk")
+    return Job.objects.filter(Q(created_by=user) | Q(tenant__in=audited))
 
 
 @login_required

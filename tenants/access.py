@@ -1,9 +1,19 @@
-"""Who may see and change what. Every tenant-scoped view resolves its tenant here."""
+"""Who may do what: the one home of the portal's access rules.
+
+Every rule is a row of ``RULES``: which tenant roles and which platform roles may take an
+action, and which tenant roles may take it on something of their own (a request they asked
+for, a change they opened). Plain functions answer from a user and a tenant, with no
+HttpRequest, so views, services, jobs and the API ask the same question the same way; every
+``do_*`` service calls ``require`` itself, so a view that forgets to check cannot open a hole
+(NetBox's ``restrict(user, action)`` is the model). Object rules that are not about roles
+(four eyes: nobody decides their own request) stay with the service that owns the object.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import wraps
 from typing import Any
 
@@ -15,15 +25,206 @@ from django.http import Http404, HttpRequest, HttpResponse
 from tenants.models import Membership, PlatformRole, Role, Tenant
 
 
+class Action(StrEnum):
+    """What a user may be allowed to do, per tenant or platform-wide."""
+
+    VIEW = "view"  # see a tenant, its resources, requests and changes
+    REQUEST = "request"  # ask for resources, edit and submit requests
+    CANCEL_REQUEST = "cancel_request"  # withdraw a request (owner: the requester)
+    DECIDE = "decide"  # approve, reject or send back a request
+    REVIEW = "review"  # review a change (pull request)
+    MERGE = "merge"  # merge a change, update its branch
+    CLOSE = "close"  # close a change (owner: its author or requester)
+    CHANGE_SETTINGS = "change_settings"  # display name, contacts
+    CHANGE_TRUST = "change_trust"  # trust level and cost centre
+    MANAGE_MEMBERS = "manage_members"  # add, remove, change roles
+    KUBECONFIG = "kubeconfig"  # download a tenant cluster's kubeconfig
+    MANAGE_GATEWAY_KEY = "manage_gateway_key"  # make, rotate, revoke the gateway key
+    VIEW_AUDIT = "view_audit"  # the tenant's audit log and jobs
+    VIEW_COST = "view_cost"  # usage and cost of a tenant
+    ONBOARD = "onboard"  # create tenants
+    OPERATE_FLEET = "operate_fleet"  # nodes, inventory, source tokens, every job
+    GRANT_PLATFORM_ROLE = "grant_platform_role"
+    VIEW_BILLING = "view_billing"  # invoices and cost of every tenant
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Who may take an action: holders of these tenant roles in the tenant, of these platform
+    roles anywhere, and of these tenant roles on what they own."""
+
+    tenant: frozenset[str] = frozenset()
+    platform: frozenset[str] = frozenset()
+    owner: frozenset[str] = frozenset()
+
+
+_ADMIN, _MEMBER, _VIEWER = Role.ADMIN.value, Role.MEMBER.value, Role.VIEWER.value
+_PA, _FIN = PlatformRole.Name.PLATFORM_ADMIN.value, PlatformRole.Name.FINANCE.value
+_ALL_TENANT_ROLES = frozenset({_ADMIN, _MEMBER, _VIEWER})
+_WRITERS = frozenset({_ADMIN, _MEMBER})
+_ADMINS = frozenset({_ADMIN})
+_PLATFORM_ADMIN = frozenset({_PA})
+
+RULES: dict[Action, Rule] = {
+    Action.VIEW: Rule(_ALL_TENANT_ROLES, frozenset({_PA, _FIN})),
+    Action.REQUEST: Rule(_WRITERS, _PLATFORM_ADMIN),
+    # A requester demoted to viewer has lost the write role, and with it this.
+    Action.CANCEL_REQUEST: Rule(_ADMINS, _PLATFORM_ADMIN, owner=_WRITERS),
+    Action.DECIDE: Rule(platform=_PLATFORM_ADMIN),
+    Action.REVIEW: Rule(platform=_PLATFORM_ADMIN),
+    Action.MERGE: Rule(platform=_PLATFORM_ADMIN),
+    # Closing the pull request of an approved request fails the request: the write role.
+    Action.CLOSE: Rule(_ADMINS, _PLATFORM_ADMIN, owner=_WRITERS),
+    Action.CHANGE_SETTINGS: Rule(_ADMINS, _PLATFORM_ADMIN),
+    # Trust decides whether a tenant may share GPUs with others (HAMi); the cost centre
+    # whom it is billed to. Neither is the tenant's own call.
+    Action.CHANGE_TRUST: Rule(platform=_PLATFORM_ADMIN),
+    Action.MANAGE_MEMBERS: Rule(_ADMINS, _PLATFORM_ADMIN),
+    Action.KUBECONFIG: Rule(_WRITERS, _PLATFORM_ADMIN),
+    Action.MANAGE_GATEWAY_KEY: Rule(_ADMINS, _PLATFORM_ADMIN),
+    Action.VIEW_AUDIT: Rule(_ADMINS, _PLATFORM_ADMIN),
+    Action.VIEW_COST: Rule(_ALL_TENANT_ROLES, frozenset({_PA, _FIN})),
+    Action.ONBOARD: Rule(platform=_PLATFORM_ADMIN),
+    Action.OPERATE_FLEET: Rule(platform=_PLATFORM_ADMIN),
+    Action.GRANT_PLATFORM_ROLE: Rule(platform=_PLATFORM_ADMIN),
+    Action.VIEW_BILLING: Rule(platform=frozenset({_PA, _FIN})),
+}
+
+DENIED: dict[Action, str] = {
+    Action.VIEW: "You are not a member of this tenant.",
+    Action.REQUEST: "Viewers cannot ask for resources; ask a member or an admin.",
+    Action.CANCEL_REQUEST: "Only who asked (still a member), a tenant admin or a platform admin "
+    "can cancel a request.",
+    Action.DECIDE: "Only a platform admin can decide on requests.",
+    Action.REVIEW: "Only platform admins review changes.",
+    Action.MERGE: "Only platform admins merge changes.",
+    Action.CLOSE: "Only its author or requester (still a member), a tenant admin or a platform "
+    "admin can close this change.",
+    Action.CHANGE_SETTINGS: "Only an admin of this tenant can change its settings.",
+    Action.CHANGE_TRUST: "Only platform admins can change the trust level or cost centre.",
+    Action.MANAGE_MEMBERS: "Only an admin of this tenant can manage its members.",
+    Action.KUBECONFIG: "Viewers cannot download cluster credentials.",
+    Action.MANAGE_GATEWAY_KEY: "Only an admin of this tenant can manage its gateway key.",
+    Action.VIEW_AUDIT: "Only an admin of this tenant can read its audit log.",
+    Action.VIEW_COST: "You are not a member of this tenant.",
+    Action.ONBOARD: "Only platform admins onboard tenants.",
+    Action.OPERATE_FLEET: "Only platform admins operate the fleet.",
+    Action.GRANT_PLATFORM_ROLE: "Only platform admins grant platform roles.",
+    Action.VIEW_BILLING: "Only finance and platform admins see every tenant's cost.",
+}
+
+
+def allowed(
+    action: Action, *, platform: Collection[str], role: str | None, owner: bool = False
+) -> bool:
+    """The rule itself, from roles already known: no query."""
+    rule = RULES[action]
+    if any(p in rule.platform for p in platform):
+        return True
+    if role is None:
+        return False
+    return role in rule.tenant or (owner and role in rule.owner)
+
+
+def _authenticated(user: Any) -> bool:
+    return user is not None and bool(getattr(user, "is_authenticated", False))
+
+
 def platform_roles(user: Any) -> frozenset[str]:
-    """The user's platform-wide roles, read once per request object."""
-    if not getattr(user, "is_authenticated", False):
+    """The user's platform-wide roles, read once per user object."""
+    if not _authenticated(user):
         return frozenset()
     cached = getattr(user, "_platform_roles", None)
     if cached is None:
         cached = frozenset(PlatformRole.objects.filter(user=user).values_list("role", flat=True))
         user._platform_roles = cached
     return cached
+
+
+def forget_roles(user: Any) -> None:
+    """Drop the cached platform roles after they changed."""
+    if user is not None:
+        user.__dict__.pop("_platform_roles", None)
+
+
+def role_in(user: Any, tenant: Tenant | str) -> str | None:
+    """The user's role in ``tenant`` (a Tenant or its slug), or None. Read every time: a
+    demotion counts at once."""
+    if not _authenticated(user):
+        return None
+    memberships = Membership.objects.filter(user=user)
+    if isinstance(tenant, Tenant):
+        memberships = memberships.filter(tenant=tenant)
+    else:
+        memberships = memberships.filter(tenant__slug=tenant)
+    return memberships.values_list("role", flat=True).first()
+
+
+def may(
+    user: Any,
+    action: Action,
+    tenant: Tenant | str | None = None,
+    *,
+    owners: Collection[int | None] = (),
+) -> bool:
+    """May ``user`` take ``action`` (in ``tenant``; on something owned by ``owners``)?"""
+    if not _authenticated(user):
+        return False
+    held = platform_roles(user)
+    if allowed(action, platform=held, role=None):
+        return True
+    if tenant is None or tenant == "":
+        return False
+    role = role_in(user, tenant)
+    return allowed(action, platform=held, role=role, owner=user.pk in owners)
+
+
+def require(
+    user: Any,
+    action: Action,
+    tenant: Tenant | str | None = None,
+    *,
+    owners: Collection[int | None] = (),
+) -> None:
+    """Raise PermissionDenied, with a sentence saying who may, unless ``may``.
+
+    ``user`` None is the portal itself or an operator at a management command (shell access
+    to the portal is platform access); a view always passes the signed-in user, an anonymous
+    one included, and that is refused.
+    """
+    if user is None:
+        return
+    if not may(user, action, tenant, owners=owners):
+        raise PermissionDenied(DENIED[action])
+
+
+def tenants_where(user: Any, action: Action) -> QuerySet[Tenant]:
+    """The tenants in which ``user`` may take ``action``: a queryset to build on."""
+    if not _authenticated(user):
+        return Tenant.objects.none()
+    if allowed(action, platform=platform_roles(user), role=None):
+        return Tenant.objects.all()
+    roles = RULES[action].tenant
+    return Tenant.objects.filter(memberships__user=user, memberships__role__in=roles).distinct()
+
+
+def users_who_may(tenant: Tenant, action: Action) -> QuerySet[Any]:
+    """Members of ``tenant`` whose tenant role allows ``action`` (who to tell, say)."""
+    from django.contrib.auth import get_user_model
+
+    roles = RULES[action].tenant
+    return (
+        get_user_model()
+        .objects.filter(memberships__tenant=tenant, memberships__role__in=roles, is_active=True)
+        .distinct()
+    )
+
+
+def may_act_on_change(user: Any, action: str, change: Any) -> bool:
+    """The gitops policy (settings.GITOPS_CHANGE_POLICY): may ``user`` review, merge, close or
+    update ``change``? Platform changes (no tenant) are the platform admins' alone."""
+    owners = (change.author_id, change.requested_by_id)
+    return may(user, Action(action), change.tenant_slug or None, owners=owners)
 
 
 def is_platform_admin(user: Any) -> bool:
@@ -46,7 +247,7 @@ def is_finance(user: Any) -> bool:
 
 
 def sees_all_tenants(user: Any) -> bool:
-    return bool(platform_roles(user))
+    return allowed(Action.VIEW, platform=platform_roles(user), role=None)
 
 
 def memberships_of(user: Any) -> QuerySet[Membership]:
@@ -56,48 +257,48 @@ def memberships_of(user: Any) -> QuerySet[Membership]:
 
 def visible_tenants(user: Any) -> QuerySet[Tenant]:
     """Tenants the user may look at: their own, or all of them for platform roles."""
-    if not getattr(user, "is_authenticated", False):
-        return Tenant.objects.none()
-    if sees_all_tenants(user):
-        return Tenant.objects.all()
-    return Tenant.objects.filter(memberships__user=user).distinct()
+    return tenants_where(user, Action.VIEW)
 
 
 @dataclass(frozen=True)
 class TenantAccess:
-    """A resolved tenant and what the signed-in user may do in it."""
+    """A resolved tenant and what the signed-in user may do in it (``RULES``, no query)."""
 
     tenant: Tenant
     role: str | None
-    platform_admin: bool
+    platform: frozenset[str]
+
+    @property
+    def platform_admin(self) -> bool:
+        return _PA in self.platform
+
+    def may(self, action: Action, *, owner: bool = False) -> bool:
+        return allowed(action, platform=self.platform, role=self.role, owner=owner)
+
+    def require(self, action: Action, *, owner: bool = False) -> None:
+        if not self.may(action, owner=owner):
+            raise PermissionDenied(DENIED[action])
 
     @property
     def can_write(self) -> bool:
         """May change the tenant's resources (members and admins, or a platform admin)."""
-        return self.platform_admin or self.role in {Role.ADMIN, Role.MEMBER}
+        return self.may(Action.REQUEST)
 
     @property
     def can_admin(self) -> bool:
         """May manage the tenant itself: members, settings, its audit log."""
-        return self.platform_admin or self.role == Role.ADMIN
+        return self.may(Action.MANAGE_MEMBERS)
 
     def require_admin(self) -> None:
-        if not self.can_admin:
-            raise PermissionDenied("Only an admin of this tenant can do that.")
+        self.require(Action.MANAGE_MEMBERS)
 
     def require_write(self) -> None:
-        if not self.can_write:
-            raise PermissionDenied("Viewers cannot change this tenant's resources.")
+        self.require(Action.REQUEST)
 
 
 def may_admin_tenant(user: Any, tenant: Tenant) -> bool:
-    """The rule behind ``TenantAccess.can_admin``, for services that have no request: a
-    platform admin, or an admin member of the tenant."""
-    if not getattr(user, "is_authenticated", False):
-        return False
-    if is_platform_admin(user):
-        return True
-    return Membership.objects.filter(user=user, tenant=tenant, role=Role.ADMIN).exists()
+    """The rule behind ``TenantAccess.can_admin``, for services that have no request."""
+    return may(user, Action.MANAGE_MEMBERS, tenant)
 
 
 def get_tenant_for_user(request: HttpRequest, slug: str) -> TenantAccess:
@@ -105,16 +306,17 @@ def get_tenant_for_user(request: HttpRequest, slug: str) -> TenantAccess:
     user = request.user
     if not user.is_authenticated:
         raise Http404("No such tenant.")
+    held = platform_roles(user)
     membership = (
         Membership.objects.select_related("tenant").filter(user=user, tenant__slug=slug).first()
     )
     if membership is not None:
-        return TenantAccess(membership.tenant, membership.role, is_platform_admin(user))
-    if sees_all_tenants(user):
+        return TenantAccess(membership.tenant, membership.role, held)
+    if allowed(Action.VIEW, platform=held, role=None):
         tenant = Tenant.objects.filter(slug=slug).first()
         if tenant is not None:
             # Finance reads every tenant but changes none.
-            return TenantAccess(tenant, None, is_platform_admin(user))
+            return TenantAccess(tenant, None, held)
     raise Http404("No such tenant.")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
 
 from gitops import services as gitops
@@ -20,7 +20,8 @@ from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from portal.audit import record_audit
 from portal.jobs import enqueue
-from tenants.access import is_platform_admin, may_admin_tenant
+from tenants import access
+from tenants.access import Action
 from tenants.groups import parse_groups
 from tenants.models import Membership, PlatformRole, Role, Source, Tenant
 from tenants.specs import tenant_spec
@@ -50,7 +51,8 @@ def do_create_tenant(
     contacts: list[str] | None = None,
     admins: Iterable[Any] = (),
 ) -> Tenant:
-    """Onboard a tenant (platform admins only; the view checks) with its first admins."""
+    """Onboard a tenant (platform admins only) with its first admins."""
+    access.require(acting_user, Action.ONBOARD)
     tenant = Tenant(
         slug=slug,
         display_name=display_name,
@@ -103,8 +105,7 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
     )
 
 
-# What tenant admins may not change: the trust level decides whether the tenant may share GPUs
-# with others (HAMi), and the cost centre whom it is billed to.
+# What tenant admins may not change (Action.CHANGE_TRUST).
 PLATFORM_ONLY_FIELDS = frozenset({"trust_level", "cost_centre"})
 
 
@@ -115,12 +116,11 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     unknown = set(changes) - set(TENANT_FIELDS)
     if unknown:
         raise ValidationError(f"These fields cannot be changed: {', '.join(sorted(unknown))}.")
-    if not may_admin_tenant(acting_user, tenant):
-        raise PermissionDenied("Only an admin of this tenant can change its settings.")
+    access.require(acting_user, Action.CHANGE_SETTINGS, tenant)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     touched = {field for field, value in changes.items() if getattr(tenant, field) != value}
-    if touched & PLATFORM_ONLY_FIELDS and not is_platform_admin(acting_user):
-        raise PermissionDenied("Only platform admins can change the trust level or cost centre.")
+    if touched & PLATFORM_ONLY_FIELDS:
+        access.require(acting_user, Action.CHANGE_TRUST, tenant)
     before = _snapshot(tenant, TENANT_FIELDS)
     for field, value in changes.items():
         setattr(tenant, field, value)
@@ -156,6 +156,7 @@ def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any
 
 @transaction.atomic
 def do_add_member(tenant: Tenant, *, acting_user: Any, user: Any, role: str) -> Membership:
+    access.require(acting_user, Action.MANAGE_MEMBERS, tenant)
     return _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
 
 
@@ -181,6 +182,7 @@ def do_change_member_role(membership: Membership, *, acting_user: Any, role: str
         .select_related("tenant", "user")
         .get(pk=membership.pk)
     )
+    access.require(acting_user, Action.MANAGE_MEMBERS, membership.tenant)
     if membership.role == role:
         return membership
     if role != Role.ADMIN:
@@ -205,6 +207,7 @@ def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
         .select_related("tenant", "user")
         .get(pk=membership.pk)
     )
+    access.require(acting_user, Action.MANAGE_MEMBERS, membership.tenant)
     _ensure_an_admin_remains(membership)
     record_audit(
         actor=acting_user,
@@ -218,9 +221,11 @@ def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
 
 @transaction.atomic
 def do_grant_platform_role(user: Any, *, acting_user: Any, role: str) -> PlatformRole:
+    access.require(acting_user, Action.GRANT_PLATFORM_ROLE)
     if role not in PlatformRole.Name.values:
         raise ValidationError(f"Unknown platform role '{role}'.")
     grant, created = PlatformRole.objects.get_or_create(user=user, role=role)
+    access.forget_roles(user)
     if created:
         record_audit(
             actor=acting_user,
@@ -290,7 +295,7 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
                 diff={"role": [role, None]},
             )
             grant.delete()
-    user.__dict__.pop("_platform_roles", None)
+    access.forget_roles(user)
 
 
 def find_user(identifier: str) -> Any:

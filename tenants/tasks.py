@@ -8,6 +8,7 @@ from django.template.loader import render_to_string
 
 from portal.jobs import job_task
 from portal.models import Job
+from tenants.access import Action, users_who_may
 from tenants.models import Tenant
 
 
@@ -15,7 +16,11 @@ from tenants.models import Tenant
 def notify_onboarded(job: Job) -> None:
     """Tell a new tenant's contacts that it exists and who its admins are."""
     tenant = Tenant.objects.get(pk=job.kwargs["tenant_id"])
-    admins = list(tenant.memberships.filter(role="admin").values_list("user__username", flat=True))
+    admins = list(
+        users_who_may(tenant, Action.MANAGE_MEMBERS)
+        .order_by("username")
+        .values_list("username", flat=True)
+    )
     body = render_to_string("tenants/mail/onboarded.txt", {"tenant": tenant, "admins": admins})
     job.set_progress(30, f"sending to {len(tenant.contacts)} contacts")
     send_mail(

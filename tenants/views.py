@@ -14,10 +14,11 @@ from gitops.models import ChangeRequest
 from portal.models import AuditEvent
 from tenants import services
 from tenants.access import (
+    Action,
     get_tenant_for_user,
-    is_platform_admin,
+    may,
     memberships_of,
-    require_platform_admin,
+    require,
     visible_tenants,
 )
 from tenants.forms import AddMemberForm, RoleForm, TenantCreateForm, TenantSettingsForm
@@ -33,13 +34,13 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "tenants/list.html",
-        {"tenants": tenants, "my_roles": mine, "can_onboard": is_platform_admin(request.user)},
+        {"tenants": tenants, "my_roles": mine, "can_onboard": may(request.user, Action.ONBOARD)},
     )
 
 
 @login_required
 def tenant_create(request: HttpRequest) -> HttpResponse:
-    require_platform_admin(request)
+    require(request.user, Action.ONBOARD)
     form = TenantCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -65,7 +66,7 @@ def tenant_create(request: HttpRequest) -> HttpResponse:
 def tenant_detail(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
     members = access.tenant.memberships.select_related("user")
-    recent = access.tenant.jobs.all()[:5] if access.can_admin else []
+    recent = access.tenant.jobs.all()[:5] if access.may(Action.VIEW_AUDIT) else []
     changes = ChangeRequest.objects.filter(tenant_slug=access.tenant.slug)[:10]
     return render(
         request,
@@ -83,9 +84,11 @@ def tenant_detail(request: HttpRequest, tenant: str) -> HttpResponse:
 @login_required
 def tenant_settings(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
-    access.require_admin()
+    access.require(Action.CHANGE_SETTINGS)
     form = TenantSettingsForm(
-        request.POST or None, instance=access.tenant, platform_admin=access.platform_admin
+        request.POST or None,
+        instance=access.tenant,
+        platform_admin=access.may(Action.CHANGE_TRUST),
     )
     if request.method == "POST" and form.is_valid():
         try:
@@ -206,7 +209,7 @@ def _audit_page(request: HttpRequest, events: QuerySet[AuditEvent], context: dic
 @login_required
 def tenant_audit(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
-    access.require_admin()
+    access.require(Action.VIEW_AUDIT)
     return _audit_page(
         request,
         AuditEvent.objects.filter(tenant_slug=access.tenant.slug),
@@ -216,5 +219,5 @@ def tenant_audit(request: HttpRequest, tenant: str) -> HttpResponse:
 
 @login_required
 def platform_audit(request: HttpRequest) -> HttpResponse:
-    require_platform_admin(request)
+    require(request.user, Action.OPERATE_FLEET)
     return _audit_page(request, AuditEvent.objects.all(), {"tenant": None})

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.core import mail
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 
 from catalog import services, states
 from catalog.models import Notification, RequestEvent, Resource, ResourceRequest
@@ -107,7 +107,7 @@ def test_bad_input_changes_nothing(onboarded: dict[str, Any]) -> None:
                 world["alpha"], acting_user=world["bob"], kind="gpu-share", spec=spec
             )
         assert field in caught.value.message_dict, (spec, caught.value.message_dict)
-    with pytest.raises(ValidationError, match="Viewers"):
+    with pytest.raises(PermissionDenied, match="Viewers"):
         services.do_create_request(
             world["alpha"], acting_user=world["vic"], kind="gpu-share", spec=SHARE
         )
@@ -139,7 +139,7 @@ def test_the_approver_is_never_the_requester(onboarded: dict[str, Any], run_jobs
     )
     with pytest.raises(ValidationError, match="another platform admin"):
         services.do_approve(request, acting_user=world["pam"])
-    with pytest.raises(ValidationError, match="platform admin"):
+    with pytest.raises(PermissionDenied, match="platform admin"):
         services.do_approve(request, acting_user=world["alice"])
     request.refresh_from_db()
     assert request.state == S.SUBMITTED and request.change is None

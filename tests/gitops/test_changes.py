@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management import call_command
 from django.test import Client
 
@@ -20,6 +20,7 @@ from gitops.models import ChangeRequest, CheckRun
 from gitops.repo import GitRepository
 from gitops.specs import EndpointSpec, GpuShare, TenantSpec
 from portal.models import AuditEvent, Job
+from tenants.models import PlatformRole
 
 FLEET = demo_fleet()
 
@@ -132,7 +133,12 @@ def _merge_ready(world: dict[str, Any], on_commit: Any, spec: TenantSpec) -> Cha
         return services.do_merge(change, acting_user=world["pam"])
 
 
-def test_it_enforces_reviews_before_merge(world: dict[str, Any], on_commit: Any) -> None:
+def test_it_enforces_reviews_before_merge(
+    world: dict[str, Any], on_commit: Any, make_user: Any
+) -> None:
+    olga, otto = make_user("olga"), make_user("otto")
+    for admin in (olga, otto):
+        PlatformRole.objects.create(user=admin, role=PlatformRole.Name.PLATFORM_ADMIN)
     change = _open(world["pam"], on_commit, TenantSpec(slug="alpha"))
     ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
     change.refresh_from_db()
@@ -141,15 +147,32 @@ def test_it_enforces_reviews_before_merge(world: dict[str, Any], on_commit: Any)
     with pytest.raises(ValidationError, match="cannot approve a change you opened"):
         services.do_review(change, acting_user=world["pam"], state="approve")
     with pytest.raises(ValidationError):
-        services.do_review(change, acting_user=world["alice"], state="request_changes")
-    services.do_review(change, acting_user=world["alice"], state="request_changes", body="No.")
-    services.do_review(change, acting_user=world["charlie"], state="approve")
-    with pytest.raises(ValidationError, match="Changes requested by alice"):
+        services.do_review(change, acting_user=olga, state="request_changes")
+    services.do_review(change, acting_user=olga, state="request_changes", body="No.")
+    services.do_review(change, acting_user=otto, state="approve")
+    with pytest.raises(ValidationError, match="Changes requested by olga"):
         services.do_merge(change, acting_user=world["pam"])
-    services.do_review(change, acting_user=world["alice"], state="approve")
+    services.do_review(change, acting_user=olga, state="approve")
     with on_commit(execute=True):
         merged = services.do_merge(change, acting_user=world["pam"])
     assert merged.status == "merged"
+
+
+def test_only_platform_admins_review_or_merge_even_calling_the_service(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    """The service decides, not the view: a tenant admin of the change's own tenant, an admin
+    of another tenant and finance can neither review nor merge."""
+    change = _open(world["bob"], on_commit, TenantSpec(slug="alpha"))
+    ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
+    for name in ("alice", "charlie", "fiona", "vic"):
+        with pytest.raises(PermissionDenied):
+            services.do_review(change, acting_user=world[name], state="approve")
+        with pytest.raises(PermissionDenied):
+            services.do_merge(change, acting_user=world[name])
+    assert not change.reviews.exists()
+    change.refresh_from_db()
+    assert change.status == "open"
 
 
 def test_it_refuses_to_merge_with_failed_or_pending_checks(
