@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,25 +269,61 @@ def _fill_node(node: Node, info: inventory.NodeInfo, fleet: FleetSpec, now: Any)
     node.last_seen = now
 
 
-def tenant_of(namespace: str, labels: dict[str, str]) -> str:
-    """The tenant a namespaced object belongs to: its tenant label, else its namespace (tenant
-    namespaces are named after the tenant), but never the platform's own namespaces."""
-    label = labels.get(TENANT_LABEL) or labels.get(FLUX_TENANT_LABEL)
-    if label:
-        return label
-    if namespace in PLATFORM_NAMESPACES or namespace.startswith("kube-"):
+def tenant_of(
+    namespace: str,
+    platform: frozenset[str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> str:
+    """The tenant a namespaced object belongs to: its namespace (tenant namespaces are named
+    after the tenant), never a label a tenant writes: a pod labelled as another tenant's would
+    bill that tenant. The platform's own namespaces belong to no tenant, with one exception:
+    in the Flux namespace only the platform writes (a tenant's Kustomization impersonates an
+    account confined to the tenant's namespace, gitops/render/rbac.py), and there the tenant
+    label the portal renders on a tenant's HelmReleases is the platform's own word.
+    ``platform`` is ``platform_namespaces()``, passed in by loops."""
+    if namespace == FLUX_NAMESPACE:
+        labels = labels or {}
+        return labels.get(TENANT_LABEL) or labels.get(FLUX_TENANT_LABEL) or ""
+    if platform is None:
+        platform = platform_namespaces()
+    if namespace in platform or namespace.startswith("kube-"):
         return ""
     return namespace
 
 
 PLATFORM_NAMESPACES = frozenset(
-    {FLUX_NAMESPACE, "default", "gpu-operator", "kueue-system", "kserve", "kyverno", "monitoring"}
+    {
+        FLUX_NAMESPACE,
+        "default",
+        "gpu-operator",
+        "kueue-system",
+        "kserve",
+        "kyverno",
+        "monitoring",
+        "cert-manager",
+    }
 )
+
+
+def platform_namespaces() -> frozenset[str]:
+    """The namespaces of the platform: the fixed ones and those the fleet configures (gateway,
+    its proxies, LiteLLM, monitoring, GPU Operator, HAMi, the portal's own)."""
+    fleet = base_fleet()
+    return PLATFORM_NAMESPACES | {
+        fleet.gateway.namespace,
+        fleet.gateway.proxy_namespace,
+        fleet.litellm_namespace,
+        fleet.monitoring_namespace,
+        fleet.gpu_operator_namespace,
+        fleet.hami_namespace,
+        fleet.portal_namespace,
+    }
 
 
 def sync_workloads(kube: Kube) -> tuple[int, int]:
     """Keep the pods that use GPUs; returns (kept, skipped)."""
     raw = kube.list_pods()
+    platform = platform_namespaces()
     now = timezone.now()
     rows: dict[tuple[str, str], Workload] = {}
     skipped = 0
@@ -303,7 +339,7 @@ def sync_workloads(kube: Kube) -> tuple[int, int]:
             namespace=pod.namespace,
             name=pod.name,
             uid=pod.uid,
-            tenant_slug=tenant_of(pod.namespace, dict(pod.labels)),
+            tenant_slug=tenant_of(pod.namespace, platform),
             node=pod.node,
             phase=pod.phase,
             owner_kind=pod.owner_kind,
@@ -322,6 +358,7 @@ def _sync_custom(kube: Kube, kind: CustomKind) -> tuple[list[FluxObject], int]:
     now = timezone.now()
     rows: list[FluxObject] = []
     skipped = 0
+    platform = platform_namespaces()
     for obj in kube.list_custom(kind):
         status = inventory.parse_flux_object(kind.kind, obj)
         if status is None:
@@ -334,7 +371,7 @@ def _sync_custom(kube: Kube, kind: CustomKind) -> tuple[list[FluxObject], int]:
                 kind=kind.kind,
                 namespace=status.namespace,
                 name=status.name,
-                tenant_slug=tenant_of(status.namespace, labels),
+                tenant_slug=tenant_of(status.namespace, platform, labels),
                 ready=status.ready,
                 reconciling=status.reconciling,
                 stalled=status.stalled,
@@ -524,7 +561,8 @@ class DrainPlan:
 
     @property
     def tenants(self) -> list[str]:
-        return sorted({tenant_of(p.namespace, dict(p.labels)) for p in self.evict} - {""})
+        platform = platform_namespaces()
+        return sorted({tenant_of(p.namespace, platform) for p in self.evict} - {""})
 
 
 def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
@@ -601,7 +639,7 @@ def do_drain(node: Node, *, acting_user: Any, plan: DrainPlan, reason: str = "")
                     [
                         f"{p.namespace}/{p.name}"
                         for p in plan.evict
-                        if tenant_of(p.namespace, dict(p.labels)) == slug
+                        if tenant_of(p.namespace) == slug
                     ],
                 ]
             },

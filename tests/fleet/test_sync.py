@@ -31,6 +31,13 @@ def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
     return start_fleet(tick_seconds=0.5)
 
 
+@pytest.fixture
+def still(start_fleet: Callable[..., Simulator]) -> Simulator:
+    """The demo fleet moving only when the test ticks it: for tests of an order of events,
+    which a background tick racing the test's own steps would make flaky."""
+    return start_fleet()
+
+
 def _reconcile(sim: Simulator) -> None:
     """Flux reconciles, then the controllers make things ready: two steps of the simulator.
 
@@ -88,7 +95,7 @@ def test_it_runs_as_a_job_with_progress(
 
 @pytest.mark.django_db
 def test_it_marks_a_merged_change_applied_when_flux_reports_it(
-    sim: Simulator,
+    still: Simulator,
     merged_change: Callable[..., ChangeRequest],
     login: Callable[[str], Client],
 ) -> None:
@@ -96,7 +103,7 @@ def test_it_marks_a_merged_change_applied_when_flux_reports_it(
     services.sync_all()
     onboarding.refresh_from_db()
     assert onboarding.apply_state == "pending"  # Flux has not reconciled yet
-    _reconcile(sim)
+    _reconcile(still)
     services.sync_all()
     onboarding.refresh_from_db()
     # The namespace is there now, and with it the tenant's Git Secret (this sync wrote it);
@@ -104,7 +111,7 @@ def test_it_marks_a_merged_change_applied_when_flux_reports_it(
     assert onboarding.apply_state == "pending", onboarding.apply_message
     assert "alpha/alpha-workloads has not applied it yet" in onboarding.apply_message
     assert SourceToken.objects.filter(tenant_slug="alpha").exists()
-    _reconcile(sim)
+    _reconcile(still)
     services.sync_all()
     onboarding.refresh_from_db()
     assert onboarding.apply_state == "applied", onboarding.apply_message
@@ -115,7 +122,7 @@ def test_it_marks_a_merged_change_applied_when_flux_reports_it(
     endpoint = merged_change(
         TenantSpec(slug="alpha", shares=(SHARE,), endpoints=(ENDPOINT,), clusters=(CLUSTER,))
     )
-    _reconcile(sim)
+    _reconcile(still)
     services.sync_all()
     endpoint.refresh_from_db()
     assert endpoint.apply_state == "applied", endpoint.apply_message
@@ -323,3 +330,38 @@ def test_it_reports_pods_a_disruption_budget_protects(
     assert job.status == Job.Status.FAILED
     assert f"{blocked.namespace}/{blocked.name}" in job.log
     assert "disruption budget" in job.log
+
+
+@pytest.mark.django_db
+def test_usage_is_attributed_by_namespace_never_by_label(sim: Simulator) -> None:
+    """A pod labelled as another tenant's stays its namespace's; a pod in a platform namespace
+    is no tenant's, whatever its labels say (billing attributes GPU-seconds by this)."""
+    services.sync_all()
+    original = Workload.objects.filter(tenant_slug="vision").first()
+    assert original is not None
+    pod = sim.get_object("pods", original.namespace, original.name)
+    spoofed = {**pod, "metadata": {**pod["metadata"], "uid": "spoof-1", "name": "spoof"}}
+    spoofed["metadata"]["labels"] = {
+        **pod["metadata"].get("labels", {}),
+        "ai-factory.io/tenant": "alpha",
+        "toolkit.fluxcd.io/tenant": "alpha",
+    }
+    sim.put_object("pods", spoofed)
+    platform = {
+        **spoofed,
+        "metadata": {**spoofed["metadata"], "namespace": "monitoring", "uid": "spoof-2"},
+    }
+    sim.put_object("pods", platform)
+    hosted = {
+        **spoofed,
+        "metadata": {**spoofed["metadata"], "namespace": "portal-system", "uid": "spoof-3"},
+    }
+    sim.put_object("pods", hosted)
+    with services.Kube() as kube:
+        services.sync_workloads(kube)
+    assert Workload.objects.get(namespace=original.namespace, name="spoof").tenant_slug == (
+        original.namespace
+    )
+    assert Workload.objects.get(namespace="monitoring", name="spoof").tenant_slug == ""
+    assert Workload.objects.get(namespace="portal-system", name="spoof").tenant_slug == ""
+    assert not Workload.objects.filter(tenant_slug="alpha").exists()
