@@ -11,7 +11,7 @@ from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
-from gitops.services import repository
+from gitops.services import prune_forge_deliveries, repository
 from portal.jobs import job_task
 from portal.models import Job
 
@@ -134,9 +134,15 @@ def project_tenants(job: Job) -> None:
 
 @job_task("gitops.maintain")
 def maintain_repository(job: Job) -> None:
-    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule, and
-    catch up any tenant projection a failed job left behind (cheap: tree ids are compared)."""
+    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule, catch
+    up any tenant projection a failed job left behind (cheap: tree ids are compared), and
+    forget forge delivery ids too old to be resent."""
     repository().maintain()
     job.set_progress(50, "repository packed where needed")
     count = sources.update_projections(repository())
-    job.set_progress(100, f"repository packed where needed; {count} tenant projections checked")
+    pruned = prune_forge_deliveries()
+    job.set_progress(
+        100,
+        f"repository packed where needed; {count} tenant projections checked;"
+        f" {pruned} old forge deliveries forgotten",
+    )
