@@ -33,6 +33,7 @@ from gitops.render import (
 )
 from gitops.repo import GitRepository, Identity, MergeConflict, format_message
 from gitops.specs import Flavor, FleetSpec, TenantSpec
+from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
 
@@ -60,7 +61,8 @@ def identity(user: Any) -> Identity:
 
 def _trailer(user: Any) -> str:
     ident = identity(user)
-    return f"{ident.name} <{ident.email}>"
+    # The name is the user's own (profile, identity provider): no mentions in a forge's view.
+    return f"{user_text(ident.name, single_line=True)} <{ident.email}>"
 
 
 # The branch of every change request; a forge event about any other head branch is not ours.
@@ -173,8 +175,10 @@ def open_change(
     if base is None:
         raise ValidationError("The fleet repository is not bootstrapped yet.")
     requester = requested_by or acting_user
+    # The title is also the commit's subject and the forge's pull request title: one line.
+    title = " ".join(title.split())[:200]
     change = ChangeRequest.objects.create(
-        title=title[:200],
+        title=title,
         description=description,
         kind=kind,
         tenant_slug=tenant_slug,
