@@ -43,6 +43,7 @@ from gitops.render import resources as units
 from gitops.render.gateway import public_url
 from gitops.render.validate import validate_tenant
 from gitops.specs import FleetSpec, GpuShare, SpecError, TenantSpec
+from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from tenants import access
@@ -738,11 +739,14 @@ def _open_change(
     fleet = configured_fleet()
     decommission = request.action == A.DECOMMISSION
     tenant = request_tenant(request)
-    lines = [f"Catalog request #{request.pk}: {request.title}."]
-    if request.reason:
-        lines.append(f"Why: {request.reason}")
-    if request.decision_note:
-        lines.append(f"Approval note: {request.decision_note}")
+    # No "#" before the number: on a forge "#12" would link issue 12, not this request. What
+    # people typed is quoted and defused (gitops.usertext) so it can pose as no trailer and
+    # trigger no forge action.
+    lines = [f"Catalog request {request.pk}: {request.title}."]
+    if request.reason.strip():
+        lines.append(f"Reason given by the requester:\n{user_text(request.reason)}")
+    if request.decision_note.strip():
+        lines.append(f"Approval note:\n{user_text(request.decision_note)}")
     # Opened by the portal for the requester, so that the approver's review counts.
     change = gitops.open_tenant_change(
         acting_user=None,

@@ -180,3 +180,29 @@ class SourceToken(models.Model):
 
     def __str__(self) -> str:
         return f"source token {self.prefix}… of {self.tenant_slug}"
+
+
+class ForgeDelivery(models.Model):
+    """A forge webhook delivery the portal has acted on, by the forge's own delivery id.
+
+    Forges deliver at least once and resend a delivery that got no 2xx answer; an attacker who
+    captured one could resend it too. The unique id makes the second one a no-op ("duplicate")
+    even when two arrive at once. Rows older than ``FORGE_DELIVERY_RETENTION`` are pruned by
+    the hourly repository maintenance: by then the forge no longer resends (GitHub lets a
+    delivery be redelivered for three days) and the change it was about has left "open".
+    """
+
+    forge = models.CharField(max_length=16)
+    delivery = models.CharField(max_length=100)
+    number = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8)
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["forge", "delivery"], name="forgedelivery_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.forge} delivery {self.delivery} ({self.kind} #{self.number})"

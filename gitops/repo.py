@@ -96,6 +96,7 @@ _CACHE_TREES = 4
 _HEX_SHA = re.compile(r"[0-9a-f]{40}")
 _TRAILER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TRAILER_LIKE = re.compile(r"[A-Za-z0-9-]+[ \t]*:|---(?:\s|$)|\(cherry picked from commit ")
 # How long a ref update waits for another writer's lock file before giving up. Writers hold the
 # lock for well under a millisecond; a lock older than this is most likely left by a crash.
 _LOCK_TIMEOUT_SECONDS = 10.0
@@ -214,13 +215,17 @@ def format_message(title: str, body: str = "", trailers: Mapping[str, str] | Non
 
     Trailer values are flattened to one line (line breaks and control characters would end the
     trailer block or forge extra trailers), and keys must look like git trailer tokens.
-    ``git interpret-trailers --parse`` reads the result back.
+    ``git interpret-trailers --parse`` reads the result back, and reads only ``trailers``: a
+    body line that git could take for a trailer or for the patch divider is quoted with
+    ``> `` (callers quote user text themselves; this holds for text that was not).
     """
     title = _one_line(title)
     if not title:
         raise ValueError("a commit message needs a title")
     paragraphs = [title]
-    body = "\n".join(line.rstrip() for line in body.replace("\r\n", "\n").split("\n")).strip("\n")
+    body = "\n".join(
+        _inert_body_line(line.rstrip()) for line in body.replace("\r\n", "\n").split("\n")
+    ).strip("\n")
     if body:
         paragraphs.append(body)
     if trailers:
@@ -238,6 +243,20 @@ def format_message(title: str, body: str = "", trailers: Mapping[str, str] | Non
 
 def _one_line(value: str) -> str:
     return " ".join(_CONTROL.sub(" ", value).split())
+
+
+def _inert_body_line(line: str) -> str:
+    """``line``, quoted if git's trailer parser would act on it.
+
+    git (trailer.c) reads a line as a trailer when a token of letters, digits and hyphens,
+    optionally followed by blanks, ends at the separator ``:``; it counts ``(cherry picked from
+    commit`` lines as its own trailers; and it looks for trailers only above the first line
+    that starts with ``---`` and a blank (``find_patch_start``), so such a line in the body
+    would hide the real trailers below it and expose the body's lines instead.
+    """
+    if _TRAILER_LIKE.match(line):
+        return "> " + line
+    return line
 
 
 def _split_path(path: str) -> list[str]:

@@ -9,19 +9,23 @@ as jobs after commit.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from gitops.fleet import base_fleet, flavor_mapping, with_inventory
-from gitops.models import ChangeRequest, FleetInventory, Review
+from gitops.forges import WebhookEvent
+from gitops.models import ChangeRequest, FleetInventory, ForgeDelivery, Review
 from gitops.render import (
     render_cluster_bootstrap,
     render_infrastructure,
@@ -30,6 +34,7 @@ from gitops.render import (
 )
 from gitops.repo import GitRepository, Identity, MergeConflict, format_message
 from gitops.specs import Flavor, FleetSpec, TenantSpec
+from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
 
@@ -57,7 +62,16 @@ def identity(user: Any) -> Identity:
 
 def _trailer(user: Any) -> str:
     ident = identity(user)
-    return f"{ident.name} <{ident.email}>"
+    # The name is the user's own (profile, identity provider): no mentions in a forge's view.
+    return f"{user_text(ident.name, single_line=True)} <{ident.email}>"
+
+
+# The branch of every change request; a forge event about any other head branch is not ours.
+CHANGE_BRANCH = re.compile(r"change/[1-9][0-9]*")
+
+
+def change_branch(pk: int) -> str:
+    return f"change/{pk}"
 
 
 def main_sha() -> str | None:
@@ -162,8 +176,10 @@ def open_change(
     if base is None:
         raise ValidationError("The fleet repository is not bootstrapped yet.")
     requester = requested_by or acting_user
+    # The title is also the commit's subject and the forge's pull request title: one line.
+    title = " ".join(title.split())[:200]
     change = ChangeRequest.objects.create(
-        title=title[:200],
+        title=title,
         description=description,
         kind=kind,
         tenant_slug=tenant_slug,
@@ -173,7 +189,7 @@ def open_change(
         base_sha=base,
         files_changed=sorted(changes),
     )
-    change.branch = f"change/{change.pk}"
+    change.branch = change_branch(change.pk)
     trailers = {"Change-Request": str(change.pk), "Requested-by": _trailer(requester)}
     if tenant_slug:
         trailers["Tenant"] = tenant_slug
@@ -494,25 +510,71 @@ def open_tenant_change(
     )
 
 
+# How long forge delivery ids are kept to recognise a replay (see ForgeDelivery).
+FORGE_DELIVERY_RETENTION = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class ForgeEventOutcome:
+    """What a verified forge webhook did: ``applied`` to ``change`` (or found it no longer
+    open: nothing to do), ``duplicate`` of a delivery already handled, or ``ignored`` because
+    it is not about one of the portal's change requests, as ``reason`` says."""
+
+    status: Literal["applied", "duplicate", "ignored"]
+    change: ChangeRequest | None = None
+    reason: str = ""
+
+
 @transaction.atomic
-def do_record_forge_event(*, number: int, kind: str, merge_sha: str | None) -> ChangeRequest | None:
-    """Apply a verified forge webhook: the pull request ``number`` was merged or closed there.
+def do_record_forge_event(event: WebhookEvent, *, forge: str) -> ForgeEventOutcome:
+    """Apply a verified forge webhook: the pull request ``event.number`` was merged or closed.
+
+    The provider has checked that it is the configured repository's own pull request; here it
+    must target the fleet's main branch from the branch of the change whose pull request it is,
+    and its delivery id must be new. The id is stored in this transaction, with the change
+    locked, so of two copies arriving at once one is applied and the other is a duplicate, and
+    a delivery that fails half-way is not remembered: the forge's retry is applied in full.
 
     On a merge the portal's main is brought level with the forge's (fetch, fast-forward) so
     that what it shows and checks is what Flux applies.
     """
-    change = ChangeRequest.objects.select_for_update().filter(forge_number=number).first()
-    if change is None or not change.is_open:
-        return change
-    if kind == "merged":
+    main = settings.GITOPS_MAIN_BRANCH
+    if event.base_branch != main:
+        return _ignored(event, f"it targets the branch {event.base_branch!r}, not {main!r}")
+    if not CHANGE_BRANCH.fullmatch(event.head_branch):
+        return _ignored(
+            event, f"its branch {event.head_branch!r} is not one of the portal's change branches"
+        )
+    change = ChangeRequest.objects.select_for_update().filter(forge_number=event.number).first()
+    if change is None:
+        return _ignored(event, "no change request has this pull request")
+    if change.branch != event.head_branch:
+        return _ignored(
+            event,
+            f"its branch {event.head_branch!r} is not {change.branch!r}, the branch of change"
+            f" #{change.pk}",
+        )
+    # Only now: an ignored delivery (one that came before its pull request's number was
+    # stored, say) must still count when the forge sends it again.
+    try:
+        with transaction.atomic():
+            ForgeDelivery.objects.create(
+                forge=forge, delivery=event.delivery, number=event.number, kind=event.kind
+            )
+    except IntegrityError:
+        logger.info("%s delivery %s was handled before: ignored", forge, event.delivery)
+        return ForgeEventOutcome("duplicate", change)
+    if not change.is_open:
+        return ForgeEventOutcome("applied", change)
+    if event.kind == "merged":
         result = repository().sync_with_remote(
             settings.GITOPS_REMOTE_URL,
-            branch=settings.GITOPS_MAIN_BRANCH,
+            branch=main,
             username=settings.GITOPS_REMOTE_USERNAME,
             password=settings.GITOPS_REMOTE_PASSWORD,
         )
         change.status = ChangeRequest.Status.MERGED
-        change.merge_sha = merge_sha or result.tip or ""
+        change.merge_sha = event.merge_sha or result.tip or ""
         change.merged_at = timezone.now()
         change.apply_state = ChangeRequest.Apply.PENDING
         action = "change.forge_merge"
@@ -534,9 +596,26 @@ def do_record_forge_event(*, number: int, kind: str, merge_sha: str | None) -> C
         action=action,
         target=change,
         tenant_slug=change.tenant_slug,
-        diff={"status": ["open", change.status], "forge": [None, change.forge_url]},
+        diff={
+            "status": ["open", change.status],
+            "forge": [None, change.forge_url],
+            "delivery": [None, event.delivery],
+        },
     )
-    return change
+    return ForgeEventOutcome("applied", change)
+
+
+def _ignored(event: WebhookEvent, why: str) -> ForgeEventOutcome:
+    reason = f"pull request #{event.number} is not the portal's: {why}"
+    logger.warning("forge webhook %s ignored: %s", event.delivery, reason)
+    return ForgeEventOutcome("ignored", reason=reason)
+
+
+def prune_forge_deliveries() -> int:
+    """Forget delivery ids older than ``FORGE_DELIVERY_RETENTION``; returns how many."""
+    cutoff = timezone.now() - FORGE_DELIVERY_RETENTION
+    deleted, _ = ForgeDelivery.objects.filter(received_at__lt=cutoff).delete()
+    return deleted
 
 
 INVENTORY_TITLE = "Update the fleet's flavors and topology from the live inventory"

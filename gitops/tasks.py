@@ -11,7 +11,8 @@ from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
-from gitops.services import repository
+from gitops.services import prune_forge_deliveries, repository
+from gitops.usertext import defuse_forge_references, user_text
 from portal.jobs import job_task
 from portal.models import Job
 
@@ -114,11 +115,13 @@ def open_forge_pull_request(job: Job) -> None:
         password=settings.GITOPS_REMOTE_PASSWORD,
     )
     job.set_progress(60, "opening the pull request")
+    # User text in the message is quoted and defused already (gitops.usertext); this pass also
+    # covers the portal's own words and messages committed before that rule existed.
     pull = forge.open_pull_request(
         head_branch=change.branch,
         base_branch=settings.GITOPS_MAIN_BRANCH,
-        title=change.title,
-        body=repository().commit_message(change.head_sha),
+        title=user_text(change.title, single_line=True),
+        body=defuse_forge_references(repository().commit_message(change.head_sha)),
     )
     ChangeRequest.objects.filter(pk=change.pk).update(forge_number=pull.number, forge_url=pull.url)
     job.set_progress(100, f"opened {pull.url}")
@@ -134,9 +137,15 @@ def project_tenants(job: Job) -> None:
 
 @job_task("gitops.maintain")
 def maintain_repository(job: Job) -> None:
-    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule, and
-    catch up any tenant projection a failed job left behind (cheap: tree ids are compared)."""
+    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule, catch
+    up any tenant projection a failed job left behind (cheap: tree ids are compared), and
+    forget forge delivery ids too old to be resent."""
     repository().maintain()
     job.set_progress(50, "repository packed where needed")
     count = sources.update_projections(repository())
-    job.set_progress(100, f"repository packed where needed; {count} tenant projections checked")
+    pruned = prune_forge_deliveries()
+    job.set_progress(
+        100,
+        f"repository packed where needed; {count} tenant projections checked;"
+        f" {pruned} old forge deliveries forgotten",
+    )

@@ -18,6 +18,7 @@ from django.db import IntegrityError, models, transaction
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
+from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from tenants import access
@@ -100,7 +101,8 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
         kind=ChangeRequest.Kind.ONBOARDING,
         description=(
             f"Namespace, quotas, network and admission policies, Kueue queues and Flux sync "
-            f"for {tenant.display_name} ({tenant.get_trust_level_display().lower()} trust)."
+            f"for {user_text(tenant.display_name, single_line=True)} "
+            f"({tenant.get_trust_level_display().lower()} trust)."
         ),
     )
 

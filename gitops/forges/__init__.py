@@ -18,6 +18,7 @@ from gitops.forges.base import (
     RemotePullRequest,
     WebhookError,
     WebhookEvent,
+    WebhookForeignError,
     WebhookPayloadError,
     WebhookSignatureError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "RemotePullRequest",
     "WebhookError",
     "WebhookEvent",
+    "WebhookForeignError",
     "WebhookPayloadError",
     "WebhookSignatureError",
     "get_forge",

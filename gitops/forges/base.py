@@ -5,7 +5,10 @@ webhook deliveries into the two plain values below, so ``gitops.services`` never
 forge-specific shape. Everything the forge sends is checked here: an HTTP error becomes a
 ``ForgeError`` naming the forge, the status and the forge's own message; a webhook whose
 signature does not verify is a ``WebhookSignatureError``; a verified webhook that is not the
-JSON we expect is a ``WebhookPayloadError``. None of them is ever a ``KeyError``.
+JSON we expect, or lacks the delivery id its forge always sends, is a ``WebhookPayloadError``;
+a verified pull request event of another repository (an organisation-wide hook, a secret
+shared between repositories) or from a fork is a ``WebhookForeignError``. None of them is
+ever a ``KeyError``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 from urllib.parse import quote
 
@@ -28,6 +32,9 @@ WebhookKind = Literal["merged", "closed"]
 DEFAULT_TIMEOUT = 10.0
 # A forge's error text is shown to a reviewer; a proxy's HTML error page is not worth more.
 _MAX_MESSAGE = 500
+# Delivery ids are UUIDs (GitHub's GUID, Gitea's and GitLab's UUIDs); anything much longer or
+# outside printable ASCII is not one, and is not worth storing.
+_DELIVERY_ID = re.compile(r"[\x21-\x7e]{1,100}")
 
 
 class ForgeError(Exception):
@@ -53,6 +60,11 @@ class WebhookPayloadError(WebhookError):
     """The delivery is signed but its body is not the JSON the forge documents."""
 
 
+class WebhookForeignError(WebhookError):
+    """A verified pull request event that is not about the configured repository's own
+    branches: another repository, or a pull request from a fork. Not the portal's business."""
+
+
 @dataclass(frozen=True)
 class RemotePullRequest:
     """A pull request (GitLab: merge request) as the forge reports it.
@@ -70,13 +82,24 @@ class RemotePullRequest:
 
 @dataclass(frozen=True)
 class WebhookEvent:
-    """A pull request was merged or closed without merging, per a verified webhook."""
+    """A pull request was merged or closed without merging, per a verified webhook.
+
+    ``repository`` and ``repository_id`` name the repository the pull request targets, as the
+    forge does ("owner/name", GitLab's "group/project" and numeric project id);
+    ``from_fork`` says the head branch lives in another repository. ``delivery`` is the
+    forge's id of this delivery, the same when the forge sends it again.
+    """
 
     kind: WebhookKind
     number: int
     merge_sha: str | None
     head_branch: str
     url: str
+    base_branch: str
+    repository: str
+    repository_id: int | None = None
+    from_fork: bool = False
+    delivery: str = ""
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
@@ -266,11 +289,33 @@ class ForgeProvider(ABC):
     ) -> WebhookEvent | None:
         """The merge or close a verified delivery reports, or None for anything else."""
 
+    # The headers that carry the delivery id, most stable first (kept across the forge's own
+    # retries); the forge always sends at least one of them.
+    delivery_headers: ClassVar[tuple[str, ...]]
+
+    def delivery_id(self, headers: Mapping[str, str]) -> str:
+        """The forge's id of this delivery; a delivery without one is refused."""
+        for name in self.delivery_headers:
+            value = (header(headers, name) or "").strip()
+            if value:
+                if not _DELIVERY_ID.fullmatch(value):
+                    raise WebhookPayloadError(f"{self.name} webhook: {name} is not a delivery id")
+                return value
+        raise WebhookPayloadError(
+            f"{self.name} webhook: {' or '.join(self.delivery_headers)} is missing"
+        )
+
+    def is_configured_repository(self, event: WebhookEvent) -> bool:
+        """Whether ``event`` is about ``repo``. "owner/name" on GitHub and Gitea, where names
+        are case-insensitive; GitLab overrides this for numeric project ids."""
+        return event.repository.lower() == self.repo.strip().strip("/").lower()
+
     def parse_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent | None:
         """Verify a webhook delivery, then read it.
 
         Returns the merge or close it reports, or None for deliveries the portal does not act
-        on (pings, other events, other actions).
+        on (pings, other events, other actions). A merge or close of a pull request in another
+        repository, or from a fork, raises ``WebhookForeignError``.
         """
         if not self.webhook_secret:
             # An empty secret would make every forged delivery "verify": refuse instead.
@@ -282,7 +327,21 @@ class ForgeProvider(ABC):
             payload = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise WebhookPayloadError(f"{self.name} webhook: body is not JSON ({exc})") from exc
-        return self.event_from_payload(headers, payload)
+        delivery = self.delivery_id(headers)
+        event = self.event_from_payload(headers, payload)
+        if event is None:
+            return None
+        if not self.is_configured_repository(event):
+            raise WebhookForeignError(
+                f"{self.name} webhook: pull request #{event.number} is in {event.repository},"
+                f" not in the configured repository {self.repo}"
+            )
+        if event.from_fork:
+            raise WebhookForeignError(
+                f"{self.name} webhook: pull request #{event.number} comes from a fork,"
+                " not from a branch of the configured repository"
+            )
+        return replace(event, delivery=delivery)
 
     def request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> object:
         """Call the API and return the decoded JSON body (None when there is none)."""

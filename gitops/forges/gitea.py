@@ -5,7 +5,10 @@ Gitea signs each delivery with the hex HMAC-SHA256 of the raw body and sends it 
 ``X-Gitea-Signature`` (Forgejo sends the same value under that name too); current versions
 also send ``X-Hub-Signature-256: sha256=<hex>``. The Gitea header is checked when present,
 otherwise the GitHub-style one. A merge arrives as ``X-Gitea-Event: pull_request`` with
-``action: closed`` and ``pull_request.merged: true``.
+``action: closed`` and ``pull_request.merged: true``. Every delivery carries its hook task's
+UUID as ``X-Gitea-Delivery`` (services/webhook/deliver.go). Gitea does not retry on its own;
+its "replay" button copies the task under a new UUID (models/webhook/hooktask.go
+``ReplayHookTask``), so only a delivery resent as is counts as a duplicate here.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class GiteaProvider(ForgeProvider):
     """Pull requests on one Gitea repository (``repo`` is ``"owner/name"``)."""
 
     name = "Gitea"
+    delivery_headers = ("X-Gitea-Delivery",)
 
     def _configure(self) -> None:
         owner, name = split_owner_repo(self.name, self.repo)

@@ -3,7 +3,9 @@
 API: https://docs.github.com/en/rest/pulls/pulls. Webhooks are signed with
 ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>`` and name the event in
 ``X-GitHub-Event``; a merge arrives as ``pull_request`` with ``action: closed`` and
-``pull_request.merged: true``.
+``pull_request.merged: true``. Every delivery carries ``X-GitHub-Delivery``, a GUID of the
+event that a redelivery keeps (docs.github.com, "Webhook events and payloads", delivery
+headers).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class GitHubProvider(ForgeProvider):
 
     name = "GitHub"
     default_api_url = "https://api.github.com"
+    delivery_headers = ("X-GitHub-Delivery",)
 
     def _configure(self) -> None:
         owner, name = split_owner_repo(self.name, self.repo)
@@ -86,6 +89,9 @@ class GitHubProvider(ForgeProvider):
 def pull_request_event(fields: Fields) -> WebhookEvent:
     """A "closed" pull_request delivery: merged, or closed without merging."""
     merged = fields.flag("pull_request.merged")
+    repository = fields.text("pull_request.base.repo.full_name")
+    # A fork's head repo is its own; it is null once the fork is deleted.
+    head_repository = fields.optional_text("pull_request.head.repo.full_name")
     return WebhookEvent(
         kind="merged" if merged else "closed",
         number=fields.integer("pull_request.number"),
@@ -93,6 +99,10 @@ def pull_request_event(fields: Fields) -> WebhookEvent:
         merge_sha=fields.text("pull_request.merge_commit_sha") if merged else None,
         head_branch=fields.text("pull_request.head.ref"),
         url=fields.text("pull_request.html_url"),
+        base_branch=fields.text("pull_request.base.ref"),
+        repository=repository,
+        repository_id=fields.integer("pull_request.base.repo.id"),
+        from_fork=(head_repository or "").lower() != repository.lower(),
     )
 
 

@@ -3,7 +3,10 @@
 API: https://docs.gitlab.com/api/merge_requests/ with ``api_url`` ending in ``/api/v4``.
 GitLab does not sign webhooks: it sends the configured secret token as ``X-Gitlab-Token``,
 which is compared in constant time. A merge arrives as ``X-Gitlab-Event: Merge Request Hook``
-with ``object_attributes.action: merge``.
+with ``object_attributes.action: merge``. The delivery id is ``Idempotency-Key``, which
+GitLab keeps when it retries a delivery (gitlab-org/gitlab!160952, app/services/
+web_hook_service.rb); versions before it send only ``X-Gitlab-Event-UUID`` (the recursion
+detection id, new for each delivery), which still catches a delivery that is replayed as is.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class GitLabProvider(ForgeProvider):
     """Merge requests on one GitLab project (``repo`` is its numeric id or its path)."""
 
     name = "GitLab"
+    delivery_headers = ("Idempotency-Key", "X-Gitlab-Event-UUID")
 
     def _configure(self) -> None:
         # "group/project" must travel as one segment, "group%2Fproject"; an already encoded
@@ -96,7 +100,22 @@ class GitLabProvider(ForgeProvider):
             ),
             head_branch=fields.text("object_attributes.source_branch"),
             url=fields.text("object_attributes.url"),
+            base_branch=fields.text("object_attributes.target_branch"),
+            repository=fields.text("object_attributes.target.path_with_namespace"),
+            repository_id=fields.integer("object_attributes.target_project_id"),
+            from_fork=(
+                fields.integer("object_attributes.source_project_id")
+                != fields.integer("object_attributes.target_project_id")
+            ),
         )
+
+    def is_configured_repository(self, event: WebhookEvent) -> bool:
+        # GITOPS_FORGE_REPO is the project's numeric id or its path (encoded or not); GitLab
+        # resolves paths case-insensitively.
+        configured = unquote(self.repo.strip().strip("/"))
+        if configured.isdigit():
+            return event.repository_id == int(configured)
+        return event.repository.lower() == configured.lower()
 
     def _merge_request(self, fields: Fields) -> RemotePullRequest:
         state = _STATES.get(fields.text("state"), "closed")

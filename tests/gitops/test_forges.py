@@ -1,10 +1,9 @@
 """Forge clients against a local HTTP server that replays recorded forge responses.
 
-The forges are remote services, so the API side is a stand-in: a ``http.server`` on
-127.0.0.1 answers each expected method and path with a recording of what the forge really
-returns (``forge_recordings/*.json``, each naming its source in ``_source``) and keeps every
-request it got, so the tests check what the clients send as well as what they read.
-Webhook signatures are computed here the way each forge computes them.
+The server (``forge_support``) answers with recordings of what each forge really returns
+(``forge_recordings/*.json``, each naming its source in ``_source``) and keeps every request
+it got, so the tests check what the clients send as well as what they read. Webhook
+signatures are computed here the way each forge computes them.
 """
 
 from __future__ import annotations
@@ -12,13 +11,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import requests
@@ -31,91 +25,26 @@ from gitops.forges import (
     GitLabProvider,
     RemotePullRequest,
     WebhookEvent,
+    WebhookForeignError,
     WebhookPayloadError,
     WebhookSignatureError,
     get_forge,
 )
+from tests.gitops.forge_support import RECORDINGS, ReplayServer, body_of, recording, replay_server
 
-RECORDINGS = Path(__file__).parent / "forge_recordings"
 TOKEN = "tok-123"
 SECRET = "hook-secret"
-
-
-def recording(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((RECORDINGS / f"{name}.json").read_text())
-    return data
-
-
-def body_of(data: object) -> bytes:
-    return json.dumps(data).encode()
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class ReplayServer:
-    """Answers ``routes[(method, path)]`` with ``(status, JSON)``; anything else is a 404."""
-
-    url: str = ""
-    routes: dict[tuple[str, str], tuple[int, object]] = field(default_factory=dict)
-    requests: list[Request] = field(default_factory=list)
-
-    def route(self, method: str, path: str, status: int, data: object) -> None:
-        self.routes[(method, path)] = (status, data)
-
-    @property
-    def last(self) -> Request:
-        assert self.requests, "the client sent no request"
-        return self.requests[-1]
+# The repositories the recorded webhook deliveries are about.
+GITHUB_HOOK_REPO = "Codertocat/Hello-World"
+GITLAB_HOOK_PROJECT = "awesome_space/awesome_project"  # object_attributes.target
+GITLAB_HOOK_PROJECT_ID = 14  # object_attributes.target_project_id
+DELIVERY = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
 
 
 @pytest.fixture
 def server() -> Iterator[ReplayServer]:
-    replay = ReplayServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            replay.requests.append(
-                Request(
-                    self.command, self.path, dict(self.headers.items()), self.rfile.read(length)
-                )
-            )
-            status, data = replay.routes.get(
-                (self.command, self.path), (404, {"message": "Not Found"})
-            )
-            payload = body_of(data)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_POST = do_PATCH = do_PUT = _answer
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    # A short poll keeps shutdown (and so each test's teardown) quick.
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    replay.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with replay_server() as replay:
         yield replay
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
 
 
 def session() -> requests.Session:
@@ -125,10 +54,12 @@ def session() -> requests.Session:
     return s
 
 
-def github(server: ReplayServer, secret: str = SECRET) -> GitHubProvider:
+def github(
+    server: ReplayServer, secret: str = SECRET, repo: str = "octocat/Hello-World"
+) -> GitHubProvider:
     return GitHubProvider(
         api_url=server.url,
-        repo="octocat/Hello-World",
+        repo=repo,
         token=TOKEN,
         webhook_secret=secret,
         session=session(),
@@ -162,10 +93,19 @@ def hex_hmac(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+def github_hooks(server: ReplayServer, secret: str = SECRET) -> GitHubProvider:
+    """A GitHub client configured for the repository of the recorded deliveries."""
+    return github(server, secret, repo=GITHUB_HOOK_REPO)
+
+
+def gitlab_hooks(server: ReplayServer, project: str = GITLAB_HOOK_PROJECT) -> GitLabProvider:
+    return gitlab(server, repo=project)
+
+
 def github_headers(event: str, body: bytes, secret: str = SECRET) -> dict[str, str]:
     return {
         "X-GitHub-Event": event,
-        "X-GitHub-Delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+        "X-GitHub-Delivery": DELIVERY,
         "X-Hub-Signature-256": "sha256=" + hex_hmac(secret, body),
         "Content-Type": "application/json",
     }
@@ -175,6 +115,9 @@ def gitea_headers(event: str, body: bytes, secret: str = SECRET) -> dict[str, st
     # What Gitea's services/webhook/deliver.go addDefaultHeaders sends.
     signature = hex_hmac(secret, body)
     return {
+        "X-Gitea-Delivery": DELIVERY,
+        "X-Gogs-Delivery": DELIVERY,
+        "X-GitHub-Delivery": DELIVERY,
         "X-Gitea-Event": event,
         "X-Gitea-Event-Type": event,
         "X-Gitea-Signature": signature,
@@ -186,7 +129,16 @@ def gitea_headers(event: str, body: bytes, secret: str = SECRET) -> dict[str, st
 
 
 def gitlab_headers(event: str, token: str = SECRET) -> dict[str, str]:
-    return {"X-Gitlab-Event": event, "X-Gitlab-Token": token, "Content-Type": "application/json"}
+    # What app/services/web_hook_service.rb build_headers sends (GitLab with idempotency keys).
+    return {
+        "X-Gitlab-Event": event,
+        "X-Gitlab-Token": token,
+        "Idempotency-Key": DELIVERY,
+        "X-Gitlab-Event-UUID": "0c9fd5bf-1c3a-4d8e-9d4e-3e1f6a1d2b7c",
+        "X-Gitlab-Webhook-UUID": "5d1f7c8e-2b3a-4c5d-8e9f-0a1b2c3d4e5f",
+        "X-Gitlab-Instance": "http://example.com",
+        "Content-Type": "application/json",
+    }
 
 
 # --- GitHub API -------------------------------------------------------------------------------
@@ -319,7 +271,7 @@ def test_it_rejects_a_github_repo_that_is_not_owner_slash_name() -> None:
 def test_it_reads_a_signed_github_merge(server: ReplayServer) -> None:
     body = body_of(recording("github_webhook_pull_request_closed_merged"))
 
-    event = github(server).parse_webhook(github_headers("pull_request", body), body)
+    event = github_hooks(server).parse_webhook(github_headers("pull_request", body), body)
 
     assert event == WebhookEvent(
         kind="merged",
@@ -327,13 +279,17 @@ def test_it_reads_a_signed_github_merge(server: ReplayServer) -> None:
         merge_sha="c4295bd74fb0f4fda03689c3df3f2803b658fd85",
         head_branch="changes",
         url="https://github.com/Codertocat/Hello-World/pull/2",
+        base_branch="master",
+        repository="Codertocat/Hello-World",
+        repository_id=186853002,
+        delivery=DELIVERY,
     )
 
 
 def test_it_reads_a_github_close_without_merge(server: ReplayServer) -> None:
     body = body_of(recording("github_webhook_pull_request_closed"))
 
-    event = github(server).parse_webhook(github_headers("pull_request", body), body)
+    event = github_hooks(server).parse_webhook(github_headers("pull_request", body), body)
 
     assert event is not None
     assert (event.kind, event.number, event.merge_sha) == ("closed", 2, None)
@@ -343,13 +299,13 @@ def test_it_reads_github_header_names_in_any_case(server: ReplayServer) -> None:
     body = body_of(recording("github_webhook_pull_request_closed_merged"))
     headers = {k.lower(): v for k, v in github_headers("pull_request", body).items()}
 
-    event = github(server).parse_webhook(headers, body)
+    event = github_hooks(server).parse_webhook(headers, body)
 
     assert event is not None and event.kind == "merged"
 
 
 def test_it_ignores_github_pings_and_other_events(server: ReplayServer) -> None:
-    provider = github(server)
+    provider = github_hooks(server)
     ping = body_of(recording("github_webhook_ping"))
     assert provider.parse_webhook(github_headers("ping", ping), ping) is None
 
@@ -369,13 +325,15 @@ def test_it_refuses_a_tampered_github_body(server: ReplayServer) -> None:
     assert tampered != body
 
     with pytest.raises(WebhookSignatureError):
-        github(server).parse_webhook(headers, tampered)
+        github_hooks(server).parse_webhook(headers, tampered)
 
 
 def test_it_refuses_a_github_delivery_signed_with_another_secret(server: ReplayServer) -> None:
     body = body_of(recording("github_webhook_pull_request_closed_merged"))
     with pytest.raises(WebhookSignatureError, match="does not match"):
-        github(server).parse_webhook(github_headers("pull_request", body, secret="other"), body)
+        github_hooks(server).parse_webhook(
+            github_headers("pull_request", body, secret="other"), body
+        )
 
 
 def test_it_refuses_an_unsigned_github_delivery(server: ReplayServer) -> None:
@@ -383,17 +341,19 @@ def test_it_refuses_an_unsigned_github_delivery(server: ReplayServer) -> None:
     headers = github_headers("pull_request", body)
     del headers["X-Hub-Signature-256"]
     with pytest.raises(WebhookSignatureError, match="missing"):
-        github(server).parse_webhook(headers, body)
+        github_hooks(server).parse_webhook(headers, body)
 
 
 def test_it_refuses_every_delivery_when_no_secret_is_configured(server: ReplayServer) -> None:
     body = body_of(recording("github_webhook_pull_request_closed_merged"))
     with pytest.raises(WebhookSignatureError, match="no webhook secret"):
-        github(server, secret="").parse_webhook(github_headers("pull_request", body, ""), body)
+        github_hooks(server, secret="").parse_webhook(
+            github_headers("pull_request", body, ""), body
+        )
 
 
 def test_it_reports_signed_github_junk_as_a_payload_error(server: ReplayServer) -> None:
-    provider = github(server)
+    provider = github_hooks(server)
     junk = b"{not json"
     with pytest.raises(WebhookPayloadError, match="not JSON"):
         provider.parse_webhook(github_headers("pull_request", junk), junk)
@@ -495,7 +455,7 @@ def test_it_needs_an_api_url_for_gitlab() -> None:
 def test_it_reads_a_gitlab_merge(server: ReplayServer) -> None:
     body = body_of(recording("gitlab_webhook_mr_merge"))
 
-    event = gitlab(server).parse_webhook(gitlab_headers("Merge Request Hook"), body)
+    event = gitlab_hooks(server).parse_webhook(gitlab_headers("Merge Request Hook"), body)
 
     assert event == WebhookEvent(
         kind="merged",
@@ -503,20 +463,24 @@ def test_it_reads_a_gitlab_merge(server: ReplayServer) -> None:
         merge_sha="53027d060246c8f47e4a9310fb332aa52f221775",
         head_branch="ms-viewport",
         url="http://example.com/diaspora/merge_requests/1",
+        base_branch="master",
+        repository=GITLAB_HOOK_PROJECT,
+        repository_id=GITLAB_HOOK_PROJECT_ID,
+        delivery=DELIVERY,
     )
 
 
 def test_it_reads_a_gitlab_close(server: ReplayServer) -> None:
     body = body_of(recording("gitlab_webhook_mr_close"))
 
-    event = gitlab(server).parse_webhook(gitlab_headers("Merge Request Hook"), body)
+    event = gitlab_hooks(server).parse_webhook(gitlab_headers("Merge Request Hook"), body)
 
     assert event is not None
     assert (event.kind, event.merge_sha, event.head_branch) == ("closed", None, "ms-viewport")
 
 
 def test_it_ignores_other_gitlab_events_and_actions(server: ReplayServer) -> None:
-    provider = gitlab(server)
+    provider = gitlab_hooks(server)
     push = body_of({"object_kind": "push"})
     assert provider.parse_webhook(gitlab_headers("Push Hook"), push) is None
 
@@ -533,11 +497,11 @@ def test_it_refuses_a_gitlab_delivery_without_the_token(server: ReplayServer, to
         del headers["X-Gitlab-Token"]
 
     with pytest.raises(WebhookSignatureError):
-        gitlab(server).parse_webhook(headers, body)
+        gitlab_hooks(server).parse_webhook(headers, body)
 
 
 def test_it_reports_signed_gitlab_junk_as_a_payload_error(server: ReplayServer) -> None:
-    provider = gitlab(server)
+    provider = gitlab_hooks(server)
     with pytest.raises(WebhookPayloadError):
         provider.parse_webhook(gitlab_headers("Merge Request Hook"), b"\xff\xfe")
 
@@ -617,6 +581,10 @@ def test_it_reads_a_signed_gitea_merge(server: ReplayServer) -> None:
         merge_sha="f2440f050054df0f8ecabcace648f1683509064c",
         head_branch="anbraten-patch-1",
         url="https://gitea.com/anbraten/test-repo/pulls/1",
+        base_branch="main",
+        repository="anbraten/test-repo",
+        repository_id=46534,
+        delivery=DELIVERY,
     )
 
 
@@ -741,3 +709,143 @@ def test_it_names_the_field_of_a_structured_github_error(server: ReplayServer) -
         github(server).open_pull_request(head_branch="x", base_branch="master", title="t", body="")
 
     assert caught.value.message == "Validation Failed: PullRequest head invalid"
+
+
+# --- Delivery ids and the configured repository ----------------------------------------------
+
+
+def test_it_reads_each_forges_delivery_id(server: ReplayServer) -> None:
+    body = body_of(recording("github_webhook_pull_request_closed_merged"))
+    event = github_hooks(server).parse_webhook(github_headers("pull_request", body), body)
+    assert event is not None and event.delivery == DELIVERY
+
+    body = body_of(recording("gitea_webhook_pull_request_merged"))
+    headers = gitea_headers("pull_request", body)
+    headers["X-GitHub-Delivery"] = "not-the-gitea-one"
+    event = gitea(server).parse_webhook(headers, body)
+    assert event is not None and event.delivery == DELIVERY
+
+    body = body_of(recording("gitlab_webhook_mr_merge"))
+    event = gitlab_hooks(server).parse_webhook(gitlab_headers("Merge Request Hook"), body)
+    # Idempotency-Key, which GitLab keeps across its retries, not the per-attempt UUIDs.
+    assert event is not None and event.delivery == DELIVERY
+
+
+def test_it_falls_back_to_the_event_uuid_of_a_gitlab_without_idempotency_keys(
+    server: ReplayServer,
+) -> None:
+    body = body_of(recording("gitlab_webhook_mr_merge"))
+    headers = gitlab_headers("Merge Request Hook")
+    del headers["Idempotency-Key"]
+
+    event = gitlab_hooks(server).parse_webhook(headers, body)
+
+    assert event is not None and event.delivery == headers["X-Gitlab-Event-UUID"]
+
+
+@pytest.mark.parametrize("forge", ["github", "gitea", "gitlab"])
+def test_it_refuses_a_delivery_without_its_delivery_id(server: ReplayServer, forge: str) -> None:
+    if forge == "github":
+        body = body_of(recording("github_webhook_pull_request_closed_merged"))
+        headers, provider = github_headers("pull_request", body), github_hooks(server)
+        del headers["X-GitHub-Delivery"]
+    elif forge == "gitea":
+        body = body_of(recording("gitea_webhook_pull_request_merged"))
+        headers, provider = gitea_headers("pull_request", body), gitea(server)
+        # Gitea also sends the GitHub-style id; its own is the one it always sends.
+        del headers["X-Gitea-Delivery"]
+    else:
+        body = body_of(recording("gitlab_webhook_mr_merge"))
+        headers, provider = gitlab_headers("Merge Request Hook"), gitlab_hooks(server)
+        del headers["Idempotency-Key"], headers["X-Gitlab-Event-UUID"]
+
+    with pytest.raises(WebhookPayloadError, match="is missing"):
+        provider.parse_webhook(headers, body)
+
+
+def test_it_refuses_a_delivery_id_that_is_not_one(server: ReplayServer) -> None:
+    body = body_of(recording("github_webhook_pull_request_closed_merged"))
+    for junk in ("a b", "x" * 101, "caf\u00e9"):
+        headers = github_headers("pull_request", body)
+        headers["X-GitHub-Delivery"] = junk
+        with pytest.raises(WebhookPayloadError, match="not a delivery id"):
+            github_hooks(server).parse_webhook(headers, body)
+
+
+def test_it_refuses_a_ping_without_a_delivery_id(server: ReplayServer) -> None:
+    ping = body_of(recording("github_webhook_ping"))
+    headers = github_headers("ping", ping)
+    del headers["X-GitHub-Delivery"]
+    with pytest.raises(WebhookPayloadError):
+        github_hooks(server).parse_webhook(headers, ping)
+
+
+def test_it_ignores_pull_requests_of_another_github_repository(server: ReplayServer) -> None:
+    body = body_of(recording("github_webhook_pull_request_closed_merged"))
+    # The configured repository differs from the one the (signed) delivery is about.
+    with pytest.raises(WebhookForeignError, match="Codertocat/Hello-World"):
+        github(server, repo="ai-factory/fleet").parse_webhook(
+            github_headers("pull_request", body), body
+        )
+    # GitHub's owner and repository names are case-insensitive.
+    event = github(server, repo="codertocat/hello-world").parse_webhook(
+        github_headers("pull_request", body), body
+    )
+    assert event is not None
+
+
+def test_it_ignores_a_github_pull_request_from_a_fork(server: ReplayServer) -> None:
+    provider = github_hooks(server)
+    data = recording("github_webhook_pull_request_closed_merged")
+    data["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    body = body_of(data)
+    with pytest.raises(WebhookForeignError, match="fork"):
+        provider.parse_webhook(github_headers("pull_request", body), body)
+
+    # A deleted fork leaves head.repo null.
+    data["pull_request"]["head"]["repo"] = None
+    body = body_of(data)
+    with pytest.raises(WebhookForeignError, match="fork"):
+        provider.parse_webhook(github_headers("pull_request", body), body)
+
+
+def test_it_ignores_pull_requests_of_another_gitea_repository(server: ReplayServer) -> None:
+    data = recording("gitea_webhook_pull_request_merged")
+    data["pull_request"]["base"]["repo"]["full_name"] = "anbraten/other-repo"
+    body = body_of(data)
+    with pytest.raises(WebhookForeignError, match="anbraten/other-repo"):
+        gitea(server).parse_webhook(gitea_headers("pull_request", body), body)
+
+    data = recording("gitea_webhook_pull_request_merged")
+    data["pull_request"]["head"]["repo"]["full_name"] = "mallory/test-repo"
+    body = body_of(data)
+    with pytest.raises(WebhookForeignError, match="fork"):
+        gitea(server).parse_webhook(gitea_headers("pull_request", body), body)
+
+
+@pytest.mark.parametrize(
+    "project",
+    [GITLAB_HOOK_PROJECT, "Awesome_Space%2Fawesome_project", str(GITLAB_HOOK_PROJECT_ID)],
+)
+def test_it_matches_the_gitlab_project_by_path_or_id(server: ReplayServer, project: str) -> None:
+    body = body_of(recording("gitlab_webhook_mr_merge"))
+    event = gitlab_hooks(server, project).parse_webhook(gitlab_headers("Merge Request Hook"), body)
+    assert event is not None and event.repository_id == GITLAB_HOOK_PROJECT_ID
+
+
+@pytest.mark.parametrize("project", ["gitlabhq/gitlab-test", "1", "awesome_space/other"])
+def test_it_ignores_merge_requests_of_another_gitlab_project(
+    server: ReplayServer, project: str
+) -> None:
+    # "gitlabhq/gitlab-test" (id 1) is the recording's top-level project: the MR's target
+    # project is what counts.
+    body = body_of(recording("gitlab_webhook_mr_merge"))
+    with pytest.raises(WebhookForeignError):
+        gitlab_hooks(server, project).parse_webhook(gitlab_headers("Merge Request Hook"), body)
+
+
+def test_it_ignores_a_gitlab_merge_request_from_a_fork(server: ReplayServer) -> None:
+    data = recording("gitlab_webhook_mr_merge")
+    data["object_attributes"]["source_project_id"] = 99
+    with pytest.raises(WebhookForeignError, match="fork"):
+        gitlab_hooks(server).parse_webhook(gitlab_headers("Merge Request Hook"), body_of(data))
