@@ -810,10 +810,22 @@ def _on_merged(request: ResourceRequest) -> None:
     )
 
 
+def same_files(old: ChangeRequest, new: ChangeRequest) -> bool:
+    """Whether every file either change touches ends up byte-identical at the two heads: what
+    ``new`` would apply is exactly what was reviewed in ``old``."""
+    repo = gitops.repository()
+    paths = set(old.files_changed) | set(new.files_changed)
+    return all(repo.read_file(old.head_sha, p) == repo.read_file(new.head_sha, p) for p in paths)
+
+
 def _refresh_siblings(tenant: Tenant) -> None:
     """After a request of ``tenant`` merged, its other open pull requests were rendered from
-    an older main: open each again from the tenant as it is now (the approver's review moves
-    with it, since the approved spec is unchanged)."""
+    an older main: open each again from the tenant as it is now.
+
+    The approval moves with the request only when its files are byte-identical to those the
+    approver reviewed (and the approver still may review); otherwise, a quota or queue file
+    now holding the merged sibling too, say, the new pull request waits for a fresh review and
+    the platform admins are told."""
     for sibling in ResourceRequest.objects.filter(
         tenant=tenant, state__in=[S.PR_OPEN, S.DECOMMISSIONING]
     ).select_related("change"):
@@ -824,7 +836,21 @@ def _refresh_siblings(tenant: Tenant) -> None:
             with transaction.atomic():
                 locked = _locked(sibling)
                 gitops.do_close(change, acting_user=None, reason="superseded: main moved on")
-                fresh = _open_change(locked, locked.decided_by)  # branch kept on failure: rare
+                fresh = _open_change(locked, None)  # branch kept on failure: rare
+                approver = locked.decided_by
+                kept = (
+                    same_files(change, fresh)
+                    and approver is not None
+                    and gitops.may(approver, "review", fresh)
+                )
+                if kept:
+                    gitops.do_review(
+                        fresh,
+                        acting_user=approver,
+                        state="approve",
+                        body=f"Approved in the catalog; carried over from #{change.pk}, whose "
+                        "files are byte-identical.",
+                    )
                 locked.change = fresh
                 locked.error = ""
                 locked.save(update_fields=["change", "error", "updated_at"])
@@ -833,14 +859,40 @@ def _refresh_siblings(tenant: Tenant) -> None:
                     action="request.pull_request_refreshed",
                     target=locked,
                     tenant_slug=tenant.slug,
-                    diff={"change": [change.pk, fresh.pk]},
+                    diff={
+                        "change": [change.pk, fresh.pk],
+                        "approval": ["approved", "kept" if kept else "needs a fresh review"],
+                    },
                 )
+                if not kept:
+                    _ask_for_review(locked, change, fresh)
         except Exception as exc:
             message = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
             with transaction.atomic():
                 locked = _locked(sibling)
                 locked.error = f"Refreshing the pull request failed: {message}"
                 locked.save(update_fields=["error", "updated_at"])
+
+
+def _ask_for_review(request: ResourceRequest, old: ChangeRequest, new: ChangeRequest) -> None:
+    """Tell the platform admins that a refreshed pull request differs from what was approved."""
+    title = f"{request.title}: review again"
+    body = (
+        f"Pull request #{old.pk} was rendered again as #{new.pk} after another merge, and its "
+        "files differ from the ones that were approved."
+    )
+    url = reverse("gitops:detail", args=[new.pk])
+    for person in access.platform_admins():
+        if person.pk == request.requested_by_id:
+            continue
+        Notification.objects.create(
+            user=person,
+            request=request,
+            tenant_slug=request.tenant.slug,
+            title=title[:200],
+            body=body,
+            url=url,
+        )
 
 
 def advance_requests() -> int:
