@@ -126,6 +126,13 @@ def _tenant_slugs(repo: GitRepository, rev: str) -> set[str]:
     return {name.rstrip("/") for name in repo.list_dir(rev, "tenants/") if name.endswith("/")}
 
 
+def tenant_on_main(slug: str) -> bool:
+    """Whether the tenant's directory is on main (its onboarding is merged)."""
+    repo = repository()
+    main = repo.head(settings.GITOPS_MAIN_BRANCH)
+    return main is not None and slug in _tenant_slugs(repo, main)
+
+
 def tenant_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | None]:
     """What to write so that main holds ``tenant`` as specified: added, changed, deleted files.
 

@@ -242,6 +242,9 @@ GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(_shared_crds) if _shared_crds.i
 GITOPS_REQUIRED_APPROVALS = env_int("GITOPS_REQUIRED_APPROVALS", 1)
 # Who may review, merge and close changes: the access rules module (gitops knows no roles).
 GITOPS_CHANGE_POLICY = "tenants.access.may_act_on_change"
+# The tenant as it should run, with its live resources (the catalog owns them; tenants may not
+# import it): what a change of a tenant's settings is checked and rendered with.
+TENANT_DESIRED_SPEC = "catalog.specs.desired_tenant"
 GITOPS_COMMITTER_NAME = env("GITOPS_COMMITTER_NAME", "AI factory portal")
 GITOPS_COMMITTER_EMAIL = env("GITOPS_COMMITTER_EMAIL", "portal@ai-factory.invalid")
 # Push main to a remote after each merge (optional): URL and HTTPS credentials.

@@ -11,13 +11,17 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
+from django.utils.module_loading import import_string
 
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
+from gitops.render.validate import validate_tenant
+from gitops.specs import SpecError
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -111,10 +115,20 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
 PLATFORM_ONLY_FIELDS = frozenset({"trust_level", "cost_centre"})
 
 
+# Settings that are rendered into the tenant's namespace: changing one is a change in Git.
+RENDERED_FIELDS = frozenset({"display_name", "trust_level", "cost_centre"})
+
+
 @transaction.atomic
 def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Tenant:
     """Change a tenant's settings: its admins the display name and contacts, platform admins
-    also the trust level and cost centre."""
+    also the trust level and cost centre.
+
+    What is rendered (display name, trust level, cost centre) goes through review like any
+    other change: the tenant as it should then run, live resources included, is validated
+    first (a tenant with HAMi shares cannot become dedicated; nothing changes), then a change
+    request is opened with the saved settings.
+    """
     unknown = set(changes) - set(TENANT_FIELDS)
     if unknown:
         raise ValidationError(f"These fields cannot be changed: {', '.join(sorted(unknown))}.")
@@ -128,15 +142,39 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
         setattr(tenant, field, value)
     tenant.full_clean()
     diff = _diff(before, _snapshot(tenant, TENANT_FIELDS))
-    if diff:
-        tenant.save(update_fields=list(diff))
-        record_audit(
-            actor=acting_user,
-            action="tenant.update",
-            target=tenant,
-            tenant_slug=tenant.slug,
-            diff=diff,
-        )
+    if not diff:
+        return tenant
+    spec = None
+    if set(diff) & RENDERED_FIELDS:
+        spec = import_string(settings.TENANT_DESIRED_SPEC)(tenant)
+        try:
+            validate_tenant(spec, configured_fleet())
+        except SpecError as exc:
+            problems = "; ".join(f"{k}: {v}" if k else v for k, v in exc.errors.items())
+            raise ValidationError(
+                f"{tenant.slug} cannot take these settings with what it runs now: {problems}"
+            ) from exc
+    tenant.save(update_fields=list(diff))
+    record_audit(
+        actor=acting_user,
+        action="tenant.update",
+        target=tenant,
+        tenant_slug=tenant.slug,
+        diff=diff,
+    )
+    if spec is not None and gitops.tenant_on_main(tenant.slug):
+        fields = ", ".join(f.replace("_", " ") for f in sorted(set(diff) & RENDERED_FIELDS))
+        changes_in_git = gitops.tenant_changes(spec, configured_fleet())
+        if changes_in_git:
+            gitops.open_change(
+                acting_user=acting_user,
+                title=f"Update tenant {tenant.slug}: {fields}",
+                changes=changes_in_git,
+                kind=ChangeRequest.Kind.TENANT,
+                tenant_slug=tenant.slug,
+                description="Settings changed in the portal: "
+                + "; ".join(f"{k.replace('_', ' ')} {v[0]!r} -> {v[1]!r}" for k, v in diff.items()),
+            )
     return tenant
 
 

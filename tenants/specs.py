@@ -23,7 +23,7 @@ def tenant_spec(tenant: Tenant) -> TenantSpec:
     return TenantSpec(
         slug=tenant.slug,
         display_name=tenant.display_name,
-        trust_level=tenant.trust_level,  # type: ignore[arg-type]
+        trust_level=str(tenant.trust_level),  # type: ignore[arg-type]
         cost_centre=tenant.cost_centre,
         cpu_quota=max(MIN_CPUS, CPUS_PER_GPU * tenant.gpu_quota),
         memory_gib=max(MIN_MEMORY_GIB, MEMORY_GIB_PER_GPU * tenant.gpu_quota),

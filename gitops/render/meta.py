@@ -17,6 +17,9 @@ TENANT_LABEL = "ai-factory.io/tenant"
 FLUX_TENANT_LABEL = "toolkit.fluxcd.io/tenant"
 DISPLAY_NAME_ANNOTATION = "ai-factory.io/display-name"
 COST_CENTRE_ANNOTATION = "ai-factory.io/cost-centre"
+# Whether the tenant may share GPUs with others (HAMi): on its namespace, so that a change of
+# trust is a change in Git that is reviewed, and policies can select by it.
+TRUST_LEVEL_LABEL = "ai-factory.io/trust-level"
 UNTIL_ANNOTATION = "ai-factory.io/reservations-until"
 # LiteLLM's config collector picks up ConfigMaps with this label in any namespace.
 LITELLM_MODEL_LABEL = "ai-factory.io/litellm-model"

@@ -8,6 +8,7 @@ from gitops.render.meta import (
     COST_CENTRE_ANNOTATION,
     DISPLAY_NAME_ANNOTATION,
     FLUX_TENANT_LABEL,
+    TRUST_LEVEL_LABEL,
     metadata,
 )
 from gitops.specs import TenantSpec
@@ -35,7 +36,11 @@ def namespace(tenant: TenantSpec) -> dict[str, Any]:
         "metadata": metadata(
             tenant.slug,
             tenant=tenant.slug,
-            extra_labels={FLUX_TENANT_LABEL: tenant.slug, **pod_security},
+            extra_labels={
+                FLUX_TENANT_LABEL: tenant.slug,
+                TRUST_LEVEL_LABEL: tenant.trust_level,
+                **pod_security,
+            },
             annotations=annotations,
         ),
     }

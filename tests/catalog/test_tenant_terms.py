@@ -1,0 +1,91 @@
+"""A change of a tenant's rendered settings (trust level, cost centre, display name) is checked
+against what the tenant runs and goes through review as a change request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from catalog.models import Kind, Resource
+from gitops import services as gitops
+from gitops.models import ChangeRequest
+from tenants import services
+from tenants.models import Tenant
+
+HAMI = {
+    "name": "frac",
+    "flavor": "h200-hami",
+    "kind": "hami",
+    "count": 4,
+    "gpumem_mib": 24000,
+    "gpucores_percent": 25,
+}
+
+
+def _open_changes() -> list[ChangeRequest]:
+    return list(ChangeRequest.objects.filter(tenant_slug="alpha", status="open"))
+
+
+@pytest.mark.django_db
+def test_a_tenant_with_hami_shares_cannot_become_dedicated(
+    onboarded: dict[str, Any], run_jobs: Any
+) -> None:
+    world = onboarded
+    Resource.objects.create(
+        tenant=world["alpha"], kind=Kind.GPU_SHARE, name="frac", spec=HAMI, state="active"
+    )
+    with pytest.raises(ValidationError, match="HAMi"):
+        run_jobs(
+            services.do_update_tenant,
+            world["alpha"],
+            acting_user=world["pam"],
+            trust_level=Tenant.TrustLevel.DEDICATED,
+        )
+    assert Tenant.objects.get(slug="alpha").trust_level == Tenant.TrustLevel.SHARED
+    assert _open_changes() == []
+
+
+@pytest.mark.django_db
+def test_a_change_of_trust_is_a_reviewed_change(onboarded: dict[str, Any], run_jobs: Any) -> None:
+    world = onboarded
+    run_jobs(
+        services.do_update_tenant,
+        world["alpha"],
+        acting_user=world["pam"],
+        trust_level=Tenant.TrustLevel.DEDICATED,
+        cost_centre="CC-9",
+    )
+    (change,) = _open_changes()
+    assert change.title == "Update tenant alpha: cost centre, trust level"
+    namespace = gitops.repository().read_file(change.head_sha, "tenants/alpha/namespace.yaml")
+    assert b"ai-factory.io/trust-level: dedicated" in namespace
+    assert b"ai-factory.io/cost-centre: CC-9" in namespace
+    # Four eyes: the admin who changed it cannot approve it.
+    with pytest.raises(ValidationError, match="cannot approve"):
+        gitops.do_review(change, acting_user=world["pam"], state="approve")
+    # A tenant admin still cannot change it at all.
+    with pytest.raises(PermissionDenied):
+        services.do_update_tenant(
+            world["alpha"], acting_user=world["alice"], trust_level=Tenant.TrustLevel.SHARED
+        )
+
+
+@pytest.mark.django_db
+def test_a_tenant_admin_renaming_opens_a_change_and_contacts_do_not(
+    onboarded: dict[str, Any], run_jobs: Any
+) -> None:
+    world = onboarded
+    run_jobs(
+        services.do_update_tenant,
+        world["alpha"],
+        acting_user=world["alice"],
+        contacts=["ops@example.com"],
+    )
+    assert _open_changes() == []
+    run_jobs(
+        services.do_update_tenant, world["alpha"], acting_user=world["alice"], display_name="A"
+    )
+    (change,) = _open_changes()
+    assert change.files_changed == ["tenants/alpha/namespace.yaml"]
