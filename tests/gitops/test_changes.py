@@ -73,6 +73,7 @@ def test_it_opens_a_change_with_checks_on_its_own_branch(
         "isolation": "passed",
         "capacity": "passed",
         "controllers": "passed",
+        "duplicates": "passed",
     }, CheckRun.objects.filter(change=change).values("name", "summary", "details")
     assert change.checks_state == "passed"
     assert AuditEvent.objects.filter(action="change.open", tenant_slug="alpha").exists()
