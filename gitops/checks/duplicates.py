@@ -27,7 +27,8 @@ An object's identity is what it would be once applied, not what its file says:
   not specified", fluxcd/flux2#4301), so it is compared as written.
 
 A file reached through two kustomizations (a base of two overlays) has an identity per way it
-is applied; one document is never a duplicate of itself.
+is applied; one document is never a duplicate of itself. A file that nothing includes is
+compared as written: Flux does not apply it today, but it would clash the day something does.
 
 A HelmRelease also makes objects of its own, named from its fields, and two HelmReleases can
 make the same one (helm-controller v2, ``api/v2`` ``GetReleaseName``/``GetStorageNamespace``/

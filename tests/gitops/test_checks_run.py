@@ -213,4 +213,5 @@ def test_malformed_manifests_fail_the_checks_without_crashing_them(crds_dir: Pat
         assert results[name].status == "failed"
         assert "crashed" not in results[name].summary
     assert "crashed" not in results["kustomize"].summary
+    assert "crashed" not in results["duplicates"].summary
     assert results["capacity"].status == "passed"

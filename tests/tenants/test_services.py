@@ -92,6 +92,14 @@ def test_it_reserves_the_namespaces_the_fleet_file_configures(
     assert ChangeRequest.objects.count() == changes  # no onboarding pull request either
 
 
+def test_a_tenant_named_before_its_name_was_reserved_keeps_its_settings(
+    world: dict[str, Any],
+) -> None:
+    legacy = Tenant.objects.create(slug="keda", display_name="Old")
+    services.do_update_tenant(legacy, acting_user=world["pam"], display_name="Autoscaling team")
+    assert Tenant.objects.get(slug="keda").display_name == "Autoscaling team"
+
+
 def test_it_rejects_unknown_trust_level_and_bad_contacts(world: dict[str, Any]) -> None:
     with pytest.raises(ValidationError) as info:
         services.do_create_tenant(
