@@ -162,8 +162,11 @@ def check_duplicates(
     objects, _ = iter_objects(files)  # unreadable files are the schema check's findings
     parents, layers = _include_graph(files, objects, repo_urls)
     placed: dict[Identity, set[_Placement]] = defaultdict(set)
+    chains: dict[str, list[tuple[str, ...]]] = {}
     for item in objects:
-        for identity in _identities(item, parents, layers, registry):
+        if item.path not in chains:
+            chains[item.path] = _chains(_file_node(item.path), parents)
+        for identity in _identities(item, chains[item.path], layers, registry):
             placed[identity].add(_Placement(item.path, item.index))
             if (identity.group, identity.kind) == (HELM_GROUP, "HelmRelease"):
                 for derived, via in _helm_release_objects(identity, item.obj):
@@ -182,7 +185,7 @@ def check_duplicates(
                 placements[0].path,
                 str(identity),
                 "duplicate-object",
-                f"defined {len(placements)} times: {'; '.join(str(p) for p in placements)}. "
+                f"defined {len(documents)} times: {'; '.join(str(p) for p in placements)}. "
                 "The cluster holds one such object, so each apply overwrites the other; "
                 "rename one of them.",
             )
@@ -317,10 +320,11 @@ def _scope(registry: SchemaRegistry, api_version: str, group: str, kind: str) ->
 
 def _identities(
     item: ManifestObject,
-    parents: _Graph,
+    chains: Iterable[tuple[str, ...]],
     layers: Mapping[str, _Layer],
     registry: SchemaRegistry,
 ) -> set[Identity]:
+    """The object's identity for each way up (``chains``) the include graph applies it."""
     obj = item.obj
     api_version, kind = str(obj["apiVersion"]), str(obj["kind"])
     group = api_version.rpartition("/")[0]
@@ -332,7 +336,7 @@ def _identities(
     cluster_scoped = _scope(registry, api_version, group, kind) == "Cluster"
     renamed = (group, kind) not in UNPREFIXED_KINDS
     found: set[Identity] = set()
-    for chain in _chains(_file_node(item.path), parents):
+    for chain in chains:
         namespace, applied_name = own_namespace, name
         for node in chain:
             layer = layers.get(node)

@@ -69,9 +69,10 @@ TENANT_SLUG_MAX = 40
 # A tenant's namespace is named after its slug, and the platform writes the tenant's Namespace
 # (labels, Pod Security), quota, policies and RoleBindings into it with full rights. A tenant
 # named after a namespace of the platform's own components would have all of that written over
-# the component's namespace, and the tenant's Flux would apply workloads into it. These are the
-# namespaces the operator's guide installs the components in (their charts' defaults) and
-# Kubernetes' own; the namespaces the fleet file configures are added by reserved_namespaces.
+# the component's namespace, and the tenant's Flux would apply workloads into it. These are
+# Kubernetes' own namespaces and those the components of the operator's guide are installed in
+# by their own instructions (the fleet file's defaults among them, in case it names others);
+# the namespaces the fleet file configures are added by reserved_namespaces.
 PLATFORM_NAMESPACES = frozenset(
     {
         "default",
