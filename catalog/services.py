@@ -41,8 +41,10 @@ from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render import resources as units
 from gitops.render.gateway import public_url
+from gitops.render.meta import FLUX_NAMESPACE
 from gitops.render.validate import validate_tenant
-from gitops.specs import FleetSpec, GpuShare, SpecError, TenantSpec
+from gitops.render.vcluster import release_name
+from gitops.specs import FleetSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -196,6 +198,30 @@ def _nvlink_warning(spec: dict[str, Any], kind: str, tenant: TenantSpec, fleet: 
     return ""
 
 
+def release_clash(tenant: Tenant, name: str) -> str:
+    """Why cluster ``name`` cannot be the tenant's: another tenant's cluster would have the
+    same HelmRelease, or "". Every tenant's release is in flux-system, named
+    ``<slug>-<cluster>`` (``gitops.render.vcluster``), so tenant ``llm`` with cluster
+    ``platform-x`` and tenant ``llm-platform`` with cluster ``x`` would write one object and
+    take it from each other. A cluster that is only asked for holds its release name too, so
+    whoever asked first keeps it; the repository's duplicates check stops what slips past."""
+    release = release_name(TenantSpec(slug=tenant.slug), TenantClusterSpec(name=name))
+    others = (
+        Resource.objects.filter(kind=Kind.CLUSTER)
+        .exclude(tenant=tenant)
+        .exclude(state__in=[Resource.State.DECOMMISSIONED, Resource.State.WITHDRAWN])
+        .values_list("tenant__slug", "name")
+    )
+    for slug, other in others.iterator(chunk_size=2000):
+        if release_name(TenantSpec(slug=slug), TenantClusterSpec(name=other)) == release:
+            # The other tenant is not named: tenants do not learn of each other here.
+            return (
+                f"The name {name!r} cannot be used: the cluster's release would be named "
+                f"{release!r}, like a cluster of another tenant. Choose another name."
+            )
+    return ""
+
+
 def check_request(
     tenant: Tenant,
     kind: str,
@@ -223,6 +249,10 @@ def check_request(
         validate_tenant(after, fleet)
     except SpecError as exc:
         errors.update(errors_for(after, kind, name, exc))
+    if kind == Kind.CLUSTER and not remove and "name" not in errors:
+        clash = release_clash(tenant, name)
+        if clash:
+            errors["name"] = clash
     dedicated = tenant.trust_level == Tenant.TrustLevel.DEDICATED
     if dedicated and kind == Kind.GPU_SHARE and spec and spec.get("kind") not in DEDICATED_KINDS:
         errors["kind"] = (
@@ -778,8 +808,9 @@ def readiness(request: ResourceRequest) -> tuple[str, str]:
     if resource.kind == Kind.GPU_SHARE:
         return "ready", ""
     if resource.kind == Kind.CLUSTER:
+        release = release_name(TenantSpec(slug=slug), TenantClusterSpec(name=resource.name))
         obj = FluxObject.objects.filter(
-            kind=FluxObject.Kind.HELM_RELEASE, name=f"{slug}-{resource.name}"
+            kind=FluxObject.Kind.HELM_RELEASE, namespace=FLUX_NAMESPACE, name=release
         ).first()
         state = obj.cluster_state if obj else ""
     else:

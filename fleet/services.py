@@ -33,6 +33,7 @@ from gitops.fleet import base_fleet, configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render.flux import TENANT_SOURCE_SECRET
 from gitops.render.meta import FLUX_NAMESPACE, FLUX_TENANT_LABEL, TENANT_LABEL
+from gitops.render.validate import RESERVED_PREFIXES, reserved_namespaces
 from gitops.render.vcluster import pool_labels
 from gitops.specs import FleetSpec
 from portal.audit import record_audit
@@ -286,38 +287,15 @@ def tenant_of(
         return labels.get(TENANT_LABEL) or labels.get(FLUX_TENANT_LABEL) or ""
     if platform is None:
         platform = platform_namespaces()
-    if namespace in platform or namespace.startswith("kube-"):
+    if namespace in platform or namespace.startswith(RESERVED_PREFIXES):
         return ""
     return namespace
 
 
-PLATFORM_NAMESPACES = frozenset(
-    {
-        FLUX_NAMESPACE,
-        "default",
-        "gpu-operator",
-        "kueue-system",
-        "kserve",
-        "kyverno",
-        "monitoring",
-        "cert-manager",
-    }
-)
-
-
 def platform_namespaces() -> frozenset[str]:
-    """The namespaces of the platform: the fixed ones and those the fleet configures (gateway,
-    its proxies, LiteLLM, monitoring, GPU Operator, HAMi, the portal's own)."""
-    fleet = base_fleet()
-    return PLATFORM_NAMESPACES | {
-        fleet.gateway.namespace,
-        fleet.gateway.proxy_namespace,
-        fleet.litellm_namespace,
-        fleet.monitoring_namespace,
-        fleet.gpu_operator_namespace,
-        fleet.hami_namespace,
-        fleet.portal_namespace,
-    }
+    """The namespaces of the platform: the names no tenant may take (one list, the
+    renderer's), on the configured fleet."""
+    return reserved_namespaces(base_fleet())
 
 
 def sync_workloads(kube: Kube) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from portal.models import Job
 
 @job_task("gitops.run_checks")
 def run_change_checks(job: Job) -> None:
-    """Run schemas, kustomize, isolation and capacity checks on a change's head commit."""
+    """Run every check of ``gitops.checks.run_checks`` on a change's head commit."""
     change = ChangeRequest.objects.get(pk=job.kwargs["change_id"])
     sha = job.kwargs["sha"]
     repo = repository()

@@ -6,13 +6,16 @@ import re
 
 from django.core.exceptions import ValidationError
 
+from gitops.fleet import base_fleet
+from gitops.render.validate import reserved_name_problem
+
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # A tenant slug becomes a namespace and a prefix of other names (queues, releases,
 # `<slug>-<cluster>`), so it is kept well under the 63-character label limit.
 TENANT_SLUG_MAX = 40
-RESERVED_SLUGS = frozenset(
-    {"default", "kube-system", "kube-public", "kube-node-lease", "flux-system", "admin", "new"}
-)
+# Words of the portal's own URLs (``/tenants/new/``, ``/admin/``); the names the cluster
+# reserves are the fleet's (``gitops.render.validate.reserved_name_problem``).
+PORTAL_WORDS = frozenset({"admin", "new"})
 
 
 def validate_dns1123_label(value: str, *, max_length: int = 63) -> None:
@@ -33,9 +36,17 @@ def validate_dns1123_label(value: str, *, max_length: int = 63) -> None:
 
 
 def validate_tenant_slug(value: str) -> None:
+    """A DNS label the portal and the fleet leave free: not a word of the portal's URLs, and
+    not the namespace of a platform component, as the configured fleet names them (the
+    renderer refuses the same names, so a tenant made here can always be rendered)."""
     validate_dns1123_label(value, max_length=TENANT_SLUG_MAX)
-    if value in RESERVED_SLUGS or value.startswith(("kube-", "flux-")):
-        raise ValidationError(f"'{value}' is reserved by the platform.", code="reserved")
+    if value in PORTAL_WORDS:
+        raise ValidationError(
+            f"The name {value!r} is reserved: the portal's own pages use it.", code="reserved"
+        )
+    problem = reserved_name_problem(value, base_fleet())
+    if problem:
+        raise ValidationError(problem, code="reserved")
 
 
 def validate_single_line(value: str) -> None:

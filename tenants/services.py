@@ -140,7 +140,9 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     before = _snapshot(tenant, TENANT_FIELDS)
     for field, value in changes.items():
         setattr(tenant, field, value)
-    tenant.full_clean()
+    # The slug cannot change here; a tenant whose name became reserved after it was made
+    # still gets its settings edited.
+    tenant.full_clean(exclude=["slug"])
     diff = _diff(before, _snapshot(tenant, TENANT_FIELDS))
     if not diff:
         return tenant

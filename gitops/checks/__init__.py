@@ -12,7 +12,9 @@
 - ``controllers``: settings the controllers would act on against their intent: topology-aware
   flavors they cannot place, preemption fair sharing ignores, namespace quotas below what Kueue
   admits, rollouts that surge past the GPU quota, immutable specs changed in place
-  (``gitops.checks.controllers``).
+  (``gitops.checks.controllers``);
+- ``duplicates``: two documents anywhere in the tree that would be one object in the cluster,
+  with the namespace and name kustomize and Flux give them (``gitops.checks.duplicates``).
 
 A check that cannot run here (no schema directory configured, no kubectl) is ``skipped`` with
 the reason; whether a skipped check may merge is the caller's decision.
@@ -28,6 +30,7 @@ from typing import Any, Literal
 
 from gitops.checks.capacity import check_capacity
 from gitops.checks.controllers import check_controllers
+from gitops.checks.duplicates import check_duplicates
 from gitops.checks.findings import Finding
 from gitops.checks.isolation import (
     PlatformSource,
@@ -52,7 +55,7 @@ from gitops.specs import FleetSpec
 
 logger = logging.getLogger(__name__)
 
-CheckName = Literal["schemas", "kustomize", "isolation", "capacity", "controllers"]
+CheckName = Literal["schemas", "kustomize", "isolation", "capacity", "controllers", "duplicates"]
 CheckStatus = Literal["passed", "failed", "skipped"]
 
 
@@ -114,6 +117,7 @@ def run_checks(
         ),
         _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
         _guarded("controllers", lambda: _controllers(files, fleet, base)),
+        _guarded("duplicates", lambda: _duplicates(files, fleet, registry)),
     ]
     return results
 
@@ -180,13 +184,7 @@ def _kustomize(
         command = kustomize_command()
     except KustomizeUnavailable as exc:
         return CheckResult("kustomize", "skipped", str(exc))
-    # A tenant's projection repository holds its workloads at the same paths as this tree,
-    # so its Kustomization is built from here too.
-    slugs = {
-        path.split("/")[1] for path in files if path.startswith("tenants/") and path.count("/") >= 2
-    }
-    urls = {fleet.git_url} | {fleet.tenant_git_url(slug) for slug in slugs}
-    targets = flux_kustomizations(files, repo_urls=urls)
+    targets = flux_kustomizations(files, repo_urls=_repo_urls(files, fleet))
     all_paths = sorted({t.path for t in targets})
     paths = all_paths if changed is None else affected_paths(changed, all_paths, files)
     if not paths:
@@ -218,6 +216,15 @@ def _kustomize(
         summary = f"{count} patch{'' if count == 1 else 'es'} in {built} match nothing"
         return CheckResult("kustomize", "failed", summary, unmatched)
     return CheckResult("kustomize", "passed", f"{built} build", [p or "." for p in paths])
+
+
+def _repo_urls(files: Mapping[str, bytes], fleet: FleetSpec) -> set[str]:
+    """The repositories whose Flux Kustomizations apply this tree: the fleet's, and each
+    tenant's projection repository, which holds its workloads at the same paths as this tree."""
+    slugs = {
+        path.split("/")[1] for path in files if path.startswith("tenants/") and path.count("/") >= 2
+    }
+    return {fleet.git_url} | {fleet.tenant_git_url(slug) for slug in slugs}
 
 
 def _isolation(
@@ -277,6 +284,13 @@ def _controllers(
 ) -> CheckResult:
     findings = check_controllers(files, fleet, base=base)
     return _from_findings("controllers", findings, "Kueue, KServe and the namespace quotas agree")
+
+
+def _duplicates(
+    files: Mapping[str, bytes], fleet: FleetSpec, registry: SchemaRegistry | None
+) -> CheckResult:
+    findings = check_duplicates(files, registry=registry, repo_urls=_repo_urls(files, fleet))
+    return _from_findings("duplicates", findings, "no two documents define the same object")
 
 
 def _from_findings(name: CheckName, findings: list[Finding], ok: str) -> CheckResult:

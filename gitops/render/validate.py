@@ -22,7 +22,8 @@ from datetime import date
 from fractions import Fraction
 from typing import Any, get_args
 
-from gitops.render import resources, vcluster
+from gitops.render import kueue_config, resources, vcluster
+from gitops.render.meta import FLUX_NAMESPACE
 from gitops.specs import (
     ClusterSize,
     EndpointSpec,
@@ -65,9 +66,39 @@ CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 # A slug is a namespace and the prefix of names such as "<slug>-<cluster>".
 TENANT_SLUG_MAX = 40
-RESERVED_NAMESPACES = frozenset(
-    {"default", "kube-system", "kube-public", "kube-node-lease", "flux-system"}
+# A tenant's namespace is named after its slug, and the platform writes the tenant's Namespace
+# (labels, Pod Security), quota, policies and RoleBindings into it with full rights. A tenant
+# named after a namespace of the platform's own components would have all of that written over
+# the component's namespace, and the tenant's Flux would apply workloads into it. These are
+# Kubernetes' own namespaces and those the components of the operator's guide are installed in
+# by their own instructions (the fleet file's defaults among them, in case it names others);
+# the namespaces the fleet file configures are added by reserved_namespaces.
+PLATFORM_NAMESPACES = frozenset(
+    {
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        FLUX_NAMESPACE,
+        kueue_config.NAMESPACE,
+        "kserve",
+        "kyverno",
+        "cert-manager",
+        "gpu-operator",
+        "nvidia-dra-driver-gpu",
+        "monitoring",
+        "keda",
+        "external-secrets",
+        "envoy-gateway-system",
+        # Cilium keeps the Gateway's TLS Secrets here when its Gateway API support is on.
+        "cilium-secrets",
+        "jobset-system",
+        "litellm",
+        "portal-system",
+        "gateway-system",
+    }
 )
+# Kubernetes creates kube-* namespaces of its own; flux-* are Flux's.
 RESERVED_PREFIXES = ("kube-", "flux-")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Tenants are served on "<slug>.<gateway hostname>", a DNS name of at most 253 characters.
@@ -492,21 +523,47 @@ def _validate_topology(errors: _Errors, levels: tuple[str, ...]) -> None:
 # --- a tenant --------------------------------------------------------------------------------
 
 
+def reserved_namespaces(fleet: FleetSpec) -> frozenset[str]:
+    """Every namespace no tenant may be named after on ``fleet``: the platform's fixed ones
+    and those the fleet file configures (gateway, its proxies, LiteLLM, monitoring, the GPU
+    Operator, HAMi, the portal itself)."""
+    return PLATFORM_NAMESPACES | {
+        fleet.gateway.namespace,
+        fleet.gateway.proxy_namespace,
+        fleet.litellm_namespace,
+        fleet.monitoring_namespace,
+        fleet.gpu_operator_namespace,
+        fleet.hami_namespace,
+        fleet.portal_namespace,
+    }
+
+
+def reserved_name_problem(slug: str, fleet: FleetSpec) -> str | None:
+    """Why ``slug`` cannot name a tenant on ``fleet``, or None: the one rule for reserved
+    tenant names (``tenants.names`` asks it before a tenant is made)."""
+    if slug.startswith(RESERVED_PREFIXES):
+        prefixes = " or ".join(f"'{prefix}'" for prefix in RESERVED_PREFIXES)
+        return (
+            f"The name {slug!r} is reserved: names starting with {prefixes} belong to "
+            "Kubernetes and Flux."
+        )
+    if slug in reserved_namespaces(fleet):
+        return (
+            f"The name {slug!r} is reserved: the platform runs its own components in a "
+            "namespace of that name, and a tenant's namespace is named after the tenant."
+        )
+    return None
+
+
 def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
     """Raise ``SpecError`` unless the tenant can be rendered for this fleet."""
     errors = _Errors()
     slug_ok = _check_label(
         errors, "slug", tenant.slug, "The tenant slug", max_length=TENANT_SLUG_MAX
     )
-    platform_namespaces = RESERVED_NAMESPACES | {
-        fleet.gateway.namespace,
-        fleet.litellm_namespace,
-        fleet.monitoring_namespace,
-    }
-    if slug_ok and (
-        tenant.slug in platform_namespaces or tenant.slug.startswith(RESERVED_PREFIXES)
-    ):
-        errors.add("slug", f"The name {tenant.slug!r} is reserved by the platform.")
+    reserved = reserved_name_problem(tenant.slug, fleet) if slug_ok else None
+    if reserved:
+        errors.add("slug", reserved)
     _check_text(errors, "display_name", tenant.display_name, "The display name", 200)
     _check_text(errors, "cost_centre", tenant.cost_centre, "The cost centre", 64)
     _check_choice(
@@ -723,7 +780,7 @@ def _validate_cluster(
     shares: dict[str, GpuShare],
 ) -> None:
     if _check_label(errors, f"{path}.name", cluster.name, "The cluster name", dns1035=True):
-        release = f"{tenant.slug}-{cluster.name}"
+        release = vcluster.release_name(tenant, cluster)
         if len(release) > 63 or len(cluster.name) + len(KUBECONFIG_SUFFIX) > 63:
             errors.add(
                 f"{path}.name",
@@ -982,4 +1039,4 @@ def _validate_derived_names(errors: _Errors, tenant: TenantSpec) -> None:
             )
 
 
-__all__ = ["validate_fleet", "validate_tenant"]
+__all__ = ["reserved_name_problem", "reserved_namespaces", "validate_fleet", "validate_tenant"]

@@ -16,8 +16,10 @@ The two alternatives fail:
 
 So the release is platform-owned: the file sits in the tenant's directory (one diff per change)
 but the object is in ``flux-system``, named ``<slug>-<cluster>``; the "tenants" Kustomization,
-which runs as ``kustomize-controller``, applies it. Two tenants can never produce the same
-name unnoticed: a kustomize build of ``tenants/`` fails on a duplicate object.
+which runs as ``kustomize-controller``, applies it. That name is joined with '-', so tenant
+``llm`` with cluster ``platform-x`` and tenant ``llm-platform`` with cluster ``x`` would share
+it: the catalog refuses the second cluster when it is asked for, and the duplicates check
+(``gitops.checks.duplicates``) fails any change that writes both.
 
 Values (for chart ``CHART_VERSION``, the version whose ``values.schema.json`` the schema check
 validates against; the facts below are read from loft-sh/vcluster at that tag):

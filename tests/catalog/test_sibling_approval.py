@@ -63,7 +63,9 @@ def test_a_refresh_with_other_files_needs_a_fresh_review(
         user=world["pam"], request=second, title__contains="review again"
     )
     assert "review again" in notice.title and notice.url.endswith(f"/changes/{fresh.pk}/")
-    audit = AuditEvent.objects.get(action="request.pull_request_refreshed", target_id=str(second.pk))
+    audit = AuditEvent.objects.get(
+        action="request.pull_request_refreshed", target_id=str(second.pk)
+    )
     assert audit.diff["approval"] == ["approved", "needs a fresh review"]
     # A fresh review (the same admin may give it: the change is not theirs) lets it merge.
     run_jobs(gitops.do_review, fresh, acting_user=world["pam"], state="approve")

@@ -18,7 +18,7 @@ from gitops import services
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, CheckRun
 from gitops.repo import GitRepository
-from gitops.specs import EndpointSpec, GpuShare, TenantSpec
+from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from portal.models import AuditEvent, Job
 from tenants.models import PlatformRole
 
@@ -74,6 +74,7 @@ def test_it_opens_a_change_with_checks_on_its_own_branch(
         "isolation": "passed",
         "capacity": "passed",
         "controllers": "passed",
+        "duplicates": "passed",
     }, CheckRun.objects.filter(change=change).values("name", "summary", "details")
     assert change.checks_state == "passed"
     assert AuditEvent.objects.filter(action="change.open", tenant_slug="alpha").exists()
@@ -131,6 +132,28 @@ def _merge_ready(world: dict[str, Any], on_commit: Any, spec: TenantSpec) -> Cha
     services.do_review(change, acting_user=world["pam"], state="approve")
     with on_commit(execute=True):
         return services.do_merge(change, acting_user=world["pam"])
+
+
+def test_a_change_that_writes_another_tenants_object_fails_its_checks(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    # Rendered one tenant at a time, as every change is: llm + platform-x is on main, and
+    # llm-platform + x would write the same HelmRelease into flux-system.
+    _merge_ready(
+        world, on_commit, TenantSpec(slug="llm", clusters=(TenantClusterSpec("platform-x"),))
+    )
+    change = _open(
+        world["bob"], on_commit, TenantSpec(slug="llm-platform", clusters=(TenantClusterSpec("x"),))
+    )
+    assert change.checks_state == "failed"
+    run = CheckRun.objects.get(change=change, name="duplicates")
+    assert run.status == "failed"
+    [detail] = run.details
+    assert "HelmRelease.helm.toolkit.fluxcd.io/flux-system/llm-platform-x" in detail
+    assert "tenants/llm-platform/clusters/x.yaml; tenants/llm/clusters/platform-x.yaml" in detail
+    services.do_review(change, acting_user=world["pam"], state="approve")
+    with pytest.raises(ValidationError, match="Checks failed"):
+        services.do_merge(change, acting_user=world["pam"])
 
 
 def test_it_enforces_reviews_before_merge(

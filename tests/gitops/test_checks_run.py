@@ -32,6 +32,7 @@ def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
         "isolation",
         "capacity",
         "controllers",
+        "duplicates",
     ]
     return {r.name: r for r in results}
 
@@ -79,6 +80,11 @@ def test_each_check_reports_its_failures(crds_dir: Path, kubectl: str) -> None:
     queue = samples.cluster_queue("charlie")
     queue["spec"]["preemption"]["borrowWithinCohort"] = {"policy": "LowerPriority"}
     tree["tenants/charlie/queues.yaml"] = samples.dump(queue, samples.local_queue("charlie"))
+    # A second copy of a flavor the platform already defines.
+    tree["infrastructure/kustomization.yaml"] = samples.kustomization(
+        ["flavors.yaml", "sources.yaml", "more-flavors.yaml"]
+    )
+    tree["infrastructure/more-flavors.yaml"] = samples.dump(samples.resource_flavor("h200"))
     results = by_name(
         run_checks(
             tree,
@@ -109,6 +115,11 @@ def test_each_check_reports_its_failures(crds_dir: Path, kubectl: str) -> None:
     [preemption] = results["controllers"].details
     assert preemption.startswith(
         "tenants/charlie/queues.yaml: ClusterQueue/charlie: [fair-sharing] "
+    )
+    [duplicate] = results["duplicates"].details
+    assert duplicate.startswith(
+        "infrastructure/flavors.yaml: ResourceFlavor.kueue.x-k8s.io/h200: [duplicate-object] "
+        "defined 2 times: infrastructure/flavors.yaml; infrastructure/more-flavors.yaml."
     )
 
 
@@ -202,4 +213,5 @@ def test_malformed_manifests_fail_the_checks_without_crashing_them(crds_dir: Pat
         assert results[name].status == "failed"
         assert "crashed" not in results[name].summary
     assert "crashed" not in results["kustomize"].summary
+    assert "crashed" not in results["duplicates"].summary
     assert results["capacity"].status == "passed"

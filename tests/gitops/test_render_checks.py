@@ -23,6 +23,7 @@ def test_it_passes_every_check_on_the_rendered_repository(schema_dir: Path) -> N
         "isolation": "passed",
         "capacity": "passed",
         "controllers": "passed",
+        "duplicates": "passed",
     }, [(r.name, r.summary, r.details[:5]) for r in results]
 
 

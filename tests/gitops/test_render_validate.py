@@ -87,6 +87,9 @@ BAD_TENANTS: list[tuple[str, Change, str, str]] = [
     ("slug traversal", _tenant(slug="../alpha"), "slug", "DNS label"),
     ("slug reserved", _tenant(slug="kube-system"), "slug", "reserved"),
     ("slug is the gateway namespace", _tenant(slug="gateway-system"), "slug", "reserved"),
+    ("slug is the portal's namespace", _tenant(slug="portal-system"), "slug", "reserved"),
+    ("slug is KServe's namespace", _tenant(slug="kserve"), "slug", "reserved"),
+    ("slug is the GPU Operator's", _tenant(slug="gpu-operator"), "slug", "reserved"),
     ("display name with newline", _tenant(display_name="a\nb"), "display_name", "line breaks"),
     ("cpu quota zero", _tenant(cpu_quota=0), "cpu_quota", "at least 1"),
     ("memory negative", _tenant(memory_gib=-5), "memory_gib", "at least 1"),
@@ -549,3 +552,12 @@ def test_it_accepts_a_minimal_fleet_and_tenant() -> None:
         endpoints=(EndpointSpec(name="m", model_uri="pvc://models", share="one"),),
     )
     assert render_tenant_tree(tenant, fleet)
+
+
+def test_the_namespaces_the_fleet_configures_are_reserved_too() -> None:
+    fleet = dataclasses.replace(FLEET, hami_namespace="hami", portal_namespace="ai-portal")
+    for slug in ("hami", "ai-portal"):
+        validate_tenant(TenantSpec(slug=slug), FLEET)  # free on a fleet that does not use it
+        with pytest.raises(SpecError) as caught:
+            validate_tenant(TenantSpec(slug=slug), fleet)
+        assert "reserved" in caught.value.errors["slug"]

@@ -25,6 +25,17 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     }
     waiting = ResourceRequest.objects.get(state="submitted")
     assert (waiting.tenant.slug, waiting.resource.name) == ("llm-platform", "frac")
+    # Every change the seed opened ran the duplicates check, and main has no duplicate.
+    from gitops import services as gitops
+    from gitops.checks.duplicates import check_duplicates
+    from gitops.models import CheckRun
+
+    runs = CheckRun.objects.filter(name="duplicates")
+    assert runs.exists() and set(runs.values_list("status", flat=True)) == {"passed"}
+    repo = gitops.repository()
+    main = repo.head("main")
+    assert main is not None
+    assert check_duplicates(repo.read_tree(main)) == []
     counts = (Tenant.objects.count(), Membership.objects.count(), AuditEvent.objects.count())
     call_command("seed_demo", stdout=StringIO())
     assert counts == (

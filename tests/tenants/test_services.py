@@ -6,6 +6,7 @@ import pytest
 from django.core import mail
 from django.core.exceptions import ValidationError
 
+from gitops.models import ChangeRequest
 from portal.models import AuditEvent, Job
 from tenants import services
 from tenants.models import Membership, PlatformRole, Role, Source, Tenant
@@ -46,6 +47,14 @@ def test_it_onboards_a_tenant_with_admins_audit_and_mail(
         ("alpha", "already exists"),
         ("Bad_Slug", "DNS-1123"),
         ("kube-system", "reserved"),
+        # The namespaces of the platform's own components and of the portal itself.
+        ("gpu-operator", "reserved"),
+        ("kserve", "reserved"),
+        ("kyverno", "reserved"),
+        ("cert-manager", "reserved"),
+        ("kueue-system", "reserved"),
+        ("portal-system", "reserved"),
+        ("gateway-system", "reserved"),
         ("x" * 41, "at most 40"),
     ],
 )
@@ -63,6 +72,32 @@ def test_it_rejects_bad_tenants_and_writes_nothing(
         events,
         jobs,
     )
+
+
+def test_it_reserves_the_namespaces_the_fleet_file_configures(
+    world: dict[str, Any], settings: Any, tmp_path: Any
+) -> None:
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text("portal_namespace: ai-portal\ngateway: {namespace: edge}\n")
+    settings.GITOPS_FLEET_FILE = str(fleet_file)
+    changes = ChangeRequest.objects.count()
+    for slug in ("ai-portal", "edge"):
+        with pytest.raises(ValidationError) as info:
+            services.do_create_tenant(acting_user=world["pam"], slug=slug, display_name="X")
+        assert info.value.message_dict["slug"] == [
+            f"The name {slug!r} is reserved: the platform runs its own components in a "
+            "namespace of that name, and a tenant's namespace is named after the tenant."
+        ]
+    assert not Tenant.objects.filter(slug__in=["ai-portal", "edge"]).exists()
+    assert ChangeRequest.objects.count() == changes  # no onboarding pull request either
+
+
+def test_a_tenant_named_before_its_name_was_reserved_keeps_its_settings(
+    world: dict[str, Any],
+) -> None:
+    legacy = Tenant.objects.create(slug="keda", display_name="Old")
+    services.do_update_tenant(legacy, acting_user=world["pam"], display_name="Autoscaling team")
+    assert Tenant.objects.get(slug="keda").display_name == "Autoscaling team"
 
 
 def test_it_rejects_unknown_trust_level_and_bad_contacts(world: dict[str, Any]) -> None:

@@ -70,6 +70,8 @@ def test_it_onboards_a_tenant(login: Callable[[str], Client], world: dict[str, A
         ({"slug": "Not OK"}, "slug", "DNS-1123"),
         ({"slug": "alpha"}, "slug", "already exists"),
         ({"slug": "../../etc"}, "slug", ""),
+        ({"slug": "portal-system"}, "slug", "'portal-system' is reserved"),
+        ({"slug": "kueue-system"}, "slug", "'kueue-system' is reserved"),
         ({"trust_level": "root"}, "trust_level", "valid choice"),
         ({"contacts": "nope, a@example.com"}, "contacts", "Not e-mail addresses: nope"),
         ({"admins": "ghost"}, "admins", "No such users: ghost"),
