@@ -397,6 +397,9 @@ def test_open_siblings_are_rendered_again_after_a_merge(
     assert b.change_id != old.pk and b.state == S.PR_OPEN
     old.refresh_from_db()
     assert old.status == "closed"
+    # The queue file now holds both shares: not what was approved, so it is reviewed again.
+    assert not b.change.reviews.exists()
+    gitops.do_review(b.change, acting_user=world["pam"], state="approve")
     _merge(b, world, run_jobs)  # merges cleanly: rendered with "train" already on main
     services.advance_requests()
     names = {s.name for s in services.desired_tenant(world["alpha"]).shares}
