@@ -115,6 +115,14 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
 PLATFORM_ONLY_FIELDS = frozenset({"trust_level", "cost_centre"})
 
 
+def _spec_errors(spec: Any) -> dict[str, str]:
+    try:
+        validate_tenant(spec, configured_fleet())
+    except SpecError as exc:
+        return {k or "": str(v) for k, v in exc.errors.items()}
+    return {}
+
+
 # Settings that are rendered into the tenant's namespace: changing one is a change in Git.
 RENDERED_FIELDS = frozenset({"display_name", "trust_level", "cost_centre"})
 
@@ -148,14 +156,20 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
         return tenant
     spec = None
     if set(diff) & RENDERED_FIELDS:
-        spec = import_string(settings.TENANT_DESIRED_SPEC)(tenant)
-        try:
-            validate_tenant(spec, configured_fleet())
-        except SpecError as exc:
-            problems = "; ".join(f"{k}: {v}" if k else v for k, v in exc.errors.items())
+        desired = import_string(settings.TENANT_DESIRED_SPEC)
+        spec = desired(tenant)
+        errors = _spec_errors(spec)
+        # Only what this change breaks is refused: a tenant whose name became reserved after
+        # it was made keeps its settings (the renderer refuses its changes either way).
+        before_errors = _spec_errors(desired(Tenant.objects.get(pk=tenant.pk)))
+        introduced = {k: v for k, v in errors.items() if before_errors.get(k) != v}
+        if introduced:
+            problems = "; ".join(f"{k}: {v}" if k else v for k, v in introduced.items())
             raise ValidationError(
                 f"{tenant.slug} cannot take these settings with what it runs now: {problems}"
-            ) from exc
+            )
+        if errors:
+            spec = None
     tenant.save(update_fields=list(diff))
     record_audit(
         actor=acting_user,
