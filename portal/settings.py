@@ -204,8 +204,8 @@ if SESSION_IDLE_TIMEOUT_SECONDS <= 0:
 
 # Content-Security-Policy (django-csp): scripts and styles only from the portal itself. Pages
 # carry no inline script, event handler or style attribute (portal.js wires the behaviour,
-# fleet/charts.py ships figures as JSON). The one exception is a nonce for the empty <style>
-# element plotly.js writes its rules into (see templates/portal/_plotly.html). htmx's own
+# fleet/charts.py ships figures as JSON). The one exception is a nonce, on chart pages only,
+# for the empty <style> elements plotly.js needs (templates/portal/_plotly.html). htmx's own
 # indicator <style> is switched off in the htmx-config meta tag and eval is not allowed.
 _form_action = [SELF]
 if OIDC_SERVER_URL:
