@@ -9,6 +9,10 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test test-python lint format worker system-deps node-deps clean
 
+# The demo and the checks are local runs: DEBUG=true lets the settings use the embedded
+# SECRET_KEY, which they refuse anywhere else (a deployment sets its own; docs/operator-guide.md).
+demo test lint format: export DEBUG := true
+
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv; }
@@ -26,6 +30,7 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 ## demo: install, migrate an SQLite database under var/, seed demo data and serve on $(ADDR)
 demo: $(VENV)/.installed-app
 	$(MANAGE) migrate --noinput -v0
+	$(MANAGE) createcachetable
 	$(MANAGE) seed_demo
 	@echo "Portal on http://$(ADDR)/  (sign in as platform, alice, carol, erin, ... with demo-password-1)"
 	$(MANAGE) serve $(ADDR)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# The settings refuse to start without a key unless DEBUG is on (portal/settings.py), and DEBUG
+# would record every query with its timing, inside the numbers. A throwaway run gets a
+# throwaway key instead, inherited by the processes a benchmark starts (the simulator).
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 
 def setup_django(tmp: Path) -> None:

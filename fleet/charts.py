@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
+from django.utils.html import format_html
 
 from fleet.capacity import CapacityRow
 
@@ -12,6 +14,8 @@ from fleet.capacity import CapacityRow
 IN_USE_COLOUR = "#3b5bdb"
 FREE_COLOUR = "#2b8a3e"
 UNAVAILABLE_COLOUR = "#adb5bd"
+# No toolbar; the chart follows its container's width.
+CHART_CONFIG = {"displayModeBar": False, "responsive": True}
 
 
 def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
@@ -49,11 +53,13 @@ def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
 
 
 def figure_html(figure: go.Figure) -> str:
-    """The figure as an HTML fragment; the page loads plotly.js itself (see portal.views)."""
-    return str(
-        figure.to_html(
-            full_html=False,
-            include_plotlyjs=False,
-            config={"displayModeBar": False, "responsive": True},
-        )
+    """The figure as an HTML fragment: an empty element whose data attributes carry the figure
+    and its config as JSON, plotted by static/portal/portal.js (with plotly.js, which the page
+    loads itself: see portal.views). Plotly's own ``to_html`` writes an inline script and a
+    style attribute, which the Content-Security-Policy refuses, and an inline script in an
+    htmx fragment could not carry the page's nonce anyway."""
+    return format_html(
+        '<div class="plotly-chart" data-plotly-figure="{}" data-plotly-config="{}"></div>',
+        figure.to_json(),
+        json.dumps(CHART_CONFIG),
     )

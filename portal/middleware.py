@@ -1,14 +1,21 @@
-"""Request ids: one per request, carried into logs, audit rows and the response header."""
+"""Request ids (one per request, carried into logs, audit rows and the response header) and
+the session idle timeout."""
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable
 from contextvars import ContextVar
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import logout
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import resolve_url
+from django_htmx.http import HttpResponseClientRedirect
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _request_id: ContextVar[str] = ContextVar("request_id", default="")
@@ -47,3 +54,48 @@ class RequestIdLogFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = current_request_id() or "-"
         return True
+
+
+# Set by static/portal/portal.js on requests htmx makes by itself (hx-trigger="every ..."), so
+# that a tab left open on a polling page does not keep its session alive for ever.
+BACKGROUND_HEADER = "X-Portal-Background"
+LAST_ACTIVITY_KEY = "portal_last_activity"
+# The last-activity stamp is rewritten at most this often, not on every request: a write per
+# minute keeps the timeout accurate to a minute without a session save per click.
+ACTIVITY_RESOLUTION_SECONDS = 60
+
+
+class SessionIdleTimeoutMiddleware:
+    """Sign a person out after SESSION_IDLE_TIMEOUT_SECONDS without a request of their own.
+
+    Django's SESSION_COOKIE_AGE alone is no idle timeout: it renews only when the session is
+    written, and SESSION_SAVE_EVERY_REQUEST would also renew it on every poll of an open tab.
+    Here only requests a person made count. A timed-out htmx request gets HX-Redirect to the
+    sign-in page, so the whole page goes there instead of the form being swapped into a table.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        signed_in = request.user.is_authenticated
+        now = int(time.time())
+        if signed_in:
+            last = request.session.get(LAST_ACTIVITY_KEY)
+            if isinstance(last, int) and now - last > settings.SESSION_IDLE_TIMEOUT_SECONDS:
+                logout(request)
+                minutes = max(1, settings.SESSION_IDLE_TIMEOUT_SECONDS // 60)
+                messages.info(request, f"You were signed out after {minutes} minutes idle.")
+            elif not request.headers.get(BACKGROUND_HEADER) and (
+                not isinstance(last, int) or now - last >= ACTIVITY_RESOLUTION_SECONDS
+            ):
+                request.session[LAST_ACTIVITY_KEY] = now
+        response = self.get_response(request)
+        if not signed_in and request.user.is_authenticated:
+            # Signed in by this request: stamp it now, while login() writes the session anyway.
+            request.session[LAST_ACTIVITY_KEY] = now
+        if getattr(request, "htmx", False) and response.status_code == 302:
+            location = response.get("Location", "")
+            if location.startswith(resolve_url(settings.LOGIN_URL)):
+                return HttpResponseClientRedirect(location)
+        return response

@@ -1,9 +1,11 @@
 """Settings for the AI factory portal, read from the environment.
 
-With no environment at all the portal runs on its embedded defaults: SQLite under ``var/``,
-the in-process task runner, local accounts. Production sets DATABASE_URL (PostgreSQL),
-CELERY_BROKER_URL (Redis), SECRET_KEY, ALLOWED_HOSTS and the OIDC_* variables; see
-docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` instead of ``NAME``.
+Without DEBUG, this is a deployment: it must bring its own SECRET_KEY and gets the production
+defaults (HTTPS redirect, HSTS, secure cookies, hashed static files). With DEBUG=true (set by
+`make demo`, `make test` and pytest) the portal runs on its embedded defaults: the demo key,
+SQLite under ``var/``, the in-process task runner, local accounts. Production sets
+DATABASE_URL (PostgreSQL), CELERY_BROKER_URL (Redis), SECRET_KEY, ALLOWED_HOSTS and the OIDC_*
+variables; see docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` instead.
 """
 
 from __future__ import annotations
@@ -11,21 +13,34 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from celery.schedules import crontab, schedule
+from csp.constants import NONCE, NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env, env_bool, env_int, env_list
+from portal.env import ImproperlyConfiguredEnv, env, env_bool, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DEBUG", False)
-# A deployment sets its own SECRET_KEY; that alone switches on the production defaults below
-# (secure cookies, hashed static files). The demo and the tests run without one.
-PRODUCTION = bool(env("SECRET_KEY")) and not DEBUG
-# The embedded default key only ever serves a local demo; `check --deploy` rejects it.
-SECRET_KEY = env("SECRET_KEY", "django-insecure-embedded-default-for-the-local-demo-only")
+# Anything that is not explicitly a local run is treated as a deployment, so that forgetting a
+# variable fails safe: no key means no start, and HTTPS hardening is on unless turned off.
+PRODUCTION = not DEBUG
+# The embedded key only ever serves a local demo or test run. Sessions, password-reset links
+# and signed values made with a published key can be forged, so a deployment must not start
+# with it (raised here, at import, so that gunicorn, Celery and manage.py all refuse alike).
+DEMO_SECRET_KEY = "django-insecure-embedded-default-for-the-local-demo-only"
+SECRET_KEY = env("SECRET_KEY") or (DEMO_SECRET_KEY if DEBUG else "")
+if PRODUCTION and SECRET_KEY in ("", DEMO_SECRET_KEY):
+    raise ImproperlyConfigured(
+        "SECRET_KEY is not set (or is the embedded demo key) and DEBUG is off. A deployment "
+        "sets SECRET_KEY or SECRET_KEY_FILE to a long random value, e.g. the output of "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`; a local demo or test "
+        "run sets DEBUG=true (as `make demo` and `make test` do) to use the embedded key."
+    )
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
@@ -42,6 +57,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    "csp",
     "portal",
     "tenants",
     "gitops",
@@ -53,6 +69,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "portal.middleware.RequestIdMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -61,6 +78,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.middleware.SessionIdleTimeoutMiddleware",
     "allauth.account.middleware.AccountMiddleware",
 ]
 
@@ -160,9 +178,12 @@ if OIDC_SERVER_URL:
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+# HTTPS only, on by default in a deployment; each is switched off explicitly, e.g.
+# SECURE_SSL_REDIRECT=false when the ingress already redirects, SECURE_HSTS_SECONDS=0.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600 if PRODUCTION else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+# Preloading is hard to undo and covers the whole registrable domain: the operator's choice.
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -171,6 +192,64 @@ if env("SECURE_PROXY_SSL_HEADER"):
     # e.g. "HTTP_X_FORWARDED_PROTO,https" behind an ingress that terminates TLS
     _header, _value = env("SECURE_PROXY_SSL_HEADER").split(",", 1)
     SECURE_PROXY_SSL_HEADER = (_header.strip(), _value.strip())
+
+# Sessions end after this long without a request the person made (htmx polling of an open tab
+# does not count: portal.middleware.SessionIdleTimeoutMiddleware).
+SESSION_IDLE_TIMEOUT_SECONDS = env_int("SESSION_IDLE_TIMEOUT_SECONDS", 3600)
+if SESSION_IDLE_TIMEOUT_SECONDS <= 0:
+    raise ImproperlyConfiguredEnv(
+        f"SESSION_IDLE_TIMEOUT_SECONDS={SESSION_IDLE_TIMEOUT_SECONDS} must be a positive number "
+        "of seconds"
+    )
+
+# Content-Security-Policy (django-csp): scripts and styles only from the portal itself. Pages
+# carry no inline script, event handler or style attribute (portal.js wires the behaviour,
+# fleet/charts.py ships figures as JSON). The one exception is a nonce, on chart pages only,
+# for the empty <style> elements plotly.js needs (templates/portal/_plotly.html). htmx's own
+# indicator <style> is switched off in the htmx-config meta tag and eval is not allowed.
+_form_action = [SELF]
+if OIDC_SERVER_URL:
+    # The SSO button posts to the portal, which redirects to the identity provider; browsers
+    # check form-action on that redirect too.
+    _oidc = urlsplit(OIDC_SERVER_URL)
+    _form_action.append(f"{_oidc.scheme}://{_oidc.netloc}")
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, NONCE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": _form_action,
+    },
+}
+
+# --- cache ----------------------------------------------------------------------------------
+# The login throttle (allauth's rate limits) counts failures in the default cache, so every
+# web process must share it: Redis when CACHE_URL is set, else a table in the database
+# (`manage.py createcachetable`; the test database gets it when it is created).
+CACHE_URL = env("CACHE_URL")
+if CACHE_URL:
+    if not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+        # Only the scheme: the URL may carry a password.
+        _scheme = CACHE_URL.split(":", 1)[0]
+        raise ImproperlyConfiguredEnv(
+            f"CACHE_URL must be a redis://, rediss:// or unix:// URL, not {_scheme}:"
+        )
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "portal_cache",
+        }
+    }
 
 # --- static files ---------------------------------------------------------------------------
 STATIC_URL = "static/"

@@ -91,11 +91,10 @@ class TenantCreateForm(TenantSettingsForm):
 
 
 class AddMemberForm(forms.Form):
+    # Not resolved to an account here: "no such user" would tell a tenant admin who has an
+    # account (services.do_add_member_by_identifier).
     user = forms.CharField(label="Username or e-mail", max_length=254)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
-
-    def clean_user(self) -> Any:
-        return find_user(self.cleaned_data["user"])
 
 
 class RoleForm(forms.Form):

@@ -216,6 +216,24 @@ def do_add_member(tenant: Tenant, *, acting_user: Any, user: Any, role: str) -> 
     return _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
 
 
+@transaction.atomic
+def do_add_member_by_identifier(
+    tenant: Tenant, *, acting_user: Any, identifier: str, role: str
+) -> Membership | None:
+    """Add the account with this username or e-mail address, if there is one; else None.
+
+    A tenant admin must not learn from the answer which people have accounts, so the caller
+    answers both outcomes alike, and every error raised here (an unknown role, someone already
+    in the table) is decided without looking at whether an account matches."""
+    if role not in Role.values:
+        raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
+    try:
+        user = find_user(identifier)
+    except ValidationError:
+        return None
+    return _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
+
+
 def _ensure_an_admin_remains(membership: Membership) -> None:
     others = (
         Membership.objects.filter(tenant=membership.tenant, role=Role.ADMIN)

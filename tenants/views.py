@@ -128,6 +128,13 @@ def _members_page(
     )
 
 
+def _added_message(identifier: str, role: str) -> str:
+    return (
+        f"If an account matches '{identifier}', it now has the {role} role here. Someone who "
+        "has never signed in to the portal must do so once before they can be added."
+    )
+
+
 @login_required
 def tenant_members(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
@@ -136,17 +143,16 @@ def tenant_members(request: HttpRequest, tenant: str) -> HttpResponse:
         return _members_page(request, access, form)
     access.require_admin()
     if form.is_valid():
+        identifier, role = form.cleaned_data["user"], form.cleaned_data["role"]
         try:
-            services.do_add_member(
-                access.tenant,
-                acting_user=request.user,
-                user=form.cleaned_data["user"],
-                role=form.cleaned_data["role"],
+            services.do_add_member_by_identifier(
+                access.tenant, acting_user=request.user, identifier=identifier, role=role
             )
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
-            messages.success(request, f"{form.cleaned_data['user'].username} added.")
+            # The same answer whether or not an account matched (see the service).
+            messages.success(request, _added_message(identifier, role))
             return _members_page(request, access, AddMemberForm())
     return _members_page(request, access, form, status=422 if request.htmx else 200)  # type: ignore[attr-defined]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from portal.middleware import LAST_ACTIVITY_KEY
 from tenants.models import Membership, PlatformRole, Role, Tenant
 
 PASSWORD = "correct-horse-battery"
@@ -37,6 +39,18 @@ def require_service(name: str, host: str, port: int) -> None:
     if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
         pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
     pytest.skip(message)
+
+
+def database_url() -> str:
+    """The test database as a DATABASE_URL, for a process of the portal a test starts."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    host = db.get("HOST") or "127.0.0.1"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    return f"postgres://{auth}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +105,11 @@ def login(world: dict[str, Any]) -> Callable[[str], Client]:
     def as_user(name: str) -> Client:
         client = Client()
         client.force_login(world[name])
+        # As a sign-in through the login page does (portal.middleware): the session starts
+        # active, so a test's first request is not the one that stamps it.
+        session = client.session
+        session[LAST_ACTIVITY_KEY] = int(time.time())
+        session.save()
         return client
 
     return as_user

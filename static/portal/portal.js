@@ -22,3 +22,53 @@ function showFlash(text) {
   div.textContent = text;
   box.replaceChildren(div);
 }
+
+// The Content-Security-Policy allows no inline script or event handler, so the little
+// behaviour the templates need is declared with data attributes and wired here.
+document.addEventListener("submit", function (event) {
+  var question = event.target.getAttribute("data-confirm");
+  if (question && !window.confirm(question)) {
+    event.preventDefault();
+  }
+});
+document.addEventListener("change", function (event) {
+  if (event.target.matches("[data-autosubmit]")) {
+    event.target.form.submit();
+  }
+});
+document.addEventListener("click", function (event) {
+  var button = event.target.closest("[data-copy]");
+  if (button) {
+    var source = document.getElementById(button.getAttribute("data-copy"));
+    navigator.clipboard.writeText(source.textContent).then(function () {
+      button.textContent = "Copied";
+    });
+  }
+  var back = event.target.closest("[data-history-back]");
+  if (back && window.history.length > 1) {
+    event.preventDefault();
+    window.history.back();
+  }
+});
+
+// A poll (hx-trigger="every ...") is not the person doing something: say so, so that an open
+// tab does not keep the session from timing out (portal.middleware.SessionIdleTimeoutMiddleware).
+document.addEventListener("htmx:configRequest", function (event) {
+  var trigger = event.detail.elt.getAttribute("hx-trigger") || "";
+  if (/^\s*every\s/.test(trigger)) {
+    event.detail.headers["X-Portal-Background"] = "poll";
+  }
+});
+
+// Charts arrive as JSON in data attributes (fleet/charts.py): plot them on load and in every
+// fragment htmx swaps in, since an inline script in a fragment would be refused by the policy.
+htmx.onLoad(function (root) {
+  if (!window.Plotly) return;
+  var charts = Array.from(root.querySelectorAll("[data-plotly-figure]"));
+  if (root.matches && root.matches("[data-plotly-figure]")) charts.push(root);
+  charts.forEach(function (chart) {
+    var figure = JSON.parse(chart.getAttribute("data-plotly-figure"));
+    var config = JSON.parse(chart.getAttribute("data-plotly-config") || "{}");
+    window.Plotly.newPlot(chart, figure.data, figure.layout, config);
+  });
+});

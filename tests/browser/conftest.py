@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.conftest import PASSWORD
 
@@ -76,6 +76,31 @@ def browser() -> Iterator[Browser]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
+# The browser fires securitypolicyviolation at the document for everything the
+# Content-Security-Policy refuses (an inline script or handler, a style, eval); Chromium only
+# logs it to its own console, which Playwright does not relay, so hand it to Python.
+_REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.__reportCspViolation(
+    `${event.effectiveDirective} refused ${event.blockedURI || "inline"} ` +
+    `at ${event.sourceFile || document.location.href}:${event.lineNumber}`
+  );
+});
+"""
+
+
+def watch_for_csp_violations(context: BrowserContext) -> list[str]:
+    """Collect the Content-Security-Policy violations of every page in ``context``."""
+    violations: list[str] = []
+
+    def report(violation: str) -> None:
+        violations.append(violation)
+
+    context.expose_function("__reportCspViolation", report)
+    context.add_init_script(_REPORT_CSP_VIOLATIONS)
+    return violations
+
+
 @pytest.fixture
 def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator[Page]:
     """A page in a fresh context (no cookies, no storage) whose relative URLs hit the live server.
@@ -86,6 +111,7 @@ def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
     context.set_default_timeout(TIMEOUT_MS)
     expect.set_options(timeout=TIMEOUT_MS)
+    violations = watch_for_csp_violations(context)
     page = context.new_page()
     # A JavaScript error (htmx failing to load or to parse a response) would otherwise only
     # show up as a confusing timeout further down; collect them and fail the test on any.
@@ -96,6 +122,8 @@ def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator
     finally:
         context.close()
     assert not errors, f"JavaScript errors in the page: {errors}"
+    # Every browser test doubles as a check of the policy against what the page really does.
+    assert not violations, f"Content-Security-Policy violations: {violations}"
 
 
 @pytest.fixture

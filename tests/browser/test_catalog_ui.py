@@ -21,7 +21,7 @@ from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from tenants.specs import tenant_spec
-from tests.browser.conftest import TIMEOUT_MS
+from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
 
 pytestmark = pytest.mark.browser
 
@@ -89,10 +89,10 @@ def alpha_with_a_share(world: dict[str, Any]) -> dict[str, Any]:
     return world
 
 
-def _context_page(browser: Browser, live_server: Any) -> Page:
+def _context_page(browser: Browser, live_server: Any) -> tuple[Page, list[str]]:
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
-    return context.new_page()
+    return context.new_page(), watch_for_csp_violations(context)
 
 
 def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
@@ -122,7 +122,7 @@ def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
     bob_url = page.url
 
     # pam sees it waiting, with the diff, and approves: the pull request opens
-    admin = _context_page(browser, live_server)
+    admin, admin_violations = _context_page(browser, live_server)
     sign_in(admin, "pam")
     admin.goto("/approvals/")
     admin.get_by_role("link", name=re.compile("chat")).first.click()
@@ -146,3 +146,4 @@ def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
     request.refresh_from_db()
     assert request.state == "ready"
     admin.context.close()
+    assert not admin_violations, f"Content-Security-Policy violations: {admin_violations}"

@@ -160,7 +160,7 @@ def test_it_shows_quota_capacity_before_and_after_and_the_diff(
     assert context["check"].gpu_equivalents == 2
     assert context["gpus_in_use"] == {"nvidia.com/gpu": 3}
     page = response.content.decode()
-    assert "Plotly.newPlot" in page
+    assert 'class="plotly-chart" data-plotly-figure="{' in page
     assert "/static-vendor/plotly.min.js?v=" in page
     assert "2 of 16 GPUs" in page
     # the diff is what the pull request would write: the share's quota in the tenant's tree

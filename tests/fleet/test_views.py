@@ -3,6 +3,7 @@ node actions. The cluster is only reached by cordon and drain: the fleet simulat
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -436,9 +437,14 @@ def test_it_shows_capacity_health_and_a_chart_on_the_overview(
     assert response.context["health"]["unhealthy"] == 1
     assert "/fleet/nodes/?health=unhealthy" in page
     assert "/fleet/nodes/?cordoned=yes" in page
-    assert "Plotly.newPlot" in page
+    assert 'class="plotly-chart" data-plotly-figure="{' in page
     assert "/static-vendor/plotly.min.js?v=" in page
     assert 'hx-trigger="every 10s"' in page
+    # plotly.js writes its rules into a style element that carries the policy's nonce.
+    nonce = re.search(r"style-src 'self' 'nonce-([^']+)'", response["Content-Security-Policy"])
+    assert nonce is not None
+    assert f'<style id="plotly.js-style-global" nonce="{nonce[1]}"></style>' in page
+    assert "<script>" not in page and "<script type" not in page
 
 
 def test_it_refreshes_the_overview_as_a_fragment(
@@ -447,6 +453,9 @@ def test_it_refreshes_the_overview_as_a_fragment(
     response = login("pam").get("/fleet/", HTTP_HX_REQUEST="true")
     assert response.content.lstrip().startswith(b'<div id="overview"')
     assert b"plotly.min.js" not in response.content  # loaded once, by the full page
+    # The fragment's chart is data that portal.js plots: no inline script to be refused.
+    assert b"data-plotly-figure=" in response.content
+    assert b"<script" not in response.content
 
 
 def test_it_builds_the_overview_in_a_bounded_number_of_queries(

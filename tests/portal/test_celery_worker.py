@@ -14,27 +14,18 @@ from typing import Any
 
 import pytest
 from django.contrib.sessions.models import Session
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from portal import jobs
 from portal.celery import app as celery_app
 from portal.models import Job
-from tests.conftest import require_service
+from tests.conftest import database_url, require_service
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/15"
 
 pytestmark = pytest.mark.services
-
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    host = db.get("HOST") or "127.0.0.1"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
 @pytest.fixture
@@ -47,7 +38,7 @@ def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[s
     celery_app.conf.update(broker_url=BROKER, task_default_queue=queue)
     env = {
         **os.environ,
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": database_url(),
         "CELERY_BROKER_URL": BROKER,
         "CELERY_TASK_DEFAULT_QUEUE": queue,
     }

@@ -27,9 +27,17 @@ PRODUCTION_ENV = {
 }
 
 
-def _check_deploy(extra: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET", "SECURE", "OIDC"))}
+def _outside_env() -> dict[str, str]:
+    """This process's environment without what the tests set for themselves (DEBUG, from
+    pyproject's pytest env) or what would change the settings under test."""
+    prefixes = ("SECRET", "SECURE", "OIDC", "SESSION_", "CACHE_URL", "DEBUG")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     base.pop("DATABASE_URL", None)
+    return base
+
+
+def _check_deploy(extra: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    base = _outside_env()
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT,
@@ -86,22 +94,29 @@ def test_it_parses_typed_values(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env_int("PORTAL_I", 7) == 7
 
 
-def _settings_value(expr: str, extra: dict[str, str], tmp_path: Path) -> str:
+def _import_settings(
+    expr: str, extra: dict[str, str], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
     code = (
         "import os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'portal.settings'); "
         f"from django.conf import settings; print({expr})"
     )
-    base = {k: v for k, v in os.environ.items() if k not in PRODUCTION_ENV}
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
-        env={**base, "PORTAL_VAR_DIR": str(tmp_path), **extra},
+        env={**_outside_env(), "PORTAL_VAR_DIR": str(tmp_path), **extra},
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
     )
-    return out.stdout.strip()
+
+
+def _settings_value(expr: str, extra: dict[str, str], tmp_path: Path) -> str:
+    """``expr`` evaluated on settings imported from ``extra`` (a local run unless it says
+    otherwise: DEBUG=true, as `make demo` and the tests run)."""
+    result = _import_settings(expr, {"DEBUG": "true", **extra}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
 
 
 def test_it_defaults_to_sqlite_and_honours_database_url(tmp_path: Path) -> None:
@@ -120,3 +135,91 @@ def test_it_configures_the_oidc_provider_from_env(tmp_path: Path) -> None:
     )
     assert "'server_url': 'https://sso.example.com/realms/ai'" in apps
     assert "'oauth_pkce_enabled': True" in apps
+
+
+# --- production defaults -----------------------------------------------------------------------
+
+DEMO_KEY = "django-insecure-embedded-default-for-the-local-demo-only"
+
+
+def test_it_refuses_to_start_without_a_key_unless_debug(tmp_path: Path) -> None:
+    for extra in ({}, {"DEBUG": "false"}, {"SECRET_KEY": DEMO_KEY}, {"SECRET_KEY_FILE": ""}):
+        result = _import_settings("settings.SECRET_KEY", extra, tmp_path)
+        assert result.returncode != 0, extra
+        assert "ImproperlyConfigured: SECRET_KEY is not set" in result.stderr
+        assert "DEBUG=true" in result.stderr  # the message says how to run a demo
+    # A local run says so, and only then gets the embedded key.
+    assert _settings_value("settings.SECRET_KEY", {}, tmp_path) == DEMO_KEY
+    key_file = tmp_path / "key"
+    key_file.write_text(PRODUCTION_ENV["SECRET_KEY"] + "\n")
+    production = {"SECRET_KEY_FILE": str(key_file), "DEBUG": "false"}
+    assert (
+        _settings_value("settings.SECRET_KEY", production, tmp_path)
+        == (PRODUCTION_ENV["SECRET_KEY"])
+    )
+
+
+HARDENING = (
+    "settings.SECURE_SSL_REDIRECT, settings.SECURE_HSTS_SECONDS, "
+    "settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, settings.SECURE_HSTS_PRELOAD, "
+    "settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE"
+)
+
+
+def test_it_hardens_https_by_default_in_production_and_not_in_a_demo(tmp_path: Path) -> None:
+    production = {"SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"], "DEBUG": "false"}
+    assert _settings_value(HARDENING, production, tmp_path) == (
+        "True 31536000 True False True True"
+    )
+    # Each is switched off explicitly, e.g. behind an ingress that redirects itself.
+    off = {"SECURE_SSL_REDIRECT": "false", "SECURE_HSTS_SECONDS": "0", "SECURE_COOKIES": "no"}
+    assert _settings_value(HARDENING, {**production, **off}, tmp_path) == (
+        "False 0 True False False False"
+    )
+    assert _settings_value(HARDENING, {}, tmp_path) == "False 0 False False False False"
+
+
+def test_a_minimal_deployment_passes_check_deploy_but_for_preload(tmp_path: Path) -> None:
+    # Nothing but a key and a host name: no HTTPS setting to remember.
+    result = _check_deploy(
+        {"SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"], "ALLOWED_HOSTS": "portal.example.com"},
+        tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert "System check identified 1 issue" in output, output
+    assert "security.W021" in output  # HSTS preload stays the operator's choice
+
+
+def test_the_policy_lets_sso_sign_in_redirect_to_the_provider(tmp_path: Path) -> None:
+    value = _settings_value(
+        "settings.CONTENT_SECURITY_POLICY['DIRECTIVES']['form-action']",
+        {"OIDC_SERVER_URL": "https://sso.example.com:8443/realms/ai", "OIDC_CLIENT_ID": "p"},
+        tmp_path,
+    )
+    assert value == "[\"'self'\", 'https://sso.example.com:8443']"
+
+
+def test_it_shares_the_cache_between_processes(tmp_path: Path) -> None:
+    backend = "settings.CACHES['default']['BACKEND'], settings.CACHES['default']['LOCATION']"
+    assert _settings_value(backend, {}, tmp_path) == (
+        "django.core.cache.backends.db.DatabaseCache portal_cache"
+    )
+    redis = {"CACHE_URL": "redis://:pw@redis.example.com:6379/2"}
+    assert _settings_value(backend, redis, tmp_path) == (
+        "django.core.cache.backends.redis.RedisCache redis://:pw@redis.example.com:6379/2"
+    )
+    result = _import_settings(
+        backend, {"DEBUG": "true", "CACHE_URL": "memcached://u:s3cr3t@m"}, tmp_path
+    )
+    assert result.returncode != 0
+    assert "CACHE_URL must be a redis://" in result.stderr
+    assert "s3cr3t" not in result.stderr
+
+
+def test_it_reads_the_session_idle_timeout(tmp_path: Path) -> None:
+    assert _settings_value("settings.SESSION_IDLE_TIMEOUT_SECONDS", {}, tmp_path) == "3600"
+    value = {"SESSION_IDLE_TIMEOUT_SECONDS": "900"}
+    assert _settings_value("settings.SESSION_IDLE_TIMEOUT_SECONDS", value, tmp_path) == "900"
+    bad = {"DEBUG": "true", "SESSION_IDLE_TIMEOUT_SECONDS": "0"}
+    result = _import_settings("settings.SESSION_IDLE_TIMEOUT_SECONDS", bad, tmp_path)
+    assert "SESSION_IDLE_TIMEOUT_SECONDS=0 must be a positive number" in result.stderr

@@ -150,6 +150,25 @@ def test_it_manages_members_and_protects_the_last_admin(world: dict[str, Any]) -
     assert "membership.delete" in actions
 
 
+def test_it_adds_by_name_or_email_and_says_nothing_of_a_missing_account(
+    world: dict[str, Any],
+) -> None:
+    alpha, alice = world["alpha"], world["alice"]
+    before = AuditEvent.objects.count()
+    add = services.do_add_member_by_identifier
+    assert add(alpha, acting_user=alice, identifier="ghost", role=Role.VIEWER) is None
+    assert add(alpha, acting_user=alice, identifier="ghost@x.org", role=Role.VIEWER) is None
+    assert AuditEvent.objects.count() == before
+    nora = add(alpha, acting_user=alice, identifier="NORA@example.com", role=Role.VIEWER)
+    assert nora is not None and (nora.user, nora.role) == (world["nora"], "viewer")
+    assert AuditEvent.objects.get(action="membership.create").diff["user"] == [None, "nora"]
+    # An unknown role is refused whether or not an account matches.
+    for name in ("fiona", "ghost"):
+        with pytest.raises(ValidationError, match="Unknown role 'owner'"):
+            add(alpha, acting_user=alice, identifier=name, role="owner")
+    assert not Membership.objects.filter(user=world["fiona"]).exists()
+
+
 def test_it_syncs_identity_groups_and_keeps_local_grants(world: dict[str, Any]) -> None:
     nora = world["nora"]
     Membership.objects.create(user=nora, tenant=world["bravo"], role=Role.VIEWER)  # local

@@ -106,19 +106,61 @@ def test_it_adds_a_member_with_htmx(login: Callable[[str], Client]) -> None:
     assert response.status_code == 200
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="members">')
-    assert "nora" in body and "nora added." in body
+    assert "<td>nora</td>" in body
+    assert "If an account matches &#x27;nora&#x27;, it now has the viewer role here." in body
     assert Membership.objects.get(user__username="nora").role == "viewer"
+
+
+def _flash(body: str) -> str:
+    start = body.index('<div class="flash')
+    return body[start : body.index("</div>", start)]
+
+
+@pytest.mark.parametrize(
+    ("probe", "real"),
+    [
+        ("ghost", "nora"),
+        ("ghost@example.com", "nora@example.com"),
+        ("NOBODY@x.org", "NORA@example.com"),
+    ],
+)
+def test_adding_a_member_does_not_tell_whether_an_account_exists(
+    login: Callable[[str], Client], probe: str, real: str
+) -> None:
+    client = login("alice")
+    before = AuditEvent.objects.count()
+    missing = client.post("/t/alpha/members/", {"user": probe, "role": "viewer"}, **HTMX)
+    # Nothing was written for the unknown name...
+    assert AuditEvent.objects.count() == before
+    assert Membership.objects.filter(tenant__slug="alpha").count() == 3
+    found = client.post("/t/alpha/members/", {"user": real, "role": "viewer"}, **HTMX)
+    assert Membership.objects.get(user__username="nora").role == "viewer"
+    # ...and the answer is the one a real account gets, word for word but the name typed.
+    assert missing.status_code == found.status_code == 200
+    assert _flash(missing.content.decode()).replace(probe, real) == _flash(found.content.decode())
+    assert "flash-success" in _flash(missing.content.decode())
+    for response in (missing, found):
+        assert "No user" not in response.content.decode()
+        assert "errorlist" not in response.content.decode()
+    # The same without htmx: a full page, with the same flash message.
+    page = client.post("/t/alpha/members/", {"user": probe, "role": "member"})
+    assert page.status_code == 200
+    assert "If an account matches" in _flash(page.content.decode())
 
 
 def test_it_shows_member_form_errors_inline(login: Callable[[str], Client]) -> None:
     client = login("alice")
-    response = client.post("/t/alpha/members/", {"user": "ghost", "role": "viewer"}, **HTMX)
-    assert response.status_code == 422
-    assert "No user &#x27;ghost&#x27; exists" in response.content.decode()
     response = client.post("/t/alpha/members/", {"user": "bob", "role": "viewer"}, **HTMX)
+    assert response.status_code == 422
     assert "already a member" in response.content.decode()
-    response = client.post("/t/alpha/members/", {"user": "nora", "role": "owner"}, **HTMX)
-    assert "Select a valid choice" in response.content.decode()
+    # A bad role is refused before anyone is looked up: the same error for any name.
+    for name in ("nora", "ghost"):
+        response = client.post("/t/alpha/members/", {"user": name, "role": "owner"}, **HTMX)
+        assert response.status_code == 422
+        assert "Select a valid choice" in response.content.decode()
+    response = client.post("/t/alpha/members/", {"user": "", "role": "viewer"}, **HTMX)
+    assert response.status_code == 422
+    assert "This field is required" in response.content.decode()
     assert not Membership.objects.filter(user__username="nora").exists()
     assert Membership.objects.get(user__username="bob").role == "member"
 
