@@ -168,5 +168,7 @@ def test_it_gives_a_plain_member_a_read_only_members_page(
     assert navigation.value is not None
     assert navigation.value.status == 403
     expect(page.locator("h1")).to_have_text("Not allowed")
-    expect(page.locator("main")).to_contain_text("Only an admin of this tenant can manage its members.")
+    expect(page.locator("main")).to_contain_text(
+        "Only an admin of this tenant can manage its members."
+    )
     assert not Membership.objects.filter(user=world["nora"]).exists()
