@@ -240,6 +240,9 @@ GITOPS_FLEET_FILE = env("GITOPS_FLEET_FILE")
 _shared_crds = BASE_DIR.parent / "shared" / "crds"
 GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(_shared_crds) if _shared_crds.is_dir() else "")
 GITOPS_REQUIRED_APPROVALS = env_int("GITOPS_REQUIRED_APPROVALS", 1)
+# A change that only takes people out of tenant clusters (or narrows their role there) merges
+# once its checks pass, without waiting for an approval (gitops.services.do_merge_revocation).
+GITOPS_AUTO_MERGE_REVOCATIONS = env_bool("GITOPS_AUTO_MERGE_REVOCATIONS", True)
 GITOPS_COMMITTER_NAME = env("GITOPS_COMMITTER_NAME", "AI factory portal")
 GITOPS_COMMITTER_EMAIL = env("GITOPS_COMMITTER_EMAIL", "portal@ai-factory.invalid")
 # Push main to a remote after each merge (optional): URL and HTTPS credentials.

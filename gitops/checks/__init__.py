@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gitops.checks import cluster_access
 from gitops.checks.capacity import check_capacity
 from gitops.checks.controllers import check_controllers
 from gitops.checks.findings import Finding
@@ -248,6 +249,14 @@ def _isolation(
     seen = {(f.object, f.rule) for f in findings}
     for build in builds:
         slug, tenant_owned = tenant_of(f"{build.directory}/x")
+        if build.ok and cluster_access.access_dir(f"{build.directory}/x") is not None:
+            # What reaches the virtual cluster is the build, patches applied.
+            where = f"{build.directory} (built)"
+            for obj in build.output_objects:
+                for finding in cluster_access.object_findings(where, obj):
+                    if (finding.object, finding.rule) not in seen:
+                        findings.append(finding)
+            continue
         if not build.ok or slug is None or not tenant_owned:
             continue
         for finding in check_workload_objects(
