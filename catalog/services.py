@@ -46,6 +46,7 @@ from gitops.specs import FleetSpec, GpuShare, SpecError, TenantSpec
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from tenants.models import Membership, Role, Tenant
+from tenants.services import queue_cluster_access_sync
 
 logger = logging.getLogger(__name__)
 
@@ -901,6 +902,10 @@ def advance_requests() -> int:
             moved += request.state != before
     for tenant in Tenant.objects.filter(pk__in=merged_tenants):
         _refresh_siblings(tenant)
+        # The merged change carried the bindings of the members the tenant had when it was
+        # opened; anyone removed since must not be back in the clusters it adds.
+        with transaction.atomic():
+            queue_cluster_access_sync(tenant, None)
     return moved
 
 

@@ -344,7 +344,7 @@ def _request_context(
         "spec_rows": spec_rows(req),
         "live": req.state not in states.TERMINAL,
         "endpoint": services.endpoint_access(req) if ready_endpoint else {},
-        "kubeconfig": access.can_write and active and req.kind == Kind.CLUSTER,
+        "kubeconfig": access.role is not None and active and req.kind == Kind.CLUSTER,
         "may_edit": access.can_write
         and req.state in states.EDITABLE
         and req.action != A.DECOMMISSION,
@@ -490,14 +490,14 @@ def resource_decommission(request: HttpRequest, tenant: str, resource_id: int) -
 
 @login_required
 def kubeconfig(request: HttpRequest, tenant: str, resource_id: int) -> HttpResponse:
+    # No credential in it (kubelogin signs the person in), so every member may have one, viewers
+    # too: the cluster gives each the rights of their role.
     access = get_tenant_for_user(request, tenant)
-    if not access.can_write:  # a credential: viewers are told nothing, as outsiders
-        raise Http404("No such cluster.")
     if refused := _reading(request):
         return refused
     resource = get_object_or_404(Resource, pk=resource_id, tenant=access.tenant, kind=Kind.CLUSTER)
     try:
-        config = kubeconfig_for(resource)
+        config = kubeconfig_for(resource, request.user)
     except KubeconfigUnavailable as exc:
         context = {"access": access, "tenant": access.tenant, "resource": resource, "error": exc}
         return render(request, "catalog/kubeconfig_error.html", context, status=409)
