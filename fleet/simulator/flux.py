@@ -89,9 +89,9 @@ from fleet.simulator.vcluster import (
 from fleet.simulator.virtual import (
     ApiServerRefused,
     Forbidden,
-    Invalid,
     Unauthenticated,
     VirtualCluster,
+    WriteRefused,
     api_server_flags,
 )
 from fleet.simulator.virtual import object_key as virtual_key
@@ -606,6 +606,7 @@ class FluxPlayer:
                     reason="ReconciliationFailed",
                     message=problem,
                     attempted=revision,
+                    retrying=True,
                 )
                 self._retry_later(now)
                 ready[kid] = False
@@ -773,10 +774,11 @@ class FluxPlayer:
         prune = [o for i, o in old.items() if i not in objects] if spec.get("prune") is True else []
         try:
             cluster.apply(identity, list(objects.values()), prune, now)
-        except (Forbidden, Invalid) as exc:
-            first = next(iter(objects.values()), {})
-            kind, name = first.get("kind", ""), as_dict(first.get("metadata")).get("name", "")
-            return f"{kind}/{name} dry-run failed: {exc}"
+        except WriteRefused as exc:
+            # fluxcd/pkg ssa DryRunErr: "<Kind>/[<namespace>/]<name> dry-run failed (<reason>)".
+            namespace, name = key_of(exc.obj)
+            where = f"{namespace}/{name}" if namespace else name
+            return f"{exc.obj.get('kind')}/{where} dry-run failed ({exc.reason}): {exc.message}"
         self._inventory[kid] = objects
         self._remote[kid] = target
         return ""
@@ -888,7 +890,10 @@ class FluxPlayer:
         message: str,
         attempted: str | None = None,
         applied: str | None = None,
+        retrying: bool = False,
     ) -> None:
+        """``retrying``: the failure is one kustomize-controller retries at retryInterval; it
+        keeps the Reconciling condition with reason ProgressingWithRetry (``finalizeStatus``)."""
         inventory = sorted(inventory_id(o) for o in self._inventory.get(kid, {}).values())
         if self.store.get(KUSTOMIZATIONS, *kid) is None:
             # flux-system before its first successful build: bootstrap created it.
@@ -902,6 +907,18 @@ class FluxPlayer:
             if reason == "BuildFailed":
                 conditions.append(
                     _condition("Stalled", "True", reason, message, now, previous, generation)
+                )
+            if retrying:
+                conditions.append(
+                    _condition(
+                        "Reconciling",
+                        "True",
+                        "ProgressingWithRetry",
+                        f"Building manifests for revision {attempted}",
+                        now,
+                        previous,
+                        generation,
+                    )
                 )
             conditions.append(
                 _condition(

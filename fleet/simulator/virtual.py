@@ -175,6 +175,17 @@ class Invalid(Exception):
     """The object cannot be stored as asked (422)."""
 
 
+class WriteRefused(Exception):
+    """A write of ``apply`` the API server would refuse: the object, the Status reason
+    (``Forbidden`` or ``Invalid``) and the API server's message."""
+
+    def __init__(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        super().__init__(message)
+        self.obj = obj
+        self.reason = reason
+        self.message = message
+
+
 class ApiServerRefused(ValueError):
     """kube-apiserver would not start with these flags; the message is its complaint."""
 
@@ -583,17 +594,26 @@ class VirtualCluster:
     ) -> None:
         """Server-side apply of ``objects`` and deletion of ``prune`` as ``user``: every
         request is checked first (kustomize-controller dry-runs the whole set), so a refused
-        one changes nothing. ``Forbidden`` or ``Invalid`` with the first refusal."""
+        one changes nothing. ``WriteRefused`` with the first refusal."""
         with self.lock:
             for obj in objects:
-                self._check_write(user, obj)
+                try:
+                    self._check_write(user, obj)
+                except Forbidden as exc:
+                    raise WriteRefused(obj, "Forbidden", str(exc)) from exc
+                except Invalid as exc:
+                    raise WriteRefused(obj, "Invalid", str(exc)) from exc
             for obj in prune:
                 group, plural = _resource_of(obj)
                 key = object_key(obj)
                 if key in self.objects:
-                    self.authorize(
-                        user, Attributes("delete", group, plural, namespace=key[2], name=key[3])
-                    )
+                    try:
+                        self.authorize(
+                            user,
+                            Attributes("delete", group, plural, namespace=key[2], name=key[3]),
+                        )
+                    except Forbidden as exc:
+                        raise WriteRefused(obj, "Forbidden", str(exc)) from exc
             for obj in prune:
                 self.objects.pop(object_key(obj), None)
             for obj in objects:

@@ -181,8 +181,8 @@ def _kustomize(
         command = kustomize_command()
     except KustomizeUnavailable as exc:
         return CheckResult("kustomize", "skipped", str(exc))
-    # A tenant's projection repository holds its workloads at the same paths as this tree,
-    # so its Kustomization is built from here too.
+    # A tenant's projection repository holds its workloads and its clusters' bindings at the
+    # same paths as this tree, so the Kustomizations reading it are built from here too.
     slugs = {
         path.split("/")[1] for path in files if path.startswith("tenants/") and path.count("/") >= 2
     }
