@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from gitops.checks.cluster_access import narrows_only
+from gitops.checks.cluster_access import is_bindings_file, narrows_only
 from gitops.fleet import base_fleet, flavor_mapping, with_inventory
 from gitops.models import ChangeRequest, FleetInventory, Review
 from gitops.render import (
@@ -137,7 +137,9 @@ def cluster_access_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, by
     ``tenant.members`` exactly. Only clusters main already has an access directory for: a
     cluster still waiting for its own change gets its bindings rendered with it."""
     repo = repository()
-    base = ensure_bootstrapped(fleet)
+    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if base is None:
+        return {}  # no main, so no cluster yet: nothing to bind anyone in
     access = f"tenants/{tenant.slug}/{ACCESS_DIR}/"
     names = [entry.rstrip("/") for entry in repo.list_dir(base, access) if entry.endswith("/")]
     wanted = render_cluster_access(tenant, names, fleet)
@@ -374,6 +376,9 @@ def narrowing(change: ChangeRequest) -> tuple[bool, str]:
     base and head), and what it takes away or why it is not such a change."""
     if not change.tenant_slug or not change.base_sha or not change.head_sha:
         return False, "not a tenant change"
+    others = [p for p in change.files_changed if not is_bindings_file(p)]
+    if others:  # most changes: known without reading the trees
+        return False, f"{others[0]} is not a cluster's bindings file"
     repo = repository()
     prefix = f"tenants/{change.tenant_slug}/{ACCESS_DIR}/"
     return narrows_only(
