@@ -7,6 +7,7 @@ transaction. Side effects (mail) are jobs enqueued on commit.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -143,21 +144,22 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
 ACCESS_TITLE = "Update who may use the clusters of {slug}"
 
 
-def queue_cluster_access_sync(tenant: Tenant, acting_user: Any) -> None:
-    """After the current transaction commits (one that changed the tenant's members, or merged
-    a change rendered from an older membership), bring its clusters' bindings in line
-    (``do_sync_cluster_access``), as a job: a membership change, a sign-in among them, never
-    waits for or fails on the Git write. Nothing to do when the fleet's clusters trust no
-    identity provider."""
+def queue_cluster_access_sync(tenants: Tenant | Iterable[Tenant], acting_user: Any) -> None:
+    """After the current transaction commits (one that changed the tenants' members, or merged
+    a change rendered from an older membership), bring their clusters' bindings in line
+    (``do_sync_cluster_access``), as a job per tenant: a membership change, a sign-in among
+    them, never waits for or fails on the Git write. Nothing to do when the fleet's clusters
+    trust no identity provider."""
     if base_fleet().cluster_oidc is None:
         return
-    enqueue(
-        "tenants.sync_cluster_access",
-        title=f"Cluster access of {tenant.slug}",
-        tenant=tenant,
-        created_by=acting_user,
-        tenant_id=tenant.pk,
-    )
+    for tenant in [tenants] if isinstance(tenants, Tenant) else tenants:
+        enqueue(
+            "tenants.sync_cluster_access",
+            title=f"Cluster access of {tenant.slug}",
+            tenant=tenant,
+            created_by=acting_user,
+            tenant_id=tenant.pk,
+        )
 
 
 @transaction.atomic
@@ -348,8 +350,7 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
     # e-mail address it vouches for may have changed, and the clusters must know the user as
     # the provider does now. A tenant whose bindings already match gets no change.
     kept = Tenant.objects.filter(memberships__user=user).exclude(pk__in=[t.pk for t in touched])
-    for tenant in [*touched, *kept]:
-        queue_cluster_access_sync(tenant, user)
+    queue_cluster_access_sync(itertools.chain(touched, kept), user)  # kept read if needed
 
     held = {r.role: r for r in PlatformRole.objects.filter(user=user)}
     for role in grants.platform_roles - set(held):

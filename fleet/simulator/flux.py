@@ -90,6 +90,7 @@ from fleet.simulator.virtual import (
     ApiServerRefused,
     Forbidden,
     Unauthenticated,
+    UserInfo,
     VirtualCluster,
     WriteRefused,
     api_server_flags,
@@ -690,9 +691,10 @@ class FluxPlayer:
         due = now + self.config.flux_delay
         self._retry_at = min(self._retry_at if self._retry_at is not None else math.inf, due)
 
-    def _remote_client(self, kid: KId, spec: Mapping[str, Any]) -> tuple[KId, Any, str]:
+    def _remote_client(self, kid: KId, spec: Mapping[str, Any]) -> tuple[KId, UserInfo | None, str]:
         """(vCluster, the identity Flux acts as there, "") for a Kustomization's
-        ``spec.kubeConfig``, or ((), None, why not) in kustomize-controller's words."""
+        ``spec.kubeConfig``, or (("", ""), None, why not) in kustomize-controller's words
+        (fluxcd/pkg ``getRESTConfigFromSecret``)."""
         namespace = kid[0]
         ref = as_dict(as_dict(spec.get("kubeConfig")).get("secretRef"))
         name = str(ref.get("name") or "")
@@ -767,7 +769,7 @@ class FluxPlayer:
     ) -> str:
         """Apply a remote Kustomization's build into its vCluster; "" or why it failed."""
         target, identity, problem = self._remote_client(kid, spec)
-        if problem:
+        if problem or identity is None:
             return problem
         cluster = self.virtual[target]
         old = self._inventory.get(kid, {}) if self._remote.get(kid) == target else {}

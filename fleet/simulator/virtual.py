@@ -41,6 +41,7 @@ restarts, as they would in the cluster's own storage.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -352,6 +353,25 @@ class OidcAuthenticator:
         return UserInfo(f"{flags.prefix}{username}", tuple(groups))
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def split_service_account(username: str) -> tuple[str, str] | None:
+    """(namespace, name) of ``system:serviceaccount:<namespace>:<name>``, or None when the
+    name is not one (k8s.io/apiserver ``pkg/authentication/serviceaccount`` ``SplitUsername``:
+    exactly two parts, a namespace and a valid service account name)."""
+    if not username.startswith(SERVICE_ACCOUNT_PREFIX):
+        return None
+    parts = username.removeprefix(SERVICE_ACCOUNT_PREFIX).split(":")
+    if len(parts) != 2:
+        return None
+    namespace, name = parts
+    if not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
+        return None
+    return namespace, name
+
+
 def _matches(values: Iterable[Any], wanted: str) -> bool:
     listed = [str(v) for v in values]
     return "*" in listed or wanted in listed
@@ -462,7 +482,8 @@ class VirtualCluster:
         """What a (re)start of the control plane reads from the release's values: the API
         server's flags, the addresses its certificate and routes serve, and the manifests the
         deploy controller applies (deleting those of the last start that are gone)."""
-        flags = api_server_flags(values)  # the caller checked they start (flag_problem)
+        # A control plane only runs with flags that start (flux.py _control_plane_problem).
+        flags = api_server_flags(values)
         control = as_dict(values.get("controlPlane"))
         service = f"{self.release}.{self.namespace}.svc"
         hosts = {service, f"{service}.cluster.local"}
@@ -510,12 +531,14 @@ class VirtualCluster:
         return UserInfo(ADMIN_USER, (MASTERS,))
 
     def impersonate(self, user: UserInfo, username: str) -> UserInfo:
-        """``Impersonate-User``: allowed with ``impersonate`` on users (or on the service
-        account); a service account gets its groups as the API server adds them."""
+        """``Impersonate-User`` (k8s.io/apiserver ``filters/impersonation.go``): a name that
+        splits into a namespace and a service account name needs ``impersonate`` on that
+        service account, and gets its groups; any other needs ``impersonate`` on users."""
         target = Attributes("impersonate", "", "users", name=username)
         groups: tuple[str, ...] = ()
-        if username.startswith(SERVICE_ACCOUNT_PREFIX):
-            namespace, _, name = username.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+        account = split_service_account(username)
+        if account is not None:
+            namespace, name = account
             target = Attributes(
                 "impersonate", "", "serviceaccounts", namespace=namespace, name=name
             )
@@ -676,8 +699,10 @@ def serve(
         parts in (["version"], ["api"], ["apis"], ["api", "v1"])
         or (parts[:1] == ["apis"] and len(parts) <= 3)
     ):
+        # Discovery, for every authenticated user (system:discovery); its content is not
+        # modelled beyond the core group.
         cluster.authorize(user, Attributes("get", path=path))
-        return {"kind": "APIVersions", "versions": ["v1"]} if parts == ["api"] else {"path": path}
+        return {"kind": "APIVersions", "versions": ["v1"]}
     if parts == ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] and method == "POST":
         cluster.authorize(user, Attributes("create", "authentication.k8s.io", "selfsubjectreviews"))
         return {

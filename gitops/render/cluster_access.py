@@ -33,6 +33,12 @@ at the versions the portal pins (vCluster chart 0.35.3, Flux 2.9 / kustomize-con
   bound once, when the cluster starts, through ``experimental.deploy.vcluster.manifests``: a
   role that may manage ClusterRoleBindings and bind exactly the three roles above. These
   manifests depend on the tenant alone, so they change only with the fleet setting.
+  The name given, ``cluster-access:platform``, is one no service account can have (it holds a
+  colon): the built-in ``edit`` role members get lets them impersonate *any service account*,
+  and as the reconciler a removed member could have left a binding of their own behind. The
+  API server impersonates a name that does not split into namespace and service account as a
+  plain user (k8s.io/apiserver ``filters/impersonation.go``, ``serviceaccount.SplitUsername``),
+  which needs ``impersonate`` on ``users``: nobody but ``cluster-admin`` has that.
 """
 
 from __future__ import annotations
@@ -58,8 +64,9 @@ ROLE_ORDER = ("view", "edit", "cluster-admin")
 # Kustomizations build on the host.
 ACCESS_DIR = "cluster-access"
 BINDINGS_FILE = "bindings.yaml"
-# The service account name kustomize-controller impersonates inside the virtual cluster.
-RECONCILER = "cluster-access"
+# The service account name kustomize-controller impersonates inside the virtual cluster: not a
+# valid service account name on purpose (see the module's docstring).
+RECONCILER = "cluster-access:platform"
 RECONCILER_ROLE = "ai-factory:cluster-access"
 BINDING_PREFIX = "ai-factory:"
 MEMBER_ANNOTATION = "ai-factory.io/member"
@@ -121,6 +128,11 @@ def member_bindings(tenant: TenantSpec, oidc: ClusterOidc) -> list[dict[str, Any
     return sorted(bindings, key=lambda b: str(b["metadata"]["name"]))
 
 
+def reconciler_user(tenant: TenantSpec) -> str:
+    """Who kustomize-controller is inside the tenant's virtual clusters."""
+    return f"system:serviceaccount:{tenant.slug}:{RECONCILER}"
+
+
 def bootstrap_objects(tenant: TenantSpec) -> list[dict[str, Any]]:
     """What the virtual cluster holds from its first start: the right of the Flux reconciler's
     identity to manage the member bindings, and no more (``bind`` names the three roles)."""
@@ -147,7 +159,7 @@ def bootstrap_objects(tenant: TenantSpec) -> list[dict[str, Any]]:
         "kind": "ClusterRoleBinding",
         "metadata": metadata(RECONCILER_ROLE, tenant=tenant.slug),
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": RECONCILER_ROLE},
-        "subjects": [{"kind": "ServiceAccount", "name": RECONCILER, "namespace": tenant.slug}],
+        "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": reconciler_user(tenant)}],
     }
     return [role, binding]
 

@@ -88,8 +88,14 @@ def test_the_api_server_trusts_the_provider_with_prefixed_names() -> None:
         "verbs": ["bind"],
         "resourceNames": ["cluster-admin", "edit", "view"],
     }
+    # Not a name any service account can have: members, whose edit role lets them act as any
+    # service account, cannot act as the reconciler.
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "cluster-access", "namespace": "alpha"}
+        {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "User",
+            "name": "system:serviceaccount:alpha:cluster-access:platform",
+        }
     ]
     # The manifests depend on the tenant alone: members never change the release's values,
     # so a membership change never rolls the control plane.
@@ -110,7 +116,7 @@ def test_the_access_kustomization_applies_the_bindings_into_the_virtual_cluster(
         "path": "./tenants/alpha/cluster-access/dev",
         "prune": True,
         "retryInterval": "1m0s",
-        "serviceAccountName": "cluster-access",
+        "serviceAccountName": "cluster-access:platform",
         "sourceRef": {"kind": "GitRepository", "name": "alpha"},
         "timeout": "5m0s",
     }
