@@ -51,6 +51,7 @@ from portal.jobs import enqueue
 from tenants import access
 from tenants.access import Action
 from tenants.models import Tenant
+from tenants.services import queue_cluster_access_sync
 
 logger = logging.getLogger(__name__)
 
@@ -964,6 +965,10 @@ def advance_requests() -> int:
             moved += request.state != before
     for tenant in Tenant.objects.filter(pk__in=merged_tenants):
         _refresh_siblings(tenant)
+        # The merged change carried the bindings of the members the tenant had when it was
+        # opened; anyone removed since must not be back in the clusters it adds.
+        with transaction.atomic():
+            queue_cluster_access_sync(tenant, None)
     return moved
 
 

@@ -490,14 +490,15 @@ def resource_decommission(request: HttpRequest, tenant: str, resource_id: int) -
 
 @login_required
 def kubeconfig(request: HttpRequest, tenant: str, resource_id: int) -> HttpResponse:
+    # No credential in it (kubelogin signs the person in), so every member may have one, viewers
+    # too: the cluster gives each the rights of their role.
     access = get_tenant_for_user(request, tenant)
-    if not access.may(Action.KUBECONFIG):  # a credential: viewers are told nothing, as outsiders
-        raise Http404("No such cluster.")
+    access.require(Action.KUBECONFIG)
     if refused := _reading(request):
         return refused
     resource = get_object_or_404(Resource, pk=resource_id, tenant=access.tenant, kind=Kind.CLUSTER)
     try:
-        config = kubeconfig_for(resource)
+        config = kubeconfig_for(resource, request.user)
     except KubeconfigUnavailable as exc:
         context = {"access": access, "tenant": access.tenant, "resource": resource, "error": exc}
         return render(request, "catalog/kubeconfig_error.html", context, status=409)

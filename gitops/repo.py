@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
@@ -662,37 +662,48 @@ class GitRepository:
         self,
         source: GitRepository,
         rev: str,
-        prefix: str,
+        prefix: str | Sequence[str],
         *,
         branch: str,
         message: str,
         committer: Identity,
     ) -> str | None:
-        """Make ``branch`` of this repository hold only ``prefix`` of ``source`` at ``rev``.
+        """Make ``branch`` of this repository hold only ``prefix`` of ``source`` at ``rev``
+        (or several prefixes, none inside another).
 
-        The subtree keeps its path (``tenants/a/workloads`` stays there), so paths that point
-        into it stay valid. Only the objects below ``prefix`` are copied in: this repository
-        never holds anything else of ``source``, so serving it cannot leak another object, not
-        even by id. The commit is deterministic (its time is the source commit's, the parent is
-        the branch's tip), and none is made when the tree is unchanged. Returns the branch's
-        tip afterwards, or None when ``prefix`` does not exist at ``rev`` and the branch does
-        not either. Compare-and-swap like every write; retried on a concurrent projection.
+        The subtrees keep their paths (``tenants/a/workloads`` stays there), so paths that
+        point into them stay valid. Only the objects below the prefixes are copied in: this
+        repository never holds anything else of ``source``, so serving it cannot leak another
+        object, not even by id. The commit is deterministic (its time is the source commit's,
+        the parent is the branch's tip), and none is made when the tree is unchanged. A prefix
+        that does not exist at ``rev`` is left out; returns the branch's tip afterwards, or
+        None when no prefix exists and the branch does not either. Compare-and-swap like every
+        write; retried on a concurrent projection.
         """
-        parts = _split_prefix(prefix)
-        if not parts:
-            raise InvalidPath("a projection needs a directory, not the whole repository")
+        prefixes = [prefix] if isinstance(prefix, str) else list(prefix)
+        split = [_split_prefix(p) for p in prefixes]
+        if not split or any(not parts for parts in split):
+            raise InvalidPath("a projection needs directories, not the whole repository")
+        for parts in split:
+            for other in split:
+                if other is not parts and other[: len(parts)] == parts:
+                    raise InvalidPath(f"{'/'.join(other)!r} is inside {'/'.join(parts)!r}")
         origin = source._commit(rev)
-        subtree = source._lookup_path(origin.tree, parts)
         ref = self._ref_name(branch)
         with self._writer_queue(ref):
             tip = self.head(branch)
-            if not isinstance(subtree, pygit2.Tree):
+            found: dict[str, Any] = {}
+            for parts in split:
+                subtree = source._lookup_path(origin.tree, parts)
+                if not isinstance(subtree, pygit2.Tree):
+                    continue
+                node = found
+                for part in parts[:-1]:
+                    node = node.setdefault(part, {})
+                node[parts[-1]] = self._copy_tree(source, subtree.id)
+            if not found:
                 return tip
-            oid = self._copy_tree(source, subtree.id)
-            for part in reversed(parts):
-                entries = _TreeEntries([], [])
-                entries.put(part.encode("utf-8", "surrogateescape"), _TREE_MODE, oid.raw)
-                oid = self._write_tree(entries)
+            oid = self._write_nested(found)
             parent = self._commit(tip) if tip else None
             if parent is not None and parent.tree_id == oid:
                 return tip
@@ -710,6 +721,14 @@ class GitRepository:
             )
             self._update_ref(ref, sha, tip)
             return sha
+
+    def _write_nested(self, nested: Mapping[str, Any]) -> pygit2.Oid:
+        """A tree of directories only: ``{name: subtree id or a mapping of the same}``."""
+        entries = _TreeEntries([], [])
+        for name, child in nested.items():
+            oid = child if isinstance(child, pygit2.Oid) else self._write_nested(child)
+            entries.put(name.encode("utf-8", "surrogateescape"), _TREE_MODE, oid.raw)
+        return self._write_tree(entries)
 
     def _copy_tree(self, source: GitRepository, oid: pygit2.Oid) -> pygit2.Oid:
         """Copy a tree and everything below it from ``source``, skipping what is here already.

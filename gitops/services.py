@@ -23,6 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from gitops.checks.cluster_access import is_bindings_file, narrows_only
 from gitops.fleet import base_fleet, flavor_mapping, with_inventory
 from gitops.forges import WebhookEvent
 from gitops.models import ChangeRequest, FleetInventory, ForgeDelivery, Review
@@ -32,6 +33,8 @@ from gitops.render import (
     render_tenant_tree,
     render_tenants_index,
 )
+from gitops.render.cluster_access import ACCESS_DIR
+from gitops.render.tree import render_cluster_access
 from gitops.repo import GitRepository, Identity, MergeConflict, format_message
 from gitops.specs import Flavor, FleetSpec, TenantSpec
 from gitops.usertext import user_text
@@ -149,6 +152,20 @@ def tenant_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | No
     index = render_tenants_index(_tenant_slugs(repo, base) | {tenant.slug})
     changes.update({p: b for p, b in index.items() if repo.read_file(base, p) != b})
     return changes
+
+
+def cluster_access_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | None]:
+    """What to write so that the access directories of the tenant's clusters on main bind
+    ``tenant.members`` exactly. Only clusters main already has an access directory for: a
+    cluster still waiting for its own change gets its bindings rendered with it."""
+    repo = repository()
+    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if base is None:
+        return {}  # no main, so no cluster yet: nothing to bind anyone in
+    access = f"tenants/{tenant.slug}/{ACCESS_DIR}/"
+    names = [entry.rstrip("/") for entry in repo.list_dir(base, access) if entry.endswith("/")]
+    wanted = render_cluster_access(tenant, names, fleet)
+    return {p: b for p, b in wanted.items() if repo.read_file(base, p) != b}
 
 
 def tenant_removal_changes(slug: str, fleet: FleetSpec) -> dict[str, bytes | None]:
@@ -345,10 +362,22 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
     if reasons:
         raise ValidationError(reasons)
     approvers, _ = review_summary(change)
+    return _merge(
+        change,
+        acting_user=acting_user,
+        approved_by=", ".join(_trailer(u) for u in approvers),
+        audit={},
+    )
+
+
+def _merge(
+    change: ChangeRequest, *, acting_user: Any, approved_by: str, audit: dict[str, list[Any]]
+) -> ChangeRequest:
+    """Squash the locked, mergeable ``change`` onto main and publish it after commit."""
     trailers = {
         "Change-Request": str(change.pk),
         "Requested-by": _trailer(change.requested_by or change.author),
-        "Approved-by": ", ".join(_trailer(u) for u in approvers),
+        "Approved-by": approved_by,
         "Merged-by": _trailer(acting_user),
     }
     if change.tenant_slug:
@@ -375,7 +404,7 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
         ) from exc
     change.status = ChangeRequest.Status.MERGED
     change.merge_sha = sha
-    change.merged_by = acting_user
+    change.merged_by = acting_user if getattr(acting_user, "pk", None) else None
     change.merged_at = timezone.now()
     change.apply_state = ChangeRequest.Apply.PENDING
     change.save()
@@ -384,7 +413,7 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
         action="change.merge",
         target=change,
         tenant_slug=change.tenant_slug,
-        diff={"status": ["open", "merged"], "merge": [None, sha[:12]]},
+        diff={"status": ["open", "merged"], "merge": [None, sha[:12]], **audit},
     )
     enqueue(
         "gitops.after_merge",
@@ -393,6 +422,49 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
         change_id=change.pk,
     )
     return change
+
+
+def narrowing(change: ChangeRequest) -> tuple[bool, str]:
+    """Whether the change only takes tenant cluster access away (``narrows_only`` on its
+    base and head), and what it takes away or why it is not such a change."""
+    if not change.tenant_slug or not change.base_sha or not change.head_sha:
+        return False, "not a tenant change"
+    others = [p for p in change.files_changed if not is_bindings_file(p)]
+    if others:  # most changes: known without reading the trees
+        return False, f"{others[0]} is not a cluster's bindings file"
+    repo = repository()
+    prefix = f"tenants/{change.tenant_slug}/{ACCESS_DIR}/"
+    return narrows_only(
+        repo.read_tree(change.base_sha, prefix),
+        repo.read_tree(change.head_sha, prefix),
+        change.files_changed,
+    )
+
+
+@transaction.atomic
+def do_merge_revocation(change: ChangeRequest) -> ChangeRequest | None:
+    """Merge, without a review, an open change whose checks passed and that only takes cluster
+    access away (``narrowing``); None, and nothing done, for any other change.
+
+    Why no reviewer: such a change can only remove people from a tenant's clusters or narrow
+    their role there, and every minute it waits for one keeps a removed member in. The rule is
+    read from the change's own diff, never from whoever opened it, and the checks still run
+    first. Off with GITOPS_AUTO_MERGE_REVOCATIONS=false; a forge merges its own pull requests.
+    """
+    if not settings.GITOPS_AUTO_MERGE_REVOCATIONS or settings.GITOPS_FORGE:
+        return None
+    change = _locked(change)
+    if not change.is_open or change.checks_state != ChangeRequest.Checks.PASSED:
+        return None
+    narrows, summary = narrowing(change)
+    if not narrows:
+        return None
+    return _merge(
+        change,
+        acting_user=None,
+        approved_by="none needed: it only takes cluster access away",
+        audit={"without_review": [None, summary[:300]]},
+    )
 
 
 TENANT_INDEX = "tenants/kustomization.yaml"

@@ -3,8 +3,9 @@
 The fleet repository holds every tenant's files and every open change (``change/*``), and git
 serves any object it holds to a client that names its id. So a tenant's source does not read
 the fleet repository: it reads a *projection*, a bare repository per tenant that holds only
-``tenants/<slug>/workloads`` of main, at the same path, so the tenant Kustomization's
-``./tenants/<slug>/workloads`` stays valid. A token for it cannot fetch what is not there.
+``tenants/<slug>/workloads`` and ``tenants/<slug>/cluster-access`` of main, at the same paths,
+so the Kustomizations in the tenant's namespace (its workloads, and its clusters' member
+bindings) keep their paths. A token for it cannot fetch what is not there.
 
 * Projections are derived, never written by hand: after every change of main the portal
   commits the tenant's subtree (``GitRepository.project``), deterministically, with a
@@ -35,6 +36,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from gitops.models import SourceToken
+from gitops.render.cluster_access import ACCESS_DIR
 from gitops.render.validate import DNS1123_LABEL
 from gitops.repo import GitRepository, GitRepositoryError, format_message
 from gitops.services import identity
@@ -181,6 +183,11 @@ def workloads_prefix(slug: str) -> str:
     return f"tenants/{slug}/workloads"
 
 
+def projected_prefixes(slug: str) -> list[str]:
+    """What a tenant's projection holds: what the Kustomizations in its namespace read."""
+    return [workloads_prefix(slug), f"tenants/{slug}/{ACCESS_DIR}"]
+
+
 def update_projection(fleet_repo: GitRepository, slug: str, rev: str) -> str | None:
     """Bring the tenant's projection level with ``rev`` of the fleet repository. A tenant whose
     directory is gone (offboarded) loses its projection. Returns the projection's tip."""
@@ -191,9 +198,9 @@ def update_projection(fleet_repo: GitRepository, slug: str, rev: str) -> str | N
             logger.info("removed the projection of %s: no tenants/%s/ on main", slug, slug)
         return None
     target = GitRepository.open_or_init(path, main=settings.GITOPS_MAIN_BRANCH)
-    prefix = workloads_prefix(slug)
+    prefixes = projected_prefixes(slug)
     message = format_message(
-        f"{prefix} of {settings.GITOPS_MAIN_BRANCH} at {rev[:12]}",
+        f"{' and '.join(prefixes)} of {settings.GITOPS_MAIN_BRANCH} at {rev[:12]}",
         "A read-only projection for the tenant's Flux source; the fleet repository is the "
         "source of truth.",
         {PROJECTION_TRAILER: rev},
@@ -201,7 +208,7 @@ def update_projection(fleet_repo: GitRepository, slug: str, rev: str) -> str | N
     return target.project(
         fleet_repo,
         rev,
-        prefix,
+        prefixes,
         branch=settings.GITOPS_MAIN_BRANCH,
         message=message,
         committer=identity(None),

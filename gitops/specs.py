@@ -23,6 +23,10 @@ ClusterSize = Literal["small", "medium", "large"]
 # The controller behind the fleet's Gateway: it decides where gateway traffic comes from (the
 # NetworkPolicy that admits it) and how routes are authenticated.
 GatewayImplementation = Literal["envoy-gateway", "cilium"]
+# The ID token claim tenant clusters take a person's user name from (kube-apiserver
+# --oidc-username-claim); the portal knows both of its members (see ClusterMember).
+UsernameClaim = Literal["sub", "email"]
+MemberRole = Literal["admin", "member", "viewer"]
 
 
 class SpecError(ValueError):
@@ -97,6 +101,27 @@ class GatewayRef:
 
 
 @dataclass(frozen=True)
+class ClusterOidc:
+    """The identity provider tenant clusters' API servers trust, and the client people sign in
+    to it with from kubectl (kubelogin).
+
+    ``issuer_url`` must be the portal's own sign-in provider (``OIDC_SERVER_URL``): members are
+    bound in their clusters by the subject the portal knows them under, and a subject means
+    something only together with its issuer. ``client_id`` is a *public* client of that
+    provider (kubelogin runs on people's machines and can keep no secret); the API servers
+    accept only ID tokens issued to it (``aud``). ``username_claim`` is ``sub`` (stable, the
+    default) or ``email`` (readable, but the provider must only release verified addresses).
+    ``groups_claim``, when set, passes the provider's groups into the clusters, prefixed; the
+    portal binds people, never groups, so membership stays the only key.
+    """
+
+    issuer_url: str
+    client_id: str
+    username_claim: UsernameClaim = "sub"
+    groups_claim: str = ""
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     """The platform: its flavors, topology, cohort and the shared services tenants reach."""
 
@@ -133,6 +158,9 @@ class FleetSpec:
     # through a TLS-passthrough listener of the fleet gateway; "" keeps them in-cluster only
     # (the downloaded kubeconfig then works from inside the host cluster alone).
     vcluster_api_domain: str = ""
+    # Per-person access to tenant clusters through the identity provider (None: tenant clusters
+    # trust no identity provider and the portal hands out no kubeconfig).
+    cluster_oidc: ClusterOidc | None = None
     git_url: str = "http://portal.portal-system.svc/git/fleet.git"
     # Each tenant's Flux source reads only its own projection repository,
     # ``<tenant_git_base_url>/<slug>.git`` (see gitops/sources.py).
@@ -213,6 +241,21 @@ class EndpointSpec:
 
 
 @dataclass(frozen=True)
+class ClusterMember:
+    """One member of the tenant as its clusters know them: the portal role, and the identity
+    the provider ``issuer`` vouches for (``subject``, the ``sub`` claim; ``email`` when the
+    provider said it is verified). ``name`` is the portal user name, for people reading the
+    bindings. A member the provider does not know yet (never signed in through it) has none.
+    """
+
+    name: str
+    role: MemberRole
+    issuer: str
+    subject: str
+    email: str = ""
+
+
+@dataclass(frozen=True)
 class TenantSpec:
     """Everything the platform runs for one tenant."""
 
@@ -231,6 +274,8 @@ class TenantSpec:
     shares: tuple[GpuShare, ...] = ()
     clusters: tuple[TenantClusterSpec, ...] = ()
     endpoints: tuple[EndpointSpec, ...] = ()
+    # Who may use the tenant's clusters, and how (gitops/render/cluster_access.py).
+    members: tuple[ClusterMember, ...] = ()
 
     def share(self, name: str) -> GpuShare | None:
         return next((s for s in self.shares if s.name == name), None)

@@ -324,6 +324,9 @@ GITOPS_CHANGE_POLICY = "tenants.access.may_act_on_change"
 # The tenant as it should run, with its live resources (the catalog owns them; tenants may not
 # import it): what a change of a tenant's settings is checked and rendered with.
 TENANT_DESIRED_SPEC = "catalog.specs.desired_tenant"
+# A change that only takes people out of tenant clusters (or narrows their role there) merges
+# once its checks pass, without waiting for an approval (gitops.services.do_merge_revocation).
+GITOPS_AUTO_MERGE_REVOCATIONS = env_bool("GITOPS_AUTO_MERGE_REVOCATIONS", True)
 GITOPS_COMMITTER_NAME = env("GITOPS_COMMITTER_NAME", "AI factory portal")
 GITOPS_COMMITTER_EMAIL = env("GITOPS_COMMITTER_EMAIL", "portal@ai-factory.invalid")
 # Push main to a remote after each merge (optional): URL and HTTPS credentials.

@@ -38,7 +38,7 @@ class Action(StrEnum):
     CHANGE_SETTINGS = "change_settings"  # display name, contacts
     CHANGE_TRUST = "change_trust"  # trust level and cost centre
     MANAGE_MEMBERS = "manage_members"  # add, remove, change roles
-    KUBECONFIG = "kubeconfig"  # download a tenant cluster's kubeconfig
+    KUBECONFIG = "kubeconfig"  # download one's own kubeconfig of a tenant cluster
     MANAGE_GATEWAY_KEY = "manage_gateway_key"  # make, rotate, revoke the gateway key
     VIEW_AUDIT = "view_audit"  # the tenant's audit log and jobs
     VIEW_COST = "view_cost"  # usage and cost of a tenant
@@ -80,7 +80,9 @@ RULES: dict[Action, Rule] = {
     # whom it is billed to. Neither is the tenant's own call.
     Action.CHANGE_TRUST: Rule(platform=_PLATFORM_ADMIN),
     Action.MANAGE_MEMBERS: Rule(_ADMINS, _PLATFORM_ADMIN),
-    Action.KUBECONFIG: Rule(_WRITERS, _PLATFORM_ADMIN),
+    # A member's kubeconfig holds no credential (kubelogin signs the person in) and the
+    # cluster grants each the rights of their role; platform admins use the admin one.
+    Action.KUBECONFIG: Rule(_ALL_TENANT_ROLES),
     Action.MANAGE_GATEWAY_KEY: Rule(_ADMINS, _PLATFORM_ADMIN),
     Action.VIEW_AUDIT: Rule(_ADMINS, _PLATFORM_ADMIN),
     Action.VIEW_COST: Rule(_ALL_TENANT_ROLES, frozenset({_PA, _FIN})),
@@ -103,7 +105,8 @@ DENIED: dict[Action, str] = {
     Action.CHANGE_SETTINGS: "Only an admin of this tenant can change its settings.",
     Action.CHANGE_TRUST: "Only platform admins can change the trust level or cost centre.",
     Action.MANAGE_MEMBERS: "Only an admin of this tenant can manage its members.",
-    Action.KUBECONFIG: "Viewers cannot download cluster credentials.",
+    Action.KUBECONFIG: "Only members of the tenant get a kubeconfig: it signs them in as "
+    "themselves (platform admins read the cluster's admin kubeconfig with kubectl).",
     Action.MANAGE_GATEWAY_KEY: "Only an admin of this tenant can manage its gateway key.",
     Action.VIEW_AUDIT: "Only an admin of this tenant can read its audit log.",
     Action.VIEW_COST: "You are not a member of this tenant.",

@@ -7,6 +7,7 @@ transaction. Side effects (mail) are jobs enqueued on commit.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -18,7 +19,7 @@ from django.db import IntegrityError, models, transaction
 from django.utils.module_loading import import_string
 
 from gitops import services as gitops
-from gitops.fleet import configured_fleet
+from gitops.fleet import base_fleet, configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render.validate import validate_tenant
 from gitops.specs import SpecError
@@ -194,6 +195,68 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     return tenant
 
 
+# --- who may use the tenant's clusters -------------------------------------------------------
+
+ACCESS_TITLE = "Update who may use the clusters of {slug}"
+
+
+def queue_cluster_access_sync(tenants: Tenant | Iterable[Tenant], acting_user: Any) -> None:
+    """After the current transaction commits (one that changed the tenants' members, or merged
+    a change rendered from an older membership), bring their clusters' bindings in line
+    (``do_sync_cluster_access``), as a job per tenant: a membership change, a sign-in among
+    them, never waits for or fails on the Git write. Nothing to do when the fleet's clusters
+    trust no identity provider."""
+    if base_fleet().cluster_oidc is None:
+        return
+    for tenant in [tenants] if isinstance(tenants, Tenant) else tenants:
+        enqueue(
+            "tenants.sync_cluster_access",
+            title=f"Cluster access of {tenant.slug}",
+            tenant=tenant,
+            created_by=acting_user,
+            tenant_id=tenant.pk,
+        )
+
+
+@transaction.atomic
+def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest | None:
+    """Open the change that makes the bindings in the tenant's clusters match its members now,
+    closing an older one still open (this one holds everything it did); None when main matches.
+
+    A change that only takes access away merges once its checks pass, without a review
+    (``gitops.services.do_merge_revocation``); one that gives access waits for an approval.
+    """
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    fleet = configured_fleet()
+    changes = gitops.cluster_access_changes(tenant_spec(tenant), fleet)
+    title = ACCESS_TITLE.format(slug=tenant.slug)
+    repo, main = gitops.repository(), gitops.main_sha()
+    for existing in ChangeRequest.objects.select_for_update().filter(
+        status=ChangeRequest.Status.OPEN,
+        kind=ChangeRequest.Kind.TENANT,
+        tenant_slug=tenant.slug,
+        title=title,
+    ):
+        theirs = {p: repo.read_file(existing.head_sha, p) for p in existing.files_changed}
+        if changes and theirs == changes and existing.base_sha == main:
+            return existing  # already asks for exactly this
+        gitops.do_close(existing, acting_user=acting_user, reason="Superseded by a newer one.")
+    if not changes:
+        return None
+    return gitops.open_change(
+        acting_user=None,
+        title=title,
+        changes=changes,
+        kind=ChangeRequest.Kind.TENANT,
+        tenant_slug=tenant.slug,
+        requested_by=acting_user,
+        description=(
+            f"The members of {tenant.display_name} and their roles, as bindings in each of its "
+            "clusters (admin: cluster-admin, member: edit, viewer: view)."
+        ),
+    )
+
+
 def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any) -> Membership:
     if role not in Role.values:
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
@@ -213,7 +276,9 @@ def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any
 @transaction.atomic
 def do_add_member(tenant: Tenant, *, acting_user: Any, user: Any, role: str) -> Membership:
     access.require(acting_user, Action.MANAGE_MEMBERS, tenant)
-    return _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
+    membership = _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
+    queue_cluster_access_sync(tenant, acting_user)
+    return membership
 
 
 @transaction.atomic
@@ -225,13 +290,16 @@ def do_add_member_by_identifier(
     A tenant admin must not learn from the answer which people have accounts, so the caller
     answers both outcomes alike, and every error raised here (an unknown role, someone already
     in the table) is decided without looking at whether an account matches."""
+    access.require(acting_user, Action.MANAGE_MEMBERS, tenant)
     if role not in Role.values:
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
     try:
         user = find_user(identifier)
     except ValidationError:
         return None
-    return _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
+    membership = _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
+    queue_cluster_access_sync(tenant, acting_user)
+    return membership
 
 
 def _ensure_an_admin_remains(membership: Membership) -> None:
@@ -271,6 +339,7 @@ def do_change_member_role(membership: Membership, *, acting_user: Any, role: str
         tenant_slug=membership.tenant.slug,
         diff={"role": [before, role]},
     )
+    queue_cluster_access_sync(membership.tenant, acting_user)
     return membership
 
 
@@ -291,6 +360,7 @@ def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
         diff={"user": [membership.user.username, None], "role": [membership.role, None]},
     )
     membership.delete()
+    queue_cluster_access_sync(membership.tenant, acting_user)
 
 
 @transaction.atomic
@@ -316,7 +386,8 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
 
     Memberships granted in the portal (source=local) are left alone; those that came from the
     identity provider and are no longer in the claim are removed, so revoking a group there
-    revokes access here at the next sign-in.
+    revokes access here at the next sign-in (and, through ``do_sync_cluster_access``, in the
+    tenant's clusters).
     """
     grants = parse_groups(groups, prefix)
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=grants.tenant_roles)}
@@ -326,13 +397,16 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
     current = {
         m.tenant.slug: m for m in Membership.objects.filter(user=user).select_related("tenant")
     }
+    touched: list[Tenant] = []
     for slug, role in grants.tenant_roles.items():
         if slug not in tenants:
             continue
         existing = current.get(slug)
         if existing is None:
             _add_member(tenants[slug], user=user, role=role, source=Source.OIDC, actor=user)
+            touched.append(tenants[slug])
         elif existing.source == Source.OIDC and existing.role != role:
+            touched.append(existing.tenant)
             before = existing.role
             existing.role = role
             existing.save(update_fields=["role"])
@@ -353,6 +427,12 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
                 diff={"user": [user.username, None], "role": [membership.role, None]},
             )
             membership.delete()
+            touched.append(membership.tenant)
+    # Every sign-in, not only a changed group: the link to the provider may be new, or the
+    # e-mail address it vouches for may have changed, and the clusters must know the user as
+    # the provider does now. A tenant whose bindings already match gets no change.
+    kept = Tenant.objects.filter(memberships__user=user).exclude(pk__in=[t.pk for t in touched])
+    queue_cluster_access_sync(itertools.chain(touched, kept), user)  # kept read if needed
 
     held = {r.role: r for r in PlatformRole.objects.filter(user=user)}
     for role in grants.platform_roles - set(held):

@@ -10,6 +10,7 @@ from portal.jobs import job_task
 from portal.models import Job
 from tenants.access import Action, users_who_may
 from tenants.models import Tenant
+from tenants.services import do_sync_cluster_access
 
 
 @job_task("tenants.notify_onboarded")
@@ -30,3 +31,16 @@ def notify_onboarded(job: Job) -> None:
         recipient_list=list(tenant.contacts),
     )
     job.set_progress(100, "sent")
+
+
+@job_task("tenants.sync_cluster_access")
+def sync_cluster_access(job: Job) -> None:
+    """Open the change that gives the tenant's clusters its members as they are now."""
+    tenant = Tenant.objects.filter(pk=job.kwargs["tenant_id"]).first()
+    if tenant is None:
+        job.set_progress(100, "the tenant is gone")
+        return
+    change = do_sync_cluster_access(tenant, acting_user=job.created_by)
+    job.set_progress(
+        100, f"opened change #{change.pk}" if change else "the clusters' bindings already match"
+    )

@@ -168,13 +168,14 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
 
     started: list[Any] = []
 
-    def start(*, tick_seconds: float | None = None) -> Any:
+    def start(*, tick_seconds: float | None = None, **config_changes: Any) -> Any:
         config = dataclasses.replace(
             SimConfig.demo(),
             flux_delay=0,
             ready_delay=0,
             recreate_delay=0,
             fleet_name=settings.GITOPS_FLEET_NAME,
+            **config_changes,
         )
         settings.GITOPS_HTTP_TOKENS = ["platform-test-token"]
         simulator = Simulator(

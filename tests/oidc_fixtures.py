@@ -1,13 +1,20 @@
 """A real OpenID Connect provider for SSO tests, and a form-filling HTTP client to drive it.
 
 The provider is tests/oidc/server.mjs (npm oidc-provider, installed by `make node-deps`). It
-is started as a subprocess on a port the kernel picks and stopped when the test is done.
+is started as a subprocess on a port the kernel picks and stopped when the test is done. For
+tenant clusters it can serve HTTPS (with a certificate from a throwaway CA, ``make_test_ca``) and
+have kubectl's public client, and ``kubelogin_id_token`` signs in the way kubelogin does.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime
+import hashlib
+import ipaddress
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -17,7 +24,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
 import pytest
 import requests
@@ -26,6 +33,9 @@ OIDC_DIR = Path(__file__).resolve().parent / "oidc"
 SERVER_SCRIPT = OIDC_DIR / "server.mjs"
 CLIENT_ID = "ai-factory-portal"
 CLIENT_SECRET = "portal-test-secret-not-for-production"
+# kubectl's client (kubelogin), public, as the operator guide has it set up in Keycloak.
+CLUSTER_CLIENT_ID = "ai-factory-clusters"
+KUBELOGIN_REDIRECT_URI = "http://localhost:8000"
 # Generous: the first start after `npm ci` compiles the provider's modules.
 START_TIMEOUT = 30.0
 HTTP_TIMEOUT = 15.0
@@ -76,12 +86,103 @@ class OidcServer:
         return self.log_file.read_text(errors="replace")
 
 
+@dataclass(frozen=True)
+class ServerCa:
+    """A throwaway CA and a server certificate it signed for 127.0.0.1 (PEM files)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def make_test_ca(workdir: Path) -> ServerCa:
+    """Make a CA and a certificate for https://127.0.0.1 with the ``cryptography`` package."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test identity provider CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = ServerCa(workdir / "ca.pem", workdir / "server.pem", workdir / "server-key.pem")
+    files.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return files
+
+
 @contextmanager
-def run_oidc_server(*, redirect_uri: str, workdir: Path) -> Iterator[OidcServer]:
+def run_oidc_server(
+    *,
+    redirect_uri: str,
+    workdir: Path,
+    public_client_id: str = "",
+    tls: ServerCa | None = None,
+) -> Iterator[OidcServer]:
     node = require_oidc_provider()
     accounts_file = workdir / "accounts.json"
     accounts_file.write_text("{}")
     log_file = workdir / "oidc-provider.log"
+    extra = [f"--public-client-id={public_client_id}"] if public_client_id else []
+    if tls is not None:
+        extra += [f"--tls-cert={tls.cert_file}", f"--tls-key={tls.key_file}"]
     with log_file.open("w") as log:
         # stdout goes to a file rather than a pipe: nobody reads a pipe after READY, and a full
         # pipe would block the provider mid-test.
@@ -94,6 +195,7 @@ def run_oidc_server(*, redirect_uri: str, workdir: Path) -> Iterator[OidcServer]
                 f"--accounts={accounts_file}",
                 f"--client-id={CLIENT_ID}",
                 f"--client-secret={CLIENT_SECRET}",
+                *extra,
             ],
             cwd=OIDC_DIR,
             stdout=log,
@@ -222,3 +324,78 @@ class Browser:
             for u in self.visited
             if urlsplit(u).netloc == origin.netloc and urlsplit(u).path.startswith(path)
         ]
+
+
+def kubelogin_id_token(
+    server: OidcServer,
+    account: str,
+    *,
+    client_id: str = CLUSTER_CLIENT_ID,
+    ca_file: Path | None = None,
+    extra_scopes: tuple[str, ...] = (),
+) -> str:
+    """Sign ``account`` in as ``kubectl oidc-login get-token`` does: the authorization code
+    flow with PKCE for the public client, the code caught at the loopback redirect (not
+    followed: nothing listens there), exchanged for tokens; returns the ID token."""
+    session = requests.Session()
+    # Per request, not on the session: REQUESTS_CA_BUNDLE would override the session's.
+    verify: str | bool = str(ca_file) if ca_file else True
+    verifier = secrets.token_urlsafe(48)
+    challenge = (
+        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    )
+    state = secrets.token_urlsafe(16)
+    query = {
+        "client_id": client_id,
+        "response_type": "code",
+        "scope": " ".join(("openid", *extra_scopes)),  # kubelogin's --oidc-extra-scope
+        "redirect_uri": KUBELOGIN_REDIRECT_URI,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "state": state,
+        "nonce": secrets.token_urlsafe(16),
+    }
+    response = session.get(
+        f"{server.issuer}/auth?{urlencode(query)}",
+        allow_redirects=False,
+        timeout=HTTP_TIMEOUT,
+        verify=verify,
+    )
+    for _ in range(20):
+        if response.is_redirect:
+            target = urljoin(response.url, response.headers["Location"])
+            if target.startswith(KUBELOGIN_REDIRECT_URI):
+                got = parse_qs(urlsplit(target).query)
+                assert got.get("state") == [state], target
+                assert "code" in got, f"the provider refused: {target}\n{server.log()}"
+                break
+            response = session.get(
+                target, allow_redirects=False, timeout=HTTP_TIMEOUT, verify=verify
+            )
+            continue
+        forms = [f for f in parse_page(response.text).forms if f.method == "post"]
+        assert forms, f"stuck at {response.url} ({response.status_code}):\n{response.text[:2000]}"
+        url = urljoin(response.url, forms[0].action)
+        response = session.post(
+            url,
+            data={**forms[0].fields, "login": account},
+            allow_redirects=False,
+            timeout=HTTP_TIMEOUT,
+            verify=verify,
+        )
+    else:
+        raise AssertionError(f"no code after 20 hops:\n{server.log()}")
+    tokens = session.post(
+        f"{server.issuer}/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": got["code"][0],
+            "redirect_uri": KUBELOGIN_REDIRECT_URI,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+        timeout=HTTP_TIMEOUT,
+        verify=verify,
+    )
+    assert tokens.status_code == 200, f"{tokens.text}\n{server.log()}"
+    return str(tokens.json()["id_token"])

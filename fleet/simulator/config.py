@@ -118,6 +118,10 @@ class SimConfig:
     seed: int = 0
     seed_workloads: tuple[SeedWorkload, ...] = ()
     kubernetes_version: str = "v1.34.1"
+    # The CA bundle tenant clusters' API servers trust when they fetch their identity
+    # provider's keys (the system roots of the control plane's image, in a real cluster);
+    # "" for the system's own.
+    oidc_ca_file: str = ""
 
     @classmethod
     def demo(cls) -> SimConfig:

@@ -25,8 +25,15 @@ a Kustomization or GitRepository, as the notification Receiver does) it reconcil
   ``ReconciliationFailed`` with the dry-run error, unless the object (new or live) carries
   ``kustomize.toolkit.fluxcd.io/force: enabled`` or the Kustomization sets ``spec.force``,
   when it is deleted and created again;
+- a Kustomization with ``spec.kubeConfig`` applies to the vCluster the kubeconfig's server
+  names, with the kubeconfig's credentials, acting as ``system:serviceaccount:<namespace>:
+  <serviceAccountName>`` there (fluxcd/pkg ``runtime/client/impersonator.go``), through that
+  cluster's RBAC (``virtual``); a missing Secret, a cluster not running or a refusal leaves it
+  Ready False and is retried ``flux_delay`` later (its ``retryInterval``, scaled like the other
+  delays); ``deletionPolicy`` decides whether deleting it deletes what it applied;
 - HelmReleases become Ready ``ready_delay`` after each install or upgrade, and a vCluster
-  release then exports its kubeconfig Secret (``vcluster``), removed with the release; an
+  release then exports its kubeconfig Secrets (``vcluster``), removed with the release, and
+  answers on its API (``virtual``) until it is removed; an
   InferenceService gets predictor pods at once (placed like any pod) and is Ready
   ``ready_delay`` later when they all run, not Ready while any is Pending.
 """
@@ -38,12 +45,15 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 from fleet.simulator import kserve
 from fleet.simulator.admission import Rejected
@@ -70,11 +80,22 @@ from fleet.simulator.store import (
     timestamp,
 )
 from fleet.simulator.vcluster import (
+    admin_certificate,
     control_plane_pod,
-    exported_kubeconfig,
+    exported_kubeconfigs,
     host_policies,
     is_vcluster,
 )
+from fleet.simulator.virtual import (
+    ApiServerRefused,
+    Forbidden,
+    Unauthenticated,
+    UserInfo,
+    VirtualCluster,
+    WriteRefused,
+    api_server_flags,
+)
+from fleet.simulator.virtual import object_key as virtual_key
 from gitops.checks.controllers import forced
 from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
 from gitops.checks.manifests import normalise_dir
@@ -184,8 +205,8 @@ class _Release:
     due: float | None
     action: Literal["install", "upgrade"]
     version: int
-    # The kubeconfig Secret the installed chart exported (vCluster), to remove with it.
-    kubeconfig: KId | None = None
+    # The kubeconfig Secrets the installed chart exported (vCluster), to remove with it.
+    kubeconfigs: tuple[KId, ...] = ()
     # vCluster: what the chart put into the host namespace (resource plural, namespace, name),
     # to remove with it, and why its control plane is not running.
     host_objects: tuple[tuple[str, str, str], ...] = ()
@@ -276,6 +297,10 @@ class FluxPlayer:
         self._inventory: dict[KId, dict[str, JsonObject]] = {}
         self._releases: dict[KId, _Release] = {}
         self._endpoints: dict[KId, _Endpoint] = {}
+        # Per vCluster (target namespace, release): its API; per remote Kustomization: the
+        # vCluster it applied to.
+        self.virtual: dict[KId, VirtualCluster] = {}
+        self._remote: dict[KId, KId] = {}
 
     # --- polling -----------------------------------------------------------------------------
 
@@ -572,6 +597,32 @@ class FluxPlayer:
             )
             ready[kid] = False
             return previous_children
+        if spec.get("kubeConfig") is not None:
+            problem = self._apply_remote(kid, spec, objects, now)
+            if problem:
+                self._set_status(
+                    kid,
+                    now,
+                    ready=False,
+                    reason="ReconciliationFailed",
+                    message=problem,
+                    attempted=revision,
+                    retrying=True,
+                )
+                self._retry_later(now)
+                ready[kid] = False
+                return previous_children
+            self._set_status(
+                kid,
+                now,
+                ready=True,
+                reason="ReconciliationSucceeded",
+                message=f"Applied revision: {revision}",
+                attempted=revision,
+                applied=revision,
+            )
+            ready[kid] = True
+            return []
         for obj in recreate:
             self._delete(obj, now)
         self._apply(kid, objects, spec.get("prune") is True, now)
@@ -634,6 +685,117 @@ class FluxPlayer:
             )
         return "", recreate
 
+    def _retry_later(self, now: float) -> None:
+        """A failed Kustomization is reconciled again after its retryInterval (here the
+        simulator's ``flux_delay``), whether or not anything changed."""
+        due = now + self.config.flux_delay
+        self._retry_at = min(self._retry_at if self._retry_at is not None else math.inf, due)
+
+    def _remote_client(self, kid: KId, spec: Mapping[str, Any]) -> tuple[KId, UserInfo | None, str]:
+        """(vCluster, the identity Flux acts as there, "") for a Kustomization's
+        ``spec.kubeConfig``, or (("", ""), None, why not) in kustomize-controller's words
+        (fluxcd/pkg ``getRESTConfigFromSecret``)."""
+        namespace = kid[0]
+        ref = as_dict(as_dict(spec.get("kubeConfig")).get("secretRef"))
+        name = str(ref.get("name") or "")
+        failed = "failed to build kube client: "
+        secret = self.store.get(SECRETS, namespace, name) if name else None
+        if secret is None:
+            return (
+                ("", ""),
+                None,
+                f"{failed}unable to read KubeConfig secret '{namespace}/{name}' error: "
+                f'secrets "{name}" not found',
+            )
+        data = as_dict(secret.get("data"))
+        wanted = str(ref.get("key") or "")
+        # fluxcd/pkg getRESTConfigFromSecret: the key given, else value, else value.yaml.
+        keys = [wanted] if wanted else ["value", "value.yaml"]
+        text = next((_decoded(data.get(key)) for key in keys if _decoded(data.get(key))), "")
+        if not text:
+            return (
+                ("", ""),
+                None,
+                f"{failed}KubeConfig secret '{namespace}/{name}' does not contain a "
+                f"'{wanted or 'value'}' key with a kubeconfig",
+            )
+        try:
+            config = as_dict(yaml.safe_load(text))
+            context_name = config.get("current-context")
+            context = next(
+                as_dict(c.get("context"))
+                for c in as_list(config.get("contexts"))
+                if as_dict(c).get("name") == context_name
+            )
+            server = next(
+                str(as_dict(c.get("cluster")).get("server", ""))
+                for c in as_list(config.get("clusters"))
+                if as_dict(c).get("name") == context.get("cluster")
+            )
+            user = next(
+                as_dict(u.get("user"))
+                for u in as_list(config.get("users"))
+                if as_dict(u).get("name") == context.get("user")
+            )
+            certificate = base64.b64decode(str(user.get("client-certificate-data", "")))
+        except (yaml.YAMLError, StopIteration, ValueError):
+            return (
+                ("", ""),
+                None,
+                f"{failed}the KubeConfig secret '{namespace}/{name}' is invalid",
+            )
+        found = next((k for k, c in self.virtual.items() if c.answers(server)), None)
+        if found is None or not self._control_plane_running(*found):
+            host = server.split("://", 1)[-1].split("/", 1)[0]
+            return (
+                ("", ""),
+                None,
+                f'Get "{server}/api": dial tcp {host}: connect: connection refused',
+            )
+        cluster = self.virtual[found]
+        try:
+            identity = cluster.authenticate_certificate(certificate)
+            account = str(spec.get("serviceAccountName") or "")
+            if account:
+                identity = cluster.impersonate(
+                    identity, f"system:serviceaccount:{namespace}:{account}"
+                )
+        except (Unauthenticated, Forbidden) as exc:
+            return (("", ""), None, f"{failed}{exc}")
+        return found, identity, ""
+
+    def _apply_remote(
+        self, kid: KId, spec: Mapping[str, Any], objects: dict[str, JsonObject], now: float
+    ) -> str:
+        """Apply a remote Kustomization's build into its vCluster; "" or why it failed."""
+        target, identity, problem = self._remote_client(kid, spec)
+        if problem or identity is None:
+            return problem
+        cluster = self.virtual[target]
+        old = self._inventory.get(kid, {}) if self._remote.get(kid) == target else {}
+        prune = [o for i, o in old.items() if i not in objects] if spec.get("prune") is True else []
+        try:
+            cluster.apply(identity, list(objects.values()), prune, now)
+        except WriteRefused as exc:
+            # fluxcd/pkg ssa DryRunErr: "<Kind>/[<namespace>/]<name> dry-run failed (<reason>)".
+            namespace, name = key_of(exc.obj)
+            where = f"{namespace}/{name}" if namespace else name
+            return f"{exc.obj.get('kind')}/{where} dry-run failed ({exc.reason}): {exc.message}"
+        self._inventory[kid] = objects
+        self._remote[kid] = target
+        return ""
+
+    def _control_plane_running(self, namespace: str, release: str) -> bool:
+        pod = self.store.get(PODS, namespace, f"{release}-0")
+        return pod is not None and as_dict(pod.get("status")).get("phase") == "Running"
+
+    def virtual_cluster(self, namespace: str, release: str) -> VirtualCluster | None:
+        """The API of a vCluster, while its control plane runs."""
+        cluster = self.virtual.get((namespace, release))
+        if cluster is None or not self._control_plane_running(namespace, release):
+            return None
+        return cluster
+
     def _apply(self, kid: KId, objects: dict[str, JsonObject], prune: bool, now: float) -> None:
         old = self._inventory.get(kid, {})
         self._inventory[kid] = objects
@@ -681,9 +843,22 @@ class FluxPlayer:
         logger.info("pruning %s %s/%s", obj.get("kind"), *key)
         if _is_kustomization(obj):
             spec = as_dict(self._specs.pop(key, {}).get("spec"))
-            for child in self._inventory.pop(key, {}).values():
-                if spec.get("prune") is True:
-                    self._delete(child, now)
+            children = list(self._inventory.pop(key, {}).values())
+            remote = self.virtual.get(self._remote.pop(key, ("", "")))
+            # kustomize-controller's finalizer (finalizerShouldDeleteResources): MirrorPrune,
+            # the default, follows spec.prune; Delete and WaitForTermination delete; Orphan not.
+            policy = spec.get("deletionPolicy") or "MirrorPrune"
+            if policy in ("Delete", "WaitForTermination") or (
+                policy == "MirrorPrune" and spec.get("prune") is True
+            ):
+                if "kubeConfig" in spec:
+                    if remote is not None:
+                        with remote.lock:
+                            for child in children:
+                                remote.objects.pop(virtual_key(child), None)
+                else:
+                    for child in children:
+                        self._delete(child, now)
         if resource is None:
             return
         self.store.delete(resource, *key)
@@ -692,13 +867,14 @@ class FluxPlayer:
             self.cluster.delete_pods(key[0], {ISVC_LABEL: key[1]}, now)
         elif resource is HELM_RELEASES:
             state = self._releases.pop(key, None)
-            if state is not None and state.kubeconfig is not None:
-                self.store.delete(SECRETS, *state.kubeconfig)
             if state is not None:
+                for exported in state.kubeconfigs:
+                    self.store.delete(SECRETS, *exported)
                 for plural, ns, name in state.host_objects:
                     self.store.delete(RESOURCES[plural], ns, name)
             if is_vcluster(obj):
                 target, release = _release_names(obj)
+                self.virtual.pop((target, release), None)
                 with contextlib.suppress(LookupError):
                     self.cluster.delete_pod(target, f"{release}-0", now, recreate=False)
         elif resource is NAMESPACES:
@@ -716,7 +892,10 @@ class FluxPlayer:
         message: str,
         attempted: str | None = None,
         applied: str | None = None,
+        retrying: bool = False,
     ) -> None:
+        """``retrying``: the failure is one kustomize-controller retries at retryInterval; it
+        keeps the Reconciling condition with reason ProgressingWithRetry (``finalizeStatus``)."""
         inventory = sorted(inventory_id(o) for o in self._inventory.get(kid, {}).values())
         if self.store.get(KUSTOMIZATIONS, *kid) is None:
             # flux-system before its first successful build: bootstrap created it.
@@ -730,6 +909,18 @@ class FluxPlayer:
             if reason == "BuildFailed":
                 conditions.append(
                     _condition("Stalled", "True", reason, message, now, previous, generation)
+                )
+            if retrying:
+                conditions.append(
+                    _condition(
+                        "Reconciling",
+                        "True",
+                        "ProgressingWithRetry",
+                        f"Building manifests for revision {attempted}",
+                        now,
+                        previous,
+                        generation,
+                    )
                 )
             conditions.append(
                 _condition(
@@ -816,7 +1007,7 @@ class FluxPlayer:
             now + self.config.ready_delay,
             action,
             version,
-            kubeconfig=state.kubeconfig if state is not None else None,
+            kubeconfigs=state.kubeconfigs if state is not None else (),
             host_objects=state.host_objects if state is not None else (),
         )
         message = f"Running '{action}' action with timeout of 5m0s"
@@ -871,6 +1062,11 @@ class FluxPlayer:
     def _control_plane_problem(self, state: _Release, obj: JsonObject, now: float) -> str:
         """Why the vCluster's control plane is not running yet, or "" when it runs."""
         namespace, release = _release_names(obj)
+        try:
+            api_server_flags(as_dict(as_dict(obj.get("spec")).get("values")))
+        except ApiServerRefused as exc:
+            # kube-apiserver exits at once; the syncer container restarts and never gets ready.
+            return f"pod {release}-0: container syncer: the API server exited: {exc}"
         pod = self.store.get(PODS, namespace, f"{release}-0")
         if pod is None:
             self._create_control_plane(state, obj, now)
@@ -933,14 +1129,24 @@ class FluxPlayer:
         status["observedGeneration"] = generation
 
     def _export_kubeconfig(self, state: _Release, release: JsonObject, now: float) -> None:
-        """What the vCluster syncer does once it runs: (re)write the kubeconfig Secret."""
-        secret = exported_kubeconfig(release, *_release_names(release))
-        written = key_of(secret) if secret is not None else None
-        if state.kubeconfig is not None and state.kubeconfig != written:
-            self.store.delete(SECRETS, *state.kubeconfig)
-        if secret is not None:
+        """What the vCluster syncer does once it runs: (re)write the kubeconfig Secrets, and
+        the control plane answers with the flags and init manifests of these values."""
+        namespace, name = _release_names(release)
+        secrets = exported_kubeconfigs(release, namespace, name)
+        written = tuple(key_of(secret) for secret in secrets)
+        for old in state.kubeconfigs:
+            if old not in written:
+                self.store.delete(SECRETS, *old)
+        for secret in secrets:
             self.store.apply(SECRETS, secret, now)
-        state.kubeconfig = written
+        state.kubeconfigs = written
+        if is_vcluster(release):
+            cluster = self.virtual.get((namespace, name))
+            if cluster is None:
+                cluster = VirtualCluster(namespace, name, ca_file=self.config.oidc_ca_file)
+                self.virtual[(namespace, name)] = cluster
+            values = as_dict(as_dict(release.get("spec")).get("values"))
+            cluster.start(values, admin_certificate(namespace, name), now)
 
     @staticmethod
     def _released(obj: JsonObject, state: _Release, now: float) -> None:

@@ -12,6 +12,10 @@ exporter's text exposition.
 
 ``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:
 it stands for the operator's hands, not for the API.
+
+``/vclusters/<namespace>/<release>/...`` is a tenant's virtual cluster, the API its gateway
+hostname or Service would reach (``virtual``): its own authentication (the identity provider's
+ID tokens, not the simulator's token) and RBAC; 503 while its control plane does not run.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from fleet.simulator import virtual
 from fleet.simulator.cluster import EvictionBlocked, NotFound
 from fleet.simulator.dcgm import render_exposition
 from fleet.simulator.flux import REQUESTED_AT
@@ -143,6 +148,8 @@ class Api:
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
         if parts[:1] == ["sim"]:
             return self._control(method, parts[1:], body)
+        if parts[:1] == ["vclusters"]:
+            return self._virtual(method, parts[1:], headers, body)
         self._authorize(headers)
         if method == "GET":
             found = self._discovery(parts)
@@ -479,6 +486,40 @@ class Api:
                 },
             ) from exc
         return _json(201, status_object(201, "", ""))
+
+    # --- tenants' virtual clusters -----------------------------------------------------------
+
+    def _virtual(self, method: str, parts: list[str], headers: Any, body: bytes) -> Response:
+        if len(parts) < 2:
+            raise NO_SUCH_PATH
+        namespace, release, rest = parts[0], parts[1], parts[2:]
+        if (namespace, release) not in self.sim.flux.virtual:
+            raise ApiError(
+                404, "NotFound", f"no virtual cluster {release!r} in namespace {namespace!r}"
+            )
+        cluster = self.sim.flux.virtual_cluster(namespace, release)
+        if cluster is None:
+            raise ApiError(503, "ServiceUnavailable", "the virtual cluster's control plane is down")
+        given = str(headers.get("Authorization") or "")
+        scheme, _, token = given.partition(" ")
+        try:
+            if scheme.lower() != "bearer" or not token:
+                raise virtual.Unauthenticated("no credential")
+            user = cluster.authenticate_token(token.strip())
+        except virtual.Unauthenticated as exc:
+            # The API server tells the client nothing more; its log has the reason.
+            logger.info("virtual cluster %s/%s: unauthenticated: %s", namespace, release, exc)
+            raise ApiError(401, "Unauthorized", "Unauthorized") from exc
+        payload = _parse_body(body) if body else None
+        try:
+            answer = virtual.serve(cluster, user, method, rest, payload)
+        except virtual.Forbidden as exc:
+            raise ApiError(403, "Forbidden", str(exc)) from exc
+        except virtual.NotFound as exc:
+            raise ApiError(404, "NotFound", str(exc)) from exc
+        except virtual.NotAllowed as exc:
+            raise ApiError(405, "MethodNotAllowed", str(exc)) from exc
+        return _json(201 if method == "POST" else 200, answer)
 
     # --- simulation control ------------------------------------------------------------------
 

@@ -1,16 +1,19 @@
-"""What a vCluster release leaves in the host cluster: its kubeconfig Secret, and (below) the
+"""What a vCluster release leaves in the host cluster: its kubeconfig Secrets, and (below) the
 control plane's pod and the quota and limit range the chart may render into the namespace.
 
-As the vCluster syncer writes it (loft-sh/vcluster ``pkg/util/kubeconfig``) once the virtual
-control plane runs: named ``exportKubeConfig.secret.name`` (``vc-<release>`` without one), in
-the release's namespace, type ``Opaque``, the kubeconfig under ``config`` and its CA, client
-certificate and key also on their own under ``certificate-authority``, ``client-certificate``
-and ``client-key``. The server is ``exportKubeConfig.server`` (the syncer's own
-``https://localhost:8443`` without one), the context ``exportKubeConfig.context`` (the
-release's name without one).
+As the vCluster syncer writes them (loft-sh/vcluster ``pkg/setup/controllers.go``
+``WriteKubeConfigToSecret``, ``pkg/util/kubeconfig`` ``WriteKubeConfig``) once the virtual
+control plane runs, in the release's namespace, type ``Opaque``, labelled ``app: vcluster`` and
+``vcluster-name: <release>``: always ``vc-<release>``, with the top-level ``exportKubeConfig``
+server and context; and each of ``exportKubeConfig.additionalSecrets`` with its own (or, when
+the deprecated ``exportKubeConfig.secret`` is set, that one alone, with the top-level settings:
+``config.go`` ``GetAdditionalSecrets``). Each holds the kubeconfig under ``config`` and its CA,
+client certificate, key and (empty) token on their own under ``certificate-authority``,
+``client-certificate``, ``client-key`` and ``token``. A server left out is the syncer's own
+``https://localhost:8443``, a context left out the release's name.
 
 The certificates are PEM-shaped but fake: derived from the release, so they are stable from
-one run to the next and useless against any API server.
+one run to the next and useless against any API server (``virtual.py`` knows the admin one).
 """
 
 from __future__ import annotations
@@ -77,22 +80,45 @@ def is_vcluster(release: Mapping[str, Any]) -> bool:
     return chart.get("chart") == CHART
 
 
-def exported_kubeconfig(
+def admin_certificate(namespace: str, release: str) -> bytes:
+    """The client certificate of the exported kubeconfigs: vCluster's admin."""
+    return _fake_pem("CERTIFICATE", namespace, release, "admin")
+
+
+def exported_kubeconfigs(
     release: Mapping[str, Any], namespace: str, release_name: str
-) -> JsonObject | None:
-    """The kubeconfig Secret the vCluster of HelmRelease ``release`` (installed as
-    ``release_name`` into ``namespace``) exports; None when the chart is not vCluster."""
+) -> list[JsonObject]:
+    """The kubeconfig Secrets the vCluster of HelmRelease ``release`` (installed as
+    ``release_name`` into ``namespace``) exports; none when the chart is not vCluster."""
     spec = as_dict(release.get("spec"))
     chart = as_dict(as_dict(spec.get("chart")).get("spec"))
     if chart.get("chart") != CHART:
-        return None
+        return []
     export = as_dict(as_dict(spec.get("values")).get("exportKubeConfig"))
-    name = as_dict(export.get("secret")).get("name")
-    server = export.get("server")
-    context = export.get("context")
+    default = DEFAULT_SECRET_PREFIX + release_name
+    wanted: list[tuple[str, Mapping[str, Any]]] = [(default, export)]
+    deprecated = as_dict(export.get("secret"))
+    if deprecated.get("name") or deprecated.get("namespace"):
+        wanted.append((str(deprecated.get("name") or default), export))
+    else:
+        for extra in export.get("additionalSecrets") or []:
+            extra = as_dict(extra)
+            wanted.append((str(extra.get("name") or default), extra))
+    secrets: dict[str, JsonObject] = {}
+    for name, properties in wanted:
+        # A later Secret of the same name overwrites an earlier one, as the syncer's writes do.
+        secrets[name] = _kubeconfig_secret(properties, namespace, release_name, name)
+    return list(secrets.values())
+
+
+def _kubeconfig_secret(
+    properties: Mapping[str, Any], namespace: str, release_name: str, name: str
+) -> JsonObject:
+    server = properties.get("server")
+    context = properties.get("context")
     context = context if isinstance(context, str) and context else release_name
     ca = _fake_pem("CERTIFICATE", namespace, release_name, "ca")
-    cert = _fake_pem("CERTIFICATE", namespace, release_name, "admin")
+    cert = admin_certificate(namespace, release_name)
     key = _fake_pem("EC PRIVATE KEY", namespace, release_name, "admin")
     config = kubeconfig(
         server if isinstance(server, str) and server else DEFAULT_SERVER, context, ca, cert, key
@@ -102,15 +128,15 @@ def exported_kubeconfig(
         "certificate-authority": ca,
         "client-certificate": cert,
         "client-key": key,
+        "token": b"",
     }
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": name
-            if isinstance(name, str) and name
-            else DEFAULT_SECRET_PREFIX + release_name,
+            "name": name,
             "namespace": namespace,
+            "labels": {"app": "vcluster", "vcluster-name": release_name},
         },
         "type": "Opaque",
         "data": {field: base64.b64encode(value).decode() for field, value in data.items()},

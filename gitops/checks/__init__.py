@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gitops.checks import cluster_access
 from gitops.checks.capacity import check_capacity
 from gitops.checks.controllers import check_controllers
 from gitops.checks.duplicates import check_duplicates
@@ -220,7 +221,8 @@ def _kustomize(
 
 def _repo_urls(files: Mapping[str, bytes], fleet: FleetSpec) -> set[str]:
     """The repositories whose Flux Kustomizations apply this tree: the fleet's, and each
-    tenant's projection repository, which holds its workloads at the same paths as this tree."""
+    tenant's projection repository, which holds its workloads and its clusters' bindings at the
+    same paths as this tree."""
     slugs = {
         path.split("/")[1] for path in files if path.startswith("tenants/") and path.count("/") >= 2
     }
@@ -255,6 +257,14 @@ def _isolation(
     seen = {(f.object, f.rule) for f in findings}
     for build in builds:
         slug, tenant_owned = tenant_of(f"{build.directory}/x")
+        if build.ok and cluster_access.access_dir(f"{build.directory}/x") is not None:
+            # What reaches the virtual cluster is the build, patches applied.
+            where = f"{build.directory} (built)"
+            for obj in build.output_objects:
+                for finding in cluster_access.object_findings(where, obj):
+                    if (finding.object, finding.rule) not in seen:
+                        findings.append(finding)
+            continue
         if not build.ok or slug is None or not tenant_owned:
             continue
         for finding in check_workload_objects(

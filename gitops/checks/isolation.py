@@ -7,6 +7,8 @@ The layout (flux2-multi-tenancy) gives each directory an owner:
 - ``tenants/<slug>/`` outside ``workloads/``: platform-owned objects *for* the tenant
   (namespace, RBAC, quota, queues, Flux sync, vClusters), applied with full rights, so every
   object must stay in the tenant's namespace;
+- ``tenants/<slug>/cluster-access/``: the members' bindings, applied into the tenant's virtual
+  clusters (``gitops.checks.cluster_access`` has their rules);
 - ``tenants/<slug>/workloads/``: tenant-owned, applied by a Flux Kustomization impersonating
   the tenant's service account. RBAC stops most escapes on the cluster; these rules stop the
   rest before merge (cluster-scoped kinds, cross-namespace references that controllers
@@ -44,7 +46,7 @@ from typing import Any
 
 import yaml
 
-from gitops.checks import names, vcluster
+from gitops.checks import cluster_access, names, vcluster
 from gitops.checks.findings import Finding, mapping, object_ref
 from gitops.checks.manifests import (
     is_kustomization_path,
@@ -192,7 +194,9 @@ def check_isolation(
         slug, tenant_owned = tenant_of(item.path)
         if slug is None:
             continue
-        if tenant_owned:
+        if cluster_access.access_dir(item.path) is not None:
+            findings += cluster_access.object_findings(item.path, item.obj)
+        elif tenant_owned:
             findings += rules.workload_object(item.path, item.obj, slug)
         else:
             namespace = _effective_namespace(safe_files, item.path, item.obj)
@@ -351,7 +355,9 @@ class _Rules:
                 )
             )
         tenant_dir = f"tenants/{slug}"
-        allowed = f"{tenant_dir}/{WORKLOADS_DIR}" if tenant_owned else tenant_dir
+        access = cluster_access.access_dir(path)
+        allowed = f"{tenant_dir}/{WORKLOADS_DIR}" if tenant_owned else access or tenant_dir
+        confined = tenant_owned or access is not None
         for ref in (*refs.resources, *refs.inputs):
             if is_remote_reference(ref):
                 findings.append(Finding(path, "", "kustomize-remote", f"remote reference {ref!r}"))
@@ -361,14 +367,18 @@ class _Rules:
                 findings.append(
                     Finding(path, "", "kustomize-escape", f"{ref!r} points outside the repository")
                 )
-            elif tenant_owned and not _within(target, allowed):
+            elif confined and not _within(target, allowed):
                 findings.append(
                     Finding(
                         path,
                         "",
                         "kustomize-escape",
-                        f"{ref!r} leaves {allowed}/: tenant workloads may only include "
-                        "their own files",
+                        f"{ref!r} leaves {allowed}/: "
+                        + (
+                            "tenant workloads may only include their own files"
+                            if tenant_owned
+                            else "a cluster's bindings directory may only include its own files"
+                        ),
                     )
                 )
             elif _within(target, "tenants") and not _within(target, tenant_dir) and target:
@@ -590,6 +600,7 @@ class _Rules:
             )
         if kind == "Kustomization" and _is_flux(obj):
             findings += self._flux_kustomization(path, obj, slug)
+            findings += cluster_access.kustomization_findings(path, obj, slug)
         if kind == "ConfigMap" and _labels(obj).get(LITELLM_MODEL_LABEL) is not None:
             findings += self._litellm_config(path, obj, slug)
         if kind == "GitRepository" and _is_flux(obj):

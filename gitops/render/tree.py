@@ -16,6 +16,8 @@ Layout (flux2-multi-tenancy)::
     tenants/kustomization.yaml                 one entry per tenant directory
     tenants/<slug>/                            platform-owned, applied by "tenants"
     tenants/<slug>/workloads/                  tenant-owned, applied as the tenant's account
+    tenants/<slug>/cluster-access/<cluster>/   the members' bindings, applied into the virtual
+                                               cluster (only with the fleet's cluster_oidc)
 
 Every directory a Flux Kustomization points at has a ``kustomization.yaml`` and builds with
 ``kustomize build``. A tenant's directory is a function of its spec alone, so re-rendering it
@@ -28,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gitops.render import (
+    cluster_access,
     dra,
     flux,
     gateway,
@@ -170,10 +173,15 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
         for endpoint in sorted(tenant.endpoints, key=lambda e: e.name)
         if endpoint.expose
     ]
-    entries += [
-        (f"clusters/{cluster.name}.yaml", [vcluster.helm_release(cluster, tenant, fleet)])
-        for cluster in sorted(tenant.clusters, key=lambda c: c.name)
-    ]
+    for cluster in sorted(tenant.clusters, key=lambda c: c.name):
+        objects = [vcluster.helm_release(cluster, tenant, fleet)]
+        if fleet.cluster_oidc is not None:
+            objects.append(
+                cluster_access.access_kustomization(
+                    cluster.name, tenant, vcluster.default_kubeconfig_secret(cluster)
+                )
+            )
+        entries.append((f"clusters/{cluster.name}.yaml", objects))
     entries.append(("portal-access.yaml", rbac.portal_access_objects(tenant, fleet)))
     return entries
 
@@ -194,13 +202,22 @@ def _workload_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
     return entries
 
 
+def _access_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
+    """(path under ``tenants/<slug>/``, objects) of the clusters' access directories: neither
+    kustomization lists them, since they are applied into the virtual clusters."""
+    return cluster_access.access_files(tenant, [c.name for c in tenant.clusters], fleet)
+
+
 def tenant_file_objects(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
     """(path, objects) of every object file under ``tenants/<slug>/`` (kustomization files
     left out); the spec must be valid."""
     base = f"tenants/{tenant.slug}"
-    return [(f"{base}/{path}", objs) for path, objs in _platform_entries(tenant, fleet)] + [
-        (f"{base}/{WORKLOADS}/{path}", objs) for path, objs in _workload_entries(tenant, fleet)
-    ]
+    access = [(p, o) for p, o in _access_entries(tenant, fleet) if not is_kustomization(p)]
+    return (
+        [(f"{base}/{path}", objs) for path, objs in _platform_entries(tenant, fleet)]
+        + [(f"{base}/{WORKLOADS}/{path}", objs) for path, objs in _workload_entries(tenant, fleet)]
+        + [(f"{base}/{path}", objs) for path, objs in access]
+    )
 
 
 def render_tenant_tree(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes]:
@@ -217,7 +234,20 @@ def render_tenant_tree(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes]
     return _files(
         [(f"{base}/{path}", objs) for path, objs in platform]
         + [(f"{base}/{WORKLOADS}/{path}", objs) for path, objs in workloads]
+        + [(f"{base}/{path}", objs) for path, objs in _access_entries(tenant, fleet)]
     )
+
+
+def render_cluster_access(
+    tenant: TenantSpec, cluster_names: list[str], fleet: FleetSpec
+) -> dict[str, bytes]:
+    """Only the access directories of ``cluster_names`` (the clusters main has), as
+    ``render_tenant_tree`` writes them: what a membership change rewrites."""
+    validate_fleet(fleet)
+    validate_tenant(tenant, fleet)
+    base = f"tenants/{tenant.slug}"
+    entries = cluster_access.access_files(tenant, cluster_names, fleet)
+    return _files([(f"{base}/{path}", objs) for path, objs in entries])
 
 
 def render_repository(fleet: FleetSpec, tenants: Iterable[TenantSpec]) -> dict[str, bytes]:

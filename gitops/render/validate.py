@@ -21,10 +21,13 @@ from collections.abc import Iterable, Sequence
 from datetime import date
 from fractions import Fraction
 from typing import Any, get_args
+from urllib.parse import urlsplit
 
-from gitops.render import kueue_config, resources, vcluster
+from gitops.render import cluster_access, kueue_config, resources, vcluster
 from gitops.render.meta import FLUX_NAMESPACE
 from gitops.specs import (
+    ClusterMember,
+    ClusterOidc,
     ClusterSize,
     EndpointSpec,
     Flavor,
@@ -32,12 +35,14 @@ from gitops.specs import (
     GatewayImplementation,
     GpuMode,
     GpuShare,
+    MemberRole,
     ScaleMetric,
     ShareKind,
     SpecError,
     TenantClusterSpec,
     TenantSpec,
     TrustLevel,
+    UsernameClaim,
 )
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -57,6 +62,10 @@ GIT_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 REGISTRY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 # hf://<org>/<repo>[:<revision>], s3://<bucket>/<key>, pvc://<claim>[/<path>]
+# A claim name as kube-apiserver's --oidc-groups-claim takes it (one JSON key, no spaces).
+CLAIM_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
+# An OAuth client id as a flag value: printable, no spaces or commas.
+CLIENT_ID = re.compile(r"[\x21-\x2b\x2d-\x7e]{1,255}")
 MODEL_URI = {
     "hf": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(:[A-Za-z0-9._-]+)?"),
     "s3": re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()=+-]+)*/?"),
@@ -392,7 +401,54 @@ def validate_fleet(fleet: FleetSpec) -> None:
         SANE_LIMITS["flavor_gpus"],
         "The per-tenant GPU cap",
     )
+    if fleet.cluster_oidc is not None:
+        _validate_cluster_oidc(errors, "cluster_oidc", fleet.cluster_oidc)
     errors.raise_if_any()
+
+
+def _validate_cluster_oidc(errors: _Errors, path: str, oidc: ClusterOidc) -> None:
+    """What kube-apiserver would refuse to start with (its issuer URL rules, k8s.io/apiserver
+    ``pkg/apis/apiserver/validation``), and what cannot be a flag value."""
+    url = oidc.issuer_url
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if (
+        parts is None
+        or len(url) > 2048
+        or CONTROL_CHARS.search(url)
+        or " " in url
+        or parts.scheme != "https"
+        or not parts.hostname
+    ):
+        errors.add(
+            f"{path}.issuer_url",
+            "The issuer URL must be an https:// URL, such as "
+            "https://keycloak.example.com/realms/ai-factory: the clusters' API servers refuse "
+            "any other scheme.",
+        )
+    elif parts.username or parts.password or parts.query or parts.fragment:
+        errors.add(
+            f"{path}.issuer_url",
+            "The issuer URL may not carry a user name, password, query or fragment.",
+        )
+    if not isinstance(oidc.client_id, str) or not CLIENT_ID.fullmatch(oidc.client_id):
+        errors.add(
+            f"{path}.client_id",
+            "The client id is required: printable characters without spaces or commas.",
+        )
+    _check_choice(
+        errors,
+        f"{path}.username_claim",
+        oidc.username_claim,
+        get_args(UsernameClaim),
+        "The username claim",
+    )
+    if oidc.groups_claim and (
+        not isinstance(oidc.groups_claim, str) or not CLAIM_NAME.fullmatch(oidc.groups_claim)
+    ):
+        errors.add(
+            f"{path}.groups_claim",
+            "The groups claim must be a claim name such as groups (or empty for none).",
+        )
 
 
 def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
@@ -612,7 +668,39 @@ def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
         _validate_endpoint(errors, f"endpoints[{index}]", endpoint, tenant, valid_shares)
     _validate_endpoint_totals(errors, tenant, valid_shares)
     _validate_derived_names(errors, tenant)
+    _validate_members(errors, tenant, fleet)
     errors.raise_if_any()
+
+
+def _validate_members(errors: _Errors, tenant: TenantSpec, fleet: FleetSpec) -> None:
+    """Members become RBAC subjects and annotations: single-line text, a known role, and no
+    two members with one identity in the clusters (their bindings would share a name)."""
+    seen: dict[str, int] = {}
+    for index, member in enumerate(tenant.members):
+        path = f"members[{index}]"
+        if not isinstance(member, ClusterMember):
+            errors.add(path, "A member must be a ClusterMember.")
+            continue
+        _check_text(errors, f"{path}.name", member.name, "The member's name", 150)
+        _check_choice(errors, f"{path}.role", member.role, get_args(MemberRole), "The role")
+        _check_text(errors, f"{path}.issuer", member.issuer, "The issuer", 2048)
+        _check_text(errors, f"{path}.subject", member.subject, "The subject", 255)
+        _check_text(errors, f"{path}.email", member.email, "The e-mail address", 254)
+        oidc = fleet.cluster_oidc
+        texts = (member.issuer, member.subject, member.email)
+        user = (
+            cluster_access.cluster_user(member, oidc)
+            if oidc is not None and all(isinstance(v, str) for v in texts)
+            else None
+        )
+        if user is not None and user in seen:
+            errors.add(
+                f"{path}.subject",
+                f"{member.name} has the same identity in the clusters ({user}) as "
+                f"{tenant.members[seen[user]].name}.",
+            )
+        elif user is not None:
+            seen[user] = index
 
 
 def _validate_share(

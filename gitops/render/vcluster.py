@@ -47,7 +47,10 @@ validates against; the facts below are read from loft-sh/vcluster at that tag):
   ``vcluster_hosts_image`` (vCluster adds it to every StatefulSet pod it syncs,
   ``pkg/controllers/resources/pods/translate/hosts.go``; it is restricted-compliant but its
   registry, ``mirror.gcr.io``, is none of the tenant's, so the tenant policy allows exactly this
-  image), and the kubeconfig exported as ``<name>-kubeconfig``.
+  image), and the kubeconfig exported as ``<name>-kubeconfig``;
+- with the fleet's ``cluster_oidc``: the API server trusts the identity provider, the
+  kubeconfig Flux applies the members' bindings with is exported for the in-cluster address
+  too, and the bindings' reconciler is bound from the first start (``cluster_access.py``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gitops.render import cluster_access
 from gitops.render.meta import FLUX_NAMESPACE, metadata
 from gitops.specs import Flavor, FleetSpec, TenantClusterSpec, TenantSpec
 
@@ -136,6 +140,12 @@ def kubeconfig_secret(cluster: TenantClusterSpec) -> str:
     return f"{cluster.name}-kubeconfig"
 
 
+def default_kubeconfig_secret(cluster: TenantClusterSpec) -> str:
+    """The Secret vCluster always writes, with the top-level ``exportKubeConfig`` settings
+    (``pkg/setup/controllers.go`` ``WriteKubeConfigToSecret``, ``GetDefaultSecretName``)."""
+    return f"vc-{cluster.name}"
+
+
 # The Gateway listener (TLS passthrough on 443, hostname *.<vcluster_api_domain>) that carries
 # tenant clusters' API traffic.
 API_LISTENER = "vcluster-api"
@@ -149,6 +159,18 @@ def api_hostname(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpe
     if not fleet.vcluster_api_domain:
         return ""
     return f"{cluster.name}.{tenant.slug}.{fleet.vcluster_api_domain}"
+
+
+def service_url(cluster: TenantClusterSpec, tenant: TenantSpec) -> str:
+    """The API server inside the host cluster: the chart's Service, port 443."""
+    return f"https://{cluster.name}.{tenant.slug}.svc:443"
+
+
+def api_server_url(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> str:
+    """Where members' kubeconfigs point: through the gateway when the fleet has an API domain,
+    else the in-cluster Service."""
+    host = api_hostname(cluster, tenant, fleet)
+    return f"https://{host}" if host else service_url(cluster, tenant)
 
 
 def service_account(cluster: TenantClusterSpec) -> str:
@@ -218,10 +240,29 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
         "networking": {"advanced": {"proxyKubelets": {"byHostname": False, "byIP": False}}},
         "sync": {"fromHost": {"nodes": nodes}, "toHost": {"pods": pods}},
         "exportKubeConfig": {
-            "server": f"https://{api_host}" if api_host else f"https://{service_host}:443",
+            "server": api_server_url(cluster, tenant, fleet),
             "secret": {"name": kubeconfig_secret(cluster)},
         },
     }
+    if fleet.cluster_oidc is not None:
+        k8s = out["controlPlane"]["distro"]["k8s"]
+        k8s["apiServer"] = {"extraArgs": cluster_access.api_server_args(fleet.cluster_oidc)}
+        out["experimental"] = {
+            "deploy": {"vcluster": {"manifests": cluster_access.bootstrap_manifests(tenant)}}
+        }
+        # kustomize-controller reads the default Secret (vc-<name>), so it gets the in-cluster
+        # address, not one that needs the gateway's DNS name to resolve inside the cluster; the
+        # named one keeps the address members use. The deprecated ``secret`` would hide
+        # ``additionalSecrets`` (config.go ``GetAdditionalSecrets``), so it gives way to them.
+        out["exportKubeConfig"] = {
+            "server": service_url(cluster, tenant),
+            "additionalSecrets": [
+                {
+                    "name": kubeconfig_secret(cluster),
+                    "server": api_server_url(cluster, tenant, fleet),
+                }
+            ],
+        }
     if api_host:
         # The chart's TLSRoute (chart/templates/tlsroute.yaml): the fleet gateway passes TLS
         # through to the API server, which holds the certificate for api_host (extraSANs).

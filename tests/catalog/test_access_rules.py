@@ -43,7 +43,7 @@ EXPECTED: dict[Action, set[str]] = {
     A.CHANGE_SETTINGS: {"pam", "alice"},
     A.CHANGE_TRUST: {"pam"},
     A.MANAGE_MEMBERS: {"pam", "alice"},
-    A.KUBECONFIG: {"pam", "alice", "bob"},
+    A.KUBECONFIG: {"alice", "bob", "vic", "dora"},
     A.MANAGE_GATEWAY_KEY: {"pam", "alice"},
     A.VIEW_AUDIT: {"pam", "alice"},
     A.VIEW_COST: EVERY_READER,

@@ -19,6 +19,7 @@ from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
+from tests import cluster_oidc
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -401,12 +402,26 @@ def test_the_kubeconfig_is_for_members_of_a_running_cluster(
 ) -> None:
     cluster = _resource(world["alpha"], Kind.CLUSTER, {"name": "lab"}, state=Resource.State.PENDING)
     url = f"/t/alpha/resources/{cluster.pk}/kubeconfig/"
-    assert login("vic").get(url).status_code == 404
-    response = login("bob").get(url)
-    assert response.status_code == 409
-    assert "does not exist yet" in response.content.decode()
+    for member in ("bob", "vic"):  # viewers too: there is no credential in it
+        response = login(member).get(url)
+        assert response.status_code == 409
+        assert "does not exist yet" in response.content.decode()
+    assert login("nora").get(url).status_code == 404
     share = _resource(world["alpha"], Kind.GPU_SHARE, SHARE)
     assert login("bob").get(f"/t/alpha/resources/{share.pk}/kubeconfig/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_without_cluster_oidc_the_page_says_why_instead_of_handing_out_the_admin_credential(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    cluster = _resource(world["alpha"], Kind.CLUSTER, {"name": "lab"})
+    response = login("bob").get(f"/t/alpha/resources/{cluster.pk}/kubeconfig/")
+    assert response.status_code == 409
+    page = response.content.decode()
+    assert "does not hand out the cluster&#x27;s admin credential" in page
+    assert "cluster_oidc" in page
+    assert not AuditEvent.objects.filter(action="cluster.kubeconfig").exists()
 
 
 @pytest.fixture
@@ -416,33 +431,45 @@ def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
 
 @pytest.mark.django_db
 def test_a_running_cluster_s_kubeconfig_downloads(
-    onboarded: dict[str, Any], login: Callable[[str], Client], run_jobs: Any, sim: Simulator
+    onboarded: dict[str, Any],
+    login: Callable[[str], Client],
+    run_jobs: Any,
+    settings: Any,
+    tmp_path: Any,
+    sim: Simulator,
 ) -> None:
     world = onboarded
+    cluster_oidc.configure(settings, tmp_path, cluster_oidc.fleet_with_oidc())
+    for name in ("bob", "vic"):
+        cluster_oidc.link(world[name], f"sub-{name}")
     _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
     cluster = {"name": "lab", "node_pools": ["h200"], "gpu_quota": 2}
     req = _through_main(world, run_jobs, Kind.CLUSTER, cluster)
     for _ in range(3):
         sim.tick()
+    # The first sync writes the tenant's source token; with it Flux reads the tenant's
+    # projection, where the cluster's bindings are, and the change is applied.
+    run_jobs(fleet.sync_all)
+    sim.tick()
     run_jobs(fleet.sync_all)
     run_jobs(services.advance_requests)
     req.refresh_from_db()
     assert req.state == S.READY, req.error
-    bob = login("bob")
-    page = bob.get(f"/t/alpha/requests/{req.pk}/").content.decode()
     url = f"/t/alpha/resources/{req.resource_id}/kubeconfig/"
-    assert "Download kubeconfig" in page and url in page
-    assert (
-        "Download kubeconfig"
-        not in login("vic").get(f"/t/alpha/requests/{req.pk}/").content.decode()
-    )
-    response = bob.get(url)
+    for member in ("bob", "vic"):
+        page = login(member).get(f"/t/alpha/requests/{req.pk}/").content.decode()
+        assert "Download kubeconfig" in page and url in page
+    response = login("bob").get(url)
     assert response.status_code == 200, response.content
     assert response["Content-Type"] == "application/yaml"
     assert response["Content-Disposition"] == 'attachment; filename="alpha-lab.kubeconfig"'
-    assert b"clusters" in response.content
+    assert b"exec:" in response.content and b"client-key-data" not in response.content
     assert AuditEvent.objects.filter(action="cluster.kubeconfig", actor=world["bob"]).exists()
-    assert login("vic").get(url).status_code == 404
+    assert login("vic").get(url).status_code == 200
+    # A member the provider does not know gets the reason, not a kubeconfig that fails later.
+    refused = login("alice").get(url)
+    assert refused.status_code == 409
+    assert "not linked to Keycloak" in refused.content.decode()
 
 
 # --- isolation ------------------------------------------------------------------------------

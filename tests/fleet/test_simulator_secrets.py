@@ -1,5 +1,5 @@
-"""Secrets in the fleet simulator: a vCluster release exports its kubeconfig once Ready and
-takes it away when removed, read through the official client and through ``Kube.read_secret``."""
+"""Secrets in the fleet simulator: a vCluster release exports its kubeconfigs once Ready and
+takes them away when removed, read through the official client and through ``Kube.read_secret``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fleet.kube import Kube, KubeError
 from fleet.simulator import Simulator
-from fleet.simulator.vcluster import exported_kubeconfig
+from fleet.simulator.vcluster import exported_kubeconfigs
 from gitops.models import ChangeRequest
 from gitops.specs import GpuShare, TenantClusterSpec, TenantSpec
 
@@ -43,8 +43,15 @@ def test_it_exports_the_kubeconfig_once_the_vcluster_release_is_ready(
     secret = core.read_namespaced_secret("dev-kubeconfig", "alpha")
     assert secret.type == "Opaque"
     assert secret.kind == "Secret"
+    assert secret.metadata.labels == {"app": "vcluster", "vcluster-name": "dev"}
     data = secret_data(secret)
-    assert set(data) == {"config", "certificate-authority", "client-certificate", "client-key"}
+    assert set(data) == {
+        "config",
+        "certificate-authority",
+        "client-certificate",
+        "client-key",
+        "token",
+    }
     kubeconfig = yaml.safe_load(data["config"])
     assert kubeconfig["kind"] == "Config"
     assert kubeconfig["current-context"] == "dev"
@@ -58,8 +65,9 @@ def test_it_exports_the_kubeconfig_once_the_vcluster_release_is_ready(
     config.load_kube_config_from_dict(kubeconfig, client_configuration=loaded)
     assert loaded.host == "https://dev.alpha.clusters.ai-factory.example.com"
 
+    # vCluster always writes vc-<release> too, with the top-level settings (here the same).
     listed = core.list_namespaced_secret("alpha").items
-    assert [s.metadata.name for s in listed] == ["dev-kubeconfig"]
+    assert sorted(s.metadata.name for s in listed) == ["dev-kubeconfig", "vc-dev"]
     assert "secrets" in {r.name for r in core.get_api_resources().resources}
 
 
@@ -102,13 +110,46 @@ def test_it_names_the_secret_after_the_release_without_values() -> None:
         "metadata": {"namespace": "flux-system", "name": "alpha-dev"},
         "spec": {"chart": {"spec": {"chart": "vcluster"}}},
     }
-    secret = exported_kubeconfig(release, "alpha", "dev")
-    assert secret is not None
-    assert secret["metadata"] == {"name": "vc-dev", "namespace": "alpha"}
+    (secret,) = exported_kubeconfigs(release, "alpha", "dev")
+    assert secret["metadata"]["name"] == "vc-dev"
+    assert secret["metadata"]["namespace"] == "alpha"
     kubeconfig = yaml.safe_load(base64.b64decode(secret["data"]["config"]))
     assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://localhost:8443"
     other = {"spec": {"chart": {"spec": {"chart": "kueue"}}}}
-    assert exported_kubeconfig(other, "alpha", "dev") is None
+    assert exported_kubeconfigs(other, "alpha", "dev") == []
+
+
+def test_additional_secrets_carry_their_own_server_and_the_deprecated_one_hides_them() -> None:
+    def servers(export: dict[str, Any]) -> dict[str, str]:
+        release = {"spec": {"chart": {"spec": {"chart": "vcluster"}}, "values": export}}
+        return {
+            s["metadata"]["name"]: yaml.safe_load(base64.b64decode(s["data"]["config"]))[
+                "clusters"
+            ][0]["cluster"]["server"]
+            for s in exported_kubeconfigs(release, "alpha", "dev")
+        }
+
+    additional = {
+        "exportKubeConfig": {
+            "server": "https://dev.alpha.svc:443",
+            "additionalSecrets": [{"name": "dev-kubeconfig", "server": "https://dev.example.com"}],
+        }
+    }
+    assert servers(additional) == {
+        "vc-dev": "https://dev.alpha.svc:443",
+        "dev-kubeconfig": "https://dev.example.com",
+    }
+    # config.go GetAdditionalSecrets: the deprecated secret wins, with the top-level server.
+    deprecated = {
+        "exportKubeConfig": {
+            **additional["exportKubeConfig"],
+            "secret": {"name": "old-kubeconfig"},
+        }
+    }
+    assert servers(deprecated) == {
+        "vc-dev": "https://dev.alpha.svc:443",
+        "old-kubeconfig": "https://dev.alpha.svc:443",
+    }
 
 
 def test_it_reads_a_secret_decoded(simulator: Simulator, kube: client.ApiClient) -> None:

@@ -16,7 +16,7 @@ from django.test import Client
 
 from gitops import sources
 from gitops.applied import FluxReport, on_main
-from gitops.repo import GitRepository, Identity
+from gitops.repo import GitRepository, Identity, InvalidPath
 from portal.models import AuditEvent
 from tests.gitops.test_githttp import git
 
@@ -243,3 +243,34 @@ def test_bad_slugs_name_no_repository(settings: Any) -> None:
         assert sources.served(name) is None, name
     with pytest.raises(ValueError, match="not a tenant slug"):
         sources.projection_path("../x")
+
+
+def test_a_projection_holds_the_clusters_bindings_and_still_nothing_else(
+    fleet: GitRepository, settings: Any
+) -> None:
+    main = fleet.commit(
+        {"tenants/alpha/cluster-access/dev/bindings.yaml": b"kind: ClusterRoleBinding\n"},
+        message="Bob may use dev\n",
+        author=ALICE,
+        branch="main",
+        expected_parent=fleet.head("main"),
+    )
+    tip = sources.update_projection(fleet, "alpha", main)
+    assert tip is not None
+    projected = GitRepository(sources.projection_path("alpha")).read_tree(tip)
+    # The access Kustomization in the tenant's namespace reads its directory from here.
+    assert sorted(projected) == [
+        "tenants/alpha/cluster-access/dev/bindings.yaml",
+        "tenants/alpha/workloads/chat.yaml",
+        "tenants/alpha/workloads/kustomization.yaml",
+    ]
+    assert sources.main_commit("alpha", tip) == main
+    with pytest.raises(InvalidPath, match="is inside"):
+        GitRepository(sources.projection_path("alpha")).project(
+            fleet,
+            main,
+            ["tenants/alpha", "tenants/alpha/workloads"],
+            branch="main",
+            message="m",
+            committer=ALICE,
+        )

@@ -1,12 +1,17 @@
 // A real OpenID Connect provider (npm oidc-provider v9) for the portal's SSO end-to-end tests.
 //
-// It plays the part of Keycloak: one confidential client, the authorization code flow with PKCE
-// required, and a "groups" claim carrying group paths such as /tenants/alpha/admin.
+// It plays the part of Keycloak: one confidential client (the portal's), the authorization code
+// flow with PKCE required, and a "groups" claim carrying group paths such as
+// /tenants/alpha/admin. With --public-client-id it also has the public client kubectl signs in
+// with (kubelogin: a native app, no secret, redirected to http://localhost:8000). With
+// --tls-cert and --tls-key it serves HTTPS, as an issuer Kubernetes API servers trust must.
 //
 // Usage: node server.mjs [--port N] --redirect-uri URI --accounts FILE [--client-id ID]
-//                        [--client-secret SECRET]
+//                        [--client-secret SECRET] [--public-client-id ID]
+//                        [--tls-cert FILE --tls-key FILE]
 // Every option may also come from the environment: OIDC_TEST_PORT, OIDC_TEST_REDIRECT_URI,
-// OIDC_TEST_ACCOUNTS, OIDC_TEST_CLIENT_ID, OIDC_TEST_CLIENT_SECRET. Port 0 (the default) lets
+// OIDC_TEST_ACCOUNTS, OIDC_TEST_CLIENT_ID, OIDC_TEST_CLIENT_SECRET,
+// OIDC_TEST_PUBLIC_CLIENT_ID, OIDC_TEST_TLS_CERT, OIDC_TEST_TLS_KEY. Port 0 (the default) lets
 // the kernel pick a free port, so parallel test runs cannot race for one.
 //
 // FILE is JSON: {"<account id>": {"email": ..., "groups": [...], ...}, ...}. The account id is
@@ -16,8 +21,10 @@
 // Prints "READY <issuer>" on stdout once it accepts connections.
 
 import * as crypto from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import * as http from 'node:http';
+import * as https from 'node:https';
 import { parseArgs } from 'node:util';
 
 import Provider from 'oidc-provider';
@@ -32,8 +39,14 @@ const { values: args } = parseArgs({
       type: 'string',
       default: process.env.OIDC_TEST_CLIENT_SECRET ?? 'portal-test-secret',
     },
+    'public-client-id': { type: 'string', default: process.env.OIDC_TEST_PUBLIC_CLIENT_ID ?? '' },
+    'tls-cert': { type: 'string', default: process.env.OIDC_TEST_TLS_CERT ?? '' },
+    'tls-key': { type: 'string', default: process.env.OIDC_TEST_TLS_KEY ?? '' },
   },
 });
+
+// kubelogin's default redirect (it listens on localhost:8000, or 18000 when that is taken).
+const KUBELOGIN_REDIRECT_URIS = ['http://localhost:8000', 'http://localhost:18000'];
 
 for (const required of ['redirect-uri', 'accounts']) {
   if (!args[required]) {
@@ -85,7 +98,8 @@ function send(res, status, html) {
 // READY, printed once the provider exists; anything earlier is a stray and gets a 503.
 let provider;
 let providerCallback;
-const server = http.createServer((req, res) => {
+const tls = args['tls-cert'] && args['tls-key'];
+const handler = (req, res) => {
   if (!provider) return send(res, 503, page('Starting', ''));
   const match = /^\/interaction\/([^/?]+)$/.exec(new URL(req.url, 'http://x').pathname);
   const handle = match ? interaction(req, res) : providerCallback(req, res);
@@ -93,7 +107,13 @@ const server = http.createServer((req, res) => {
     console.error('request failed:', err);
     if (!res.headersSent) send(res, 500, page('Error', escapeHtml(err.message)));
   });
-});
+};
+const server = tls
+  ? https.createServer(
+    { cert: readFileSync(args['tls-cert']), key: readFileSync(args['tls-key']) },
+    handler,
+  )
+  : http.createServer(handler);
 
 async function interaction(req, res) {
   const details = await provider.interactionDetails(req, res);
@@ -129,22 +149,35 @@ async function interaction(req, res) {
 }
 
 server.listen(Number(args.port), '127.0.0.1', () => {
-  const issuer = `http://127.0.0.1:${server.address().port}`;
+  const issuer = `${tls ? 'https' : 'http'}://127.0.0.1:${server.address().port}`;
   const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const clients = [
+    {
+      client_id: args['client-id'],
+      client_secret: args['client-secret'],
+      redirect_uris: [args['redirect-uri']],
+      response_types: ['code'],
+      grant_types: ['authorization_code'],
+      // allauth picks client_secret_post when discovery lists it (it does, by default); the
+      // token endpoint then refuses any other method, so a change in allauth shows up here.
+      token_endpoint_auth_method: 'client_secret_post',
+    },
+  ];
+  if (args['public-client-id']) {
+    // Like the Keycloak client the operator guide describes for kubectl: public (no secret),
+    // PKCE, loopback redirects only.
+    clients.push({
+      client_id: args['public-client-id'],
+      application_type: 'native',
+      redirect_uris: KUBELOGIN_REDIRECT_URIS,
+      response_types: ['code'],
+      grant_types: ['authorization_code'],
+      token_endpoint_auth_method: 'none',
+    });
+  }
 
   provider = new Provider(issuer, {
-    clients: [
-      {
-        client_id: args['client-id'],
-        client_secret: args['client-secret'],
-        redirect_uris: [args['redirect-uri']],
-        response_types: ['code'],
-        grant_types: ['authorization_code'],
-        // allauth picks client_secret_post when discovery lists it (it does, by default); the
-        // token endpoint then refuses any other method, so a change in allauth shows up here.
-        token_endpoint_auth_method: 'client_secret_post',
-      },
-    ],
+    clients,
     // A PKCE-less authorization request is refused (invalid_request), so a sign-in that works
     // proves the portal sent code_challenge and the matching code_verifier.
     pkce: { required: () => true },
