@@ -121,10 +121,14 @@ class Identity:
     kind: str
     namespace: str
     name: str
+    # Another cluster than the one Flux runs in: a Flux Kustomization's spec.kubeConfig (the
+    # namespace/name of its Secret). Objects in two clusters never collide.
+    cluster: str = ""
 
     def __str__(self) -> str:
         kind = f"{self.kind}.{self.group}" if self.group else self.kind
-        return "/".join(part for part in (kind, self.namespace, self.name) if part)
+        where = f" in the cluster of kubeconfig {self.cluster}" if self.cluster else ""
+        return "/".join(part for part in (kind, self.namespace, self.name) if part) + where
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ class _Layer:
     namespace: str
     prefix: str
     suffix: str
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -252,10 +257,13 @@ def _include_graph(
     for flux in flux_kustomizations(files, repo_urls=repo_urls):
         spec = specs.get((flux.file, flux.kustomization), {})
         node = f"flux:{flux.file}:{flux.kustomization}"
+        secret = _text(mapping(mapping(spec.get("kubeConfig")).get("secretRef")).get("name"))
+        own_namespace = flux.kustomization.partition("/")[0] if "/" in flux.kustomization else ""
         layers[node] = _Layer(
             _text(spec.get("targetNamespace")),
             _text(spec.get("namePrefix")),
             _text(spec.get("nameSuffix")),
+            f"{own_namespace}/{secret}" if secret else "",
         )
         if kustomization_file(files, flux.path) is not None:
             include(_dir_node(flux.path), node)
@@ -337,15 +345,16 @@ def _identities(
     renamed = (group, kind) not in UNPREFIXED_KINDS
     found: set[Identity] = set()
     for chain in chains:
-        namespace, applied_name = own_namespace, name
+        namespace, applied_name, cluster = own_namespace, name, ""
         for node in chain:
             layer = layers.get(node)
             if layer is None:
                 continue
             namespace = layer.namespace or namespace
+            cluster = layer.cluster or cluster
             if renamed:
                 applied_name = f"{layer.prefix}{applied_name}{layer.suffix}"
-        found.add(Identity(group, kind, "" if cluster_scoped else namespace, applied_name))
+        found.add(Identity(group, kind, "" if cluster_scoped else namespace, applied_name, cluster))
     return found
 
 

@@ -258,3 +258,35 @@ def test_the_demo_repository_and_bootstrap_have_no_duplicates() -> None:
     components = f"clusters/{FLEET.name}/flux-system/gotk-components.yaml"
     files[components] = (FIXTURES / "gotk-components.yaml").read_bytes()
     assert check_duplicates(files) == []
+
+
+def test_objects_applied_into_other_clusters_do_not_collide() -> None:
+    """Each tenant cluster gets the same bindings, applied by a Flux Kustomization through that
+    cluster's own kubeconfig: one object per cluster, not two copies of one."""
+    from gitops.specs import ClusterMember
+    from tests.cluster_oidc import ISSUER, fleet_with_oidc
+
+    fleet = fleet_with_oidc()
+    tenant = TenantSpec(
+        slug="alpha",
+        clusters=(TenantClusterSpec(name="dev"), TenantClusterSpec(name="lab")),
+        members=(ClusterMember(name="alice", role="admin", issuer=ISSUER, subject="sub-alice"),),
+    )
+    files = render_cluster_bootstrap(fleet)
+    files.update(render_infrastructure(fleet))
+    files.update(render_tenants_index(["alpha"]))
+    files.update(render_tenant_tree(tenant, fleet))
+    access = [p for p in files if p.startswith("tenants/alpha/cluster-access/")]
+    assert {p.split("/")[3] for p in access} == {"dev", "lab"}
+    assert check_duplicates(files) == []
+    # Point lab's Kustomization at dev's kubeconfig: now both apply into one cluster.
+    lab = next(
+        p
+        for p, b in files.items()
+        if b"cluster-access/lab" in b and p.endswith(".yaml") and b"kubeConfig" in b
+    )
+    files[lab] = files[lab].replace(b"vc-lab", b"vc-dev")
+    findings = check_duplicates(files)
+    assert findings and all(
+        "in the cluster of kubeconfig alpha/vc-dev" in f.object for f in findings
+    )
