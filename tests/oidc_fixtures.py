@@ -37,7 +37,7 @@ CLIENT_SECRET = "portal-test-secret-not-for-production"
 CLUSTER_CLIENT_ID = "ai-factory-clusters"
 KUBELOGIN_REDIRECT_URI = "http://localhost:8000"
 # Generous: the first start after `npm ci` compiles the provider's modules.
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
 HTTP_TIMEOUT = 15.0
 
 

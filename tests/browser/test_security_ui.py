@@ -92,8 +92,10 @@ def test_key_pages_run_under_the_policy_with_nothing_refused(
 ) -> None:
     # Violations are collected by the `page` fixture, which fails the test on any.
     _policy(page, "/accounts/login/")
-    for who, paths in PAGES.items():
-        page.context.clear_cookies()
+    for index, (who, paths) in enumerate(PAGES.items()):
+        if index:  # sign out as a person does (clearing cookies under a loaded form raced)
+            page.locator("form[action='/accounts/logout/'] button[type=submit]").click()
+            expect(page.locator("input[name=login]")).to_be_visible()
         sign_in(page, who)
         for path in paths:
             _policy(page, path)
