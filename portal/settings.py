@@ -390,6 +390,40 @@ CELERY_BEAT_SCHEDULE["catalog-expire"] = {
     "schedule": crontab(minute=5),
 }
 
+# --- Billing: the GPU usage ledger ---------------------------------------------------------
+# Where DCGM samples come from: "prometheus" (BILLING_PROMETHEUS_URL, production) or
+# "exporter", the embedded default: the portal scrapes dcgm-exporter endpoints itself
+# (BILLING_EXPORTER_URLS; the built-in simulator's /metrics when unset). See
+# docs/operator-guide.md, "Metering".
+BILLING_SOURCE = env("BILLING_SOURCE", "exporter" if FLEET_SIMULATOR else "prometheus")
+if BILLING_SOURCE not in ("prometheus", "exporter"):
+    raise ImproperlyConfigured("BILLING_SOURCE must be 'prometheus' or 'exporter'")
+BILLING_PROMETHEUS_URL = env("BILLING_PROMETHEUS_URL")
+BILLING_PROMETHEUS_TOKEN = env("BILLING_PROMETHEUS_TOKEN")
+BILLING_PROMETHEUS_TIMEOUT = float(env("BILLING_PROMETHEUS_TIMEOUT", "30"))
+BILLING_EXPORTER_URLS = env_list(
+    "BILLING_EXPORTER_URLS", [f"{FLEET_API_URL}/metrics"] if FLEET_SIMULATOR else []
+)
+BILLING_EXPORTER_TOKEN = env("BILLING_EXPORTER_TOKEN", FLEET_API_TOKEN if FLEET_SIMULATOR else "")
+# The resolution of the ledger: the range queries' step and the scrape slot, in seconds.
+BILLING_STEP_SECONDS = env_int("BILLING_STEP_SECONDS", 60)
+# An hour is complete this long after it ends (the last scrapes have to land first).
+BILLING_INGEST_LAG_SECONDS = env_int("BILLING_INGEST_LAG_SECONDS", 120)
+# With no cursor yet, the periodic ingest starts this many hours back; it never catches up
+# more than BILLING_MAX_CATCHUP_HOURS in one run (a backfill job does longer ranges).
+BILLING_FIRST_HOURS = env_int("BILLING_FIRST_HOURS", 24)
+BILLING_MAX_CATCHUP_HOURS = env_int("BILLING_MAX_CATCHUP_HOURS", 48)
+BILLING_SAMPLE_RETENTION_HOURS = env_int("BILLING_SAMPLE_RETENTION_HOURS", 48)
+CELERY_BEAT_SCHEDULE["billing-ingest"] = {
+    "task": "billing.ingest",
+    "schedule": crontab(minute="5,20,35,50"),
+}
+if BILLING_SOURCE == "exporter":
+    CELERY_BEAT_SCHEDULE["billing-scrape"] = {
+        "task": "billing.scrape",
+        "schedule": schedule(timedelta(seconds=BILLING_STEP_SECONDS)),
+    }
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

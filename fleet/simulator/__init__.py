@@ -23,7 +23,7 @@ import base64
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -55,14 +55,17 @@ class Simulator:
         git_credentials: tuple[str, str] = ("git", "flux-bootstrap"),
         verify_git: Verifier | None = None,
         resolve_git: Resolver | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """``git_credentials`` go into the ``flux-system`` Secret, as ``flux bootstrap`` writes
         it. ``verify_git(url, username, password)`` decides whether the Git server would serve
         a source (default: any non-empty pair); ``resolve_git(url)`` maps a source URL to the
-        local bare repository it reads (default: ``repo_path``)."""
+        local bare repository it reads (default: ``repo_path``). ``clock`` is the time the
+        DCGM exporter reports at (a test sets it, so usage and energy are known exactly)."""
         validate_config(config)
         self.config = config
         self.token = token
+        self.clock = clock
         now = time.time()
         self.store = Store(config.seed)
         self.cluster = Cluster(config, self.store, now)

@@ -177,7 +177,7 @@ class Api:
         if parts in (["healthz"], ["livez"], ["readyz"]):
             return Response(200, b"ok", "text/plain; charset=utf-8")
         if parts == ["metrics"]:
-            text = render_exposition(self.sim.gpu_samples(), time.time())
+            text = render_exposition(self.sim.gpu_samples(), self.sim.clock())
             return Response(200, text.encode(), METRICS_TYPE)
         if parts == ["version"]:
             version = self.sim.config.kubernetes_version

@@ -1,0 +1,57 @@
+"""Background work of the billing app: scraping the exporter, the hourly ingest, backfills."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from billing import services
+from billing.models import IngestRun
+from portal.jobs import job_task, prune_scheduled
+from portal.models import Job
+
+# The scrape runs every minute; an hour of its job rows is plenty to see it work.
+SCHEDULED_SCRAPE_KEEP = timedelta(hours=1)
+
+
+@job_task("billing.scrape")
+def scrape(job: Job) -> None:
+    """The embedded default: read the exporters once into the sample table."""
+    samples, errors = services.scrape_exporters()
+    for error in errors:
+        job.append_log(error)
+    job.set_progress(100, f"{samples} GPU samples")
+    prune_scheduled("billing.scrape", SCHEDULED_SCRAPE_KEEP)
+    if errors and not samples:
+        raise RuntimeError(f"no exporter could be read: {'; '.join(errors)}")
+
+
+@job_task("billing.ingest")
+def ingest(job: Job) -> None:
+    """The periodic ingest: the complete hours after the cursor."""
+    source = job.kwargs.get("source") or None
+    due = services.due_range(source or settings.BILLING_SOURCE)
+    if due is None:
+        job.set_progress(100, "the ledger is up to date")
+        return
+    _run(job, *due, source=source)
+    services.prune_samples()
+
+
+@job_task("billing.backfill")
+def backfill(job: Job) -> None:
+    """Ingest a range an operator asked for (``start``/``end``: ISO hours), with progress."""
+    start = datetime.fromisoformat(job.kwargs["start"])
+    end = datetime.fromisoformat(job.kwargs["end"])
+    _run(job, start, end, source=job.kwargs.get("source") or None)
+
+
+def _run(job: Job, start: datetime, end: datetime, *, source: str | None) -> None:
+    run = services.do_ingest_hours(
+        start, end, acting_user=job.created_by, source=source, progress=job.set_progress
+    )
+    for warning in run.warnings:
+        job.append_log(warning)
+    if run.status == IngestRun.Status.FAILED:
+        raise RuntimeError(run.error)
