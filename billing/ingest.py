@@ -227,8 +227,9 @@ def rollup(
     A device with a pod label is that pod's (whole GPU, or a MIG instance's slices). On a
     HAMi node DCGM's pod labels do not tell the shares apart (the exporter maps a device to
     one pod, and HAMi's pods lose theirs: Project-HAMi/HAMi#112), so each synced pod on the
-    node holds its requested fraction for every step the node's GPUs were sampled, at the
-    node's mean activity and a fraction of its memory and energy.
+    node holds its requested fraction for every step the node's GPUs were sampled, with its
+    fraction of the mean activity, memory and energy of the node's GPUs that hold a context
+    (framebuffer in use).
     """
     warnings: list[str] = []
     lines: dict[tuple[str, str, str], Line] = {}
@@ -309,22 +310,27 @@ def rollup(
             if not fraction:
                 continue
             line = _line(lines, holder.namespace, node.flavor, holder.workload, step)
-            gpus = max(node.gpus, len({p.device.uuid for ps in steps.values() for p in ps}), 1)
             for at, sampled in steps.items():
-                busy_values = [activity(p) for p in sampled]
+                # The GPUs holding a context (framebuffer in use) are the ones the shares
+                # run on; an idle card of the node says nothing of them.
+                held = [p for p in sampled if p.fb_used_mib] or sampled
+                busy_values = [activity(p) for p in held]
                 mean = sum(b for b, _ in busy_values) / len(busy_values)
                 line.allocated += fraction * step
                 line.used += fraction * step * Fraction(mean)
                 line.fallback |= any(f for _, f in busy_values)
                 line.observed.add(at)
-                memory = [p.fb_used_mib for p in sampled if p.fb_used_mib is not None]
+                memory = [p.fb_used_mib for p in held if p.fb_used_mib is not None]
                 if memory:
                     share = sum(memory) / len(memory) * float(fraction)
                     line.memory_by_step[at] = line.memory_by_step.get(at, 0.0) + share
-                energy = sum(
-                    energy_step.get((hostname, p.device.uuid), {}).get(at, 0.0) for p in sampled
-                )
-                line.energy_mj += Fraction(energy) * fraction / gpus
+                energy = [
+                    energy_step[(hostname, p.device.uuid)][at]
+                    for p in held
+                    if at in energy_step.get((hostname, p.device.uuid), {})
+                ]
+                if energy:
+                    line.energy_mj += Fraction(sum(energy) / len(energy)) * fraction
 
     for hostname in sorted(unknown_hosts):
         warnings.append(
