@@ -35,12 +35,13 @@ demo: $(VENV)/.installed-app
 	@echo "Portal on http://$(ADDR)/  (sign in as platform, alice, carol, erin, ... with demo-password-1)"
 	$(MANAGE) serve $(ADDR)
 
-## system-deps: what the browser and SSO tests need from Debian (chromium, node) when missing
+## system-deps: what the browser, SSO and metering tests need from Debian when missing
 system-deps:
 	@missing=""; \
 	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

@@ -134,14 +134,21 @@ def hostname_of(labels: Mapping[str, str]) -> str:
     return labels.get("Hostname") or labels.get("hostname") or ""
 
 
-def workload_labels(labels: Mapping[str, str]) -> tuple[str, str]:
-    """(namespace, pod) of the pod the exporter mapped to the device, or ("", "")."""
+def workload_labels(labels: Mapping[str, str], *, renamed: bool = False) -> tuple[str, str]:
+    """(namespace, pod) of the pod the exporter mapped to the device, or ("", "").
+
+    ``renamed``: the series came from a scrape with ``honorLabels: false`` (some series of the
+    same query carry ``exported_*``), so the plain labels are the scrape target's own, the
+    exporter's pod, on every series, and only ``exported_*`` name a workload."""
     if labels.get("exported_pod"):
         return labels.get("exported_namespace", ""), labels["exported_pod"]
-    if "exported_namespace" in labels or "exported_container" in labels:
-        # honorLabels false and the exporter wrote no pod: the plain labels are the target's.
+    if renamed or "exported_namespace" in labels or "exported_container" in labels:
         return "", ""
     return labels.get("namespace", ""), labels.get("pod", "")
+
+
+def is_renamed(series: Iterable[Mapping[str, str]]) -> bool:
+    return any("exported_pod" in labels or "exported_namespace" in labels for labels in series)
 
 
 def device_of(labels: Mapping[str, str]) -> Device:
@@ -171,11 +178,16 @@ def points_from_series(
 ) -> list[Point]:
     """Join (metric, labels, [(time, value)]) into one point per device and time."""
     points: dict[tuple[Device, int], Point] = {}
+    series = list(series)
+    renamed = {
+        metric: is_renamed(labels for name, labels, _ in series if name == metric)
+        for metric in {name for name, _, _ in series}
+    }
     for metric, labels, values in series:
         device = device_of(labels)
         if not device.uuid:
             continue
-        namespace, pod = workload_labels(labels)
+        namespace, pod = workload_labels(labels, renamed=renamed[metric])
         for at, value in values:
             key = (device, round(at))
             point = points.get(key)
@@ -275,8 +287,8 @@ def rollup(
         except FractionError as exc:
             warnings.append(f"{point.device.hostname} {point.device.uuid}: {exc}")
             continue
-        holder = owners.get((point.namespace, point.pod))
-        workload = holder.workload if holder else workload_name("", "", point.pod)
+        owner = owners.get((point.namespace, point.pod))
+        workload = owner.workload if owner else workload_name("", "", point.pod)
         flavor = node.flavor if node else ""
         line = _line(lines, point.namespace, flavor, workload, step)
         busy, fallback = activity(point)
@@ -290,12 +302,12 @@ def rollup(
             )
         shares[(point.device.hostname, point.device.uuid, point.at)].append((line, fraction))
 
-    for (hostname, uuid, at), held in shares.items():
-        delta = energy_step.get((hostname, uuid), {}).get(at)
-        if delta is None:
+    for (hostname, uuid, at), holding in shares.items():
+        increase = energy_step.get((hostname, uuid), {}).get(at)
+        if increase is None:
             continue
-        for line, fraction in held:
-            line.energy_mj += Fraction(delta) * fraction
+        for line, fraction in holding:
+            line.energy_mj += Fraction(increase) * fraction
 
     for hostname, steps in hami_steps.items():
         node = nodes[hostname]

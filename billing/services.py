@@ -117,8 +117,9 @@ def prometheus_points(
     five minutes (the lookback), which would count time the hour does not have."""
     series = []
     warnings: list[str] = []
+    selector = settings.BILLING_PROMETHEUS_SELECTOR
     for metric in ingest.METRICS:
-        result = client.query_range(metric, start - step, end - step, step)
+        result = client.query_range(metric + selector, start - step, end - step, step)
         warnings += result.warnings
         series += [(metric, s.labels, s.points) for s in result.series]
     return ingest.points_from_series(series), warnings
@@ -156,6 +157,17 @@ def window_rollup(source: str, start: int, end: int, step: int) -> ingest.Rollup
     result = ingest.rollup(
         points, start=start, end=end, step=step, nodes=node_infos(), holders=holders()
     )
+    # The platform's own namespaces are no tenant's and not billed: among them is the
+    # exporter's, which the plain labels name on idle GPUs when Prometheus renamed the
+    # exporter's labels to exported_* and no GPU of the query had a pod.
+    platform = platform_namespaces()
+    kept = []
+    for line in result.lines:
+        if line.namespace and not tenant_of(line.namespace, platform):
+            warnings.append(f"{line.namespace}/{line.workload}: a platform namespace, not billed")
+        else:
+            kept.append(line)
+    result.lines = kept
     result.warnings[:0] = warnings
     return result
 

@@ -401,6 +401,9 @@ if BILLING_SOURCE not in ("prometheus", "exporter"):
 BILLING_PROMETHEUS_URL = env("BILLING_PROMETHEUS_URL")
 BILLING_PROMETHEUS_TOKEN = env("BILLING_PROMETHEUS_TOKEN")
 BILLING_PROMETHEUS_TIMEOUT = float(env("BILLING_PROMETHEUS_TIMEOUT", "30"))
+# Label matchers added to every DCGM query, e.g. {job="nvidia-dcgm-exporter"} when other jobs
+# scrape the same exporters (or {cluster="gpu-a"} on a Prometheus of several fleets).
+BILLING_PROMETHEUS_SELECTOR = env("BILLING_PROMETHEUS_SELECTOR")
 BILLING_EXPORTER_URLS = env_list(
     "BILLING_EXPORTER_URLS", [f"{FLEET_API_URL}/metrics"] if FLEET_SIMULATOR else []
 )

@@ -68,13 +68,16 @@ def test_it_reads_both_label_spellings() -> None:
         "exported_pod": "p",
     }
     assert workload_labels(renamed) == ("team-a", "p")
+    # An idle GPU of the same scrape: the exporter wrote no pod, the plain labels are the
+    # target's (the exporter's own pod), which must not be taken for a workload.
+    target = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x"}
     series = [
         ("DCGM_FI_DEV_FB_USED", {"UUID": "GPU-1", "hostname": "h200-01", **renamed}, [(1, 5)]),
-        ("DCGM_FI_DEV_FB_USED", {"UUID": "GPU-2", "Hostname": "h200-01"}, [(1, 7)]),
+        ("DCGM_FI_DEV_FB_USED", {"UUID": "GPU-2", "Hostname": "h200-01", **target}, [(1, 7)]),
     ]
     first, second = points_from_series(series)
     assert (first.device.hostname, first.namespace, first.pod) == ("h200-01", "team-a", "p")
-    assert (second.device.hostname, second.pod) == ("h200-01", "")
+    assert (second.device.hostname, second.namespace, second.pod) == ("h200-01", "", "")
 
 
 def test_it_reads_the_simulators_mig_instances() -> None:
@@ -131,9 +134,7 @@ def test_it_marks_a_gap_and_does_not_fill_it() -> None:
         for m in range(0, 60)
         if not 10 <= m < 40
     ]
-    [line] = rollup(
-        points, start=HOUR, end=HOUR + 3600, step=60, nodes=NODES, holders=[]
-    ).lines
+    [line] = rollup(points, start=HOUR, end=HOUR + 3600, step=60, nodes=NODES, holders=[]).lines
     assert (line.allocated, line.observed_seconds) == (1800, 1800)
     # No profiling metric: GPU_UTIL/100, and the line says so.
     assert (line.used, line.fallback) == (900, True)

@@ -42,9 +42,7 @@ def fleet(start_fleet: Callable[..., Simulator], settings: Any, db: None) -> Sim
     seeds = (*SimConfig.demo().seed_workloads, SCRATCH, IMPOSTOR)
     sim = start_fleet(seed_workloads=seeds)
     impostor = next(
-        obj
-        for obj in sim.store.list(sim_pods())
-        if obj["metadata"]["name"].startswith("impostor")
+        obj for obj in sim.store.list(sim_pods()) if obj["metadata"]["name"].startswith("impostor")
     )
     impostor["metadata"].setdefault("labels", {})["ai-factory.io/tenant"] = "llm-platform"
     sim.put_object("pods", impostor)
@@ -97,11 +95,7 @@ def energy_mj(sim: Simulator, moment: float) -> dict[str, float]:
 
 def gpus_of(sim: Simulator, namespace: str, prefix: str) -> list[str]:
     return sorted(
-        {
-            s.uuid
-            for s in sim.gpu_samples()
-            if s.namespace == namespace and s.pod.startswith(prefix)
-        }
+        {s.uuid for s in sim.gpu_samples() if s.namespace == namespace and s.pod.startswith(prefix)}
     )
 
 
@@ -120,9 +114,7 @@ def test_it_meters_the_simulators_placements_to_the_gpu_second(fleet: Simulator)
         ("vision", "h200-mig", "Job/eval-vit-small"): (3 * seventh).quantize(Decimal("0.001")),
         ("vision", "h200-mig", "Job/eval-vit-large"): (3 * seventh).quantize(Decimal("0.001")),
         # Two HAMi shares of 24000 MiB and 30% of the cores: 0.3 of an H200 each.
-        ("llm-platform", "h200-hami", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): Decimal(
-            2160
-        ),
+        ("llm-platform", "h200-hami", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): Decimal(2160),
         ("scratch", "h200", "Job/notebook"): Decimal(3600),
         ("vision", "h200", "Job/impostor"): Decimal(3600),
     }
