@@ -212,3 +212,13 @@ def test_it_warns_about_a_node_it_does_not_know() -> None:
     result = rollup(points, start=HOUR, end=HOUR + 3600, step=60, nodes=NODES, holders=[])
     assert [line.flavor for line in result.lines] == [""]
     assert result.warnings == ["node ghost is not in the inventory; its usage has no flavor"]
+
+
+def test_it_drops_nan_samples() -> None:
+    series = [
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {"UUID": "GPU-1", "Hostname": "h"}, [(1, float("nan"))]),
+        ("DCGM_FI_DEV_GPU_UTIL", {"UUID": "GPU-1", "Hostname": "h"}, [(1, 40.0)]),
+    ]
+    [point] = points_from_series(series)
+    # No profiling value to trust: the fallback counts instead of a NaN.
+    assert (point.gr_engine_active, point.gpu_util) == (None, 40.0)

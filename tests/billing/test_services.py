@@ -276,3 +276,24 @@ def test_it_leaves_a_gap_when_the_exporter_is_down(fleet: Simulator, settings: A
     row = ledger(hour)[("scratch", "h200", "Job/notebook")]
     # Ten minutes without samples: counted as missing, not guessed.
     assert (row.allocated_gpu_seconds, row.observed_seconds) == (3000, 3000)
+
+
+@pytest.mark.django_db
+def test_it_scrapes_and_ingests_on_the_beat_schedule(
+    fleet: Simulator, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.conf import settings as live
+
+    # The schedule as the settings build it: the embedded default scrapes as well.
+    assert live.BILLING_SOURCE == "exporter"
+    assert live.CELERY_BEAT_SCHEDULE["billing-ingest"]["task"] == "billing.ingest"
+    assert live.CELERY_BEAT_SCHEDULE["billing-scrape"]["task"] == "billing.scrape"
+    job = _run_beat("billing.scrape", django_capture_on_commit_callbacks)
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    assert ExporterSample.objects.count() == len(fleet.gpu_samples())
+    assert "GPU samples" in job.log
+    settings.BILLING_EXPORTER_URLS = ["http://127.0.0.1:9/metrics"]
+    settings.PORTAL_JOB_MAX_ATTEMPTS = 1
+    job = _run_beat("billing.scrape", django_capture_on_commit_callbacks)
+    assert job.status == Job.Status.FAILED
+    assert "no exporter could be read" in job.log
