@@ -120,10 +120,8 @@ class ExporterSample(models.Model):
     at = models.DateTimeField(db_index=True)  # the slot's start, UTC
     hostname = models.CharField(max_length=253)
     uuid = models.CharField(max_length=64)
-    gpu = models.CharField(max_length=8, blank=True)
     gpu_instance = models.CharField(max_length=8, blank=True)  # GPU_I_ID, "" for a whole GPU
     mig_profile = models.CharField(max_length=32, blank=True)  # GPU_I_PROFILE
-    model_name = models.CharField(max_length=120, blank=True)
     namespace = models.CharField(max_length=63, blank=True)
     pod = models.CharField(max_length=253, blank=True)
     gr_engine_active = models.FloatField(null=True)  # ratio 0-1

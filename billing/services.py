@@ -33,6 +33,7 @@ from tenants.access import Action
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)
+MAX_WARNINGS = 200
 Progress = Callable[[int, str], None]
 
 
@@ -262,7 +263,10 @@ def do_ingest_hours(
             written, warnings = ingest_hour(hour, source)
             run.rows += written
             run.hours += 1
-            run.warnings += [f"{hour:%Y-%m-%d %H:00}: {w}" for w in warnings][:50]
+            # Enough to act on, not a copy of every sample's complaint.
+            run.warnings = (run.warnings + [f"{hour:%Y-%m-%d %H:00}: {w}" for w in warnings])[
+                :MAX_WARNINGS
+            ]
             _advance_cursor(source, hour)
             hour += HOUR
     except IngestError as exc:

@@ -410,6 +410,9 @@ BILLING_EXPORTER_URLS = env_list(
 BILLING_EXPORTER_TOKEN = env("BILLING_EXPORTER_TOKEN", FLEET_API_TOKEN if FLEET_SIMULATOR else "")
 # The resolution of the ledger: the range queries' step and the scrape slot, in seconds.
 BILLING_STEP_SECONDS = env_int("BILLING_STEP_SECONDS", 60)
+if BILLING_STEP_SECONDS < 1 or 3600 % BILLING_STEP_SECONDS:
+    # Every hour must start on a step, or a step would straddle two hours' lines.
+    raise ImproperlyConfigured("BILLING_STEP_SECONDS must divide 3600 (e.g. 15, 30, 60)")
 # An hour is complete this long after it ends (the last scrapes have to land first).
 BILLING_INGEST_LAG_SECONDS = env_int("BILLING_INGEST_LAG_SECONDS", 120)
 # With no cursor yet, the periodic ingest starts this many hours back; it never catches up
