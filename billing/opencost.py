@@ -25,6 +25,9 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import requests
+from django.conf import settings
+
+from fleet.services import tenant_of
 
 IDLE = "__idle__"
 UNALLOCATED = "__unallocated__"
@@ -246,8 +249,6 @@ class OpenCostClient:
 
 def configured_client() -> OpenCostClient:
     """A client for ``settings.BILLING_OPENCOST_URL``."""
-    from django.conf import settings
-
     return OpenCostClient(settings.BILLING_OPENCOST_URL, settings.BILLING_OPENCOST_TIMEOUT)
 
 
@@ -270,9 +271,6 @@ def attribute(key: str, tenants: frozenset[str] | set[str], platform: frozenset[
         return Owner("idle")
     if key in SPECIAL_KEYS:
         return Owner("unattributed")
-    # Imported here: the parser and client above need no Django.
-    from fleet.services import tenant_of
-
     tenant = tenant_of(key, platform)
     if not tenant:
         return Owner("platform")

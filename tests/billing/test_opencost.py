@@ -23,6 +23,7 @@ from billing.opencost import (
     OpenCostError,
     Owner,
     attribute,
+    configured_client,
     costs_by_owner,
     merge_gpu,
     parse_response,
@@ -264,11 +265,18 @@ class _Canned(BaseHTTPRequestHandler):
         pass
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The timeout test's client hangs up before the answer; that is the point.
+        pass
+
+
 @pytest.fixture
 def canned() -> Iterator[tuple[str, type[_Canned]]]:
     handler = type("Handler", (_Canned,), {"seen": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
@@ -315,3 +323,17 @@ def test_the_client_says_when_opencost_is_unreachable() -> None:
         OpenCostClient("http://127.0.0.1:9", timeout=1).allocation("1h")
     with pytest.raises(OpenCostError, match="BILLING_OPENCOST_URL"):
         OpenCostClient("").allocation("1h")
+
+
+def test_the_configured_client_reads_the_demo_fleets_opencost(
+    start_fleet: Any, settings: Any
+) -> None:
+    start_fleet()
+    assert configured_client().base_url == settings.BILLING_OPENCOST_URL != ""
+    [step] = configured_client().allocation("today")
+    assert {"vision", "llm-platform", IDLE} <= set(step.lines)
+    steps = costs_by_owner([step], {"vision", "llm-platform"}, platform_namespaces())
+    assert set(steps[0].tenants) == {"vision", "llm-platform"}
+    settings.BILLING_OPENCOST_URL = ""
+    with pytest.raises(OpenCostError, match="no OpenCost URL is configured"):
+        configured_client().allocation("today")
