@@ -26,11 +26,13 @@ served.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from fleet.simulator.config import Prices
@@ -359,6 +361,32 @@ def _rfc(moment: float) -> str:
 
 def envelope(data: list[dict[str, Any]]) -> dict[str, Any]:
     return {"code": 200, "status": "success", "data": data}
+
+
+def to_json(payload: Any) -> bytes:
+    """``payload`` as Go's encoding/json writes it: floats in plain decimal notation (``0.00004``
+    where Python would write ``4e-05``) and without a ``.0`` on whole numbers."""
+    return _encode(payload).encode()
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{_encode(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_encode(v) for v in value) + "]"
+    if isinstance(value, float):
+        return _go_float(value)
+    return json.dumps(value)
+
+
+def _go_float(value: float) -> str:
+    # Go's encoding/json: %f-style below 1e21 (and above 1e-6, which 5 decimals guarantee).
+    if not math.isfinite(value):
+        return "null"
+    if abs(value) >= 1e21:
+        return repr(value)
+    text = format(Decimal(repr(value)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def error_envelope(code: int, message: str) -> dict[str, Any]:

@@ -545,7 +545,7 @@ class Api:
             )
         except opencost.BadRequest as exc:
             return _json(400, opencost.error_envelope(400, str(exc)))
-        return _json(200, opencost.envelope(data))
+        return Response(200, opencost.to_json(opencost.envelope(data)))
 
     # --- tenants' virtual clusters -----------------------------------------------------------
 

@@ -30,6 +30,7 @@ from fleet.simulator.opencost import (
     parse_step,
     parse_window,
     pod_requests,
+    to_json,
 )
 
 GIB = 2**30
@@ -182,6 +183,14 @@ def test_it_rounds_to_five_decimals_and_writes_nan_as_null() -> None:
     assert [_rounded(v) for v in (math.nan, math.inf, 2 / 3, 0)] == [None, None, 0.66667, 0]
 
 
+def test_it_writes_numbers_as_go_does() -> None:
+    text = to_json(
+        {"a": [0.00004, 16.0, 0, None, 1.5, -0.25, math.nan, 2.5e21, "x"], "b": {"c": True}}
+    ).decode()
+    assert text == '{"a":[0.00004,16,0,null,1.5,-0.25,null,2.5e+21,"x"],"b":{"c":true}}'
+    assert json.loads(text)["a"][0] == 0.00004
+
+
 def test_it_counts_gpus_as_opencost_does() -> None:
     """Only nvidia.com/gpu: OpenCost reads neither MIG, HAMi nor DRA requests."""
     whole = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8", "cpu": "16"}}}]}
@@ -256,11 +265,15 @@ def test_it_answers_a_map_per_step_and_idle_only_when_asked(simulator: Simulator
         simulator, f"window={now - 7199},{now + 3601}&aggregate=namespace&step=1h"
     )
     assert (status, content_type) == (200, "application/json")
+    assert b"e-0" not in body
     payload = json.loads(body)
     assert payload["code"] == 200 and payload["status"] == "success"
     assert len(payload["data"]) == 3
     assert payload["data"][0] == {}  # before the simulator started
     assert set(payload["data"][1]) == {"vision", "llm-platform"}
+    steps = OpenCostClient(simulator.url).allocation(f"{now - 7199},{now + 3601}", step="1h")
+    assert [len(step.lines) > 0 for step in steps][:2] == [False, True]
+    assert steps[1].start == datetime.fromtimestamp(now - 3599, UTC)
     accumulated = json.loads(get(simulator, "window=1h&aggregate=namespace&accumulate=true")[2])
     assert len(accumulated["data"]) == 1
     with_idle = json.loads(get(simulator, "window=today&aggregate=namespace&includeIdle=true")[2])
