@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
 import requests
@@ -356,7 +356,8 @@ class TenantBill:
 
     @property
     def total(self) -> Decimal:
-        return (self.gpu + self.opencost.total).quantize(CENT)
+        # Half a cent rounds up, as on an invoice (Decimal's default would round to even).
+        return (self.gpu + self.opencost.total).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def merge_gpu(gpu_cost: Mapping[str, Decimal], steps: Iterable[StepCosts]) -> list[TenantBill]:

@@ -19,6 +19,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         mode: mig
         mig_config: all-balanced
         mig_profiles: {1g.18gb: 2, 2g.35gb: 1, 3g.71gb: 1}
+    prices: {cpu_core_hour: 0.031611, ram_gib_hour: 0.004237, gpu_hour: 0.95}
 
 Unknown keys and wrong types are errors naming the key (``node_groups[0].gpus``).
 """

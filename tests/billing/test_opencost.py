@@ -241,7 +241,7 @@ def test_merge_adds_steps_and_keeps_gpu_only_tenants() -> None:
     bills = {b.tenant: b for b in merge_gpu({"llm-platform": Decimal("1.005")}, steps)}
     assert bills["vision"].opencost.cpu == Decimal("1.51732")
     assert bills["vision"].opencost.namespaces == ["vision"]
-    assert bills["llm-platform"].total == Decimal("1.00")
+    assert bills["llm-platform"].total == Decimal("1.01")
 
 
 # --- bad answers over HTTP ------------------------------------------------------------------
