@@ -389,6 +389,14 @@ def _notify(request: ResourceRequest, state: str, note: str) -> None:
         if state == S.SUBMITTED
         else _request_url(request)
     )
+    _tell(people, request, title=title, body=body, url=url)
+
+
+def _tell(
+    people: Iterable[Any], request: ResourceRequest, *, title: str, body: str, url: str
+) -> None:
+    """A notification in the portal for each active person (once), and one mail to those with
+    an address, after commit."""
     seen: set[int] = set()
     recipients = []
     for person in people:
@@ -914,17 +922,8 @@ def _ask_for_review(request: ResourceRequest, old: ChangeRequest, new: ChangeReq
         "files differ from the ones that were approved."
     )
     url = reverse("gitops:detail", args=[new.pk])
-    for person in access.platform_admins():
-        if person.pk == request.requested_by_id:
-            continue
-        Notification.objects.create(
-            user=person,
-            request=request,
-            tenant_slug=request.tenant.slug,
-            title=title[:200],
-            body=body,
-            url=url,
-        )
+    people = [u for u in access.platform_admins() if u.pk != request.requested_by_id]
+    _tell(people, request, title=title, body=body, url=url)
 
 
 def advance_requests() -> int:

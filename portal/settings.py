@@ -430,6 +430,15 @@ if BILLING_SOURCE == "exporter":
         "schedule": schedule(timedelta(seconds=BILLING_STEP_SECONDS)),
     }
 
+# --- Billing: OpenCost ----------------------------------------------------------------------
+# OpenCost's API (port 9003; Kubecost's ends in /model) for CPU, RAM, storage and network cost
+# per namespace. The demo's fleet simulator answers the same allocation API from its own
+# placements and prices; with a real cluster and no OpenCost, leave it empty.
+BILLING_OPENCOST_URL = env(
+    "BILLING_OPENCOST_URL", f"http://{FLEET_SIMULATOR_ADDR}" if FLEET_SIMULATOR else ""
+)
+BILLING_OPENCOST_TIMEOUT = float(env("BILLING_OPENCOST_TIMEOUT", "30"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

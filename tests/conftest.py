@@ -183,6 +183,7 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
         )
         started.append(simulator)
         settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=tick_seconds)
+        settings.BILLING_OPENCOST_URL = settings.FLEET_API_URL  # its OpenCost allocation API
         settings.FLEET_API_TOKEN = ""
         settings.FLEET_KUBECONFIG = ""
         settings.FLEET_IN_CLUSTER = False

@@ -2,8 +2,9 @@
 
 The portal's client code runs against it unchanged, for ``make demo`` and for the tests. It
 simulates nodes with GPUs (``cluster``), plays Flux, helm-controller and KServe against the
-portal's Git repository (``flux``), serves the API and DCGM metrics (``server``) and each
-tenant cluster's own API (``virtual``), and takes faults. It imports no Django models: it runs
+portal's Git repository (``flux``), serves the API, DCGM metrics and OpenCost's allocation
+API (``server``, ``opencost``) and each tenant cluster's own API (``virtual``), and takes
+faults. It imports no Django models: it runs
 in a thread of ``manage.py serve`` or alone through ``manage.py fleet_simulator``.
 
 Usage::

@@ -54,6 +54,7 @@ from fleet.simulator.dcgm import GpuSample
 from fleet.simulator.kserve import StorageInitializerWebhook
 from fleet.simulator.kueue import Kueue
 from fleet.simulator.kueue import gated as kueue_gated
+from fleet.simulator.opencost import NodeCapacity, Placement, pod_requests
 from fleet.simulator.store import (
     CLAIM_TEMPLATES,
     NAMESPACES,
@@ -360,6 +361,8 @@ class Cluster:
         self.storage_initializer = StorageInitializerWebhook(store)
         self._pod_ips = 0
         self._started = now
+        # Every placement with its requests, kept after the pod goes: OpenCost prices the past.
+        self.placements: list[Placement] = []
         with store.lock:
             self._build_nodes(now)
             for name in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -1063,6 +1066,8 @@ class Cluster:
                 )
             else:
                 gpu.slots.append(Slot(key, request.container, gpu.memory_mib, 100))
+        cpu, ram, gpus = pod_requests(as_dict(pod.get("spec")))
+        self.placements.append(Placement(*key, node.name, cpu, ram, gpus, start=now))
         self._pod_ips += 1
         pod_ip = f"10.244.{list(self.nodes).index(node.name)}.{self._pod_ips % 250 + 2}"
         started = timestamp(now)
@@ -1131,7 +1136,10 @@ class Cluster:
         self.store.mutate(PODS, *key, bind)
         logger.debug("placed pod %s/%s on %s", *key, node.name)
 
-    def _release(self, key: PodKey, node_name: str) -> None:
+    def _release(self, key: PodKey, node_name: str, now: float) -> None:
+        for placement in self.placements:
+            if (placement.namespace, placement.pod) == key and placement.end is None:
+                placement.end = now
         node = self.nodes.get(node_name)
         if node is None:
             return
@@ -1150,7 +1158,7 @@ class Cluster:
             if pod is None:
                 raise NotFound(f'pods "{name}" not found')
             node_name = str(as_dict(pod.get("spec")).get("nodeName") or "")
-            self._release((namespace, name), node_name)
+            self._release((namespace, name), node_name, now)
             owner = controller_of(pod)
             if recreate and owner is not None:
                 template = {
@@ -1240,6 +1248,19 @@ class Cluster:
                     self._schedule(pod, now)
 
     # --- metrics -----------------------------------------------------------------------------
+
+    def node_capacities(self) -> list[NodeCapacity]:
+        """What each node offers, for OpenCost's idle line; nodes exist from the start."""
+        return [
+            NodeCapacity(
+                node.name,
+                node.group.cpus,
+                node.group.memory_gib * 2.0**30,
+                len(node.gpus),
+                self._started,
+            )
+            for node in self.nodes.values()
+        ]
 
     def gpu_samples(self) -> list[GpuSample]:
         """One DCGM sample per GPU (per MIG instance on MIG GPUs), with the pod using it; a

@@ -19,6 +19,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         mode: mig
         mig_config: all-balanced
         mig_profiles: {1g.18gb: 2, 2g.35gb: 1, 3g.71gb: 1}
+    prices: {cpu_core_hour: 0.031611, ram_gib_hour: 0.004237, gpu_hour: 0.95}
 
 Unknown keys and wrong types are errors naming the key (``node_groups[0].gpus``).
 """
@@ -105,6 +106,16 @@ class SeedWorkload:
 
 
 @dataclass(frozen=True)
+class Prices:
+    """What the simulator's OpenCost charges, in the units and at the defaults of OpenCost's
+    ``configs/default.json`` (USD): per CPU core-hour, per GiB-hour of memory, per GPU-hour."""
+
+    cpu_core_hour: float = 0.031611
+    ram_gib_hour: float = 0.004237
+    gpu_hour: float = 0.95
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """The simulated fleet and how fast its controllers react (seconds)."""
 
@@ -122,6 +133,8 @@ class SimConfig:
     # provider's keys (the system roots of the control plane's image, in a real cluster);
     # "" for the system's own.
     oidc_ca_file: str = ""
+    # The price table of the OpenCost allocation API the simulator answers.
+    prices: Prices = Prices()
 
     @classmethod
     def demo(cls) -> SimConfig:
@@ -230,6 +243,9 @@ def validate_config(config: SimConfig) -> None:
             problems.append(f"{where}.mig_profiles: a MIG group needs its per-GPU layout")
         if group.mode == "hami" and group.hami_split < 1:
             problems.append(f"{where}.hami_split: must be at least 1")
+    prices = config.prices
+    if min(prices.cpu_core_hour, prices.ram_gib_hour, prices.gpu_hour) < 0:
+        problems.append("prices: a price cannot be negative")
     if config.nvlink_domains < 1 or config.nodes_per_rack < 1:
         problems.append("nvlink_domains and nodes_per_rack must be at least 1")
     for index, workload in enumerate(config.seed_workloads):

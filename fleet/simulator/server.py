@@ -8,7 +8,8 @@ the portal uses for the tenants' Git credentials; the vCluster kubeconfigs helm-
 releases export) and the custom resources in ``store.RESOURCES`` (get, list,
 patch, delete). Lists take ``labelSelector`` and ``fieldSelector``; ``limit`` and ``continue``
 are ignored (every list is one page) and ``watch`` is refused. ``/metrics`` is the DCGM
-exporter's text exposition.
+exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
+allocation API (``opencost``), outside the token like OpenCost's own.
 
 ``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:
 it stands for the operator's hands, not for the API.
@@ -21,6 +22,7 @@ ID tokens, not the simulator's token) and RBAC; 503 while its control plane does
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hmac
 import json
 import logging
@@ -30,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from fleet.simulator import virtual
+from fleet.simulator import opencost, virtual
 from fleet.simulator.cluster import EvictionBlocked, NotFound
 from fleet.simulator.dcgm import render_exposition
 from fleet.simulator.flux import REQUESTED_AT
@@ -112,6 +114,10 @@ def _json(code: int, payload: Any) -> Response:
     return Response(code, json.dumps(payload, separators=(",", ":")).encode())
 
 
+def _text(code: int, text: str) -> Response:
+    return Response(code, text.encode(), "text/plain; charset=utf-8")
+
+
 def _not_found(resource: Resource, name: str) -> ApiError:
     details: JsonObject = {"name": name, "kind": resource.plural}
     if resource.group:
@@ -150,6 +156,9 @@ class Api:
             return self._control(method, parts[1:], body)
         if parts[:1] == ["vclusters"]:
             return self._virtual(method, parts[1:], headers, body)
+        if parts[:1] == ["allocation"]:
+            # OpenCost's own API, which has no authentication of its own.
+            return self._allocation(method, parts[1:], query)
         self._authorize(headers)
         if method == "GET":
             found = self._discovery(parts)
@@ -486,6 +495,57 @@ class Api:
                 },
             ) from exc
         return _json(201, status_object(201, "", ""))
+
+    # --- OpenCost ----------------------------------------------------------------------------
+
+    def _allocation(self, method: str, rest: list[str], query: dict[str, str]) -> Response:
+        if rest not in ([], ["compute"]):
+            raise NO_SUCH_PATH
+        if method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+        now = time.time()
+        try:
+            window = opencost.parse_window(query.get("window", ""), now)
+        except opencost.BadWindow as exc:
+            # http.Error in OpenCost's handler: plain text, not the JSON envelope.
+            return _text(400, f"Invalid 'window' parameter: {exc}\n")
+        aggregate = query.get("aggregate", "")
+        if aggregate != "namespace":
+            return _text(
+                400,
+                f"Invalid 'aggregate' parameter: {aggregate!r}: the simulator aggregates by "
+                "namespace only\n",
+            )
+        sim = self.sim
+        try:
+            step = opencost.accumulate_step(query.get("accumulate", ""))
+            if step is None:
+                given = query.get("step", "")
+                step = opencost.parse_step(given) if given else window[1] - window[0]
+            include_idle = query.get("includeIdle", "false").lower() in ("true", "1")
+            with sim.store.lock:
+                placements = [dataclasses.replace(p) for p in sim.cluster.placements]
+                labels = {
+                    str(as_dict(ns.get("metadata")).get("name")): {
+                        str(k): str(v)
+                        for k, v in as_dict(as_dict(ns.get("metadata")).get("labels")).items()
+                    }
+                    for ns in sim.store.list(NAMESPACES)
+                }
+            data = opencost.allocation_sets(
+                cluster=sim.config.fleet_name,
+                placements=placements,
+                nodes=sim.cluster.node_capacities(),
+                prices=sim.config.prices,
+                window=window,
+                step=step if step > 0 else window[1] - window[0] or 1.0,
+                now=now,
+                include_idle=include_idle,
+                namespace_labels=labels,
+            )
+        except opencost.BadRequest as exc:
+            return _json(400, opencost.error_envelope(400, str(exc)))
+        return Response(200, opencost.to_json(opencost.envelope(data)))
 
     # --- tenants' virtual clusters -----------------------------------------------------------
 
