@@ -537,10 +537,14 @@ class DrainPlan:
     evict: tuple[inventory.PodInfo, ...]
     skipped: tuple[tuple[inventory.PodInfo, str], ...]  # (pod, why it stays)
 
+    def owners(self) -> list[tuple[inventory.PodInfo, str]]:
+        """Each pod to evict with its tenant ("" for the platform's)."""
+        platform = platform_namespaces()
+        return [(p, tenant_of(p.namespace, platform)) for p in self.evict]
+
     @property
     def tenants(self) -> list[str]:
-        platform = platform_namespaces()
-        return sorted({tenant_of(p.namespace, platform) for p in self.evict} - {""})
+        return sorted({slug for _, slug in self.owners()} - {""})
 
 
 def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
@@ -599,28 +603,23 @@ def do_drain(node: Node, *, acting_user: Any, plan: DrainPlan, reason: str = "")
     access.require(acting_user, Action.OPERATE_FLEET)
     do_cordon(node, acting_user=acting_user, reason=reason or "drain")
     pods = [f"{p.namespace}/{p.name}" for p in plan.evict]
+    by_tenant: dict[str, list[str]] = {}
+    for pod, slug in plan.owners():
+        if slug:
+            by_tenant.setdefault(slug, []).append(f"{pod.namespace}/{pod.name}")
     record_audit(
         actor=acting_user,
         action="node.drain",
         target=node,
-        diff={"pods": [None, pods], "tenants": [None, plan.tenants]},
+        diff={"pods": [None, pods], "tenants": [None, sorted(by_tenant)]},
     )
-    for slug in plan.tenants:
+    for slug in sorted(by_tenant):
         record_audit(
             actor=acting_user,
             action="node.drain",
             target=node,
             tenant_slug=slug,
-            diff={
-                "pods": [
-                    None,
-                    [
-                        f"{p.namespace}/{p.name}"
-                        for p in plan.evict
-                        if tenant_of(p.namespace) == slug
-                    ],
-                ]
-            },
+            diff={"pods": [None, by_tenant[slug]]},
         )
     return enqueue(
         "fleet.drain",

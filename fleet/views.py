@@ -227,7 +227,7 @@ def _drain_context(node: Node, **extra: Any) -> dict[str, Any]:
     return {
         "node": node,
         "plan": plan,
-        "evict": [(p, services.tenant_of(p.namespace)) for p in plan.evict],
+        "evict": plan.owners(),
         "error": "",
         **extra,
     }

@@ -22,7 +22,7 @@ from gitops import services as gitops
 from gitops.fleet import base_fleet, configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render.validate import validate_tenant
-from gitops.specs import SpecError
+from gitops.specs import FleetSpec, SpecError
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -116,9 +116,9 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
 PLATFORM_ONLY_FIELDS = frozenset({"trust_level", "cost_centre"})
 
 
-def _spec_errors(spec: Any) -> dict[str, str]:
+def _spec_errors(spec: Any, fleet: FleetSpec) -> dict[str, str]:
     try:
-        validate_tenant(spec, configured_fleet())
+        validate_tenant(spec, fleet)
     except SpecError as exc:
         return {k or "": str(v) for k, v in exc.errors.items()}
     return {}
@@ -158,11 +158,12 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     spec = None
     if set(diff) & RENDERED_FIELDS:
         desired = import_string(settings.TENANT_DESIRED_SPEC)
+        fleet = configured_fleet()
         spec = desired(tenant)
-        errors = _spec_errors(spec)
+        errors = _spec_errors(spec, fleet)
         # Only what this change breaks is refused: a tenant whose name became reserved after
         # it was made keeps its settings (the renderer refuses its changes either way).
-        before_errors = _spec_errors(desired(Tenant.objects.get(pk=tenant.pk)))
+        before_errors = _spec_errors(desired(Tenant.objects.get(pk=tenant.pk)), fleet)
         introduced = {k: v for k, v in errors.items() if before_errors.get(k) != v}
         if introduced:
             problems = "; ".join(f"{k}: {v}" if k else v for k, v in introduced.items())
@@ -181,7 +182,7 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     )
     if spec is not None and gitops.tenant_on_main(tenant.slug):
         fields = ", ".join(f.replace("_", " ") for f in sorted(set(diff) & RENDERED_FIELDS))
-        changes_in_git = gitops.tenant_changes(spec, configured_fleet())
+        changes_in_git = gitops.tenant_changes(spec, fleet)
         if changes_in_git:
             gitops.open_change(
                 acting_user=acting_user,

@@ -597,7 +597,8 @@ class FluxPlayer:
             )
             ready[kid] = False
             return previous_children
-        if spec.get("kubeConfig") is not None:
+        remote = spec.get("kubeConfig") is not None
+        if remote:
             problem = self._apply_remote(kid, spec, objects, now)
             if problem:
                 self._set_status(
@@ -612,20 +613,10 @@ class FluxPlayer:
                 self._retry_later(now)
                 ready[kid] = False
                 return previous_children
-            self._set_status(
-                kid,
-                now,
-                ready=True,
-                reason="ReconciliationSucceeded",
-                message=f"Applied revision: {revision}",
-                attempted=revision,
-                applied=revision,
-            )
-            ready[kid] = True
-            return []
-        for obj in recreate:
-            self._delete(obj, now)
-        self._apply(kid, objects, spec.get("prune") is True, now)
+        else:
+            for obj in recreate:
+                self._delete(obj, now)
+            self._apply(kid, objects, spec.get("prune") is True, now)
         self._set_status(
             kid,
             now,
@@ -636,6 +627,8 @@ class FluxPlayer:
             applied=revision,
         )
         ready[kid] = True
+        if remote:  # what it applied lives in another cluster: no Kustomization to follow here
+            return []
         return [key_of(o) for o in objects.values() if _is_kustomization(o) and key_of(o) != kid]
 
     def _prepare(
