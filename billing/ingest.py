@@ -68,6 +68,7 @@ class NodeInfo:
     mode: str  # whole | mig | hami | dra
     gpu_memory_mib: int
     gpus: int
+    product: str = ""  # GFD nvidia.com/gpu.product: what prices are keyed by
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Line:
     namespace: str
     flavor: str
     workload: str
+    gpu_model: str = ""
+    mig_profile: str = ""  # "" for whole GPUs and HAMi shares
     allocated: Fraction = Fraction(0)
     used: Fraction = Fraction(0)
     step: int = 0
@@ -244,7 +247,7 @@ def rollup(
     (framebuffer in use).
     """
     warnings: list[str] = []
-    lines: dict[tuple[str, str, str], Line] = {}
+    lines: dict[tuple[str, str, str, str], Line] = {}
     owners = {(h.namespace, h.pod): h for h in holders}
     by_node: dict[str, list[Holder]] = defaultdict(list)
     for holder in owners.values():
@@ -289,8 +292,15 @@ def rollup(
             continue
         owner = owners.get((point.namespace, point.pod))
         workload = owner.workload if owner else workload_name("", "", point.pod)
-        flavor = node.flavor if node else ""
-        line = _line(lines, point.namespace, flavor, workload, step)
+        line = _line(
+            lines,
+            point.namespace,
+            node.flavor if node else "",
+            workload,
+            step,
+            gpu_model=node.product if node else "",
+            mig_profile=point.device.profile,
+        )
         busy, fallback = activity(point)
         line.allocated += fraction * step
         line.used += fraction * step * Fraction(busy)
@@ -321,7 +331,9 @@ def rollup(
                 continue
             if not fraction:
                 continue
-            line = _line(lines, holder.namespace, node.flavor, holder.workload, step)
+            line = _line(
+                lines, holder.namespace, node.flavor, holder.workload, step, gpu_model=node.product
+            )
             for at, sampled in steps.items():
                 # The GPUs holding a context (framebuffer in use) are the ones the shares
                 # run on; an idle card of the node says nothing of them.
@@ -349,15 +361,26 @@ def rollup(
             f"node {hostname or '(no hostname label)'} is not in the inventory; "
             "its usage has no flavor"
         )
-    ordered_lines = sorted(lines.values(), key=lambda x: (x.namespace, x.flavor, x.workload))
+    ordered_lines = sorted(
+        lines.values(), key=lambda x: (x.namespace, x.flavor, x.mig_profile, x.workload)
+    )
     return Rollup(ordered_lines, warnings)
 
 
 def _line(
-    lines: dict[tuple[str, str, str], Line], namespace: str, flavor: str, workload: str, step: int
+    lines: dict[tuple[str, str, str, str], Line],
+    namespace: str,
+    flavor: str,
+    workload: str,
+    step: int,
+    *,
+    gpu_model: str = "",
+    mig_profile: str = "",
 ) -> Line:
-    key = (namespace, flavor, workload)
+    key = (namespace, flavor, mig_profile, workload)
     line = lines.get(key)
     if line is None:
-        line = lines[key] = Line(namespace, flavor, workload, step=step)
+        line = lines[key] = Line(
+            namespace, flavor, workload, gpu_model=gpu_model, mig_profile=mig_profile, step=step
+        )
     return line

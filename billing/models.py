@@ -1,15 +1,18 @@
-"""The GPU usage ledger: one row per hour, namespace, flavor and workload.
+"""The GPU usage ledger (one row per hour, namespace, flavor, MIG profile and workload), and
+what it costs: prices, invoices and budgets.
 
 Rows are derived data: an hour is recomputed from its source (Prometheus, or the samples the
 portal scraped from the exporter itself) and replaces what was there, so ingesting an hour
-twice never counts it twice. Prices, invoices and dashboards read these rows; nothing here
-knows a price.
+twice never counts it twice. Prices apply to the ledger from their effective date on;
+an issued invoice never changes (a correction is a new version of it).
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -17,6 +20,8 @@ from django.utils import timezone
 class Source(models.TextChoices):
     PROMETHEUS = "prometheus", "Prometheus"
     EXPORTER = "exporter", "dcgm-exporter, scraped by the portal"
+    # Made up by ``seed_demo`` so that a new demo has a history to chart; never in production.
+    DEMO = "demo", "Demo history (seed_demo)"
 
 
 class UsageHour(models.Model):
@@ -36,6 +41,8 @@ class UsageHour(models.Model):
     tenant_slug = models.CharField(max_length=63, blank=True, db_index=True)
     namespace = models.CharField(max_length=63)
     flavor = models.CharField(max_length=63, blank=True)  # "" when the node is unknown
+    gpu_model = models.CharField(max_length=120, blank=True)  # GFD nvidia.com/gpu.product
+    mig_profile = models.CharField(max_length=32, blank=True)  # "" for a whole GPU or a share
     workload = models.CharField(max_length=320)  # "<OwnerKind>/<name>" or "Pod/<name>"
     source = models.CharField(max_length=16, choices=Source.choices)
     allocated_gpu_seconds = models.DecimalField(max_digits=16, decimal_places=3)
@@ -49,10 +56,11 @@ class UsageHour(models.Model):
     ingested_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        ordering = ["hour", "namespace", "flavor", "workload"]
+        ordering = ["hour", "namespace", "flavor", "mig_profile", "workload"]
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "namespace", "flavor", "workload"], name="usage_hour_unique"
+                fields=["hour", "namespace", "flavor", "mig_profile", "workload"],
+                name="usage_hour_unique",
             ),
         ]
         indexes = [models.Index(fields=["tenant_slug", "hour"])]
@@ -139,3 +147,206 @@ class ExporterSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%H:%M:%S} {self.hostname} {self.uuid}/{self.gpu_instance}"
+
+
+class GpuPrice(models.Model):
+    """What an hour of a GPU model costs from ``effective_from`` on (UTC midnight).
+
+    ``mig_profile`` empty: the price of one whole GPU-hour; HAMi shares and DRA claims of
+    whole GPUs pay their GPU-equivalents of it. A MIG profile: the price of one hour of one
+    instance of that profile; a profile without a price of its own pays its share of the GPU
+    (``billing.fractions.mig_fraction``). Prices are never edited: a new price takes over from
+    its date, and only a price not yet in effect may be withdrawn, so no hour ever billed
+    changes its price afterwards.
+    """
+
+    gpu_model = models.CharField(max_length=120)
+    mig_profile = models.CharField(max_length=32, blank=True)
+    amount = models.DecimalField(max_digits=12, decimal_places=4)  # per hour, BILLING_CURRENCY
+    effective_from = models.DateField()
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["gpu_model", "mig_profile", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_model", "mig_profile", "effective_from"], name="gpu_price_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(amount__gte=0), name="gpu_price_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        what = f"{self.gpu_model} {self.mig_profile}".strip()
+        return f"{what} from {self.effective_from}: {self.amount}/h"
+
+
+class Invoice(models.Model):
+    """One tenant's bill for one calendar month (UTC).
+
+    A draft may be recomputed; once issued, neither the invoice nor its lines change
+    (``save`` and ``delete`` refuse). A correction is a new version of the same tenant and
+    month, which names the one it supersedes and why.
+    """
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        ISSUED = "issued", "Issued"
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
+    tenant_slug = models.CharField(max_length=63)  # as it was when issued
+    cost_centre = models.CharField(max_length=100, blank=True)
+    month = models.DateField()  # the first day of the month
+    version = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.DRAFT)
+    currency = models.CharField(max_length=3)
+    gpu_total = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal(0))
+    other_total = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal(0))
+    total = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal(0))
+    gpu_hours = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    used_gpu_hours = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    energy_kwh = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+    warnings = models.JSONField(default=list, blank=True)
+    supersedes = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="superseded_by"
+    )
+    reason = models.TextField(blank=True)  # why a correction was made
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    issued_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-month", "tenant_slug", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "month", "version"], name="invoice_version_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.number} ({self.get_status_display()})"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self._stored_issued():
+            raise ValidationError(f"Invoice {self.number} is issued and cannot change.")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        if self._stored_issued():
+            raise ValidationError(f"Invoice {self.number} is issued and cannot be deleted.")
+        return super().delete(*args, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def number(self) -> str:
+        return f"{self.tenant_slug}-{self.month:%Y-%m}-v{self.version}"
+
+    @property
+    def issued(self) -> bool:
+        return self.status == self.Status.ISSUED
+
+    def _stored_issued(self) -> bool:
+        if self.pk is None:
+            return False
+        return Invoice.objects.filter(pk=self.pk, status=self.Status.ISSUED).exists()
+
+
+class InvoiceLine(models.Model):
+    """One line of an invoice: a flavor's GPU time at one price, or an OpenCost category.
+
+    A month with a price change has one line per price period of the flavor, each with its
+    own ``period_start``/``period_end``, so the bill shows which price applied when.
+    ``unit_price`` is empty when no price was known (the line is listed, at zero, and the
+    invoice carries a warning).
+    """
+
+    class Kind(models.TextChoices):
+        GPU = "gpu", "GPU"
+        CPU = "cpu", "CPU"
+        RAM = "ram", "Memory"
+        STORAGE = "storage", "Storage"
+        NETWORK = "network", "Network"
+        OTHER = "other", "Other"
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    description = models.CharField(max_length=300)
+    flavor = models.CharField(max_length=63, blank=True)
+    gpu_model = models.CharField(max_length=120, blank=True)
+    mig_profile = models.CharField(max_length=32, blank=True)
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    quantity = models.DecimalField(max_digits=16, decimal_places=3, default=Decimal(0))
+    unit = models.CharField(max_length=20, blank=True)  # "GPU-hour", "instance-hour"
+    unit_price = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal(0))
+    used_gpu_hours = models.DecimalField(max_digits=16, decimal_places=3, default=Decimal(0))
+    energy_kwh = models.DecimalField(max_digits=14, decimal_places=3, default=Decimal(0))
+
+    class Meta:
+        ordering = ["invoice", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["invoice", "position"], name="invoice_line_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.invoice.number} #{self.position} {self.description}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.invoice._stored_issued():
+            raise ValidationError(f"Invoice {self.invoice.number} is issued and cannot change.")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class Budget(models.Model):
+    """A tenant's monthly spending limit and the percentages of it that raise an alert."""
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    monthly_amount = models.DecimalField(max_digits=14, decimal_places=2)
+    thresholds = models.JSONField(default=list)  # percent, ascending, e.g. [50, 80, 100]
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(monthly_amount__gt=0), name="budget_amount_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"budget {self.monthly_amount}/month"
+
+
+class BudgetAlert(models.Model):
+    """A threshold of a tenant's budget crossed in a month: raised once, then remembered."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    month = models.DateField()
+    threshold = models.PositiveIntegerField()  # percent
+    spent = models.DecimalField(max_digits=14, decimal_places=2)
+    budget = models.DecimalField(max_digits=14, decimal_places=2)
+    raised_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-raised_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "month", "threshold"], name="budget_alert_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.threshold}%"

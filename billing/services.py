@@ -81,6 +81,7 @@ def node_infos() -> dict[str, ingest.NodeInfo]:
             mode=node.sharing or "whole",
             gpu_memory_mib=node.gpu_memory_mib,
             gpus=node.gpu_count,
+            product=node.product,
         )
         infos[node.name] = info
         if node.hostname:
@@ -200,6 +201,8 @@ def ledger_rows(
                 tenant_slug=owner if owner in tenants else "",
                 namespace=line.namespace,
                 flavor=line.flavor,
+                gpu_model=line.gpu_model,
+                mig_profile=line.mig_profile,
                 workload=line.workload[:320],
                 source=source,
                 allocated_gpu_seconds=_decimal(line.allocated, "0.001"),

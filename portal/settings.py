@@ -439,6 +439,29 @@ BILLING_OPENCOST_URL = env(
 )
 BILLING_OPENCOST_TIMEOUT = float(env("BILLING_OPENCOST_TIMEOUT", "30"))
 
+# --- Billing: prices, invoices, budgets -------------------------------------------------------
+# One currency for every price and invoice (ISO 4217). Invoices of a month are drafted on the
+# BILLING_INVOICE_DAY of the next month (UTC), once the ledger has the whole month; finance
+# reviews and issues them (BILLING_AUTO_ISSUE=true issues them as drafted).
+BILLING_CURRENCY = env("BILLING_CURRENCY", "EUR").upper()
+if len(BILLING_CURRENCY) != 3 or not BILLING_CURRENCY.isalpha():
+    raise ImproperlyConfigured("BILLING_CURRENCY must be an ISO 4217 code such as EUR or USD")
+BILLING_INVOICE_DAY = env_int("BILLING_INVOICE_DAY", 2)
+if not 1 <= BILLING_INVOICE_DAY <= 28:
+    raise ImproperlyConfigured("BILLING_INVOICE_DAY must be a day from 1 to 28")
+BILLING_AUTO_ISSUE = env_bool("BILLING_AUTO_ISSUE", False)
+BILLING_BUDGET_THRESHOLDS = [
+    int(t) for t in env_list("BILLING_BUDGET_THRESHOLDS", ["50", "80", "100"]) if t.isdigit()
+]
+CELERY_BEAT_SCHEDULE["billing-invoices"] = {
+    "task": "billing.invoices",
+    "schedule": crontab(minute=30, hour=6, day_of_month=str(BILLING_INVOICE_DAY)),
+}
+CELERY_BEAT_SCHEDULE["billing-budgets"] = {
+    "task": "billing.budgets",
+    "schedule": crontab(minute="10,40"),
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
