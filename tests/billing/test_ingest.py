@@ -23,9 +23,9 @@ from fleet.simulator.dcgm import GpuSample, render_exposition
 SHARED_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 H200_MIB = 143771
 NODES = {
-    "h200-01": NodeInfo("h200", "whole", H200_MIB, 8),
-    "mig-01": NodeInfo("h200-mig", "mig", H200_MIB, 8),
-    "hami-01": NodeInfo("h200-hami", "hami", H200_MIB, 8),
+    "h200-01": NodeInfo("h200", "whole", H200_MIB, 8, "NVIDIA-H200"),
+    "mig-01": NodeInfo("h200-mig", "mig", H200_MIB, 8, "NVIDIA-H200"),
+    "hami-01": NodeInfo("h200-hami", "hami", H200_MIB, 8, "NVIDIA-H200"),
 }
 HOUR = 1_767_225_600  # 2026-01-01 00:00 UTC
 
@@ -125,6 +125,9 @@ def test_it_counts_whole_gpus_and_mig_slices_per_step() -> None:
     evaluation = by_workload["Pod/eval-0"]
     assert (evaluation.flavor, evaluation.allocated) == ("h200-mig", Fraction(3600, 7))
     assert evaluation.used == evaluation.allocated
+    # Prices are per GPU model and MIG profile, so each line says both.
+    assert (train.gpu_model, train.mig_profile) == ("NVIDIA-H200", "")
+    assert (evaluation.gpu_model, evaluation.mig_profile) == ("NVIDIA-H200", "1g.18gb")
     assert result.warnings == []
 
 

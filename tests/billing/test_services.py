@@ -119,6 +119,9 @@ def test_it_meters_the_simulators_placements_to_the_gpu_second(fleet: Simulator)
         ("vision", "h200", "Job/impostor"): Decimal(3600),
     }
     assert {key: row.allocated_gpu_seconds for key, row in rows.items()} == expected
+    profiles = {key[2]: row.mig_profile for key, row in rows.items() if row.mig_profile}
+    assert profiles == {"Job/eval-vit-small": "1g.18gb", "Job/eval-vit-large": "3g.71gb"}
+    assert {row.gpu_model for row in rows.values()} == {"NVIDIA-H200"}
     for row in rows.values():
         assert row.observed_seconds == 3600
         assert row.source == "exporter"
