@@ -1,0 +1,133 @@
+"""The import rules of DESIGN.md ("Boundaries"), checked by reading every module's imports.
+
+An AST walk rather than import-linter: the rules are few, and this way a broken rule names the
+file and line. Imports inside functions count too (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ("portal", "tenants", "catalog", "gitops", "fleet", "billing")
+
+# Which apps each app may import, besides itself and portal (DESIGN.md: "catalog -> gitops,
+# fleet, tenants; tenants -> gitops; fleet -> gitops; billing -> fleet, tenants, catalog;
+# every app -> portal").
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "portal": frozenset(),
+    "tenants": frozenset({"gitops"}),
+    "catalog": frozenset({"gitops", "fleet", "tenants"}),
+    "gitops": frozenset(),
+    "fleet": frozenset({"gitops"}),
+    "billing": frozenset({"fleet", "tenants", "catalog"}),
+}
+# Who may do what is decided in one module that every page and service asks, so any app may
+# import the rules module itself (not the rest of tenants).
+SHARED = ("tenants.access",)
+# The composition root: management commands that seed and serve the whole portal.
+ROOTS = ("portal/management/",)
+# Code that imports no Django and no Django app: the renderers, the checks, the Git engine,
+# the specs they read and the fleet simulator (which stands in for a cluster).
+PURE = ("gitops/render/", "gitops/checks/", "gitops/repo.py", "gitops/specs.py", "fleet/simulator/")
+PURE_MODULES = ("gitops.render", "gitops.checks", "gitops.repo", "gitops.specs", "fleet.simulator")
+# The only module that talks to libgit2.
+PYGIT2_HOME = "gitops/repo.py"
+
+
+def _module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path``; a relative one resolved against
+    the file's package."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = _module_of(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            yield node.lineno, module
+            # "from gitops import services" imports gitops.services.
+            for alias in node.names:
+                yield node.lineno, f"{module}.{alias.name}"
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts
+    )
+
+
+def _is(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def test_the_walk_finds_every_app_and_their_imports() -> None:
+    sources = _sources()
+    assert {_rel(p).split("/")[0] for p in sources} == set(APPS)
+    found = {module for _, module in _imports(ROOT / "billing" / "costing.py")}
+    assert {"billing.models", "billing.models.GpuPrice", "django.db.models"} <= found
+
+
+def test_apps_import_only_what_the_design_allows() -> None:
+    broken = []
+    for path in _sources():
+        rel = _rel(path)
+        if rel.startswith(ROOTS):
+            continue
+        app = rel.split("/")[0]
+        allowed = {app, "portal", *MAY_IMPORT[app]}
+        for line, module in _imports(path):
+            target = module.split(".")[0]
+            if target not in APPS or target in allowed:
+                continue
+            if any(_is(module, shared) or _is(shared, module) for shared in SHARED):
+                continue
+            broken.append(f"{rel}:{line} imports {module}")
+    assert broken == []
+
+
+def test_the_pure_code_imports_no_django() -> None:
+    broken = []
+    for path in _sources():
+        rel = _rel(path)
+        if not rel.startswith(PURE):
+            continue
+        for line, module in _imports(path):
+            top = module.split(".")[0]
+            foreign_app = top in APPS and not any(_is(module, pure) for pure in PURE_MODULES)
+            if top == "django" or foreign_app:
+                broken.append(f"{rel}:{line} imports {module}")
+    assert broken == []
+
+
+@pytest.mark.parametrize("folder", ["portal", "tenants", "catalog", "gitops", "fleet", "billing"])
+def test_only_the_git_engine_imports_pygit2(folder: str) -> None:
+    users = [
+        f"{_rel(path)}:{line}"
+        for path in (ROOT / folder).rglob("*.py")
+        for line, module in _imports(path)
+        if _is(module.split(".")[0], "pygit2")
+    ]
+    assert all(user.startswith(PYGIT2_HOME + ":") for user in users), users
