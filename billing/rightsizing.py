@@ -374,16 +374,16 @@ def tenant_recommendations(
         if share is None:
             results.append(Recommendation(resource, None, reason="Its spec does not load."))
             continue
+        usage = measure(by_flavor.get(share.flavor, []))
         names = per_flavor[share.flavor]
         if len(names) > 1:
             reason = (
                 f"The tenant has several shares of whole GPUs on {share.flavor} "
                 f"({', '.join(sorted(names))}); usage is metered per flavor, so it "
-                "cannot be told apart between them."
+                "cannot be told apart between them (the usage shown is all of them)."
             )
-            results.append(Recommendation(resource, share, reason=reason))
+            results.append(Recommendation(resource, share, usage, reason=reason))
             continue
-        usage = measure(by_flavor.get(share.flavor, []))
         results.append(
             recommend(resource, share, usage, fleet=fleet, book=book, kinds=kinds, at=now)
         )

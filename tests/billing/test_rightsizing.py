@@ -305,3 +305,40 @@ def test_a_stale_or_gone_recommendation_creates_nothing(
     _post(bob, resource, shown)
     assert not ResourceRequest.objects.exists()
     assert b"No right-sizing for train any more" in bob.get("/t/alpha/rightsizing/").content
+
+
+def test_it_reads_the_ledger_once_whatever_the_shares(
+    world: dict[str, Any], django_assert_num_queries: Any
+) -> None:
+    _share(world["bravo"])
+    spec = {"name": "claims", "flavor": "h200-dra", "kind": "dra", "count": 1}
+    Resource.objects.create(
+        tenant=world["bravo"], kind="gpu-share", name="claims", state="active", spec=spec
+    )
+    _ledger(world["bravo"])
+    _ledger(world["bravo"], flavor="h200-dra")
+    # Shares, the fleet's inventory, prices, the ledger.
+    with django_assert_num_queries(4):
+        recs = tenant_recommendations(world["bravo"])
+    assert [r.option.mig_profile for r in recs] == ["1g.18gb", "1g.18gb"]
+
+
+def test_the_catalog_links_to_right_sizing(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    page = login("vic").get("/t/alpha/catalog/")
+    assert b'href="/t/alpha/rightsizing/"' in page.content
+
+
+def test_a_dedicated_tenant_asks_for_its_mig_slice(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    resource = _share(world["bravo"], count=2)
+    _ledger(world["bravo"])
+    response = _post(login("charlie"), resource)
+    made = ResourceRequest.objects.get(resource=resource)
+    assert response["Location"] == f"/t/bravo/requests/{made.pk}/"
+    assert (made.action, made.state) == ("modify", "submitted")
+    wanted = (made.spec["kind"], made.spec["mig_profile"], made.spec["count"])
+    assert wanted == ("mig", "1g.18gb", 2)
+    assert "No price" not in made.reason and "Saves" not in made.reason
