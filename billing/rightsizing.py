@@ -41,6 +41,7 @@ from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from billing.costing import PriceBook, money
@@ -151,7 +152,7 @@ class Recommendation:
             f"{self.share.count} whole GPU(s) of {self.share.flavor} -> {self.option.label}."
         )
         if self.monthly_saving is not None:
-            text += f" Saves about {self.monthly_saving} a month."
+            text += f" Saves about {self.monthly_saving} {settings.BILLING_CURRENCY} a month."
         return text
 
 
@@ -308,6 +309,12 @@ def recommend(
         result.reason = (
             f"A workload used {usage.max_gpus_held.quantize(Decimal('0.1'))} GPUs at once; "
             "a MIG instance or HAMi share is part of one GPU, so it cannot hold that work."
+        )
+        return result
+    if usage.peak_memory_mib <= 0:
+        result.reason = (
+            "The ledger has no memory readings for these GPUs (DCGM_FI_DEV_FB_USED), and no "
+            "slice can be sized without them."
         )
         return result
     fitting = [o for o in options(usage, flavor.product, fleet, kinds=kinds) if o.fraction < 1]

@@ -165,6 +165,14 @@ def test_too_little_data_gets_no_recommendation_and_says_why(world: dict[str, An
     assert rec.reason.startswith("Too little data: 10 hour(s)")
 
 
+def test_without_memory_readings_nothing_is_sized(world: dict[str, Any]) -> None:
+    _share(world["alpha"])
+    _ledger(world["alpha"], peak_mib=0)
+    rec = _one(world["alpha"])
+    assert rec.option is None
+    assert rec.reason.startswith("The ledger has no memory readings")
+
+
 def test_old_usage_outside_the_window_does_not_count(world: dict[str, Any]) -> None:
     _share(world["alpha"])
     _ledger(world["alpha"], hours=24 * 20)
@@ -260,7 +268,7 @@ def test_one_click_asks_for_the_change_through_the_normal_approval(
     assert made.spec["kind"] == "hami"
     assert (made.spec["gpumem_mib"], made.spec["gpucores_percent"]) == (12288, 10)
     assert made.reason.startswith("From a right-sizing recommendation")
-    assert "10240 MiB" in made.reason and "2628.00" in made.reason
+    assert "10240 MiB" in made.reason and "2628.00 EUR a month" in made.reason
     # What runs does not change until an admin approves and the pull request merges.
     resource.refresh_from_db()
     assert resource.spec["kind"] == "whole"
