@@ -264,9 +264,7 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_opencost_down_still_drafts_with_a_warning(
-    october: dict[str, Any], settings: Any
-) -> None:
+def test_opencost_down_still_drafts_with_a_warning(october: dict[str, Any], settings: Any) -> None:
     settings.BILLING_OPENCOST_URL = f"http://127.0.0.1:{closed_port()}"
     settings.BILLING_OPENCOST_TIMEOUT = 2
     invoice = invoicing.do_draft_invoice(october["alpha"], OCTOBER, acting_user=october["fiona"])
