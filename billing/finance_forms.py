@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 
 from billing import budgets, invoicing
 from billing.fractions import FractionError, mig_fraction
+from billing.models import Budget
 
 
 class PriceForm(forms.Form):
@@ -63,6 +64,15 @@ class BudgetForm(forms.Form):
         required=False,
         help_text="Percentages that raise an alert, comma-separated; empty for the defaults",
     )
+
+    @staticmethod
+    def initial_for(budget: Budget | None) -> dict[str, object]:
+        if budget is None:
+            return {}
+        return {
+            "monthly_amount": budget.monthly_amount,
+            "thresholds": ", ".join(str(t) for t in budget.thresholds),
+        }
 
     def clean_monthly_amount(self) -> Decimal:
         try:

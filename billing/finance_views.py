@@ -298,13 +298,7 @@ def tenant_budget(request: HttpRequest, tenant: str) -> HttpResponse:
     tenant_access.require(Action.VIEW_COST)
     the_tenant = tenant_access.tenant
     budget = Budget.objects.filter(tenant=the_tenant).first()
-    initial = {}
-    if budget is not None:
-        initial = {
-            "monthly_amount": budget.monthly_amount,
-            "thresholds": ", ".join(str(t) for t in budget.thresholds),
-        }
-    form = BudgetForm(request.POST or None, initial=initial)
+    form = BudgetForm(request.POST or None, initial=BudgetForm.initial_for(budget))
     if request.method == "POST":
         tenant_access.require(Action.SET_BUDGET)
         if form.is_valid():
