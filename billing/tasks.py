@@ -1,12 +1,13 @@
-"""Background work of the billing app: scraping the exporter, the hourly ingest, backfills."""
+"""Background work of the billing app: scraping the exporter, the hourly ingest, backfills,
+the monthly invoices and the budget check."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from django.conf import settings
 
-from billing import services
+from billing import budgets, invoicing, services
 from billing.models import IngestRun
 from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
@@ -55,3 +56,30 @@ def _run(job: Job, start: datetime, end: datetime, *, source: str | None) -> Non
         job.append_log(warning)
     if run.status == IngestRun.Status.FAILED:
         raise RuntimeError(run.error)
+
+
+@job_task("billing.invoices")
+def invoices(job: Job) -> None:
+    """Draft every tenant's invoice of a month: ``month`` (ISO date) when finance asked for
+    one, else last month, issued as drafted when scheduled with ``BILLING_AUTO_ISSUE``."""
+    if job.kwargs.get("month"):
+        month = date.fromisoformat(job.kwargs["month"])
+        issue = False
+    else:
+        month = invoicing.previous_month(invoicing.today_utc())
+        issue = settings.BILLING_AUTO_ISSUE
+    done = invoicing.draft_month(
+        month, acting_user=job.created_by, issue=issue, progress=job.set_progress
+    )
+    for line in done:
+        job.append_log(line)
+    job.set_progress(100, f"{len(done)} invoice{'s' if len(done) != 1 else ''} for {month:%Y-%m}")
+
+
+@job_task("billing.budgets")
+def budget_check(job: Job) -> None:
+    """Raise the budget thresholds crossed this month, each once."""
+    raised = budgets.check_budgets()
+    for alert in raised:
+        job.append_log(f"{alert.tenant.slug}: {alert.threshold}% of {alert.budget}")
+    job.set_progress(100, f"{len(raised)} alert{'s' if len(raised) != 1 else ''} raised")

@@ -395,8 +395,20 @@ def _notify(request: ResourceRequest, state: str, note: str) -> None:
 def _tell(
     people: Iterable[Any], request: ResourceRequest, *, title: str, body: str, url: str
 ) -> None:
+    notify(people, tenant=request.tenant, title=title, body=body, url=url, request=request)
+
+
+def notify(
+    people: Iterable[Any],
+    *,
+    tenant: Tenant,
+    title: str,
+    body: str,
+    url: str,
+    request: ResourceRequest | None = None,
+) -> None:
     """A notification in the portal for each active person (once), and one mail to those with
-    an address, after commit."""
+    an address, after commit. Other apps (billing's budget alerts) tell people through this."""
     seen: set[int] = set()
     recipients = []
     for person in people:
@@ -406,7 +418,7 @@ def _tell(
         Notification.objects.create(
             user=person,
             request=request,
-            tenant_slug=request.tenant.slug,
+            tenant_slug=tenant.slug,
             title=title[:200],
             body=body,
             url=url,
@@ -417,9 +429,9 @@ def _tell(
         enqueue(
             "catalog.email",
             title=f"Mail: {title[:80]}",
-            tenant=request.tenant,
+            tenant=tenant,
             to=sorted(recipients),
-            subject=f"[{request.tenant.slug}] {title}"[:200],
+            subject=f"[{tenant.slug}] {title}"[:200],
             body=f"{body}\n\n{settings.PORTAL_BASE_URL.rstrip('/')}{url}\n",
         )
 

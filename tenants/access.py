@@ -46,6 +46,9 @@ class Action(StrEnum):
     OPERATE_FLEET = "operate_fleet"  # nodes, inventory, source tokens, every job
     GRANT_PLATFORM_ROLE = "grant_platform_role"
     VIEW_BILLING = "view_billing"  # invoices and cost of every tenant
+    MANAGE_PRICES = "manage_prices"  # add a GPU price from a future date, withdraw one
+    MANAGE_INVOICES = "manage_invoices"  # draft, issue and correct invoices
+    SET_BUDGET = "set_budget"  # a tenant's monthly budget and its alert thresholds
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ RULES: dict[Action, Rule] = {
     Action.OPERATE_FLEET: Rule(platform=_PLATFORM_ADMIN),
     Action.GRANT_PLATFORM_ROLE: Rule(platform=_PLATFORM_ADMIN),
     Action.VIEW_BILLING: Rule(platform=frozenset({_PA, _FIN})),
+    Action.MANAGE_PRICES: Rule(platform=frozenset({_PA, _FIN})),
+    Action.MANAGE_INVOICES: Rule(platform=frozenset({_PA, _FIN})),
+    # A budget only raises alerts, it stops nothing: a tenant's admins may set their own
+    # alarm, and finance may set one for them.
+    Action.SET_BUDGET: Rule(_ADMINS, frozenset({_PA, _FIN})),
 }
 
 DENIED: dict[Action, str] = {
@@ -114,6 +122,10 @@ DENIED: dict[Action, str] = {
     Action.OPERATE_FLEET: "Only platform admins operate the fleet.",
     Action.GRANT_PLATFORM_ROLE: "Only platform admins grant platform roles.",
     Action.VIEW_BILLING: "Only finance and platform admins see every tenant's cost.",
+    Action.MANAGE_PRICES: "Only finance and platform admins set GPU prices.",
+    Action.MANAGE_INVOICES: "Only finance and platform admins draft, issue and correct invoices.",
+    Action.SET_BUDGET: "Only an admin of this tenant, finance or a platform admin can set its "
+    "budget.",
 }
 
 
@@ -241,6 +253,17 @@ def platform_admins() -> list[Any]:
     return list(
         get_user_model().objects.filter(
             platform_roles__role=PlatformRole.Name.PLATFORM_ADMIN, is_active=True
+        )
+    )
+
+
+def finance_users() -> list[Any]:
+    """Everyone with the finance role (who hears about budgets crossed)."""
+    from django.contrib.auth import get_user_model
+
+    return list(
+        get_user_model().objects.filter(
+            platform_roles__role=PlatformRole.Name.FINANCE, is_active=True
         )
     )
 

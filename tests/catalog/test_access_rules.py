@@ -51,6 +51,9 @@ EXPECTED: dict[Action, set[str]] = {
     A.OPERATE_FLEET: {"pam"},
     A.GRANT_PLATFORM_ROLE: {"pam"},
     A.VIEW_BILLING: {"pam", "fiona"},
+    A.MANAGE_PRICES: {"pam", "fiona"},
+    A.MANAGE_INVOICES: {"pam", "fiona"},
+    A.SET_BUDGET: {"pam", "fiona", "alice"},
 }
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 1}
