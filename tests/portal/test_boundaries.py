@@ -26,9 +26,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "fleet": frozenset({"gitops"}),
     "billing": frozenset({"fleet", "tenants", "catalog"}),
 }
-# Who may do what is decided in one module that every page and service asks, so any app may
-# import the rules module itself (not the rest of tenants).
-SHARED = ("tenants.access",)
+# Shared by design, so any app may import them (and not the rest of their app): the access
+# rules module every page and service asks; the specs (plain dataclasses: the vocabulary of
+# tenants, shares, flavors) and the configured fleet they are read against.
+SHARED = ("tenants.access", "gitops.specs", "gitops.fleet")
 # The composition root: management commands that seed and serve the whole portal.
 ROOTS = ("portal/management/",)
 # Code that imports no Django and no Django app: the renderers, the checks, the Git engine,
