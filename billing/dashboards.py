@@ -21,7 +21,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import TruncDay, TruncHour, TruncMonth, TruncWeek
 
 from billing.costing import HOUR, PriceBook, Priced, Total, priced, totals
 from billing.models import IngestRun, UsageHour
@@ -36,7 +35,6 @@ from gitops.specs import FleetSpec, GpuShare
 PRESETS = {"24h": 1, "7d": 7, "30d": 30, "90d": 90, "365d": 365}
 DEFAULT_PRESET = "7d"
 MAX_CUSTOM_DAYS = 731
-BUCKETS = {"hour": TruncHour, "day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 # A workload using less than this share of what it holds is "idle" on the tenant page.
 IDLE_EFFICIENCY = Decimal("0.10")
 TOP_WORKLOADS = 20
@@ -219,29 +217,36 @@ def _hours(seconds: Decimal | None) -> Decimal:
     return (seconds or ZERO) / HOUR
 
 
-def series(rows: QuerySet[UsageHour], window: Range, capacity_gpus: int = 0) -> list[Bucket]:
-    """GPU-hours allocated and used, and kWh, per bucket: one GROUP BY query. Every bucket
-    of the range is present (zero when the ledger has nothing), so gaps show as gaps."""
-    sums = {
-        item["bucket"]: item
-        for item in rows.annotate(bucket=BUCKETS[window.bucket]("hour", tzinfo=UTC))
-        .values("bucket")
-        .annotate(a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"), e=Sum("energy_kwh"))
-        .order_by("bucket")
-    }
+def fold(
+    hourly: Iterable[tuple[datetime, Decimal, Decimal, Decimal]], window: Range, capacity_gpus: int
+) -> list[Bucket]:
+    """(hour, GPU-hours, used GPU-hours, kWh) sums folded into the range's buckets. Every
+    bucket of the range is present (zero when the ledger has nothing), so gaps show as gaps."""
+    sums: dict[datetime, list[Decimal]] = defaultdict(lambda: [ZERO, ZERO, ZERO])
+    for hour, held, used, energy in hourly:
+        bucket = sums[_truncate(hour.astimezone(UTC), window.bucket)]
+        bucket[0] += held
+        bucket[1] += used
+        bucket[2] += energy
     out = []
     for start, hours in bucket_starts(window):
-        item = sums.get(start, {})
-        out.append(
-            Bucket(
-                start,
-                _hours(item.get("a")),
-                _hours(item.get("u")),
-                item.get("e") or ZERO,
-                Decimal(capacity_gpus * hours),
-            )
-        )
+        held, used, energy = sums.get(start, [ZERO, ZERO, ZERO])
+        out.append(Bucket(start, held, used, energy, Decimal(capacity_gpus * hours)))
     return out
+
+
+def series(rows: QuerySet[UsageHour], window: Range, capacity_gpus: int = 0) -> list[Bucket]:
+    """GPU-hours allocated and used, and kWh, per bucket: one query grouped by the ledger's
+    hour, folded into buckets here. Grouping by the stored hour rather than a truncation
+    keeps the database from calling a function per row (on SQLite, Django's
+    ``django_datetime_trunc`` is Python); a year is at most 8,784 sums."""
+    sums = (
+        rows.values("hour")
+        .annotate(a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"), e=Sum("energy_kwh"))
+        .order_by("hour")
+    )
+    hourly = ((i["hour"], _hours(i["a"]), _hours(i["u"]), i["e"] or ZERO) for i in sums)
+    return fold(hourly, window, capacity_gpus)
 
 
 def _truncate(moment: datetime, bucket: str) -> datetime:
@@ -555,22 +560,18 @@ class TenantDashboard:
     top: list[WorkloadUse]
 
 
-def _cost_bucket(window: Range) -> str:
-    # costing truncates by hour, day or month; weeks are summed from days here.
-    return "day" if window.bucket == "week" else window.bucket
-
-
 def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
     """Everything a tenant's usage page shows, in a fixed number of queries."""
     rows = ledger(window, tenant)
-    lines = priced(
-        rows, window.start, window.end, trunc=_cost_bucket(window), book=PriceBook.load()
-    )
+    # Priced per stored hour (see ``series``), which gives the usage per bucket as well.
+    lines = priced(rows, window.start, window.end, by=("hour",), book=PriceBook.load())
     cost_series: dict[datetime, Decimal] = defaultdict(Decimal)
+    hourly = []
     for line in lines:
-        moment = line.key["bucket"]
+        moment = line.key["hour"]
         assert isinstance(moment, datetime)
-        cost_series[_truncate(moment, window.bucket)] += line.amount
+        cost_series[_truncate(moment.astimezone(UTC), window.bucket)] += line.amount
+        hourly.append((moment, line.gpu_hours, line.used_gpu_hours, line.energy_kwh))
     uses = workloads(rows, limit=None)
     names = list(
         Resource.objects.filter(tenant__slug=tenant, kind=Kind.ENDPOINT, state__in=LIVE)
@@ -580,7 +581,7 @@ def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
     return TenantDashboard(
         window=window,
         tenant=tenant,
-        series=series(rows, window),
+        series=fold(hourly, window, 0),
         price_lines=price_lines(lines),
         total=totals(lines).get(None, Total()),
         cost_series=dict(cost_series),
