@@ -39,6 +39,8 @@ MAX_CUSTOM_DAYS = 731
 IDLE_EFFICIENCY = Decimal("0.10")
 TOP_WORKLOADS = 20
 RECENT_RUNS = 10
+# The cost table lists the dearest tenants; the rest are summed in one line.
+COST_ROWS = 50
 LIVE = (Resource.State.ACTIVE, Resource.State.DECOMMISSIONING)
 # Asked for but not yet on main: waiting for a decision, or approved on its way through Git.
 PENDING = sorted(AWAITING_DECISION | (IN_FLIGHT - {ResourceRequest.State.DECOMMISSIONING}))
@@ -130,6 +132,8 @@ class Bucket:
     used_gpu_hours: Decimal
     energy_kwh: Decimal
     capacity_gpu_hours: Decimal = ZERO
+    gap_rows: int = 0  # ledger rows with less than the hour observed
+    gap_hours: int = 0  # hours with such rows
 
     @property
     def allocation(self) -> Decimal:
@@ -217,35 +221,45 @@ def _hours(seconds: Decimal | None) -> Decimal:
     return (seconds or ZERO) / HOUR
 
 
-def fold(
-    hourly: Iterable[tuple[datetime, Decimal, Decimal, Decimal]], window: Range, capacity_gpus: int
-) -> list[Bucket]:
-    """(hour, GPU-hours, used GPU-hours, kWh) sums folded into the range's buckets. Every
-    bucket of the range is present (zero when the ledger has nothing), so gaps show as gaps."""
-    sums: dict[datetime, list[Decimal]] = defaultdict(lambda: [ZERO, ZERO, ZERO])
-    for hour, held, used, energy in hourly:
+Hourly = tuple[datetime, Decimal, Decimal, Decimal, int]
+
+
+def fold(hourly: Iterable[Hourly], window: Range, capacity_gpus: int) -> list[Bucket]:
+    """(hour, GPU-hours, used GPU-hours, kWh, rows with gaps) sums folded into the range's
+    buckets. Every bucket of the range is present (zero when the ledger has nothing), so
+    gaps show as gaps."""
+    sums: dict[datetime, list[Any]] = defaultdict(lambda: [ZERO, ZERO, ZERO, 0, 0])
+    for hour, held, used, energy, gaps in hourly:
         bucket = sums[_truncate(hour.astimezone(UTC), window.bucket)]
         bucket[0] += held
         bucket[1] += used
         bucket[2] += energy
+        bucket[3] += gaps
+        bucket[4] += 1 if gaps else 0
     out = []
     for start, hours in bucket_starts(window):
-        held, used, energy = sums.get(start, [ZERO, ZERO, ZERO])
-        out.append(Bucket(start, held, used, energy, Decimal(capacity_gpus * hours)))
+        held, used, energy, gap_rows, gap_hours = sums.get(start, [ZERO, ZERO, ZERO, 0, 0])
+        capacity = Decimal(capacity_gpus * hours)
+        out.append(Bucket(start, held, used, energy, capacity, gap_rows, gap_hours))
     return out
 
 
 def series(rows: QuerySet[UsageHour], window: Range, capacity_gpus: int = 0) -> list[Bucket]:
-    """GPU-hours allocated and used, and kWh, per bucket: one query grouped by the ledger's
-    hour, folded into buckets here. Grouping by the stored hour rather than a truncation
-    keeps the database from calling a function per row (on SQLite, Django's
+    """GPU-hours allocated and used, kWh and gaps, per bucket: one query grouped by the
+    ledger's hour, folded into buckets here. Grouping by the stored hour rather than a
+    truncation keeps the database from calling a function per row (on SQLite, Django's
     ``django_datetime_trunc`` is Python); a year is at most 8,784 sums."""
     sums = (
         rows.values("hour")
-        .annotate(a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"), e=Sum("energy_kwh"))
+        .annotate(
+            a=Sum("allocated_gpu_seconds"),
+            u=Sum("used_gpu_seconds"),
+            e=Sum("energy_kwh"),
+            g=Count("pk", filter=Q(observed_seconds__lt=3600)),
+        )
         .order_by("hour")
     )
-    hourly = ((i["hour"], _hours(i["a"]), _hours(i["u"]), i["e"] or ZERO) for i in sums)
+    hourly = ((i["hour"], _hours(i["a"]), _hours(i["u"]), i["e"] or ZERO, i["g"]) for i in sums)
     return fold(hourly, window, capacity_gpus)
 
 
@@ -328,6 +342,19 @@ def tenant_costs(lines: Iterable[Priced]) -> list[TenantCost]:
     return sorted(rows, key=lambda row: (-row.total.amount, -row.total.gpu_hours, row.tenant))
 
 
+def top_workloads(lines: Iterable[Priced], limit: int = TOP_WORKLOADS) -> list[WorkloadUse]:
+    """Workloads by GPU-hours held, most first, from priced lines grouped by workload."""
+    sums: dict[tuple[str, str, str], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    for line in lines:
+        tenant, namespace, workload = (
+            str(line.key.get(f) or "") for f in ("tenant_slug", "namespace", "workload")
+        )
+        sums[(tenant, namespace, workload)][0] += line.gpu_hours
+        sums[(tenant, namespace, workload)][1] += line.used_gpu_hours
+    ranked = sorted(sums.items(), key=lambda kv: (-kv[1][0], kv[0][1], kv[0][2]))
+    return [WorkloadUse(*key, held, used) for key, (held, used) in ranked[:limit]]
+
+
 def workloads(rows: QuerySet[UsageHour], limit: int | None = TOP_WORKLOADS) -> list[WorkloadUse]:
     """Workloads by GPU-hours held in the range, most first: one GROUP BY query."""
     sums = (
@@ -403,23 +430,20 @@ def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> 
 # --- warnings -------------------------------------------------------------------------------------
 
 
-def warnings(rows: QuerySet[UsageHour], window: Range, costs: Sequence[TenantCost]) -> Warnings:
-    """What the numbers cannot be trusted for: ingest runs that failed or warned in the range,
-    ledger rows with gaps, usage of no tenant, GPU models without a price. Two queries."""
+def warnings(window: Range, buckets: Sequence[Bucket], costs: Sequence[TenantCost]) -> Warnings:
+    """What the numbers cannot be trusted for: ingest runs that failed or warned in the range
+    (one query), ledger rows with gaps, usage of no tenant, GPU models without a price."""
     runs = list(
         IngestRun.objects.filter(end__gt=window.start, start__lt=window.end)
         .filter(Q(status=IngestRun.Status.FAILED) | ~Q(warnings=[]))
         .order_by("-started_at")[:RECENT_RUNS]
     )
-    gaps = rows.filter(observed_seconds__lt=3600).aggregate(
-        rows=Count("pk"), hours=Count("hour", distinct=True)
-    )
     nobody = next((row.total.gpu_hours for row in costs if row.tenant == ""), ZERO)
     models = sorted({m for row in costs for m in row.total.unpriced_models})
     return Warnings(
         runs=runs,
-        gap_rows=gaps["rows"],
-        gap_hours=gaps["hours"],
+        gap_rows=sum(b.gap_rows for b in buckets),
+        gap_hours=sum(b.gap_hours for b in buckets),
         no_tenant_gpu_hours=nobody,
         unpriced_models=models,
         unpriced_gpu_hours=sum((row.total.unpriced_gpu_hours for row in costs), ZERO),
@@ -440,26 +464,44 @@ class AdminDashboard:
     warnings: Warnings
     flavors: list[str]
 
+    @property
+    def listed_costs(self) -> list[TenantCost]:
+        return self.costs[:COST_ROWS]
+
+    @property
+    def other_costs(self) -> Total:
+        """The tenants beyond the listed ones, summed."""
+        rest = Total()
+        for row in self.costs[COST_ROWS:]:
+            for name in ("gpu_hours", "used_gpu_hours", "energy_kwh", "amount"):
+                setattr(rest, name, getattr(rest, name) + getattr(row.total, name))
+        return rest
+
+    @property
+    def other_count(self) -> int:
+        return max(len(self.costs) - COST_ROWS, 0)
+
 
 def admin_dashboard(window: Range) -> AdminDashboard:
     """Everything the platform admin's dashboard shows, in a fixed number of queries."""
     rows = ledger(window)
     latest = latest_hour_by(("tenant_slug", "flavor"))
     now = tiles(latest)
-    lines = priced(
-        rows, window.start, window.end, by=("tenant_slug", "flavor"), book=PriceBook.load()
-    )
+    # One pass over the range's rows per price period gives cost by tenant and flavor and
+    # the top workloads; ``series`` is the other pass.
+    by = ("tenant_slug", "namespace", "workload", "flavor")
+    lines = priced(rows, window.start, window.end, by=by, book=PriceBook.load())
     costs = tenant_costs(lines)
-    flavors = sorted({str(line.key.get("flavor") or "") for line in lines})
+    buckets = series(rows, window, now.total)
     return AdminDashboard(
         window=window,
         tiles=now,
-        series=series(rows, window, now.total),
+        series=buckets,
         costs=costs,
         quotas=quotas(latest),
-        top=workloads(rows),
-        warnings=warnings(rows, window, costs),
-        flavors=flavors,
+        top=top_workloads(lines),
+        warnings=warnings(window, buckets, costs),
+        flavors=sorted({str(line.key.get("flavor") or "") for line in lines}),
     )
 
 
@@ -566,12 +608,12 @@ def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
     # Priced per stored hour (see ``series``), which gives the usage per bucket as well.
     lines = priced(rows, window.start, window.end, by=("hour",), book=PriceBook.load())
     cost_series: dict[datetime, Decimal] = defaultdict(Decimal)
-    hourly = []
+    hourly: list[Hourly] = []
     for line in lines:
         moment = line.key["hour"]
         assert isinstance(moment, datetime)
         cost_series[_truncate(moment.astimezone(UTC), window.bucket)] += line.amount
-        hourly.append((moment, line.gpu_hours, line.used_gpu_hours, line.energy_kwh))
+        hourly.append((moment, line.gpu_hours, line.used_gpu_hours, line.energy_kwh, 0))
     uses = workloads(rows, limit=None)
     names = list(
         Resource.objects.filter(tenant__slug=tenant, kind=Kind.ENDPOINT, state__in=LIVE)

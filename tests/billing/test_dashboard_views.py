@@ -198,10 +198,10 @@ def test_the_number_of_queries_does_not_grow_with_tenants_or_rows(
         pam.get(ADMIN)
     with django_assert_num_queries(tenant_before):
         bob.get("/t/alpha/usage/")
-    # Pinned: session, user, platform roles; the dashboard's eleven (latest hour, fleet,
-    # prices, one priced query per price period, series, inventory, shares, requests, top
-    # workloads, ingest runs, gaps); the nav's tenants and counters.
-    assert admin_before == 16
+    # Pinned: session, user, platform roles; the dashboard's nine (latest hour, fleet,
+    # prices, one priced query per price period, series, inventory, shares, requests,
+    # ingest runs); the nav's tenants and counters.
+    assert admin_before == 14
     # The tenant's: session, user, roles, membership; prices, one priced query per price
     # period (by hour, which gives the series too), workloads, endpoints, latest hour,
     # inventory, shares, requests; the nav's two.

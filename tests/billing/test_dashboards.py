@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from billing.dashboards import (
+    COST_ROWS,
     Range,
     RangeError,
     admin_dashboard,
@@ -346,3 +347,21 @@ def test_a_year_of_hours_is_bucketed_in_the_database(world: dict[str, Any]) -> N
     assert board.window.bucket == "week"
     assert len(board.series) in (53, 54)
     assert sum(b.gpu_hours for b in board.series) == Decimal(365 * 24)
+
+
+def test_the_cost_table_lists_the_dearest_tenants_and_sums_the_rest(world: dict[str, Any]) -> None:
+    GpuPrice.objects.create(gpu_model=H200, amount=Decimal(1), effective_from=date(2026, 1, 1))
+    for i in range(COST_ROWS + 2):
+        row(
+            at(1),
+            tenant_slug=f"t{i:03}",
+            namespace=f"t{i:03}",
+            allocated_gpu_seconds=Decimal(3600 * (i + 1)),
+            used_gpu_seconds=Decimal(0),
+        )
+    board = admin_dashboard(window(1, 1))
+    assert len(board.listed_costs) == COST_ROWS
+    assert board.listed_costs[0].tenant == f"t{COST_ROWS + 1:03}"
+    assert board.other_count == 2
+    assert board.other_costs.amount == Decimal(1 + 2)
+    assert board.other_costs.gpu_hours == Decimal(3)
