@@ -45,7 +45,11 @@ def _range_context(request: HttpRequest, window: Range | None) -> dict[str, Any]
 def _bad_range(
     request: HttpRequest, template: str, error: RangeError, **extra: Any
 ) -> HttpResponse:
+    """400 with the reason. To htmx, the reason alone (portal.js shows it in the flash area):
+    a whole page would carry a <style> whose nonce is not the open page's."""
     context = {**_range_context(request, None), **extra, "range_error": str(error)}
+    if request.htmx:  # type: ignore[attr-defined]
+        template = "billing/_range_error.html"
     return render(request, template, context, status=400)
 
 

@@ -122,7 +122,9 @@ def test_a_bad_range_is_a_400_with_the_reason_and_nothing_else(
     assert 'class="form-errors"' in page
     assert "plotly-chart" not in page and "dash-tiles" not in page
     htmx = login("pam").get(f"{url}?{query}", HTTP_HX_REQUEST="true")
-    assert htmx.status_code == 400 and message in htmx.content.decode()
+    assert htmx.status_code == 400
+    assert htmx.content.decode().strip().startswith('<div class="form-errors" role="alert">')
+    assert message in htmx.content.decode() and "<style" not in htmx.content.decode()
 
 
 def test_the_range_is_kept_in_the_form_and_links(login: Login, priced_usage: None) -> None:
