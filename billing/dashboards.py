@@ -1,9 +1,10 @@
 """What the usage dashboards show: aggregate queries over the ledger, the fleet and the
 catalog, returned as plain rows (no HTTP, no templates).
 
-Every sum is taken in the database (GROUP BY per bucket, tenant, flavor or workload), so a
-year of hourly rows for hundreds of tenants never comes into Python; the number of queries
-does not grow with tenants or rows. Money comes from ``billing.costing.priced`` only.
+Every sum is taken in the database (GROUP BY hour, tenant, flavor or workload), so a year of
+hourly rows for hundreds of tenants never comes into Python (at most a sum per hour does);
+the number of queries does not grow with tenants or rows. Money comes from
+``billing.costing.priced`` only.
 
 Capacity is the fleet's GPU count now (``fleet.models.Node.gpu_count`` of the GPU nodes):
 the portal keeps no history of the inventory, so allocation and utilisation percentages of
@@ -355,15 +356,14 @@ def top_workloads(lines: Iterable[Priced], limit: int = TOP_WORKLOADS) -> list[W
     return [WorkloadUse(*key, held, used) for key, (held, used) in ranked[:limit]]
 
 
-def workloads(rows: QuerySet[UsageHour], limit: int | None = TOP_WORKLOADS) -> list[WorkloadUse]:
-    """Workloads by GPU-hours held in the range, most first: one GROUP BY query."""
+def workloads(rows: QuerySet[UsageHour]) -> list[WorkloadUse]:
+    """Every workload of ``rows`` by GPU-hours held, most first: one GROUP BY query (for one
+    tenant's rows: the platform's top list comes from its priced lines)."""
     sums = (
         rows.values("tenant_slug", "namespace", "workload")
         .annotate(a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"))
         .order_by("-a", "namespace", "workload")
     )
-    if limit is not None:
-        sums = sums[:limit]
     return [
         WorkloadUse(i["tenant_slug"], i["namespace"], i["workload"], _hours(i["a"]), _hours(i["u"]))
         for i in sums
@@ -614,7 +614,7 @@ def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
         assert isinstance(moment, datetime)
         cost_series[_truncate(moment.astimezone(UTC), window.bucket)] += line.amount
         hourly.append((moment, line.gpu_hours, line.used_gpu_hours, line.energy_kwh, 0))
-    uses = workloads(rows, limit=None)
+    uses = workloads(rows)
     names = list(
         Resource.objects.filter(tenant__slug=tenant, kind=Kind.ENDPOINT, state__in=LIVE)
         .order_by("name")
