@@ -22,16 +22,18 @@ MAX_BARS = 20
 
 
 def _layout(figure: go.Figure, *, yaxis: Mapping[str, object], **extra: object) -> go.Figure:
-    figure.update_layout(
+    # Assigned whole: ``update_layout`` merges key by key and takes several times as long,
+    # which adds up over a page of charts.
+    figure.layout = {
         # "none" keeps plotly's default template (kilobytes of JSON) out of every fragment.
-        template="none",
-        height=300,
-        margin={"l": 50, "r": 10, "t": 10, "b": 60},
-        legend={"orientation": "h", "y": -0.25},
-        yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea", **yaxis},
-        font={"family": "system-ui, sans-serif", "size": 13},
+        "template": "none",
+        "height": 300,
+        "margin": {"l": 50, "r": 10, "t": 10, "b": 60},
+        "legend": {"orientation": "h", "y": -0.25},
+        "yaxis": {"rangemode": "tozero", "gridcolor": "#e3e6ea", **yaxis},
+        "font": {"family": "system-ui, sans-serif", "size": 13},
         **extra,
-    )
+    }
     return figure
 
 
