@@ -1,7 +1,114 @@
-"""Placeholder, filled in by its own slice."""
+"""The usage dashboards: the platform's (every tenant, with money) and each tenant's own.
+
+One URL serves each page and, for htmx requests, its ``panels`` fragment: the time range
+form re-renders the panels in place and keeps the range in the URL's query. A range that
+cannot be read answers 400 with the reason and shows nothing else.
+"""
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from typing import Any
 
-urlpatterns: list[URLPattern] = []
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import render
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.views.decorators.http import require_safe
+
+from billing import charts
+from billing.dashboards import PRESETS, Range, RangeError, admin_dashboard, parse_range
+from billing.dashboards import tenant_dashboard as tenant_rows
+from fleet.charts import figure_html
+from portal.views import plotly_js_url
+from tenants.access import Action, get_tenant_for_user, may
+
+
+def _template(request: HttpRequest, template: str) -> str:
+    return f"{template}#panels" if request.htmx else template  # type: ignore[attr-defined]
+
+
+def _range_context(request: HttpRequest, window: Range | None) -> dict[str, Any]:
+    return {
+        "presets": list(PRESETS),
+        "window": window,
+        "chosen": request.GET.get("range", window.preset if window else ""),
+        "from": request.GET.get("from", ""),
+        "to": request.GET.get("to", ""),
+        "currency": settings.BILLING_CURRENCY,
+        "plotly_js_url": plotly_js_url(),
+    }
+
+
+def _bad_range(
+    request: HttpRequest, template: str, error: RangeError, **extra: Any
+) -> HttpResponse:
+    """400 with the reason. To htmx, the reason alone (portal.js shows it in the flash area):
+    a whole page would carry a <style> whose nonce is not the open page's."""
+    context = {**_range_context(request, None), **extra, "range_error": str(error)}
+    if request.htmx:  # type: ignore[attr-defined]
+        template = "billing/_range_error.html"
+    return render(request, template, context, status=400)
+
+
+@login_required
+@require_safe
+def admin_dashboard_page(request: HttpRequest) -> HttpResponse:
+    """Every tenant's usage and cost: platform admins and finance."""
+    if not (may(request.user, Action.OPERATE_FLEET) or may(request.user, Action.VIEW_BILLING)):
+        raise PermissionDenied("Only platform admins and finance see the whole fleet's usage.")
+    template = "billing/admin_dashboard.html"
+    try:
+        window = parse_range(request.GET, timezone.now())
+    except RangeError as error:
+        return _bad_range(request, template, error)
+    board = admin_dashboard(window)
+    context = {
+        **_range_context(request, window),
+        "board": board,
+        "allocation_chart": figure_html(charts.allocation_figure(board.series)),
+        "waste_chart": figure_html(charts.waste_figure(board.costs)),
+        "cost_chart": figure_html(
+            charts.cost_figure(board.costs, board.flavors, settings.BILLING_CURRENCY)
+        ),
+        "energy_chart": figure_html(charts.energy_figure(board.series)),
+        "energy_tenant_chart": figure_html(charts.energy_by_tenant_figure(board.costs)),
+        "quota_chart": figure_html(charts.quota_figure(board.quotas)),
+    }
+    return render(request, _template(request, template), context)
+
+
+@login_required
+def tenant_dashboard(request: HttpRequest, tenant: str) -> HttpResponse:
+    """A tenant's own usage and cost: its members and viewers, platform admins, finance."""
+    access = get_tenant_for_user(request, tenant)
+    if request.method not in ("GET", "HEAD"):  # after the access check: outsiders get 404
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    access.require(Action.VIEW_COST)
+    template = "billing/tenant_dashboard.html"
+    page = {"access": access, "tenant": access.tenant}
+    try:
+        window = parse_range(request.GET, timezone.now())
+    except RangeError as error:
+        return _bad_range(request, template, error, **page)
+    board = tenant_rows(window, access.tenant.slug)
+    context = {
+        **_range_context(request, window),
+        **page,
+        "board": board,
+        "usage_chart": figure_html(charts.gpu_hours_figure(board.series)),
+        "cost_chart": figure_html(
+            charts.cost_over_time_figure(board.cost_series, settings.BILLING_CURRENCY)
+        ),
+        "energy_chart": figure_html(charts.energy_figure(board.series)),
+        "quota_chart": figure_html(charts.quota_figure(board.quotas)),
+    }
+    return render(request, _template(request, template), context)
+
+
+urlpatterns: list[URLPattern] = [
+    path("billing/", admin_dashboard_page, name="admin_dashboard"),
+    path("t/<slug:tenant>/usage/", tenant_dashboard, name="tenant_dashboard"),
+]

@@ -15,26 +15,50 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_safe
 
 from portal.models import Job
 from tenants.access import (
     Action,
     get_tenant_for_user,
+    is_finance,
     is_platform_admin,
     may,
     memberships_of,
     tenants_where,
     visible_tenants,
 )
+from tenants.models import Membership
 
 CURRENT_TENANT_KEY = "current_tenant"
+
+
+def _landing(request: HttpRequest, memberships: QuerySet[Membership]) -> str:
+    """Where a person starts: a platform admin on the fleet's usage dashboard, finance on the
+    finance pages (once they exist), a tenant member on their current tenant's usage; ""
+    for the home page itself. By URL name: the portal imports no app's views."""
+    if is_platform_admin(request.user):
+        return reverse("billing:admin_dashboard")
+    if is_finance(request.user):
+        try:
+            return reverse("billing:finance")
+        except NoReverseMatch:
+            return ""
+    slugs = [membership.tenant.slug for membership in memberships]
+    if not slugs:
+        return ""
+    current = request.session.get(CURRENT_TENANT_KEY)
+    slug = current if current in slugs else slugs[0]
+    return reverse("billing:tenant_dashboard", kwargs={"tenant": slug})
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     memberships = memberships_of(request.user)
+    landing = _landing(request, memberships)
+    if landing:
+        return redirect(landing)
     return render(
         request,
         "portal/home.html",

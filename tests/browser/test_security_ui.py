@@ -39,6 +39,7 @@ PAGES = {
         "/fleet/topology/",
         "/fleet/status/",
         "/jobs/",
+        "/billing/",
         "/t/alpha/settings/",
     ],
     "alice": [
@@ -49,6 +50,7 @@ PAGES = {
         "/t/alpha/catalog/gpu-share/new/",
         "/t/alpha/requests/",
         "/t/alpha/status/",
+        "/t/alpha/usage/",
     ],
 }
 
@@ -172,3 +174,44 @@ def test_polls_say_so_and_what_the_person_does_does_not(
         page.get_by_label("Role of vic").select_option("member")
     assert "hx-request" in change.value.headers
     assert "x-portal-background" not in change.value.headers
+
+
+def test_the_usage_dashboard_replots_after_a_range_change(
+    page: Page, sign_in: SignIn, world: dict[str, Any], live_server: Any
+) -> None:
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.models import Source, UsageHour
+
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    for tenant in ("alpha", "bravo"):
+        UsageHour.objects.create(
+            hour=hour,
+            tenant_slug=tenant,
+            namespace=tenant,
+            flavor="h200",
+            gpu_model="NVIDIA-H200",
+            workload="Deployment/train",
+            source=Source.EXPORTER,
+            allocated_gpu_seconds=Decimal(7200),
+            used_gpu_seconds=Decimal(600),
+            observed_seconds=3600,
+        )
+    sign_in(page, "pam")  # lands on the dashboard
+    _plotted(page, "#panels")
+    page.locator("#dash-range").select_option("24h")
+    with page.expect_response(lambda r: "range=24h" in r.url) as answered:
+        page.locator("form.dash-range button[type=submit]").click()
+    assert answered.value.status == 200
+    expect(page).to_have_url(f"{live_server.url}/billing/?range=24h&from=&to=")
+    _plotted(page, "#panels")
+    # A bad range is refused with its reason in the flash area; the panels stay as they were.
+    page.locator("#dash-range").select_option("custom")
+    page.locator("#dash-from").fill("2026-03-02")
+    page.locator("#dash-to").fill("2026-03-01")
+    page.locator("form.dash-range button[type=submit]").click()
+    expect(page.locator("#messages")).to_contain_text("must not be after the to date")
+    _plotted(page, "#panels")

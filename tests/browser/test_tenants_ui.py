@@ -58,9 +58,10 @@ def test_it_switches_to_own_tenant_and_hides_others(
     page: Page, sign_in: SignIn, live_server: Any, world: dict[str, Any], tmp_path: Path
 ) -> None:
     sign_in(page, "alice")
-
-    expect(page.locator("h1")).to_have_text("Welcome, alice")
-    expect(page.locator("a.card", has_text="Alpha Team")).to_be_visible()
+    # A member lands on the usage page of their tenant; the switcher works from any page.
+    expect(page).to_have_url(_path_is(live_server, "/t/alpha/usage/"))
+    expect(page.locator("h1")).to_contain_text("Alpha Team")
+    page.goto("/tenants/")
     # The switcher offers only the tenants alice belongs to, not the whole fleet.
     switcher = page.locator("#tenant-switcher")
     expect(switcher.locator("option")).to_have_count(2)
@@ -159,7 +160,7 @@ def test_it_gives_a_plain_member_a_read_only_members_page(
     expect(page.locator("#members select")).to_have_count(0)
     expect(page.get_by_role("button", name="Remove")).to_have_count(0)
     expect(page.locator("nav.tabs a")).to_have_text(
-        ["Overview", "Catalog", "Requests", "Members", "Status"]
+        ["Overview", "Catalog", "Requests", "Members", "Status", "Usage & cost"]
     )
 
     # A stale or hand-made form still reaches the server: bob gets a page that says why.

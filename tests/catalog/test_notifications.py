@@ -116,11 +116,11 @@ def test_the_navigation_shows_my_unread_count(
     _notice(world["bob"], "Seen", read=True)
     _notice(world["alice"], "Alice's")
     bob = login("bob")
-    page = bob.get("/").content.decode()
+    page = bob.get("/tenants/").content.decode()
     assert '<span class="nav-unread" title="unread">2</span>' in page
     bob.post("/notifications/read/")
-    assert "nav-unread" not in bob.get("/").content.decode()
-    assert '/notifications/"' in bob.get("/").content.decode()
+    assert "nav-unread" not in bob.get("/tenants/").content.decode()
+    assert '/notifications/"' in bob.get("/tenants/").content.decode()
 
 
 def test_the_navigation_counts_requests_waiting_for_platform_admins(
@@ -133,9 +133,12 @@ def test_the_navigation_counts_requests_waiting_for_platform_admins(
         kind="gpu-share",
         spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 2},
     )
-    assert 'title="1 waiting for a decision">1</span>' in login("pam").get("/").content.decode()
+    assert (
+        'title="1 waiting for a decision">1</span>'
+        in login("pam").get("/tenants/").content.decode()
+    )
     for name in ["alice", "bob", "fiona", "nora"]:
-        assert "/approvals/" not in login(name).get("/").content.decode(), name
+        assert "/approvals/" not in login(name).get("/tenants/").content.decode(), name
 
 
 def test_a_submitted_request_reaches_the_admins_inbox_with_a_way_to_decide(

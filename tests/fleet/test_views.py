@@ -224,8 +224,8 @@ def test_it_sends_anonymous_users_to_sign_in(fleet_rows: dict[str, Any]) -> None
 def test_it_links_the_fleet_from_the_nav_for_platform_admins_only(
     fleet_rows: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
-    assert b'href="/fleet/"' in login("pam").get("/").content
-    assert b'href="/fleet/"' not in login("alice").get("/").content
+    assert b'href="/fleet/"' in login("pam").get("/tenants/").content
+    assert b'href="/fleet/"' not in login("alice").get("/tenants/").content
 
 
 def test_it_answers_404_for_a_node_that_is_not_there(

@@ -77,5 +77,5 @@ def test_signing_in_starts_the_clock(world: dict[str, Any], settings: Any) -> No
     session = client.session
     del session[LAST_ACTIVITY_KEY]
     session.save()
-    assert client.get("/").status_code == 200
+    assert client.get("/tenants/").status_code == 200
     assert LAST_ACTIVITY_KEY in client.session

@@ -8,6 +8,7 @@ PORTAL_TEST_REQUIRE_SERVICES is set.
 
 from __future__ import annotations
 
+import re
 import runpy
 from collections.abc import Iterator
 from typing import Any
@@ -134,8 +135,10 @@ def _authorize_url(browser: Browser, oidc: OidcServer) -> str:
 
 
 def _assert_signed_in(page: requests.Response, username: str, oidc: OidcServer) -> None:
-    assert urlsplit(page.url).path == reverse("home"), (
-        f"ended at {page.url}, not the home page:\n{page.text[:3000]}\n"
+    # Home, or where home sends the person (portal.views.home): a usage or finance page.
+    landing = re.compile(r"^/(billing/([a-z-]+/)?|t/[a-z0-9-]+/usage/)?$")
+    assert landing.match(urlsplit(page.url).path), (
+        f"ended at {page.url}, not the home page or a landing page:\n{page.text[:3000]}\n"
         f"--- provider log\n{oidc.log()}"
     )
     assert page.status_code == 200

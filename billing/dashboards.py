@@ -1,0 +1,634 @@
+"""What the usage dashboards show: aggregate queries over the ledger, the fleet and the
+catalog, returned as plain rows (no HTTP, no templates).
+
+Every sum is taken in the database (GROUP BY hour, tenant, flavor or workload), so a year of
+hourly rows for hundreds of tenants never comes into Python (at most a sum per hour does);
+the number of queries does not grow with tenants or rows. Money comes from
+``billing.costing.priced`` only.
+
+Capacity is the fleet's GPU count now (``fleet.models.Node.gpu_count`` of the GPU nodes):
+the portal keeps no history of the inventory, so allocation and utilisation percentages of
+past buckets are taken against today's fleet. A fleet that grew makes the past look fuller
+than it was.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet, Subquery, Sum
+
+from billing.costing import HOUR, PriceBook, Priced, Total, priced, totals
+from billing.models import IngestRun, UsageHour
+from catalog.models import Kind, Resource, ResourceRequest
+from catalog.specs import SpecError, from_json
+from catalog.states import AWAITING_DECISION, IN_FLIGHT
+from fleet.models import Health, Node
+from gitops.fleet import configured_fleet
+from gitops.render.resources import gpu_equivalents
+from gitops.specs import FleetSpec, GpuShare
+
+PRESETS = {"24h": 1, "7d": 7, "30d": 30, "90d": 90, "365d": 365}
+DEFAULT_PRESET = "7d"
+MAX_CUSTOM_DAYS = 731
+# A workload using less than this share of what it holds is "idle" on the tenant page.
+IDLE_EFFICIENCY = Decimal("0.10")
+TOP_WORKLOADS = 20
+RECENT_RUNS = 10
+# The cost table lists the dearest tenants; the rest are summed in one line.
+COST_ROWS = 50
+LIVE = (Resource.State.ACTIVE, Resource.State.DECOMMISSIONING)
+# Asked for but not yet on main: waiting for a decision, or approved on its way through Git.
+PENDING = sorted(AWAITING_DECISION | (IN_FLIGHT - {ResourceRequest.State.DECOMMISSIONING}))
+ZERO = Decimal(0)
+
+
+class RangeError(ValueError):
+    """A time range the dashboards cannot show, with a sentence saying why."""
+
+
+# --- the time range -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Range:
+    """Hours ``start <= hour < end`` (UTC), charted in buckets of ``bucket``."""
+
+    start: datetime
+    end: datetime
+    bucket: str
+    preset: str  # a PRESETS key, or "custom"
+
+    @property
+    def hours(self) -> int:
+        return int((self.end - self.start).total_seconds() // 3600)
+
+    def query(self) -> str:
+        """The range as a URL query, so a link keeps it."""
+        if self.preset != "custom":
+            return f"range={self.preset}"
+        last = (self.end - timedelta(days=1)).date()
+        return f"range=custom&from={self.start.date().isoformat()}&to={last.isoformat()}"
+
+
+def bucket_for(hours: int) -> str:
+    """Hourly up to two days, daily up to 90, weekly up to a year, monthly beyond."""
+    if hours <= 48:
+        return "hour"
+    if hours <= 90 * 24:
+        return "day"
+    if hours <= 366 * 24:
+        return "week"
+    return "month"
+
+
+def _day(text: str, name: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise RangeError(f"The {name} date must be a date like 2026-01-31, not {text!r}.") from None
+
+
+def parse_range(params: Mapping[str, str], now: datetime) -> Range:
+    """The range a query string asks for: ``range`` one of PRESETS (the last N days up to the
+    current hour), or ``range=custom`` with ``from`` and ``to`` dates (both days included)."""
+    preset = params.get("range") or DEFAULT_PRESET
+    if preset in PRESETS:
+        end = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        start = end - timedelta(days=PRESETS[preset])
+        return Range(start, end, bucket_for(PRESETS[preset] * 24), preset)
+    if preset != "custom":
+        raise RangeError(f"Unknown range {preset!r}: choose one of {', '.join(PRESETS)} or custom.")
+    if not params.get("from") or not params.get("to"):
+        raise RangeError("A custom range needs both a from and a to date.")
+    first, last = _day(params["from"], "from"), _day(params["to"], "to")
+    if first > last:
+        raise RangeError("The from date must not be after the to date.")
+    if (last - first).days + 1 > MAX_CUSTOM_DAYS:
+        raise RangeError(f"A custom range may span at most {MAX_CUSTOM_DAYS} days.")
+    start = datetime(first.year, first.month, first.day, tzinfo=UTC)
+    end = datetime(last.year, last.month, last.day, tzinfo=UTC) + timedelta(days=1)
+    return Range(start, end, bucket_for(int((end - start).total_seconds() // 3600)), "custom")
+
+
+def ledger(window: Range, tenant: str | None = None) -> QuerySet[UsageHour]:
+    rows = UsageHour.objects.filter(hour__gte=window.start, hour__lt=window.end)
+    return rows if tenant is None else rows.filter(tenant_slug=tenant)
+
+
+# --- rows -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """GPU-hours of one time bucket, and what the fleet could have given in it."""
+
+    start: datetime
+    gpu_hours: Decimal
+    used_gpu_hours: Decimal
+    energy_kwh: Decimal
+    capacity_gpu_hours: Decimal = ZERO
+    gap_rows: int = 0  # ledger rows with less than the hour observed
+    gap_hours: int = 0  # hours with such rows
+
+    @property
+    def allocation(self) -> Decimal:
+        return self.gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else ZERO
+
+    @property
+    def utilisation(self) -> Decimal:
+        return self.used_gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else ZERO
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """The fleet now: GPUs, and what the latest ledger hour held and used of them."""
+
+    total: int
+    unhealthy: int
+    allocated: Decimal
+    used: Decimal
+    hour: datetime | None
+
+
+@dataclass
+class TenantCost:
+    """One tenant's GPU-hours, waste, energy and cost in the range, by flavor."""
+
+    tenant: str
+    total: Total
+    by_flavor: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def idle_gpu_hours(self) -> Decimal:
+        return self.total.gpu_hours - self.total.used_gpu_hours
+
+
+@dataclass(frozen=True)
+class FlavorQuota:
+    """A flavor in GPU-equivalents: promised by approved shares, held in the latest ledger
+    hour, and asked for by requests not yet in effect."""
+
+    flavor: str
+    quota: Decimal
+    allocated: Decimal
+    pending: Decimal = ZERO
+
+    @property
+    def left(self) -> Decimal:
+        return max(self.quota - self.allocated, ZERO)
+
+
+@dataclass(frozen=True)
+class WorkloadUse:
+    tenant: str
+    namespace: str
+    workload: str
+    gpu_hours: Decimal
+    used_gpu_hours: Decimal
+
+    @property
+    def efficiency(self) -> Decimal:
+        return self.used_gpu_hours / self.gpu_hours if self.gpu_hours else ZERO
+
+    @property
+    def name(self) -> str:
+        """The workload without its kind: ``ReplicaSet/chat-predictor-5d4`` -> ``chat-...``."""
+        return self.workload.partition("/")[2] or self.workload
+
+
+@dataclass(frozen=True)
+class Warnings:
+    runs: list[IngestRun]
+    gap_rows: int
+    gap_hours: int
+    no_tenant_gpu_hours: Decimal
+    unpriced_models: list[str]
+    unpriced_gpu_hours: Decimal
+
+    @property
+    def any(self) -> bool:
+        return bool(
+            self.runs or self.gap_rows or self.no_tenant_gpu_hours or self.unpriced_gpu_hours
+        )
+
+
+def _hours(seconds: Decimal | None) -> Decimal:
+    return (seconds or ZERO) / HOUR
+
+
+Hourly = tuple[datetime, Decimal, Decimal, Decimal, int]
+
+
+def fold(hourly: Iterable[Hourly], window: Range, capacity_gpus: int) -> list[Bucket]:
+    """(hour, GPU-hours, used GPU-hours, kWh, rows with gaps) sums folded into the range's
+    buckets. Every bucket of the range is present (zero when the ledger has nothing), so
+    gaps show as gaps."""
+    sums: dict[datetime, list[Any]] = defaultdict(lambda: [ZERO, ZERO, ZERO, 0, 0])
+    for hour, held, used, energy, gaps in hourly:
+        bucket = sums[_truncate(hour.astimezone(UTC), window.bucket)]
+        bucket[0] += held
+        bucket[1] += used
+        bucket[2] += energy
+        bucket[3] += gaps
+        bucket[4] += 1 if gaps else 0
+    out = []
+    for start, hours in bucket_starts(window):
+        held, used, energy, gap_rows, gap_hours = sums.get(start, [ZERO, ZERO, ZERO, 0, 0])
+        capacity = Decimal(capacity_gpus * hours)
+        out.append(Bucket(start, held, used, energy, capacity, gap_rows, gap_hours))
+    return out
+
+
+def series(rows: QuerySet[UsageHour], window: Range, capacity_gpus: int = 0) -> list[Bucket]:
+    """GPU-hours allocated and used, kWh and gaps, per bucket: one query grouped by the
+    ledger's hour, folded into buckets here. Grouping by the stored hour rather than a
+    truncation keeps the database from calling a function per row (on SQLite, Django's
+    ``django_datetime_trunc`` is Python); a year is at most 8,784 sums."""
+    sums = (
+        rows.values("hour")
+        .annotate(
+            a=Sum("allocated_gpu_seconds"),
+            u=Sum("used_gpu_seconds"),
+            e=Sum("energy_kwh"),
+            g=Count("pk", filter=Q(observed_seconds__lt=3600)),
+        )
+        .order_by("hour")
+    )
+    hourly = ((i["hour"], _hours(i["a"]), _hours(i["u"]), i["e"] or ZERO, i["g"]) for i in sums)
+    return fold(hourly, window, capacity_gpus)
+
+
+def _truncate(moment: datetime, bucket: str) -> datetime:
+    moment = moment.replace(minute=0, second=0, microsecond=0)
+    if bucket == "hour":
+        return moment
+    moment = moment.replace(hour=0)
+    if bucket == "week":
+        return moment - timedelta(days=moment.weekday())  # ISO weeks start on Monday
+    if bucket == "month":
+        return moment.replace(day=1)
+    return moment
+
+
+def _next(moment: datetime, bucket: str) -> datetime:
+    if bucket == "month":
+        return (moment.replace(day=28) + timedelta(days=4)).replace(day=1)
+    steps = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+    return moment + steps[bucket]
+
+
+def bucket_starts(window: Range) -> list[tuple[datetime, int]]:
+    """Each bucket's start (as the database truncates) and its hours inside the range."""
+    out = []
+    start = _truncate(window.start, window.bucket)
+    while start < window.end:
+        following = _next(start, window.bucket)
+        inside = min(following, window.end) - max(start, window.start)
+        out.append((start, int(inside.total_seconds() // 3600)))
+        start = following
+    return out
+
+
+def fleet_gpus() -> tuple[int, int]:
+    """(GPUs of the fleet, GPUs on unhealthy nodes), one query."""
+    sums = Node.objects.filter(gpu_count__gt=0).aggregate(
+        total=Sum("gpu_count"), unhealthy=Sum("gpu_count", filter=Q(health=Health.UNHEALTHY))
+    )
+    return int(sums["total"] or 0), int(sums["unhealthy"] or 0)
+
+
+def latest_hour_by(fields: Sequence[str], tenant: str | None = None) -> dict[tuple[str, ...], Any]:
+    """GPU-equivalents held and used in the ledger's latest hour, per ``fields``: one query
+    (the latest hour is a subquery). Values: (hour, allocated, used)."""
+    rows = (
+        UsageHour.objects.all() if tenant is None else UsageHour.objects.filter(tenant_slug=tenant)
+    )
+    latest = rows.order_by("-hour").values("hour")[:1]
+    sums = (
+        rows.filter(hour=Subquery(latest))
+        .values("hour", *fields)
+        .annotate(a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"))
+        .order_by()
+    )
+    return {
+        tuple(item[f] for f in fields): (item["hour"], _hours(item["a"]), _hours(item["u"]))
+        for item in sums
+    }
+
+
+def tiles(latest: Mapping[tuple[str, ...], Any]) -> Tiles:
+    total, unhealthy = fleet_gpus()
+    hour = next((value[0] for value in latest.values()), None)
+    allocated = sum((value[1] for value in latest.values()), ZERO)
+    used = sum((value[2] for value in latest.values()), ZERO)
+    return Tiles(total, unhealthy, allocated, used, hour)
+
+
+def tenant_costs(lines: Iterable[Priced]) -> list[TenantCost]:
+    """Priced lines (by tenant and flavor) folded into one row per tenant, dearest first."""
+    lines = list(lines)
+    by_tenant = totals(lines, "tenant_slug")
+    flavors: dict[object, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    for line in lines:
+        flavors[line.key.get("tenant_slug")][str(line.key.get("flavor") or "")] += line.amount
+    rows = [
+        TenantCost(str(slug or ""), total, dict(flavors[slug])) for slug, total in by_tenant.items()
+    ]
+    return sorted(rows, key=lambda row: (-row.total.amount, -row.total.gpu_hours, row.tenant))
+
+
+def top_workloads(lines: Iterable[Priced], limit: int = TOP_WORKLOADS) -> list[WorkloadUse]:
+    """Workloads by GPU-hours held, most first, from priced lines grouped by workload."""
+    sums: dict[tuple[str, str, str], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    for line in lines:
+        tenant, namespace, workload = (
+            str(line.key.get(f) or "") for f in ("tenant_slug", "namespace", "workload")
+        )
+        sums[(tenant, namespace, workload)][0] += line.gpu_hours
+        sums[(tenant, namespace, workload)][1] += line.used_gpu_hours
+    ranked = sorted(sums.items(), key=lambda kv: (-kv[1][0], kv[0][1], kv[0][2]))
+    return [WorkloadUse(*key, held, used) for key, (held, used) in ranked[:limit]]
+
+
+def workloads(rows: QuerySet[UsageHour]) -> list[WorkloadUse]:
+    """Every workload of ``rows`` by GPU-hours held, most first: one GROUP BY query (for one
+    tenant's rows: the platform's top list comes from its priced lines)."""
+    sums = (
+        rows.values("tenant_slug", "namespace", "workload")
+        .annotate(a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"))
+        .order_by("-a", "namespace", "workload")
+    )
+    return [
+        WorkloadUse(i["tenant_slug"], i["namespace"], i["workload"], _hours(i["a"]), _hours(i["u"]))
+        for i in sums
+    ]
+
+
+# --- quotas ---------------------------------------------------------------------------------------
+
+
+def _equivalents(spec: object, fleet: FleetSpec) -> tuple[str, Decimal]:
+    """(flavor, GPU-equivalents) of a stored GPU share spec; ("", 0) when it does not load
+    or names a flavor the fleet no longer has."""
+    if not isinstance(spec, dict) or not spec:
+        return "", ZERO
+    try:
+        share: GpuShare = from_json(Kind.GPU_SHARE, spec)
+    except (SpecError, TypeError):
+        return "", ZERO
+    flavor = next((f for f in fleet.flavors if f.name == share.flavor), None)
+    if flavor is None:
+        return share.flavor, ZERO
+    amount = gpu_equivalents(share, flavor)
+    return share.flavor, Decimal(amount.numerator) / Decimal(amount.denominator)
+
+
+def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> list[FlavorQuota]:
+    """Per flavor, in GPU-equivalents (the ledger's unit, ``gitops.render.resources
+    .gpu_equivalents``): the nominal quota of the approved GPU shares on main (what Kueue's
+    ClusterQueues promise), the allocation of the ledger's latest hour (``latest`` keyed by
+    (tenant, flavor)), and the growth asked by share requests not yet in effect. Three
+    queries: the fleet's inventory, the shares, the open requests."""
+    fleet = configured_fleet()
+    shares = Resource.objects.filter(kind=Kind.GPU_SHARE, state__in=LIVE)
+    requests = ResourceRequest.objects.filter(
+        resource__kind=Kind.GPU_SHARE,
+        state__in=PENDING,
+        action__in=[ResourceRequest.Action.CREATE, ResourceRequest.Action.MODIFY],
+    )
+    if tenant is not None:
+        shares = shares.filter(tenant__slug=tenant)
+        requests = requests.filter(tenant__slug=tenant)
+    quota: dict[str, Decimal] = defaultdict(Decimal)
+    for spec in shares.values_list("spec", flat=True):
+        name, amount = _equivalents(spec, fleet)
+        quota[name] += amount
+    pending: dict[str, Decimal] = defaultdict(Decimal)
+    for wanted, current, state in requests.values_list("spec", "resource__spec", "resource__state"):
+        name, amount = _equivalents(wanted, fleet)
+        _, now = _equivalents(current, fleet) if state in LIVE else ("", ZERO)
+        pending[name] += max(amount - now, ZERO)
+    allocated: dict[str, Decimal] = defaultdict(Decimal)
+    for key, (_, held, _) in latest.items():
+        if tenant is None or key[0] == tenant:
+            allocated[key[1]] += held
+    names = [f.name for f in fleet.flavors]
+    names += sorted(n for n in {*quota, *allocated, *pending} - set(names) if n)
+    return [
+        FlavorQuota(n, quota.get(n, ZERO), allocated.get(n, ZERO), pending.get(n, ZERO))
+        for n in names
+        if n in quota or n in allocated or n in pending or tenant is None
+    ]
+
+
+# --- warnings -------------------------------------------------------------------------------------
+
+
+def warnings(window: Range, buckets: Sequence[Bucket], costs: Sequence[TenantCost]) -> Warnings:
+    """What the numbers cannot be trusted for: ingest runs that failed or warned in the range
+    (one query), ledger rows with gaps, usage of no tenant, GPU models without a price."""
+    runs = list(
+        IngestRun.objects.filter(end__gt=window.start, start__lt=window.end)
+        .filter(Q(status=IngestRun.Status.FAILED) | ~Q(warnings=[]))
+        .order_by("-started_at")[:RECENT_RUNS]
+    )
+    nobody = next((row.total.gpu_hours for row in costs if row.tenant == ""), ZERO)
+    models = sorted({m for row in costs for m in row.total.unpriced_models})
+    return Warnings(
+        runs=runs,
+        gap_rows=sum(b.gap_rows for b in buckets),
+        gap_hours=sum(b.gap_hours for b in buckets),
+        no_tenant_gpu_hours=nobody,
+        unpriced_models=models,
+        unpriced_gpu_hours=sum((row.total.unpriced_gpu_hours for row in costs), ZERO),
+    )
+
+
+# --- the two dashboards ---------------------------------------------------------------------------
+
+
+@dataclass
+class AdminDashboard:
+    window: Range
+    tiles: Tiles
+    series: list[Bucket]
+    costs: list[TenantCost]
+    quotas: list[FlavorQuota]
+    top: list[WorkloadUse]
+    warnings: Warnings
+    flavors: list[str]
+
+    @property
+    def listed_costs(self) -> list[TenantCost]:
+        return self.costs[:COST_ROWS]
+
+    @property
+    def other_costs(self) -> Total:
+        """The tenants beyond the listed ones, summed."""
+        rest = Total()
+        for row in self.costs[COST_ROWS:]:
+            for name in ("gpu_hours", "used_gpu_hours", "energy_kwh", "amount"):
+                setattr(rest, name, getattr(rest, name) + getattr(row.total, name))
+        return rest
+
+    @property
+    def other_count(self) -> int:
+        return max(len(self.costs) - COST_ROWS, 0)
+
+
+def admin_dashboard(window: Range) -> AdminDashboard:
+    """Everything the platform admin's dashboard shows, in a fixed number of queries."""
+    rows = ledger(window)
+    latest = latest_hour_by(("tenant_slug", "flavor"))
+    now = tiles(latest)
+    # One pass over the range's rows per price period gives cost by tenant and flavor and
+    # the top workloads; ``series`` is the other pass.
+    by = ("tenant_slug", "namespace", "workload", "flavor")
+    lines = priced(rows, window.start, window.end, by=by, book=PriceBook.load())
+    costs = tenant_costs(lines)
+    buckets = series(rows, window, now.total)
+    return AdminDashboard(
+        window=window,
+        tiles=now,
+        series=buckets,
+        costs=costs,
+        quotas=quotas(latest),
+        top=top_workloads(lines),
+        warnings=warnings(window, buckets, costs),
+        flavors=sorted({str(line.key.get("flavor") or "") for line in lines}),
+    )
+
+
+@dataclass(frozen=True)
+class EndpointUse:
+    endpoint: str
+    gpu_hours: Decimal
+    used_gpu_hours: Decimal
+    workloads: tuple[str, ...]
+
+    @property
+    def efficiency(self) -> Decimal:
+        return self.used_gpu_hours / self.gpu_hours if self.gpu_hours else ZERO
+
+
+def endpoint_of(workload: str, endpoints: Iterable[str]) -> str:
+    """The model endpoint a ledger workload serves, or "".
+
+    KServe (Standard deployment mode) runs an InferenceService ``<name>`` as the Deployment
+    ``<name>-predictor`` (kserve/kserve v0.20.0 pkg/constants ``PredictorServiceName``), so its
+    pods belong to the ReplicaSet ``<name>-predictor-<pod-template-hash>`` and are named
+    ``<name>-predictor-<hash>-<suffix>``; the ledger names a workload after the pod's
+    controller (``ReplicaSet/...``), or the pod itself. The portal names the InferenceService
+    after the endpoint, so a workload belongs to the endpoint whose ``<name>-predictor`` its
+    name is or starts with, followed by ``-``; the longest such endpoint name wins (``chat``
+    and ``chat-large`` both exist)."""
+    name = workload.partition("/")[2] or workload
+    matches = [
+        e for e in endpoints if name == f"{e}-predictor" or name.startswith(f"{e}-predictor-")
+    ]
+    return max(matches, key=len, default="")
+
+
+def endpoint_usage(uses: Iterable[WorkloadUse], endpoints: Sequence[str]) -> list[EndpointUse]:
+    grouped: dict[str, list[WorkloadUse]] = defaultdict(list)
+    for use in uses:
+        endpoint = endpoint_of(use.workload, endpoints)
+        if endpoint:
+            grouped[endpoint].append(use)
+    return [
+        EndpointUse(
+            name,
+            sum((u.gpu_hours for u in grouped.get(name, [])), ZERO),
+            sum((u.used_gpu_hours for u in grouped.get(name, [])), ZERO),
+            tuple(u.workload for u in grouped.get(name, [])),
+        )
+        for name in endpoints
+    ]
+
+
+@dataclass(frozen=True)
+class PriceLine:
+    """A GPU model (and MIG profile) at one price over one price period of the range."""
+
+    gpu_model: str
+    mig_profile: str
+    period_start: datetime
+    period_end: datetime
+    unit: str
+    unit_price: Decimal | None
+    quantity: Decimal
+    amount: Decimal
+
+
+def price_lines(lines: Iterable[Priced]) -> list[PriceLine]:
+    """Priced lines (per bucket) summed per model, profile and price period: what the bill
+    would list."""
+    sums: dict[tuple[str, str, datetime, datetime, str, Decimal | None], PriceLine] = {}
+    for line in lines:
+        key = (
+            line.gpu_model,
+            line.mig_profile,
+            line.period_start,
+            line.period_end,
+            line.unit,
+            line.unit_price,
+        )
+        before = sums.get(key)
+        sums[key] = PriceLine(
+            *key,
+            quantity=line.quantity + (before.quantity if before else ZERO),
+            amount=line.amount + (before.amount if before else ZERO),
+        )
+    return sorted(sums.values(), key=lambda p: (p.gpu_model, p.mig_profile, p.period_start))
+
+
+@dataclass
+class TenantDashboard:
+    window: Range
+    tenant: str
+    series: list[Bucket]
+    price_lines: list[PriceLine]
+    total: Total
+    cost_series: dict[datetime, Decimal]
+    idle: list[WorkloadUse]
+    quotas: list[FlavorQuota]
+    endpoints: list[EndpointUse]
+    top: list[WorkloadUse]
+
+
+def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
+    """Everything a tenant's usage page shows, in a fixed number of queries."""
+    rows = ledger(window, tenant)
+    # Priced per stored hour (see ``series``), which gives the usage per bucket as well.
+    lines = priced(rows, window.start, window.end, by=("hour",), book=PriceBook.load())
+    cost_series: dict[datetime, Decimal] = defaultdict(Decimal)
+    hourly: list[Hourly] = []
+    for line in lines:
+        moment = line.key["hour"]
+        assert isinstance(moment, datetime)
+        cost_series[_truncate(moment.astimezone(UTC), window.bucket)] += line.amount
+        hourly.append((moment, line.gpu_hours, line.used_gpu_hours, line.energy_kwh, 0))
+    uses = workloads(rows)
+    names = list(
+        Resource.objects.filter(tenant__slug=tenant, kind=Kind.ENDPOINT, state__in=LIVE)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    return TenantDashboard(
+        window=window,
+        tenant=tenant,
+        series=fold(hourly, window, 0),
+        price_lines=price_lines(lines),
+        total=totals(lines).get(None, Total()),
+        cost_series=dict(cost_series),
+        idle=[u for u in uses if u.gpu_hours and u.efficiency < IDLE_EFFICIENCY],
+        quotas=quotas(latest_hour_by(("tenant_slug", "flavor"), tenant), tenant),
+        endpoints=endpoint_usage(uses, names),
+        top=uses[:TOP_WORKLOADS],
+    )
