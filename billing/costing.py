@@ -21,14 +21,15 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any
 
 from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour, TruncMonth
 
 from billing.fractions import FractionError, mig_fraction
-from billing.models import GpuPrice, UsageHour
+from billing.models import GpuPrice, UsageDay, UsageHour
 
 HOUR = Decimal(3600)
 CENT = Decimal("0.01")
@@ -136,8 +137,18 @@ def _quantity(gpu_hours: Decimal, mig_profile: str, unit: str) -> Decimal:
     return gpu_hours * share.denominator / share.numerator
 
 
+def _in_period(rows: QuerySet[Any], start: datetime, end: datetime) -> QuerySet[Any]:
+    """Hourly rows with ``start <= hour < end``; daily rows (``UsageDay``) of the days the
+    period touches. Prices change only at 00:00 UTC, so every period but a range's own ends
+    is whole days; a range of daily rows must start at midnight (``priced`` checks)."""
+    if rows.model is UsageDay:
+        last = (end - timedelta(microseconds=1)).astimezone(UTC).date()
+        return rows.filter(day__gte=start.astimezone(UTC).date(), day__lte=last)
+    return rows.filter(hour__gte=start, hour__lt=end)
+
+
 def priced(
-    rows: QuerySet[UsageHour],
+    rows: QuerySet[UsageHour] | QuerySet[UsageDay],
     start: datetime,
     end: datetime,
     *,
@@ -147,12 +158,18 @@ def priced(
 ) -> list[Priced]:
     """The cost of ``rows`` with ``start <= hour < end``, grouped by the fields ``by`` (e.g.
     ``("tenant_slug", "flavor")``) and, with ``trunc`` ("hour", "day" or "month"), by that
-    bucket of time (key ``"bucket"``). One aggregate query per price period."""
+    bucket of time (key ``"bucket"``). One aggregate query per price period.
+
+    ``rows`` may be the daily sums (``UsageDay``) for a range that starts at midnight UTC:
+    the same answer from 24 times fewer rows (group by ``"day"`` rather than ``trunc``)."""
     book = book or PriceBook.load()
     fields = list(by)
+    daily = rows.model is UsageDay
+    if daily and (start.astimezone(UTC).time() != time(0) or trunc is not None):
+        raise ValueError("daily rows are priced from midnight UTC, grouped by 'day'")
     results: list[Priced] = []
     for period_start, period_end in book.periods(start, end):
-        query = rows.filter(hour__gte=period_start, hour__lt=period_end)
+        query = _in_period(rows, period_start, period_end)
         if trunc is not None:
             query = query.annotate(bucket=TRUNC[trunc]("hour"))
             group = [*fields, "bucket", "gpu_model", "mig_profile"]

@@ -24,13 +24,13 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet, Subquery, Sum
 
 from billing.costing import HOUR, PriceBook, Priced, Total, priced, totals
-from billing.models import IngestRun, UsageHour
+from billing.models import IngestRun, UsageDay, UsageHour
 from catalog.models import Kind, Resource, ResourceRequest
+from catalog.services import share_gpu_equivalents
 from catalog.specs import SpecError, from_json
 from catalog.states import AWAITING_DECISION, IN_FLIGHT
 from fleet.models import Health, Node
 from gitops.fleet import configured_fleet
-from gitops.render.resources import gpu_equivalents
 from gitops.specs import FleetSpec, GpuShare
 
 PRESETS = {"24h": 1, "7d": 7, "30d": 30, "90d": 90, "365d": 365}
@@ -100,8 +100,15 @@ def parse_range(params: Mapping[str, str], now: datetime) -> Range:
     preset = params.get("range") or DEFAULT_PRESET
     if preset in PRESETS:
         end = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-        start = end - timedelta(days=PRESETS[preset])
-        return Range(start, end, bucket_for(PRESETS[preset] * 24), preset)
+        bucket = bucket_for(PRESETS[preset] * 24)
+        if bucket == "hour":
+            start = end - timedelta(days=PRESETS[preset])
+        else:
+            # The last N calendar days, today's hours so far included: whole days, so the
+            # daily sums (UsageDay) answer it.
+            first = (end - timedelta(hours=1)).date() - timedelta(days=PRESETS[preset] - 1)
+            start = datetime(first.year, first.month, first.day, tzinfo=UTC)
+        return Range(start, end, bucket, preset)
     if preset != "custom":
         raise RangeError(f"Unknown range {preset!r}: choose one of {', '.join(PRESETS)} or custom.")
     if not params.get("from") or not params.get("to"):
@@ -116,9 +123,26 @@ def parse_range(params: Mapping[str, str], now: datetime) -> Range:
     return Range(start, end, bucket_for(int((end - start).total_seconds() // 3600)), "custom")
 
 
-def ledger(window: Range, tenant: str | None = None) -> QuerySet[UsageHour]:
-    rows = UsageHour.objects.filter(hour__gte=window.start, hour__lt=window.end)
+def ledger(window: Range, tenant: str | None = None) -> QuerySet[Any]:
+    """The rows of the range: hourly ones for an hourly chart, else the daily sums
+    (``UsageDay``, a 24th of the rows; every range charted by day or longer starts at
+    midnight UTC). Both have the same sums under the same names."""
+    if window.bucket == "hour":
+        rows: QuerySet[Any] = UsageHour.objects.filter(hour__gte=window.start, hour__lt=window.end)
+    else:
+        last = (window.end - timedelta(microseconds=1)).date()
+        rows = UsageDay.objects.filter(day__gte=window.start.date(), day__lte=last)
     return rows if tenant is None else rows.filter(tenant_slug=tenant)
+
+
+def time_field(rows: QuerySet[Any]) -> str:
+    return "day" if rows.model is UsageDay else "hour"
+
+
+def _moment(value: date | datetime) -> datetime:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return datetime(value.year, value.month, value.day, tzinfo=UTC)
 
 
 # --- rows -----------------------------------------------------------------------------------------
@@ -245,22 +269,24 @@ def fold(hourly: Iterable[Hourly], window: Range, capacity_gpus: int) -> list[Bu
     return out
 
 
-def series(rows: QuerySet[UsageHour], window: Range, capacity_gpus: int = 0) -> list[Bucket]:
+def series(rows: QuerySet[Any], window: Range, capacity_gpus: int = 0) -> list[Bucket]:
     """GPU-hours allocated and used, kWh and gaps, per bucket: one query grouped by the
-    ledger's hour, folded into buckets here. Grouping by the stored hour rather than a
-    truncation keeps the database from calling a function per row (on SQLite, Django's
-    ``django_datetime_trunc`` is Python); a year is at most 8,784 sums."""
+    ledger's stored hour (or day), folded into buckets here. Grouping by the stored time
+    rather than a truncation keeps the database from calling a function per row (on SQLite,
+    Django's ``django_datetime_trunc`` is Python); a year is 366 daily sums."""
+    when = time_field(rows)
+    gaps = Sum("gap_hours") if when == "day" else Count("pk", filter=Q(observed_seconds__lt=3600))
     sums = (
-        rows.values("hour")
+        rows.values(when)
         .annotate(
-            a=Sum("allocated_gpu_seconds"),
-            u=Sum("used_gpu_seconds"),
-            e=Sum("energy_kwh"),
-            g=Count("pk", filter=Q(observed_seconds__lt=3600)),
+            a=Sum("allocated_gpu_seconds"), u=Sum("used_gpu_seconds"), e=Sum("energy_kwh"), g=gaps
         )
-        .order_by("hour")
+        .order_by(when)
     )
-    hourly = ((i["hour"], _hours(i["a"]), _hours(i["u"]), i["e"] or ZERO, i["g"]) for i in sums)
+    hourly = (
+        (_moment(i[when]), _hours(i["a"]), _hours(i["u"]), i["e"] or ZERO, int(i["g"] or 0))
+        for i in sums
+    )
     return fold(hourly, window, capacity_gpus)
 
 
@@ -356,7 +382,7 @@ def top_workloads(lines: Iterable[Priced], limit: int = TOP_WORKLOADS) -> list[W
     return [WorkloadUse(*key, held, used) for key, (held, used) in ranked[:limit]]
 
 
-def workloads(rows: QuerySet[UsageHour]) -> list[WorkloadUse]:
+def workloads(rows: QuerySet[Any]) -> list[WorkloadUse]:
     """Every workload of ``rows`` by GPU-hours held, most first: one GROUP BY query (for one
     tenant's rows: the platform's top list comes from its priced lines)."""
     sums = (
@@ -385,13 +411,12 @@ def _equivalents(spec: object, fleet: FleetSpec) -> tuple[str, Decimal]:
     flavor = next((f for f in fleet.flavors if f.name == share.flavor), None)
     if flavor is None:
         return share.flavor, ZERO
-    amount = gpu_equivalents(share, flavor)
-    return share.flavor, Decimal(amount.numerator) / Decimal(amount.denominator)
+    return share.flavor, share_gpu_equivalents(share, flavor)
 
 
 def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> list[FlavorQuota]:
-    """Per flavor, in GPU-equivalents (the ledger's unit, ``gitops.render.resources
-    .gpu_equivalents``): the nominal quota of the approved GPU shares on main (what Kueue's
+    """Per flavor, in GPU-equivalents (the ledger's unit, ``catalog.services
+    .share_gpu_equivalents``): the nominal quota of the approved GPU shares on main (what Kueue's
     ClusterQueues promise), the allocation of the ledger's latest hour (``latest`` keyed by
     (tenant, flavor)), and the growth asked by share requests not yet in effect. Three
     queries: the fleet's inventory, the shares, the open requests."""
@@ -605,14 +630,16 @@ class TenantDashboard:
 def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
     """Everything a tenant's usage page shows, in a fixed number of queries."""
     rows = ledger(window, tenant)
-    # Priced per stored hour (see ``series``), which gives the usage per bucket as well.
-    lines = priced(rows, window.start, window.end, by=("hour",), book=PriceBook.load())
+    # Priced per stored hour or day (see ``series``), which gives the usage per bucket too.
+    when = time_field(rows)
+    lines = priced(rows, window.start, window.end, by=(when,), book=PriceBook.load())
     cost_series: dict[datetime, Decimal] = defaultdict(Decimal)
     hourly: list[Hourly] = []
     for line in lines:
-        moment = line.key["hour"]
-        assert isinstance(moment, datetime)
-        cost_series[_truncate(moment.astimezone(UTC), window.bucket)] += line.amount
+        stored = line.key[when]
+        assert isinstance(stored, date)
+        moment = _moment(stored)
+        cost_series[_truncate(moment, window.bucket)] += line.amount
         hourly.append((moment, line.gpu_hours, line.used_gpu_hours, line.energy_kwh, 0))
     uses = workloads(rows)
     names = list(

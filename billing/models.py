@@ -76,6 +76,45 @@ class UsageHour(models.Model):
         return self.used_gpu_seconds / self.allocated_gpu_seconds
 
 
+class UsageDay(models.Model):
+    """The ledger summed per UTC day: what the dashboards read for ranges longer than two
+    days, so a year is 365 rows per workload instead of 8,760.
+
+    Derived from ``UsageHour`` and nothing else: ``billing.services.rollup_days`` replaces a
+    day's rows from its hourly rows whenever an hour of it is ingested, in the same
+    transaction, so the two never disagree. Prices change at 00:00 UTC, so a day is never split
+    between two prices.
+    """
+
+    day = models.DateField(db_index=True)
+    tenant_slug = models.CharField(max_length=63, blank=True)
+    namespace = models.CharField(max_length=63)
+    flavor = models.CharField(max_length=63, blank=True)
+    gpu_model = models.CharField(max_length=120, blank=True)
+    mig_profile = models.CharField(max_length=32, blank=True)
+    workload = models.CharField(max_length=320)
+    allocated_gpu_seconds = models.DecimalField(max_digits=18, decimal_places=3)
+    used_gpu_seconds = models.DecimalField(max_digits=18, decimal_places=3)
+    observed_seconds = models.PositiveIntegerField(default=0)
+    energy_kwh = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal(0))
+    memory_peak_mib = models.PositiveIntegerField(default=0)
+    hours = models.PositiveSmallIntegerField(default=0)  # hourly rows summed
+    gap_hours = models.PositiveSmallIntegerField(default=0)  # of which observed < 3600 s
+
+    class Meta:
+        ordering = ["day", "namespace", "flavor", "mig_profile", "workload"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "namespace", "flavor", "mig_profile", "workload"],
+                name="usage_day_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant_slug", "day"])]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.namespace} {self.flavor} {self.workload}"
+
+
 class IngestCursor(models.Model):
     """The last hour of a source that was ingested completely: the periodic ingest resumes
     from the hour after it."""

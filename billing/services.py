@@ -8,8 +8,8 @@ periodic ingest resumes where it stopped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
@@ -18,10 +18,18 @@ import requests
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from billing import ingest
-from billing.models import ExporterSample, IngestCursor, IngestRun, Source, UsageHour
+from billing.models import (
+    ExporterSample,
+    IngestCursor,
+    IngestRun,
+    Source,
+    UsageDay,
+    UsageHour,
+)
 from billing.prometheus import Prometheus, PrometheusError
 from fleet.models import Node, Workload
 from fleet.services import platform_namespaces, tenant_of
@@ -229,7 +237,58 @@ def ingest_hour(hour: datetime, source: str) -> tuple[int, list[str]]:
     with transaction.atomic():
         UsageHour.objects.filter(hour=hour).delete()
         UsageHour.objects.bulk_create(rows)
+        rollup_days([hour.astimezone(UTC).date()])
     return len(rows), result.warnings
+
+
+def rollup_days(days: Iterable[date]) -> int:
+    """Replace the ``UsageDay`` rows of ``days`` with the sums of their hourly rows (one
+    aggregate query and one insert per day); returns the rows written. Keyed as the hourly
+    rows are, less the hour; a workload's GPU model and tenant are the day's (they do not
+    change within a flavor and a namespace)."""
+    written = 0
+    for day in sorted(set(days)):
+        start = datetime.combine(day, time(0), tzinfo=UTC)
+        sums = (
+            UsageHour.objects.filter(hour__gte=start, hour__lt=start + timedelta(days=1))
+            .values("namespace", "flavor", "mig_profile", "workload")
+            .annotate(
+                tenant=Max("tenant_slug"),
+                model=Max("gpu_model"),
+                allocated=Sum("allocated_gpu_seconds"),
+                used=Sum("used_gpu_seconds"),
+                observed=Sum("observed_seconds"),
+                energy=Sum("energy_kwh"),
+                peak=Max("memory_peak_mib"),
+                hours=Count("pk"),
+                gaps=Count("pk", filter=Q(observed_seconds__lt=3600)),
+            )
+            .order_by()
+        )
+        rows = [
+            UsageDay(
+                day=day,
+                tenant_slug=item["tenant"] or "",
+                namespace=item["namespace"],
+                flavor=item["flavor"],
+                gpu_model=item["model"] or "",
+                mig_profile=item["mig_profile"],
+                workload=item["workload"],
+                allocated_gpu_seconds=item["allocated"] or Decimal(0),
+                used_gpu_seconds=item["used"] or Decimal(0),
+                observed_seconds=item["observed"] or 0,
+                energy_kwh=item["energy"] or Decimal(0),
+                memory_peak_mib=item["peak"] or 0,
+                hours=item["hours"],
+                gap_hours=item["gaps"],
+            )
+            for item in sums
+        ]
+        with transaction.atomic():
+            UsageDay.objects.filter(day=day).delete()
+            UsageDay.objects.bulk_create(rows, batch_size=2000)
+        written += len(rows)
+    return written
 
 
 def do_ingest_hours(

@@ -44,7 +44,7 @@ from gitops.render.gateway import public_url
 from gitops.render.meta import FLUX_NAMESPACE
 from gitops.render.validate import validate_tenant
 from gitops.render.vcluster import release_name
-from gitops.specs import FleetSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
+from gitops.specs import Flavor, FleetSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -163,13 +163,18 @@ def capacity_rows(
     return rows
 
 
+def share_gpu_equivalents(share: GpuShare, flavor: Flavor) -> Decimal:
+    """The physical GPUs a share amounts to (the unit of a tenant's GPU quota)."""
+    fraction = units.gpu_equivalents(share, flavor)
+    return Decimal(fraction.numerator) / Decimal(fraction.denominator)
+
+
 def _equivalents(tenant: TenantSpec, fleet: FleetSpec) -> Decimal:
     total = Decimal(0)
     for share in tenant.shares:
         flavor = fleet.flavor(share.flavor)
         if flavor is not None:
-            fraction = units.gpu_equivalents(share, flavor)
-            total += Decimal(fraction.numerator) / Decimal(fraction.denominator)
+            total += share_gpu_equivalents(share, flavor)
     return total
 
 
