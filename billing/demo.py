@@ -31,7 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.costing import priced, totals
-from billing.fractions import MIG_PROFILE, FractionError, gpu_equivalents
+from billing.fractions import MIG_PROFILE, MIG_SLICES_PER_GPU, FractionError, gpu_equivalents
 from billing.ingest import workload_name
 from billing.models import Budget, GpuPrice, Source, UsageHour
 from billing.services import HOUR, last_complete_hour
@@ -70,6 +70,8 @@ class Placement:
 
 @dataclass(frozen=True)
 class Seeded:
+    """What one run wrote: new prices, demo rows, hours left to another source, budget's tenant."""
+
     prices: int
     rows: int
     skipped_hours: int
@@ -77,11 +79,13 @@ class Seeded:
 
 
 def _memory_mib(equivalents: Fraction, mig_profile: str, gpu_memory_mib: int) -> int:
+    """The framebuffer held: a MIG instance its profile's (decimal) gigabytes, anything else
+    its share of the card."""
     match = MIG_PROFILE.match(mig_profile) if mig_profile else None
     if match is None:
         return int(equivalents * gpu_memory_mib)
-    instances = equivalents * 7 / int(match["slices"])
-    return int(instances * int(match["gb"]) * 1000 * 1000 * 1000 / 2**20)
+    instances = equivalents * MIG_SLICES_PER_GPU / int(match["slices"])
+    return int(instances * int(match["gb"]) * 10**9 / 2**20)
 
 
 def _mig_profile(requests: dict[str, int]) -> str:
