@@ -36,13 +36,27 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     main = repo.head("main")
     assert main is not None
     assert check_duplicates(repo.read_tree(main)) == []
-    counts = (Tenant.objects.count(), Membership.objects.count(), AuditEvent.objects.count())
+    # A month of made-up GPU usage for the cost pages (tests/billing/test_demo_history.py).
+    from billing.models import Budget, GpuPrice, UsageHour
+
+    history = UsageHour.objects.filter(source="demo").count()
+    assert history == 30 * 24 * 4  # four placements of the simulator's seed workloads
+    counts = (
+        Tenant.objects.count(),
+        Membership.objects.count(),
+        AuditEvent.objects.count(),
+        GpuPrice.objects.count(),
+        Budget.objects.count(),
+    )
     call_command("seed_demo", stdout=StringIO())
     assert counts == (
         Tenant.objects.count(),
         Membership.objects.count(),
         AuditEvent.objects.count(),
+        GpuPrice.objects.count(),
+        Budget.objects.count(),
     )
+    assert UsageHour.objects.filter(source="demo").count() == history
     assert set(Tenant.objects.values_list("slug", flat=True)) == {
         "vision",
         "llm-platform",

@@ -121,6 +121,13 @@ class Command(BaseCommand):
             self._seed()
             self._merge_onboarding()
             self._seed_catalog()
+            self._seed_billing()
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Demo ready: {len(USERS)} users (password {DEMO_PASSWORD!r}), "
+                    f"{len(TENANTS)} tenants."
+                )
+            )
 
     @transaction.atomic
     def _seed(self) -> None:
@@ -205,9 +212,15 @@ class Command(BaseCommand):
             with transaction.atomic():
                 gitops.do_merge(request.change, acting_user=users["platform"])
             catalog.advance_requests()
+
+    def _seed_billing(self) -> None:
+        """Prices, a month of made-up GPU usage and a budget, so the cost pages have a
+        history before the demo's own exporter has been scraped for an hour."""
+        from billing.demo import seed_history
+
+        seeded = seed_history()
         self.stdout.write(
-            self.style.SUCCESS(
-                f"Demo ready: {len(USERS)} users (password {DEMO_PASSWORD!r}), "
-                f"{len(TENANTS)} tenants."
-            )
+            f"Demo billing: {seeded.rows} usage rows over the last 30 days "
+            f"({seeded.skipped_hours} hours already metered), {seeded.prices} new prices, "
+            f"a budget for {seeded.budget or 'no tenant'}."
         )

@@ -1,0 +1,193 @@
+"""The demo's made-up month (``billing.demo``, run by ``seed_demo``): the same ledger keys and
+GPU-seconds the real ingest writes for the demo's placements, the same rows on every run,
+no overlap with metered hours, prices and a budget."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from billing import demo, services
+from billing.costing import PriceBook, priced, totals
+from billing.models import Budget, GpuPrice, Source, UsageHour
+from fleet import services as fleet_services
+from fleet.simulator import Simulator
+from fleet.simulator.config import SeedWorkload, SimConfig
+from tenants.models import Tenant
+
+HOUR = timedelta(hours=1)
+STEP = 60
+# A GPU pod in a namespace no tenant owns, and one in a platform namespace.
+SCRATCH = SeedWorkload(
+    "scratch", "notebook", resources=(("nvidia.com/gpu", "1"),), pool="h200", queue=""
+)
+SYSTEM = SeedWorkload(
+    "kube-system", "burn-in", resources=(("nvidia.com/gpu", "1"),), pool="h200", queue=""
+)
+FIELDS = (
+    "hour",
+    "tenant_slug",
+    "namespace",
+    "flavor",
+    "gpu_model",
+    "mig_profile",
+    "workload",
+    "allocated_gpu_seconds",
+    "used_gpu_seconds",
+    "observed_seconds",
+    "memory_avg_mib",
+    "memory_peak_mib",
+    "energy_kwh",
+)
+
+
+@pytest.fixture
+def tenants(db: None) -> None:
+    for slug in ("vision", "llm-platform"):
+        Tenant.objects.create(slug=slug, display_name=slug)
+
+
+@pytest.fixture
+def fleet(start_fleet: Callable[..., Simulator], settings: Any, tenants: None) -> Simulator:
+    sim = start_fleet(seed_workloads=(*SimConfig.demo().seed_workloads, SCRATCH, SYSTEM))
+    report = fleet_services.sync_all()
+    assert report.ok, report.errors
+    settings.BILLING_EXPORTER_URLS = [f"{sim.url}/metrics"]
+    settings.BILLING_EXPORTER_TOKEN = ""
+    settings.BILLING_STEP_SECONDS = STEP
+    return sim
+
+
+def demo_rows() -> list[tuple[Any, ...]]:
+    return list(UsageHour.objects.filter(source=Source.DEMO).order_by(*FIELDS).values_list(*FIELDS))
+
+
+def by_key(rows: Any) -> dict[tuple[str, ...], UsageHour]:
+    return {
+        (r.tenant_slug, r.namespace, r.flavor, r.gpu_model, r.mig_profile, r.workload): r
+        for r in rows
+    }
+
+
+@pytest.mark.django_db
+def test_it_writes_what_the_ingest_writes_for_the_same_placements(fleet: Simulator) -> None:
+    # One hour metered for real, from the simulator's exporter.
+    metered = services.last_complete_hour() - 5 * HOUR
+    for slot in range(-1, 60):
+        moment = metered.timestamp() + slot * STEP + 7.5
+        fleet.clock = lambda moment=moment: moment
+        services.scrape_exporters(now=moment)
+    services.ingest_hour(metered, Source.EXPORTER)
+    real = by_key(UsageHour.objects.filter(hour=metered))
+    real_before = sorted(UsageHour.objects.filter(hour=metered).values_list(*FIELDS))
+
+    seeded = demo.seed_history()
+
+    assert seeded.skipped_hours == 1
+    assert seeded.rows == (demo.DAYS * 24 - 1) * len(real)
+    # The metered hour is left as the ingest wrote it, and no demo row joins it.
+    assert sorted(UsageHour.objects.filter(hour=metered).values_list(*FIELDS)) == real_before
+    end = services.last_complete_hour() + HOUR
+    hours = set(UsageHour.objects.filter(source=Source.DEMO).values_list("hour", flat=True))
+    assert min(hours) == end - timedelta(days=demo.DAYS) and max(hours) == end - HOUR
+    assert metered not in hours
+    # Every demo hour has the ingest's keys (tenant by namespace: "scratch" is no tenant's,
+    # kube-system not billed) and, where fully observed, its GPU-seconds.
+    an_hour = by_key(UsageHour.objects.filter(hour=metered - HOUR))
+    assert an_hour.keys() == real.keys()
+    assert ("", "scratch", "h200", "NVIDIA-H200", "", "Job/notebook") in real
+    assert not UsageHour.objects.filter(namespace="kube-system").exists()
+    for key, row in an_hour.items():
+        if row.observed_seconds == 3600:
+            assert row.allocated_gpu_seconds == real[key].allocated_gpu_seconds, key
+        assert row.used_gpu_seconds <= row.allocated_gpu_seconds
+        assert row.memory_peak_mib >= row.memory_avg_mib > 0
+        assert row.energy_kwh > 0
+
+
+@pytest.mark.django_db
+def test_it_is_deterministic_and_idempotent(fleet: Simulator) -> None:
+    first = demo.seed_history()
+    rows = demo_rows()
+    prices = list(GpuPrice.objects.values_list("gpu_model", "mig_profile", "amount"))
+    budget = list(Budget.objects.values_list("tenant__slug", "monthly_amount"))
+    again = demo.seed_history()
+    assert demo_rows() == rows
+    assert again.rows == first.rows == len(rows) == UsageHour.objects.count()
+    assert again.prices == 0
+    assert list(GpuPrice.objects.values_list("gpu_model", "mig_profile", "amount")) == prices
+    assert list(Budget.objects.values_list("tenant__slug", "monthly_amount")) == budget
+
+
+@pytest.mark.django_db
+def test_it_leaves_one_tenant_idle_on_a_daily_cycle(fleet: Simulator) -> None:
+    demo.seed_history()
+    used: dict[str, Decimal] = defaultdict(Decimal)
+    allocated: dict[str, Decimal] = defaultdict(Decimal)
+    by_hour: dict[int, list[Decimal]] = defaultdict(list)
+    for row in UsageHour.objects.filter(source=Source.DEMO):
+        used[row.tenant_slug] += row.used_gpu_seconds
+        allocated[row.tenant_slug] += row.allocated_gpu_seconds
+        if row.tenant_slug == "vision" and row.hour.weekday() < 5:
+            by_hour[row.hour.hour].append(row.efficiency)
+    assert used[demo.IDLE_TENANT] / allocated[demo.IDLE_TENANT] < Decimal("0.1")
+    assert used["vision"] / allocated["vision"] > Decimal("0.4")
+
+    def mean(values: list[Decimal]) -> Decimal:
+        return sum(values, Decimal(0)) / len(values)
+
+    assert mean(by_hour[14]) > mean(by_hour[2]) + Decimal("0.3")
+
+
+@pytest.mark.django_db
+def test_it_prices_the_fleets_models_with_a_history_and_sets_a_budget(fleet: Simulator) -> None:
+    seeded = demo.seed_history()
+    whole = list(
+        GpuPrice.objects.filter(gpu_model="NVIDIA-H200", mig_profile="").values_list(
+            "amount", flat=True
+        )
+    )
+    assert whole == [amount for _, amount in demo.WHOLE_PRICES]  # older first
+    profiles = set(GpuPrice.objects.exclude(mig_profile="").values_list("mig_profile", flat=True))
+    assert profiles == {"1g.18gb", "2g.35gb", "3g.71gb"}
+    assert seeded.prices == 5
+    # The price change falls inside the month: two price periods to bill.
+    end = services.last_complete_hour() + HOUR
+    start = end - timedelta(days=demo.DAYS)
+    assert len(PriceBook.load().periods(start, end)) == 2
+    # Every demo GPU-hour has a price; the budget is above the tenant's month, not far.
+    lines = priced(UsageHour.objects.all(), start, end, by=("tenant_slug",))
+    assert all(line.priced for line in lines)
+    spent = totals(lines, "tenant_slug")[demo.BUDGET_TENANT].amount
+    budget = Budget.objects.get(tenant__slug=demo.BUDGET_TENANT)
+    assert spent < budget.monthly_amount < spent * 2
+    assert budget.thresholds == [50, 80, 100]
+
+
+@pytest.mark.django_db
+def test_it_uses_the_simulators_workloads_before_the_fleet_is_synced(
+    tenants: None, settings: Any
+) -> None:
+    settings.FLEET_SIMULATOR_CONFIG = ""
+    found = {(p.namespace, p.flavor, p.mig_profile, p.workload): p for p in demo.placements()}
+    assert {key: p.gpu_equivalents for key, p in found.items()} == {
+        # Two HAMi shares of 24000 MiB and 30% of the cores: 0.3 of an H200 each.
+        ("llm-platform", "h200-hami", "", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): (
+            Fraction(3, 5)
+        ),
+        ("vision", "h200", "", "Job/finetune-vit"): 16,
+        ("vision", "h200-mig", "1g.18gb", "Job/eval-vit-small"): Fraction(3, 7),
+        ("vision", "h200-mig", "3g.71gb", "Job/eval-vit-large"): Fraction(3, 7),
+    }
+    seeded = demo.seed_history(now=datetime.fromisoformat("2026-06-01T12:30:00+00:00"))
+    assert seeded.rows == demo.DAYS * 24 * 4
+    assert set(UsageHour.objects.values_list("tenant_slug", flat=True)) == {
+        "vision",
+        "llm-platform",
+    }
