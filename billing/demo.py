@@ -34,7 +34,7 @@ from billing.costing import priced, totals
 from billing.fractions import MIG_PROFILE, MIG_SLICES_PER_GPU, FractionError, gpu_equivalents
 from billing.ingest import workload_name
 from billing.models import Budget, GpuPrice, Source, UsageHour
-from billing.services import HOUR, last_complete_hour
+from billing.services import HOUR, last_complete_hour, rollup_days
 from fleet.models import Node, Workload
 from fleet.services import platform_namespaces, tenant_of
 from tenants.models import Tenant
@@ -325,5 +325,7 @@ def seed_history(now: datetime | None = None) -> Seeded:
     tenants = set(Tenant.objects.values_list("slug", flat=True))
     rows = history_rows(found, kept, tenants)
     UsageHour.objects.bulk_create(rows, batch_size=BATCH)
+    # The daily sums the dashboards read for ranges of days, as the ingest keeps them.
+    rollup_days({(start + i * HOUR).date() for i in range(DAYS * 24)})
     budget = seed_budget(start, end)
     return Seeded(prices, len(rows), len(hours) - len(kept), budget)

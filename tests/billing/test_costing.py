@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from billing.costing import GPU_HOUR, INSTANCE_HOUR, PriceBook, priced, totals
-from billing.models import GpuPrice, Source, UsageHour
+from billing.costing import GPU_HOUR, INSTANCE_HOUR, PriceBook, Priced, priced, totals
+from billing.models import GpuPrice, Source, UsageDay, UsageHour
+from billing.services import rollup_days
 
 pytestmark = pytest.mark.django_db
 
@@ -115,3 +116,49 @@ def test_the_price_book_cuts_only_at_changes_inside_the_range() -> None:
     book = PriceBook.load()
     assert book.periods(_at(1), _at(30)) == [(_at(1), _at(15)), (_at(15), _at(30))]
     assert book.periods(_at(16), _at(30)) == [(_at(16), _at(30))]
+
+
+def _summed(lines: list[Priced]) -> dict[object, tuple[Decimal, Decimal]]:
+    places = Decimal("0.0001")
+    return {
+        key: (total.amount.quantize(places), total.gpu_hours.quantize(places))
+        for key, total in totals(lines, ("tenant_slug", "workload")).items()
+    }
+
+
+def test_the_daily_sums_price_as_the_hours_do() -> None:
+    GpuPrice.objects.create(gpu_model=H200, amount=Decimal("4.00"), effective_from=date(2026, 1, 1))
+    GpuPrice.objects.create(
+        gpu_model=H200, amount=Decimal("3.00"), effective_from=date(2026, 11, 2)
+    )
+    for day in (1, 2, 3):
+        for hour in range(0, 12, 5):
+            _row(_at(day, hour), workload=f"Job/{hour % 2}", observed_seconds=3600 - hour)
+    _row(_at(2, 7), mig_profile="1g.18gb", allocated_gpu_seconds=Decimal(3600) / 7)
+    assert rollup_days([date(2026, 11, d) for d in (1, 2, 3)]) == 7
+    # A range may end inside a day: the day's row holds the hours ingested so far.
+    end = _at(3, 12)
+    hourly = priced(UsageHour.objects.all(), _at(1), end, by=("tenant_slug", "workload"))
+    daily = priced(UsageDay.objects.all(), _at(1), end, by=("tenant_slug", "workload"))
+    assert _summed(daily) == _summed(hourly)
+    assert {(line.period_start, line.unit_price) for line in daily if not line.mig_profile} == {
+        (_at(1), Decimal("4.00")),
+        (_at(2), Decimal("3.00")),
+    }
+    day = UsageDay.objects.get(day=date(2026, 11, 1), workload="Job/0")
+    assert (day.hours, day.gap_hours) == (2, 1)  # hours 0 and 10; 10 was not whole
+    assert day.allocated_gpu_seconds == 7200
+
+
+def test_a_rolled_up_day_is_replaced_not_added_to() -> None:
+    _row(_at(1, 1))
+    rollup_days([date(2026, 11, 1)])
+    _row(_at(1, 2))
+    rollup_days([date(2026, 11, 1)])
+    [day] = UsageDay.objects.all()
+    assert (day.hours, day.allocated_gpu_seconds) == (2, 7200)
+
+
+def test_daily_rows_refuse_a_range_that_does_not_start_at_midnight() -> None:
+    with pytest.raises(ValueError, match="midnight"):
+        priced(UsageDay.objects.all(), _at(1, 3), _at(2))

@@ -16,6 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from billing.models import GpuPrice, Source, UsageHour
+from billing.services import rollup_days
 from fleet.models import Health, Node
 from portal.views import CURRENT_TENANT_KEY
 from tenants.models import Membership, Role, Tenant
@@ -43,6 +44,7 @@ def alpha_usage(tenant: str = "alpha", hours: int = 3, workload: str = "Deployme
         )
         for h in range(hours)
     )
+    rollup_days({(now - timedelta(hours=h + 1)).date() for h in range(hours)})
 
 
 @pytest.fixture

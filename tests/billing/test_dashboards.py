@@ -19,6 +19,7 @@ from billing.dashboards import (
     tenant_dashboard,
 )
 from billing.models import GpuPrice, IngestRun, Source, UsageHour
+from billing.services import rollup_days
 from catalog.models import Resource, ResourceRequest
 from fleet.models import Health, Node
 
@@ -43,7 +44,9 @@ def row(hour: datetime, **fields: object) -> UsageHour:
         "energy_kwh": Decimal("0.5"),
     }
     values.update(fields)
-    return UsageHour.objects.create(hour=hour, **values)
+    created = UsageHour.objects.create(hour=hour, **values)
+    rollup_days([hour.astimezone(UTC).date()])  # as the ingest keeps the daily sums
+    return created
 
 
 def at(day: int, hour: int = 0) -> datetime:
@@ -343,10 +346,15 @@ def test_a_year_of_hours_is_bucketed_in_the_database(world: dict[str, Any]) -> N
         )
         for h in range(365 * 24)
     )
+    rollup_days((start + timedelta(days=d)).date() for d in range(366))
     board = admin_dashboard(parse_range({"range": "365d"}, NOW))
     assert board.window.bucket == "week"
     assert len(board.series) in (53, 54)
-    assert sum(b.gpu_hours for b in board.series) == Decimal(365 * 24)
+    # The last 365 calendar days, today's hours so far included: midnight 364 days ago on.
+    assert board.window.start == datetime(2025, 11, 11, tzinfo=UTC)
+    inside = UsageHour.objects.filter(hour__gte=board.window.start).count()
+    assert inside == 365 * 24 - 12
+    assert sum(b.gpu_hours for b in board.series) == Decimal(inside)
 
 
 def test_the_cost_table_lists_the_dearest_tenants_and_sums_the_rest(world: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from django.db import transaction
 from prometheus_client.parser import text_string_to_metric_families
 
 from billing import services
-from billing.models import ExporterSample, IngestCursor, IngestRun, UsageHour
+from billing.models import ExporterSample, IngestCursor, IngestRun, UsageDay, UsageHour
 from fleet import services as fleet_services
 from fleet.simulator import Simulator
 from fleet.simulator.config import SeedWorkload, SimConfig
@@ -119,6 +119,12 @@ def test_it_meters_the_simulators_placements_to_the_gpu_second(fleet: Simulator)
         ("vision", "h200", "Job/impostor"): Decimal(3600),
     }
     assert {key: row.allocated_gpu_seconds for key, row in rows.items()} == expected
+    # The day's sums are kept with the hour, for the dashboards' longer ranges.
+    daily = {
+        (d.namespace, d.flavor, d.workload): d.allocated_gpu_seconds
+        for d in UsageDay.objects.filter(day=hour.date())
+    }
+    assert daily == expected
     profiles = {key[2]: row.mig_profile for key, row in rows.items() if row.mig_profile}
     assert profiles == {"Job/eval-vit-small": "1g.18gb", "Job/eval-vit-large": "3g.71gb"}
     assert {row.gpu_model for row in rows.values()} == {"NVIDIA-H200"}
