@@ -15,7 +15,7 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from portal.models import Job
@@ -36,15 +36,12 @@ CURRENT_TENANT_KEY = "current_tenant"
 
 def _landing(request: HttpRequest, memberships: QuerySet[Membership]) -> str:
     """Where a person starts: a platform admin on the fleet's usage dashboard, finance on the
-    finance pages (once they exist), a tenant member on their current tenant's usage; ""
+    finance page, a tenant member on their current tenant's usage; ""
     for the home page itself. By URL name: the portal imports no app's views."""
     if is_platform_admin(request.user):
         return reverse("billing:admin_dashboard")
     if is_finance(request.user):
-        try:
-            return reverse("billing:finance")
-        except NoReverseMatch:
-            return ""
+        return reverse("billing:finance")
     slugs = [membership.tenant.slug for membership in memberships]
     if not slugs:
         return ""

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import GpuPrice, Source, UsageHour
@@ -222,14 +222,21 @@ def test_a_platform_admin_lands_on_the_usage_dashboard(login: Login) -> None:
     )
 
 
-def test_finance_stays_home_until_the_finance_page_exists(login: Login) -> None:
+def test_finance_lands_on_the_finance_page(login: Login) -> None:
     response = login("fiona").get("/")
-    try:
-        finance = reverse("billing:finance")
-    except NoReverseMatch:  # until the finance pages are merged
-        assert response.status_code == 200
-    else:
-        assert response.status_code == 302 and response["Location"] == finance
+    assert response.status_code == 302 and response["Location"] == reverse("billing:finance")
+
+
+def test_the_tenant_page_asks_for_its_right_sizing_fragment(
+    login: Login, priced_usage: None
+) -> None:
+    bob = login("bob")
+    page = bob.get("/t/alpha/usage/").content.decode()
+    url = reverse("billing:rightsizing", kwargs={"tenant": "alpha"})
+    assert f'hx-get="{url}"' in page
+    fragment = bob.get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.lstrip().startswith('<div id="recommendations"')
+    assert login("charlie").get(url, HTTP_HX_REQUEST="true").status_code == 404
 
 
 def test_a_member_lands_on_the_usage_of_their_current_tenant(
@@ -247,6 +254,8 @@ def test_someone_without_a_tenant_stays_home(login: Login) -> None:
     assert login("nora").get("/").status_code == 200
 
 
-def test_the_main_nav_links_usage_for_platform_admins(login: Login) -> None:
+def test_the_main_nav_links_usage_for_platform_admins_and_finance(login: Login) -> None:
     assert 'href="/billing/">Usage</a>' in login("pam").get("/fleet/").content.decode()
+    assert 'href="/billing/">Usage</a>' in login("fiona").get("/tenants/").content.decode()
     assert 'href="/billing/"' not in login("nora").get("/").content.decode()
+    assert 'href="/billing/"' not in login("alice").get("/tenants/").content.decode()
