@@ -97,12 +97,15 @@ class Line:
     workload: str
     gpu_model: str = ""
     mig_profile: str = ""  # "" for whole GPUs and HAMi shares
+    # Exact: what a tenant held is what it pays for. The readings (activity, energy) are
+    # floats from DCGM and summed as floats: turning each into an exact Fraction cost half
+    # the rollup's time (bench/billing_ingest.py) for digits below the ledger's millisecond.
     allocated: Fraction = Fraction(0)
-    used: Fraction = Fraction(0)
+    used: float = 0.0
     step: int = 0
     observed: set[int] = field(default_factory=set)  # the steps sampled
     memory_by_step: dict[int, float] = field(default_factory=dict)
-    energy_mj: Fraction = Fraction(0)
+    energy_mj: float = 0.0
     fallback: bool = False
 
     @property
@@ -119,7 +122,7 @@ class Line:
         return int(max(self.memory_by_step.values(), default=0.0))
 
     @property
-    def energy_kwh(self) -> Fraction:
+    def energy_kwh(self) -> float:
         return self.energy_mj / MJ_PER_KWH
 
 
@@ -303,7 +306,7 @@ def rollup(
         )
         busy, fallback = activity(point)
         line.allocated += fraction * step
-        line.used += fraction * step * Fraction(busy)
+        line.used += float(fraction) * step * busy
         line.fallback |= fallback
         line.observed.add(point.at)
         if point.fb_used_mib is not None:
@@ -317,7 +320,7 @@ def rollup(
         if increase is None:
             continue
         for line, fraction in holding:
-            line.energy_mj += Fraction(increase) * fraction
+            line.energy_mj += increase * float(fraction)
 
     for hostname, steps in hami_steps.items():
         node = nodes[hostname]
@@ -341,7 +344,7 @@ def rollup(
                 busy_values = [activity(p) for p in held]
                 mean = sum(b for b, _ in busy_values) / len(busy_values)
                 line.allocated += fraction * step
-                line.used += fraction * step * Fraction(mean)
+                line.used += float(fraction) * step * mean
                 line.fallback |= any(f for _, f in busy_values)
                 line.observed.add(at)
                 memory = [p.fb_used_mib for p in held if p.fb_used_mib is not None]
@@ -354,7 +357,7 @@ def rollup(
                     if at in energy_step.get((hostname, p.device.uuid), {})
                 ]
                 if energy:
-                    line.energy_mj += Fraction(sum(energy) / len(energy)) * fraction
+                    line.energy_mj += sum(energy) / len(energy) * float(fraction)
 
     for hostname in sorted(unknown_hosts):
         warnings.append(

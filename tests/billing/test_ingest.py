@@ -124,7 +124,8 @@ def test_it_counts_whole_gpus_and_mig_slices_per_step() -> None:
     assert train.observed_seconds == 3600
     evaluation = by_workload["Pod/eval-0"]
     assert (evaluation.flavor, evaluation.allocated) == ("h200-mig", Fraction(3600, 7))
-    assert evaluation.used == evaluation.allocated
+    # Readings are summed as floats; the ledger keeps a thousandth of a GPU-second.
+    assert evaluation.used == pytest.approx(float(evaluation.allocated), abs=1e-6)
     # Prices are per GPU model and MIG profile, so each line says both.
     assert (train.gpu_model, train.mig_profile) == ("NVIDIA-H200", "")
     assert (evaluation.gpu_model, evaluation.mig_profile) == ("NVIDIA-H200", "1g.18gb")
@@ -155,7 +156,7 @@ def test_it_counts_energy_increases_across_a_counter_reset() -> None:
     [line] = rollup(points, start=HOUR, end=HOUR + 3600, step=60, nodes=NODES, holders=[]).lines
     # 60000 + 60000 + 5000 (reset: all since) + 60000 mJ.
     assert line.energy_mj == 185000
-    assert line.energy_kwh == Fraction(185000, 3_600_000_000)
+    assert line.energy_kwh == pytest.approx(185000 / 3_600_000_000, rel=1e-12)
 
 
 def test_it_shares_a_mig_gpus_energy_by_slices() -> None:
@@ -206,7 +207,7 @@ def test_it_attributes_hami_gpus_from_the_synced_pods_not_the_device_label() -> 
     [line] = result.lines
     assert (line.namespace, line.flavor, line.workload) == ("llm", "h200-hami", "ReplicaSet/chat")
     assert line.allocated == 2 * Fraction(3, 10) * 3600
-    assert line.used == line.allocated * Fraction(0.4)
+    assert line.used == pytest.approx(float(line.allocated) * 0.4, abs=1e-6)
     assert line.memory_peak_mib == 600  # 1000 MiB x 0.3, for each of the two pods
 
 
