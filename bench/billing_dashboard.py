@@ -300,6 +300,10 @@ def main() -> None:
         if args.keep and UsageHour.objects.exists():
             rows = UsageHour.objects.count()
             print(f"# reusing {rows:,} rows", file=sys.stderr)
+            with connection.cursor() as cursor:
+                # A migration may have added tables (the daily sums) since the last ANALYZE;
+                # in production autovacuum would have analysed them long since.
+                cursor.execute("ANALYZE")
         else:
             if connection.vendor == "postgresql":
                 from django.core.management import call_command
