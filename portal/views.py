@@ -29,12 +29,11 @@ from tenants.access import (
     tenants_where,
     visible_tenants,
 )
-from tenants.models import Membership
 
 CURRENT_TENANT_KEY = "current_tenant"
 
 
-def _landing(request: HttpRequest, memberships: QuerySet[Membership]) -> str:
+def _landing(request: HttpRequest, memberships: QuerySet[Any]) -> str:
     """Where a person starts: a platform admin on the fleet's usage dashboard, finance on the
     finance page, a tenant member on their current tenant's usage; ""
     for the home page itself. By URL name: the portal imports no app's views."""

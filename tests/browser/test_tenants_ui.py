@@ -160,7 +160,16 @@ def test_it_gives_a_plain_member_a_read_only_members_page(
     expect(page.locator("#members select")).to_have_count(0)
     expect(page.get_by_role("button", name="Remove")).to_have_count(0)
     expect(page.locator("nav.tabs a")).to_have_text(
-        ["Overview", "Catalog", "Requests", "Members", "Status", "Usage & cost"]
+        [
+            "Overview",
+            "Catalog",
+            "Requests",
+            "Members",
+            "Status",
+            "Usage & cost",
+            "Invoices",
+            "Budget",
+        ]
     )
 
     # A stale or hand-made form still reaches the server: bob gets a page that says why.
