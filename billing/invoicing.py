@@ -251,15 +251,7 @@ def opencost_by_tenant(start: datetime, end: datetime) -> dict[str, CostTotals]:
     out: dict[str, CostTotals] = {}
     for step in costs_by_owner(sets, slugs, platform_namespaces()):
         for slug, costs in step.tenants.items():
-            into = out.setdefault(slug, CostTotals())
-            into.cpu += costs.cpu
-            into.ram += costs.ram
-            into.pv += costs.pv
-            into.network += costs.network
-            into.load_balancer += costs.load_balancer
-            into.shared += costs.shared
-            into.external += costs.external
-            into.opencost_gpu += costs.opencost_gpu
+            out.setdefault(slug, CostTotals()).absorb(costs)
     return out
 
 

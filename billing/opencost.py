@@ -316,6 +316,18 @@ class CostTotals:
         self.opencost_gpu += line.gpu_cost
         self.namespaces.append(line.name)
 
+    def absorb(self, other: CostTotals) -> None:
+        """Add another owner's or step's totals to these."""
+        self.cpu += other.cpu
+        self.ram += other.ram
+        self.pv += other.pv
+        self.network += other.network
+        self.load_balancer += other.load_balancer
+        self.shared += other.shared
+        self.external += other.external
+        self.opencost_gpu += other.opencost_gpu
+        self.namespaces += [n for n in other.namespaces if n not in self.namespaces]
+
 
 @dataclass
 class StepCosts:
@@ -367,16 +379,7 @@ def merge_gpu(gpu_cost: Mapping[str, Decimal], steps: Iterable[StepCosts]) -> li
     totals: dict[str, CostTotals] = {}
     for step in steps:
         for tenant, costs in step.tenants.items():
-            into = totals.setdefault(tenant, CostTotals())
-            into.cpu += costs.cpu
-            into.ram += costs.ram
-            into.pv += costs.pv
-            into.network += costs.network
-            into.load_balancer += costs.load_balancer
-            into.shared += costs.shared
-            into.external += costs.external
-            into.opencost_gpu += costs.opencost_gpu
-            into.namespaces += [n for n in costs.namespaces if n not in into.namespaces]
+            totals.setdefault(tenant, CostTotals()).absorb(costs)
     names = sorted(set(totals) | set(gpu_cost))
     return [
         TenantBill(tenant, gpu_cost.get(tenant, ZERO), totals.get(tenant, CostTotals()))
