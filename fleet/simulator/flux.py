@@ -251,6 +251,15 @@ class _Fetch:
     message: str = ""
 
 
+def _heads_moved(before: tuple[Any, ...], after: tuple[Any, ...]) -> bool:
+    """Whether a branch read by ``before`` has another head in ``after`` (sources a pass
+    created itself are new in ``after`` and do not count)."""
+    if before[0] != after[0]:
+        return True
+    heads = {part[0]: part[2] for part in before[1:]}
+    return any(part[0] in heads and heads[part[0]] != part[2] for part in after[1:])
+
+
 class FluxPlayer:
     """Reconciles the repository at ``repo_path`` (branch ``branch``) into ``store``.
 
@@ -355,8 +364,12 @@ class FluxPlayer:
             self._due = None
             self._retry_at = None
             self.reconcile(now)
-            # What this pass created itself (sources, Secrets) needs no second pass.
-            self._seen = self._fingerprint()
+            # What this pass created itself (sources, Secrets) needs no second pass; but a
+            # branch that moved while it ran (a merge landing mid-reconcile) was not applied,
+            # so it must still look new. Flux compares the source's revision with the last
+            # applied one on every interval and never loses a commit that way.
+            after = self._fingerprint()
+            self._seen = None if _heads_moved(fingerprint, after) else after
 
     def advance(self, now: float) -> None:
         """Move HelmReleases and InferenceServices whose delay has passed to Ready."""

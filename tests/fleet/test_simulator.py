@@ -775,6 +775,31 @@ def test_it_waits_for_the_configured_delays(settings: Any) -> None:
     assert condition(isvc, "Ready")["status"] == "True"
 
 
+def test_a_commit_landing_during_a_reconcile_is_applied_next(
+    simulator: Simulator, settings: Any
+) -> None:
+    git_secret(simulator)
+    repo = repository(settings)
+    first = commit(repo, render_repository(demo_fleet(), [ALPHA]), None)
+    simulator.tick()
+    second = commit(repo, {"README.md": b"second\n"}, first)
+    reconcile = simulator.flux.reconcile
+    landed: list[str] = []
+
+    def merge_meanwhile(now: float) -> None:
+        reconcile(now)  # applies ``second``...
+        landed.append(commit(repo, {"README.md": b"third\n"}, second))  # ...as a merge lands
+
+    simulator.flux.reconcile = merge_meanwhile  # type: ignore[method-assign]
+    simulator.tick()
+    simulator.flux.reconcile = reconcile  # type: ignore[method-assign]
+    root = simulator.get_object("kustomizations", "flux-system", "flux-system")
+    assert root["status"]["lastAppliedRevision"] == f"main@sha1:{second}"
+    simulator.tick()
+    root = simulator.get_object("kustomizations", "flux-system", "flux-system")
+    assert root["status"]["lastAppliedRevision"] == f"main@sha1:{landed[0]}"
+
+
 def test_it_reconciles_again_when_asked_through_the_annotation(
     simulator: Simulator, kube: client.ApiClient, settings: Any
 ) -> None:
