@@ -366,8 +366,10 @@ class FluxPlayer:
             self.reconcile(now)
             # What this pass created itself (sources, Secrets) needs no second pass; but a
             # branch that moved while it ran (a merge landing mid-reconcile) was not applied,
-            # so it must still look new. Flux compares the source's revision with the last
-            # applied one on every interval and never loses a commit that way.
+            # so it must still look new. Flux never loses a revision that way: the
+            # kustomize-controller is queued by every artifact revision change of its source
+            # (fluxcd/kustomize-controller internal/controller/kustomization_controller.go,
+            # SetupWithManager: SourceRevisionChangePredicate) and on every interval.
             after = self._fingerprint()
             self._seen = None if _heads_moved(fingerprint, after) else after
 
