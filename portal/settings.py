@@ -58,12 +58,16 @@ INSTALLED_APPS = [
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
     "csp",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "portal",
     "tenants",
     "gitops",
     "fleet",
     "catalog",
     "billing",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -477,4 +481,31 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+}
+
+
+# --- REST API (api/) ---------------------------------------------------------------------------
+# Tokens first, then the browser's session (the docs page, htmx pages calling the API). Every
+# call needs a signed-in caller whose token scopes cover the method (api.permissions); errors
+# are RFC 9457 problem details (api.problems). JSON in and out; the schema is OpenAPI 3.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["api.permissions.ScopedAccess"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AI factory portal API",
+    "DESCRIPTION": "Tenants, requests, changes, fleet capacity, usage and cost.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["api.permissions.ScopedAccess"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }

@@ -17,6 +17,7 @@ urlpatterns = [
     path("", include("catalog.urls")),
     path("", include("catalog.urls_admin")),
     path("", include("billing.urls")),
+    path("", include("api.urls")),
     path("git/", include("gitops.githttp")),
     path("accounts/", include("allauth.urls")),
     path("django-admin/", admin.site.urls),
