@@ -1,11 +1,43 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.routers import SimpleRouter
+
+from api import token_views
+from api.base import ApiViewMixin
+from api.views_catalog import ChangeViewSet, RequestViewSet
+from api.views_tenants import CapacityView, InvoiceViewSet, MemberViewSet, TenantViewSet, UsageView
 
 app_name = "api"
 
+
+class SchemaView(ApiViewMixin, SpectacularAPIView):
+    """The OpenAPI document; its calls with a token are logged like any other."""
+
+
+router = SimpleRouter()
+router.register("tenants", TenantViewSet, basename="tenant")
+router.register("requests", RequestViewSet, basename="request")
+router.register("changes", ChangeViewSet, basename="change")
+router.register("invoices", InvoiceViewSet, basename="invoice")
+
+members = MemberViewSet.as_view({"get": "list", "post": "create"})
+member = MemberViewSet.as_view({"get": "retrieve", "patch": "partial_update", "delete": "destroy"})
+
 urlpatterns = [
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    path("api/v1/tenants/<slug:tenant>/members/", members, name="members"),
+    path("api/v1/tenants/<slug:tenant>/members/<str:username>/", member, name="member"),
+    path(
+        "api/v1/tenants/<slug:tenant>/usage/",
+        UsageView.as_view({"get": "retrieve"}),
+        name="usage",
+    ),
+    path("api/v1/fleet/capacity/", CapacityView.as_view(), name="capacity"),
+    path("api/tokens/", token_views.token_list, name="tokens"),
+    path("api/tokens/<str:prefix>/", token_views.token_detail, name="token_detail"),
+    path("t/<slug:tenant>/robots/", token_views.robots, name="robots"),
+    path("api/v1/", include(router.urls)),
 ]

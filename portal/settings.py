@@ -490,6 +490,9 @@ LOGGING = {
 # are RFC 9457 problem details (api.problems). JSON in and out; the schema is OpenAPI 3.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # First: a caller that sends a token gets its 401 challenge, and is never taken
+        # for the session that may ride along.
+        "api.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["api.permissions.ScopedAccess"],

@@ -1,0 +1,305 @@
+"""JSON in and out. Input serializers refuse fields they do not know (``StrictSerializer``):
+a misspelt ``allow_overcommit`` must be an error, not a silent default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from api.models import ApiToken, Robot
+from catalog.models import RequestEvent, ResourceRequest
+from gitops.models import ChangeRequest, CheckRun, Review
+from tenants.models import Membership, Role, Tenant
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """A serializer for input that answers 400 for any field it does not declare."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in self.fields)
+            if unknown:
+                raise serializers.ValidationError(
+                    {key: ["Unknown field; this call does not take it."] for key in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+# --- input ----------------------------------------------------------------------------------
+
+NOTE_MAX = 2000
+
+
+class EmptyInput(StrictSerializer):
+    """No fields: an empty object (or no body at all)."""
+
+
+class NoteInput(StrictSerializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
+
+
+class RequiredNoteInput(StrictSerializer):
+    note = serializers.CharField(max_length=NOTE_MAX, help_text="Why, for the requester.")
+
+
+class ApproveInput(StrictSerializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
+    allow_overcommit = serializers.BooleanField(required=False, default=False)
+
+
+class ReviewInput(StrictSerializer):
+    state = serializers.ChoiceField(choices=Review.State.choices)
+    body = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
+
+
+class MemberAddInput(StrictSerializer):
+    user = serializers.CharField(max_length=254, help_text="A username or an e-mail address.")
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class MemberRoleInput(StrictSerializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+class DetailSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField()
+
+
+def _name(user: Any) -> str | None:
+    return user.username if user is not None else None
+
+
+class TenantSerializer(serializers.ModelSerializer[Tenant]):
+    class Meta:
+        model = Tenant
+        fields = ["slug", "display_name", "trust_level", "cost_centre", "gpu_quota", "created_at"]
+
+
+class MemberSerializer(serializers.ModelSerializer[Membership]):
+    username = serializers.CharField(source="user.username")
+    robot = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role", "source", "robot", "created_at"]
+
+    def get_robot(self, membership: Membership) -> bool:
+        return Robot.objects.filter(user_id=membership.user_id).exists()
+
+
+class ChangeSummarySerializer(serializers.ModelSerializer[ChangeRequest]):
+    class Meta:
+        model = ChangeRequest
+        fields = ["id", "title", "status", "checks_state", "apply_state", "forge_url"]
+
+
+class EventSerializer(serializers.ModelSerializer[RequestEvent]):
+    actor = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RequestEvent
+        fields = ["from_state", "to_state", "actor", "note", "created_at"]
+
+    def get_actor(self, event: RequestEvent) -> str | None:
+        return _name(event.actor)
+
+
+class RequestSerializer(serializers.ModelSerializer[ResourceRequest]):
+    tenant = serializers.CharField(source="tenant.slug")
+    kind = serializers.CharField(source="resource.kind")
+    name = serializers.CharField(source="resource.name")
+    requested_by = serializers.SerializerMethodField()
+    decided_by = serializers.SerializerMethodField()
+    change = ChangeSummarySerializer(allow_null=True)
+
+    class Meta:
+        model = ResourceRequest
+        fields = [
+            "id",
+            "tenant",
+            "kind",
+            "name",
+            "action",
+            "state",
+            "spec",
+            "reason",
+            "requested_by",
+            "decided_by",
+            "decision_note",
+            "error",
+            "change",
+            "created_at",
+            "submitted_at",
+            "decided_at",
+            "finished_at",
+        ]
+
+    def get_requested_by(self, request: ResourceRequest) -> str | None:
+        return _name(request.requested_by)
+
+    def get_decided_by(self, request: ResourceRequest) -> str | None:
+        return _name(request.decided_by)
+
+
+class RequestDetailSerializer(RequestSerializer):
+    events = EventSerializer(many=True)
+
+    class Meta(RequestSerializer.Meta):
+        fields = [*RequestSerializer.Meta.fields, "events"]
+
+
+class CheckSerializer(serializers.ModelSerializer[CheckRun]):
+    class Meta:
+        model = CheckRun
+        fields = ["name", "status", "summary", "sha", "created_at"]
+
+
+class ReviewSerializer(serializers.ModelSerializer[Review]):
+    reviewer = serializers.CharField(source="reviewer.username")
+
+    class Meta:
+        model = Review
+        fields = ["reviewer", "state", "body", "sha", "created_at"]
+
+
+class ChangeSerializer(serializers.ModelSerializer[ChangeRequest]):
+    tenant = serializers.CharField(source="tenant_slug")
+    author = serializers.SerializerMethodField()
+    requested_by = serializers.SerializerMethodField()
+    merged_by = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ChangeRequest
+        fields = [
+            "id",
+            "title",
+            "kind",
+            "tenant",
+            "status",
+            "checks_state",
+            "apply_state",
+            "author",
+            "requested_by",
+            "merged_by",
+            "forge_url",
+            "created_at",
+            "merged_at",
+            "closed_at",
+        ]
+
+    def get_author(self, change: ChangeRequest) -> str | None:
+        return _name(change.author)
+
+    def get_requested_by(self, change: ChangeRequest) -> str | None:
+        return _name(change.requested_by)
+
+    def get_merged_by(self, change: ChangeRequest) -> str | None:
+        return _name(change.merged_by)
+
+
+class ChangeDetailSerializer(ChangeSerializer):
+    checks = serializers.SerializerMethodField()
+    reviews = ReviewSerializer(many=True)
+    merge_blockers = serializers.ListField(child=serializers.CharField())
+
+    class Meta(ChangeSerializer.Meta):
+        fields = [
+            *ChangeSerializer.Meta.fields,
+            "description",
+            "apply_message",
+            "branch",
+            "base_sha",
+            "head_sha",
+            "merge_sha",
+            "files_changed",
+            "checks",
+            "reviews",
+            "merge_blockers",
+        ]
+
+    def get_checks(self, change: ChangeRequest) -> list[dict[str, Any]]:
+        """The latest run of each check at the change's head."""
+        runs = change.checks.filter(sha=change.head_sha).order_by("name", "-created_at", "-id")
+        latest: dict[str, CheckRun] = {}
+        for run in runs:
+            latest.setdefault(run.name, run)
+        return [dict(CheckSerializer(run).data) for run in latest.values()]
+
+
+class FleetCapacitySerializer(serializers.Serializer[Any]):
+    flavor = serializers.CharField()
+    mode = serializers.CharField()
+    resource = serializers.CharField()
+    unit = serializers.CharField()
+    in_use = serializers.IntegerField()
+    free = serializers.IntegerField()
+    unavailable = serializers.IntegerField()
+    total = serializers.IntegerField()
+
+
+class MoneySerializer(serializers.DecimalField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_digits=20, decimal_places=4, coerce_to_string=True, **kwargs)
+
+
+class BucketSerializer(serializers.Serializer[Any]):
+    start = serializers.DateTimeField()
+    gpu_hours = MoneySerializer()
+    used_gpu_hours = MoneySerializer()
+    energy_kwh = MoneySerializer()
+
+
+class PriceLineSerializer(serializers.Serializer[Any]):
+    gpu_model = serializers.CharField()
+    mig_profile = serializers.CharField()
+    period_start = serializers.DateTimeField()
+    period_end = serializers.DateTimeField()
+    unit = serializers.CharField()
+    unit_price = MoneySerializer(allow_null=True)
+    quantity = MoneySerializer()
+    amount = MoneySerializer()
+
+
+class TotalSerializer(serializers.Serializer[Any]):
+    gpu_hours = MoneySerializer()
+    used_gpu_hours = MoneySerializer()
+    energy_kwh = MoneySerializer()
+    amount = MoneySerializer()
+    unpriced_gpu_hours = MoneySerializer()
+
+
+class UsageSerializer(serializers.Serializer[Any]):
+    tenant = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    bucket = serializers.CharField()
+    currency = serializers.CharField()
+    total = TotalSerializer()
+    series = BucketSerializer(many=True)
+    price_lines = PriceLineSerializer(many=True)
+
+
+class InvoiceSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    number = serializers.CharField()
+    tenant = serializers.CharField(source="tenant_slug")
+    cost_centre = serializers.CharField()
+    month = serializers.DateField()
+    version = serializers.IntegerField()
+    status = serializers.CharField()
+    currency = serializers.CharField()
+    gpu_total = MoneySerializer()
+    other_total = MoneySerializer()
+    total = MoneySerializer()
+    gpu_hours = MoneySerializer()
+    issued_at = serializers.DateTimeField(allow_null=True)
+
+
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
+    class Meta:
+        model = ApiToken
+        fields = ["prefix", "name", "scope", "expires_at", "last_used_at", "revoked_at"]

@@ -1,0 +1,217 @@
+"""Resource requests (and their decisions) and change requests (review, merge)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import serializers
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.base import ScopedViewSet, read_responses, write_responses
+from api.permissions import ADMIN, REQUEST
+from api.serializers import (
+    ApproveInput,
+    ChangeDetailSerializer,
+    ChangeSerializer,
+    EmptyInput,
+    NoteInput,
+    RequestDetailSerializer,
+    RequestSerializer,
+    RequiredNoteInput,
+    ReviewInput,
+)
+from catalog import services as catalog
+from catalog.models import Kind, ResourceRequest
+from gitops import services as gitops
+from gitops.models import ChangeRequest
+
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    str,
+    OpenApiParameter.HEADER,
+    description="The ETag you read; 412 when the resource changed since.",
+)
+
+
+class RequestQuery(serializers.Serializer[Any]):
+    tenant = serializers.CharField(required=False, max_length=63)
+    state = serializers.ChoiceField(choices=ResourceRequest.State.choices, required=False)
+    kind = serializers.ChoiceField(choices=Kind.choices, required=False)
+
+
+def _action_schema(summary: str, body: Any, description: str = "") -> Any:
+    return extend_schema(
+        summary=summary,
+        description=description,
+        parameters=[IF_MATCH],
+        request=body,
+        responses=write_responses(RequestDetailSerializer),
+    )
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Requests of the tenants you can see",
+        parameters=[
+            OpenApiParameter("tenant", str, description="Only this tenant's (its slug)."),
+            OpenApiParameter("state", str, enum=ResourceRequest.State.values),
+            OpenApiParameter("kind", str, enum=Kind.values),
+        ],
+        responses=read_responses(RequestSerializer, extra=(400,)),
+    ),
+    retrieve=extend_schema(
+        summary="One request, with its events and its pull request",
+        responses=read_responses(RequestDetailSerializer, detail=True),
+    ),
+)
+class RequestViewSet(ScopedViewSet):
+    """Requests for clusters, GPU shares and endpoints, in every state."""
+
+    queryset = ResourceRequest.objects.select_related(
+        "tenant", "resource", "requested_by", "decided_by", "change"
+    )
+    serializer_class = RequestSerializer
+    detail_serializer = RequestDetailSerializer
+
+    def list(self, request: Request) -> Response:
+        query = RequestQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        wanted = query.validated_data
+        rows = self.get_queryset()
+        if "tenant" in wanted:
+            rows = rows.filter(tenant__slug=wanted["tenant"])
+        if "state" in wanted:
+            rows = rows.filter(state=wanted["state"])
+        if "kind" in wanted:
+            rows = rows.filter(resource__kind=wanted["kind"])
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(RequestSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return self.detail_response(self.get_object())
+
+    def _act(self, body: type[serializers.Serializer[Any]], call: Any) -> Response:
+        resource_request = self.get_object()
+        self.check_if_match(resource_request)
+        data = self.input(body)
+        call(resource_request, data)
+        return self.detail_response(self.get_queryset().get(pk=resource_request.pk))
+
+    @_action_schema("Submit a draft", EmptyInput)
+    @action(detail=True, methods=["post"], write_scope=REQUEST)
+    def submit(self, request: Request, pk: str) -> Response:
+        return self._act(EmptyInput, lambda r, d: catalog.do_submit(r, acting_user=request.user))
+
+    @_action_schema("Cancel (withdraw) a request", NoteInput)
+    @action(detail=True, methods=["post"], write_scope=REQUEST)
+    def cancel(self, request: Request, pk: str) -> Response:
+        return self._act(
+            NoteInput, lambda r, d: catalog.do_cancel(r, acting_user=request.user, note=d["note"])
+        )
+
+    @_action_schema(
+        "Approve a request (platform admins)",
+        ApproveInput,
+        "Opens its pull request. Nobody approves what they asked for themselves.",
+    )
+    @action(detail=True, methods=["post"], write_scope=ADMIN)
+    def approve(self, request: Request, pk: str) -> Response:
+        return self._act(
+            ApproveInput,
+            lambda r, d: catalog.do_approve(
+                r, acting_user=request.user, note=d["note"], allow_overcommit=d["allow_overcommit"]
+            ),
+        )
+
+    @_action_schema("Reject a request (platform admins)", RequiredNoteInput)
+    @action(detail=True, methods=["post"], write_scope=ADMIN)
+    def reject(self, request: Request, pk: str) -> Response:
+        return self._act(
+            RequiredNoteInput,
+            lambda r, d: catalog.do_reject(r, acting_user=request.user, note=d["note"]),
+        )
+
+    @_action_schema("Send a request back for changes (platform admins)", RequiredNoteInput)
+    @action(detail=True, methods=["post"], write_scope=ADMIN, url_path="request-changes")
+    def request_changes(self, request: Request, pk: str) -> Response:
+        return self._act(
+            RequiredNoteInput,
+            lambda r, d: catalog.do_request_changes(r, acting_user=request.user, note=d["note"]),
+        )
+
+
+class ChangeQuery(serializers.Serializer[Any]):
+    tenant = serializers.CharField(required=False, max_length=63, allow_blank=True)
+    status = serializers.ChoiceField(choices=ChangeRequest.Status.choices, required=False)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Change requests (pull requests to the fleet repository)",
+        parameters=[
+            OpenApiParameter("tenant", str, description="Only this tenant's (its slug)."),
+            OpenApiParameter("status", str, enum=ChangeRequest.Status.values),
+        ],
+        responses=read_responses(ChangeSerializer, extra=(400,)),
+    ),
+    retrieve=extend_schema(
+        summary="One change: its files, checks, reviews and what blocks its merge",
+        responses=read_responses(ChangeDetailSerializer, detail=True),
+    ),
+)
+class ChangeViewSet(ScopedViewSet):
+    queryset = ChangeRequest.objects.select_related("author", "requested_by", "merged_by")
+    serializer_class = ChangeSerializer
+    detail_serializer = ChangeDetailSerializer
+    tenant_slug_path = "tenant_slug"
+    write_scope = ADMIN
+
+    def represent(self, obj: Any) -> dict[str, Any]:
+        obj.merge_blockers = gitops.merge_blockers(obj)
+        return super().represent(obj)
+
+    def list(self, request: Request) -> Response:
+        query = ChangeQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        wanted = query.validated_data
+        rows = self.get_queryset()
+        if "tenant" in wanted:
+            rows = rows.filter(tenant_slug=wanted["tenant"])
+        if "status" in wanted:
+            rows = rows.filter(status=wanted["status"])
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(ChangeSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return self.detail_response(self.get_object())
+
+    @extend_schema(
+        summary="Review a change (platform admins)",
+        parameters=[IF_MATCH],
+        request=ReviewInput,
+        responses=write_responses(ChangeDetailSerializer),
+    )
+    @action(detail=True, methods=["post"])
+    def review(self, request: Request, pk: str) -> Response:
+        change = self.get_object()
+        self.check_if_match(change)
+        data = self.input(ReviewInput)
+        gitops.do_review(change, acting_user=request.user, state=data["state"], body=data["body"])
+        return self.detail_response(self.get_queryset().get(pk=change.pk))
+
+    @extend_schema(
+        summary="Merge a change (platform admins)",
+        parameters=[IF_MATCH],
+        request=EmptyInput,
+        responses=write_responses(ChangeDetailSerializer),
+    )
+    @action(detail=True, methods=["post"])
+    def merge(self, request: Request, pk: str) -> Response:
+        change = self.get_object()
+        self.check_if_match(change)
+        self.input(EmptyInput)
+        gitops.do_merge(change, acting_user=request.user)
+        return self.detail_response(self.get_queryset().get(pk=change.pk))

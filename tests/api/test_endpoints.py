@@ -1,0 +1,168 @@
+"""Every endpoint, with its permissions: outsiders 404, viewers 403 on writes, scopes, robots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from catalog.models import ResourceRequest
+from tenants.models import Membership
+
+pytestmark = pytest.mark.django_db
+
+
+def _post(client: Client, url: str, body: Any = None, **headers: Any) -> Any:
+    return client.post(url, body if body is not None else {}, content_type="application/json", **headers)
+
+
+def test_it_lists_only_the_callers_tenants(world: Any, api: Callable, token: Callable) -> None:
+    body = api(token("charlie", "read")).get("/api/v1/tenants/").json()
+    assert [t["slug"] for t in body["results"]] == ["bravo"]
+    everyone = api(token("fiona", "read")).get("/api/v1/tenants/").json()
+    assert {t["slug"] for t in everyone["results"]} == {"alpha", "bravo"}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/v1/tenants/alpha/",
+        "/api/v1/tenants/alpha/members/",
+        "/api/v1/tenants/alpha/members/alice/",
+        "/api/v1/tenants/alpha/usage/",
+    ],
+)
+def test_it_answers_404_to_a_non_member(world: Any, api: Callable, token: Callable, url: str) -> None:
+    response = api(token("charlie", "admin")).get(url)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"
+    assert api(token("alice", "read")).get(url).status_code == 200
+
+
+def test_it_hides_another_tenants_request_and_change(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
+    charlie = api(token("charlie", "admin"))
+    assert charlie.get(f"/api/v1/requests/{waiting.pk}/").status_code == 404
+    assert _post(charlie, f"/api/v1/requests/{waiting.pk}/cancel/").status_code == 404
+    assert charlie.get("/api/v1/requests/").json()["count"] == 0
+    assert api(token("vic", "read")).get(f"/api/v1/requests/{waiting.pk}/").status_code == 200
+
+
+def test_it_shows_a_request_with_its_events(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+    body = api(token("bob", "read")).get(f"/api/v1/requests/{waiting.pk}/").json()
+    assert body["state"] == "submitted"
+    assert body["kind"] == "gpu-share" and body["name"] == "train"
+    assert [e["to_state"] for e in body["events"]] == ["submitted"]
+
+
+def test_it_filters_requests(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+    bob = api(token("bob", "read"))
+    assert bob.get("/api/v1/requests/?state=submitted&kind=gpu-share&tenant=alpha").json()["count"] == 1
+    assert bob.get("/api/v1/requests/?state=draft").json()["count"] == 0
+    bad = bob.get("/api/v1/requests/?state=nonsense")
+    assert bad.status_code == 400 and "state" in bad.json()["errors"]
+
+
+def test_a_viewer_cannot_cancel(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+    response = _post(api(token("vic", "admin")), f"/api/v1/requests/{waiting.pk}/cancel/")
+    assert response.status_code == 403
+    waiting.refresh_from_db()
+    assert waiting.state == "submitted"
+
+
+def test_a_read_token_cannot_post(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+    response = _post(api(token("bob", "read")), f"/api/v1/requests/{waiting.pk}/cancel/")
+    assert response.status_code == 403
+    assert "'request' scope" in response.json()["detail"]
+    waiting.refresh_from_db()
+    assert waiting.state == "submitted"
+
+
+def test_a_request_token_cannot_approve(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+    response = _post(api(token("pam", "request")), f"/api/v1/requests/{waiting.pk}/approve/")
+    assert response.status_code == 403
+    assert "'admin' scope" in response.json()["detail"]
+    waiting.refresh_from_db()
+    assert waiting.state == "submitted"
+
+
+def test_the_requester_cancels_with_a_request_token(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
+    response = _post(api(token("bob", "request")), f"/api/v1/requests/{waiting.pk}/cancel/", {"note": "no"})
+    assert response.status_code == 200, response.json()
+    assert response.json()["state"] == "cancelled"
+
+
+def test_a_platform_admin_rejects_and_sends_back(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
+    pam = api(token("pam", "admin"))
+    missing = _post(pam, f"/api/v1/requests/{waiting.pk}/reject/", {})
+    assert missing.status_code == 400 and "note" in missing.json()["errors"]
+    back = _post(pam, f"/api/v1/requests/{waiting.pk}/request-changes/", {"note": "smaller"})
+    assert back.status_code == 200 and back.json()["state"] == "changes_requested"
+
+
+def test_a_platform_admin_approves_and_a_pull_request_opens(
+    waiting: ResourceRequest, api: Callable, token: Callable, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _post(api(token("pam", "admin")), f"/api/v1/requests/{waiting.pk}/approve/", {"note": "ok"})
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["state"] == "pr_open" and body["change"]["status"] == "open"
+    change = api(token("bob", "read")).get(f"/api/v1/changes/{body['change']['id']}/").json()
+    assert change["tenant"] == "alpha" and change["files_changed"]
+    assert "checks" in change and "merge_blockers" in change
+    assert api(token("charlie", "read")).get(f"/api/v1/changes/{body['change']['id']}/").status_code == 404
+    refused = _post(api(token("alice", "admin")), f"/api/v1/changes/{body['change']['id']}/review/", {"state": "approve"})
+    assert refused.status_code == 403
+
+
+def test_a_robot_acts_with_its_role(waiting: ResourceRequest, api: Callable, robot_token: Callable) -> None:
+    viewer = api(robot_token("viewer"))
+    assert viewer.get(f"/api/v1/requests/{waiting.pk}/").status_code == 200
+    assert _post(viewer, f"/api/v1/requests/{waiting.pk}/cancel/").status_code == 403
+    assert viewer.get("/api/v1/tenants/bravo/").status_code == 404
+    member = api(robot_token("member"))
+    assert _post(member, f"/api/v1/requests/{waiting.pk}/submit/").status_code in (200, 400)
+    assert _post(member, f"/api/v1/requests/{waiting.pk}/approve/").status_code == 403
+
+
+def test_members_list_change_and_remove(world: Any, api: Callable, token: Callable) -> None:
+    alice = api(token("alice", "admin"))
+    names = [m["username"] for m in alice.get("/api/v1/tenants/alpha/members/").json()["results"]]
+    assert names == ["alice", "bob", "vic"]
+    assert api(token("bob", "admin")).patch(
+        "/api/v1/tenants/alpha/members/vic/", {"role": "member"}, content_type="application/json"
+    ).status_code == 403
+    assert api(token("alice", "request")).patch(
+        "/api/v1/tenants/alpha/members/vic/", {"role": "member"}, content_type="application/json"
+    ).status_code == 403
+    changed = alice.patch("/api/v1/tenants/alpha/members/vic/", {"role": "member"}, content_type="application/json")
+    assert changed.status_code == 200 and changed.json()["role"] == "member"
+    added = _post(alice, "/api/v1/tenants/alpha/members/", {"user": "nora", "role": "viewer"})
+    assert added.status_code == 202
+    assert Membership.objects.filter(tenant__slug="alpha", user__username="nora", role="viewer").exists()
+    assert alice.delete("/api/v1/tenants/alpha/members/nora/").status_code == 204
+    assert not Membership.objects.filter(tenant__slug="alpha", user__username="nora").exists()
+
+
+def test_usage_and_invoices(world: Any, api: Callable, token: Callable) -> None:
+    usage = api(token("vic", "read")).get("/api/v1/tenants/alpha/usage/?range=30d")
+    assert usage.status_code == 200
+    assert usage.json()["tenant"] == "alpha" and "total" in usage.json()
+    bad = api(token("vic", "read")).get("/api/v1/tenants/alpha/usage/?range=forever")
+    assert bad.status_code == 400
+    assert api(token("vic", "read")).get("/api/v1/invoices/").status_code == 200
+    assert api(token("fiona", "read")).get("/api/v1/invoices/").status_code == 200
+
+
+def test_fleet_capacity(world: Any, api: Callable, token: Callable) -> None:
+    rows = api(token("bob", "read")).get("/api/v1/fleet/capacity/")
+    assert rows.status_code == 200 and {r["flavor"] for r in rows.json()}
+    assert api(token("nora", "read")).get("/api/v1/fleet/capacity/").status_code == 403
