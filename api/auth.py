@@ -28,7 +28,9 @@ class TokenAuthentication(BaseAuthentication):
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None  # not ours: the session may still sign the caller in
         if len(header) != 2:
-            raise exceptions.AuthenticationFailed("The Authorization header must be 'Bearer <token>'.")
+            raise exceptions.AuthenticationFailed(
+                "The Authorization header must be 'Bearer <token>'."
+            )
         try:
             text = header[1].decode("ascii")
         except UnicodeDecodeError:

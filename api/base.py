@@ -159,8 +159,23 @@ class ScopedViewSet(ApiViewMixin, GenericViewSet):  # type: ignore[type-arg]
     tenant_path: ClassVar[str] = "tenant"
     tenant_slug_path: ClassVar[str] = ""
     view_action: ClassVar[Action] = Action.VIEW
+    # Routed under /tenants/<slug>/: the tenant is resolved before anything else, so an
+    # outsider gets 404 whatever the method (never a 405 that confirms the URL).
+    in_tenant: ClassVar[bool] = False
     # For ``If-Match`` and ``If-None-Match``: the serializer of the detail representation.
     detail_serializer: ClassVar[type[serializers.BaseSerializer[Any]] | None] = None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if self.in_tenant and "slug" in self.kwargs:
+            self.url_tenant()
+
+    def url_tenant(self) -> Tenant:
+        """The tenant of the URL (``slug``), resolved once per call."""
+        found = getattr(self, "_url_tenant", None)
+        if found is None:
+            found = self._url_tenant = self.tenant_or_404(self.kwargs["slug"])
+        return found
 
     def everywhere(self) -> bool:
         """Whether the caller's platform role allows ``view_action`` in every tenant."""
@@ -187,10 +202,13 @@ class ScopedViewSet(ApiViewMixin, GenericViewSet):  # type: ignore[type-arg]
         """The detail representation with its ETag; 304 when If-None-Match has it."""
         data = self.represent(obj)
         tag = etag_of(data)
-        wanted = self.request.headers.get("If-None-Match", "")
-        if code == 200 and self.request.method in ("GET", "HEAD") and wanted:
-            if "*" in _tags(wanted) or tag in _tags(wanted):
-                return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": tag})
+        wanted = _tags(self.request.headers.get("If-None-Match", ""))
+        if (
+            code == 200
+            and self.request.method in ("GET", "HEAD")
+            and ("*" in wanted or tag in wanted)
+        ):
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": tag})
         return Response(data, status=code, headers={"ETag": tag})
 
     def check_if_match(self, obj: Model) -> None:

@@ -65,13 +65,14 @@ def _create(request: HttpRequest, owner: Any, form: TokenForm) -> str:
 @require_http_methods(["GET", "HEAD", "POST"])
 def token_list(request: HttpRequest) -> HttpResponse:
     """One's own tokens; the form that makes one."""
-    if Robot.objects.filter(user=request.user).exists():
+    user: Any = request.user  # signed in (login_required)
+    if Robot.objects.filter(user=user).exists():
         raise Http404("Robots have no pages.")
     form = TokenForm(request.POST if request.method == "POST" else None)
     new_token = _create(request, request.user, form) if request.method == "POST" else ""
     if new_token:
         form = TokenForm()
-    tokens = ApiToken.objects.filter(user=request.user)
+    tokens = ApiToken.objects.filter(user=user)
     administered = tenants_where(request.user, Action.MANAGE_MEMBERS).order_by("slug")
     context = {
         "form": form,
@@ -123,7 +124,9 @@ def robots(request: HttpRequest, tenant: str) -> HttpResponse:
             robot_form = RobotForm(request.POST)
             if robot_form.is_valid():
                 try:
-                    do_create_robot(access.tenant, acting_user=request.user, **robot_form.cleaned_data)
+                    do_create_robot(
+                        access.tenant, acting_user=request.user, **robot_form.cleaned_data
+                    )
                     return redirect("api:robots", tenant=access.tenant.slug)
                 except ValidationError as exc:
                     for field, errors in exc.message_dict.items():
@@ -143,7 +146,11 @@ def robots(request: HttpRequest, tenant: str) -> HttpResponse:
         else:
             raise PermissionDenied("Unknown action.")
     rows = [
-        (robot, robot.user.memberships.filter(tenant=access.tenant).first(), robot.user.api_tokens.all())
+        (
+            robot,
+            robot.user.memberships.filter(tenant=access.tenant).first(),
+            robot.user.api_tokens.all(),
+        )
         for robot in Robot.objects.filter(tenant=access.tenant).select_related("user")
     ]
     context = {

@@ -28,10 +28,10 @@ member = MemberViewSet.as_view({"get": "retrieve", "patch": "partial_update", "d
 urlpatterns = [
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
-    path("api/v1/tenants/<slug:tenant>/members/", members, name="members"),
-    path("api/v1/tenants/<slug:tenant>/members/<str:username>/", member, name="member"),
+    path("api/v1/tenants/<slug:slug>/members/", members, name="members"),
+    path("api/v1/tenants/<slug:slug>/members/<str:username>/", member, name="member"),
     path(
-        "api/v1/tenants/<slug:tenant>/usage/",
+        "api/v1/tenants/<slug:slug>/usage/",
         UsageView.as_view({"get": "retrieve"}),
         name="usage",
     ),

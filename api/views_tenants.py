@@ -9,7 +9,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -41,7 +41,7 @@ from tenants import services as tenant_services
 from tenants.access import Action, require, visible_tenants
 from tenants.models import Membership, Tenant
 
-TENANT = OpenApiParameter("tenant", str, OpenApiParameter.PATH, description="The tenant's slug.")
+TENANT = OpenApiParameter("slug", str, OpenApiParameter.PATH, description="The tenant's slug.")
 
 
 @extend_schema_view(
@@ -55,6 +55,7 @@ class TenantViewSet(ScopedViewSet):
     serializer_class = TenantSerializer
     tenant_path = "pk"
     lookup_field = "slug"
+    in_tenant = True
 
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())
@@ -67,6 +68,7 @@ class TenantViewSet(ScopedViewSet):
 class MemberViewSet(ScopedViewSet):
     """Members of one tenant; admins of the tenant (and platform admins) add, change, remove."""
 
+    in_tenant = True
     serializer_class = MemberSerializer
     write_scope = ADMIN
     lookup_field = "user__username"
@@ -74,13 +76,19 @@ class MemberViewSet(ScopedViewSet):
     lookup_value_regex = r"[^/]+"
 
     def get_queryset(self) -> QuerySet[Any]:
-        tenant = self.tenant_or_404(self.kwargs["tenant"])
-        return Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
+        tenant = self.url_tenant()
+        return (
+            Membership.objects.filter(tenant=tenant)
+            .select_related("user")
+            .order_by("user__username")
+        )
 
     @extend_schema(
-        summary="Members of a tenant", parameters=[TENANT], responses=read_responses(MemberSerializer)
+        summary="Members of a tenant",
+        parameters=[TENANT],
+        responses=read_responses(MemberSerializer),
     )
-    def list(self, request: Request, tenant: str) -> Response:
+    def list(self, request: Request, slug: str) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
@@ -89,7 +97,7 @@ class MemberViewSet(ScopedViewSet):
         parameters=[TENANT],
         responses=read_responses(MemberSerializer, detail=True),
     )
-    def retrieve(self, request: Request, tenant: str, username: str) -> Response:
+    def retrieve(self, request: Request, slug: str, username: str) -> Response:
         return self.detail_response(self.get_object())
 
     @extend_schema(
@@ -100,8 +108,8 @@ class MemberViewSet(ScopedViewSet):
         request=MemberAddInput,
         responses=write_responses(DetailSerializer, code=status.HTTP_202_ACCEPTED),
     )
-    def create(self, request: Request, tenant: str) -> Response:
-        found = self.tenant_or_404(tenant)
+    def create(self, request: Request, slug: str) -> Response:
+        found = self.url_tenant()
         data = self.input(MemberAddInput)
         tenant_services.do_add_member_by_identifier(
             found, acting_user=request.user, identifier=data["user"], role=data["role"]
@@ -117,7 +125,7 @@ class MemberViewSet(ScopedViewSet):
         request=MemberRoleInput,
         responses=write_responses(MemberSerializer),
     )
-    def partial_update(self, request: Request, tenant: str, username: str) -> Response:
+    def partial_update(self, request: Request, slug: str, username: str) -> Response:
         membership = self.get_object()
         self.check_if_match(membership)
         data = self.input(MemberRoleInput)
@@ -132,7 +140,7 @@ class MemberViewSet(ScopedViewSet):
         request=None,
         responses={204: None, **problems(401, 403, 404, 406, 400, 412)},
     )
-    def destroy(self, request: Request, tenant: str, username: str) -> Response:
+    def destroy(self, request: Request, slug: str, username: str) -> Response:
         membership = self.get_object()
         self.check_if_match(membership)
         tenant_services.do_remove_member(membership, acting_user=request.user)
@@ -141,6 +149,8 @@ class MemberViewSet(ScopedViewSet):
 
 class UsageView(ScopedViewSet):
     """GPU usage and its cost for one tenant over a range."""
+
+    in_tenant = True
 
     @extend_schema(
         summary="A tenant's usage and cost",
@@ -154,8 +164,8 @@ class UsageView(ScopedViewSet):
         ],
         responses=read_responses(UsageSerializer, extra=(400,)),
     )
-    def retrieve(self, request: Request, tenant: str) -> Response:
-        found = self.tenant_or_404(tenant)
+    def retrieve(self, request: Request, slug: str) -> Response:
+        found = self.url_tenant()
         require(request.user, Action.VIEW_COST, found)
         try:
             window = parse_range(request.query_params, timezone.now())

@@ -46,7 +46,9 @@ def token(world: dict[str, Any]) -> Callable[..., str]:
 @pytest.fixture
 def robot_token(world: dict[str, Any]) -> Callable[..., str]:
     def make(role: str = "member", scope: str = "admin") -> str:
-        robot = do_create_robot(world["alpha"], acting_user=world["alice"], name=f"ci-{role}", role=role)
+        robot = do_create_robot(
+            world["alpha"], acting_user=world["alice"], name=f"ci-{role}", role=role
+        )
         return do_create_token(
             acting_user=world["alice"], owner=robot.user, name="ci", scope=scope, expires_in_days=7
         )[1]

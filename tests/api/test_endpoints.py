@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 
 
 def _post(client: Client, url: str, body: Any = None, **headers: Any) -> Any:
-    return client.post(url, body if body is not None else {}, content_type="application/json", **headers)
+    return client.post(
+        url, body if body is not None else {}, content_type="application/json", **headers
+    )
 
 
 def test_it_lists_only_the_callers_tenants(world: Any, api: Callable, token: Callable) -> None:
@@ -34,10 +36,13 @@ def test_it_lists_only_the_callers_tenants(world: Any, api: Callable, token: Cal
         "/api/v1/tenants/alpha/usage/",
     ],
 )
-def test_it_answers_404_to_a_non_member(world: Any, api: Callable, token: Callable, url: str) -> None:
+def test_it_answers_404_to_a_non_member(
+    world: Any, api: Callable, token: Callable, url: str
+) -> None:
     response = api(token("charlie", "admin")).get(url)
     assert response.status_code == 404
     assert response["Content-Type"] == "application/problem+json"
+    assert _post(api(token("charlie", "admin")), url).status_code == 404
     assert api(token("alice", "read")).get(url).status_code == 200
 
 
@@ -51,7 +56,9 @@ def test_it_hides_another_tenants_request_and_change(
     assert api(token("vic", "read")).get(f"/api/v1/requests/{waiting.pk}/").status_code == 200
 
 
-def test_it_shows_a_request_with_its_events(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+def test_it_shows_a_request_with_its_events(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
     body = api(token("bob", "read")).get(f"/api/v1/requests/{waiting.pk}/").json()
     assert body["state"] == "submitted"
     assert body["kind"] == "gpu-share" and body["name"] == "train"
@@ -60,7 +67,10 @@ def test_it_shows_a_request_with_its_events(waiting: ResourceRequest, api: Calla
 
 def test_it_filters_requests(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
     bob = api(token("bob", "read"))
-    assert bob.get("/api/v1/requests/?state=submitted&kind=gpu-share&tenant=alpha").json()["count"] == 1
+    assert (
+        bob.get("/api/v1/requests/?state=submitted&kind=gpu-share&tenant=alpha").json()["count"]
+        == 1
+    )
     assert bob.get("/api/v1/requests/?state=draft").json()["count"] == 0
     bad = bob.get("/api/v1/requests/?state=nonsense")
     assert bad.status_code == 400 and "state" in bad.json()["errors"]
@@ -81,7 +91,9 @@ def test_a_read_token_cannot_post(waiting: ResourceRequest, api: Callable, token
     assert waiting.state == "submitted"
 
 
-def test_a_request_token_cannot_approve(waiting: ResourceRequest, api: Callable, token: Callable) -> None:
+def test_a_request_token_cannot_approve(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
     response = _post(api(token("pam", "request")), f"/api/v1/requests/{waiting.pk}/approve/")
     assert response.status_code == 403
     assert "'admin' scope" in response.json()["detail"]
@@ -92,7 +104,9 @@ def test_a_request_token_cannot_approve(waiting: ResourceRequest, api: Callable,
 def test_the_requester_cancels_with_a_request_token(
     waiting: ResourceRequest, api: Callable, token: Callable
 ) -> None:
-    response = _post(api(token("bob", "request")), f"/api/v1/requests/{waiting.pk}/cancel/", {"note": "no"})
+    response = _post(
+        api(token("bob", "request")), f"/api/v1/requests/{waiting.pk}/cancel/", {"note": "no"}
+    )
     assert response.status_code == 200, response.json()
     assert response.json()["state"] == "cancelled"
 
@@ -108,22 +122,36 @@ def test_a_platform_admin_rejects_and_sends_back(
 
 
 def test_a_platform_admin_approves_and_a_pull_request_opens(
-    waiting: ResourceRequest, api: Callable, token: Callable, django_capture_on_commit_callbacks: Any
+    waiting: ResourceRequest,
+    api: Callable,
+    token: Callable,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
-        response = _post(api(token("pam", "admin")), f"/api/v1/requests/{waiting.pk}/approve/", {"note": "ok"})
+        response = _post(
+            api(token("pam", "admin")), f"/api/v1/requests/{waiting.pk}/approve/", {"note": "ok"}
+        )
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["state"] == "pr_open" and body["change"]["status"] == "open"
     change = api(token("bob", "read")).get(f"/api/v1/changes/{body['change']['id']}/").json()
     assert change["tenant"] == "alpha" and change["files_changed"]
     assert "checks" in change and "merge_blockers" in change
-    assert api(token("charlie", "read")).get(f"/api/v1/changes/{body['change']['id']}/").status_code == 404
-    refused = _post(api(token("alice", "admin")), f"/api/v1/changes/{body['change']['id']}/review/", {"state": "approve"})
+    assert (
+        api(token("charlie", "read")).get(f"/api/v1/changes/{body['change']['id']}/").status_code
+        == 404
+    )
+    refused = _post(
+        api(token("alice", "admin")),
+        f"/api/v1/changes/{body['change']['id']}/review/",
+        {"state": "approve"},
+    )
     assert refused.status_code == 403
 
 
-def test_a_robot_acts_with_its_role(waiting: ResourceRequest, api: Callable, robot_token: Callable) -> None:
+def test_a_robot_acts_with_its_role(
+    waiting: ResourceRequest, api: Callable, robot_token: Callable
+) -> None:
     viewer = api(robot_token("viewer"))
     assert viewer.get(f"/api/v1/requests/{waiting.pk}/").status_code == 200
     assert _post(viewer, f"/api/v1/requests/{waiting.pk}/cancel/").status_code == 403
@@ -137,17 +165,35 @@ def test_members_list_change_and_remove(world: Any, api: Callable, token: Callab
     alice = api(token("alice", "admin"))
     names = [m["username"] for m in alice.get("/api/v1/tenants/alpha/members/").json()["results"]]
     assert names == ["alice", "bob", "vic"]
-    assert api(token("bob", "admin")).patch(
+    assert (
+        api(token("bob", "admin"))
+        .patch(
+            "/api/v1/tenants/alpha/members/vic/",
+            {"role": "member"},
+            content_type="application/json",
+        )
+        .status_code
+        == 403
+    )
+    assert (
+        api(token("alice", "request"))
+        .patch(
+            "/api/v1/tenants/alpha/members/vic/",
+            {"role": "member"},
+            content_type="application/json",
+        )
+        .status_code
+        == 403
+    )
+    changed = alice.patch(
         "/api/v1/tenants/alpha/members/vic/", {"role": "member"}, content_type="application/json"
-    ).status_code == 403
-    assert api(token("alice", "request")).patch(
-        "/api/v1/tenants/alpha/members/vic/", {"role": "member"}, content_type="application/json"
-    ).status_code == 403
-    changed = alice.patch("/api/v1/tenants/alpha/members/vic/", {"role": "member"}, content_type="application/json")
+    )
     assert changed.status_code == 200 and changed.json()["role"] == "member"
     added = _post(alice, "/api/v1/tenants/alpha/members/", {"user": "nora", "role": "viewer"})
     assert added.status_code == 202
-    assert Membership.objects.filter(tenant__slug="alpha", user__username="nora", role="viewer").exists()
+    assert Membership.objects.filter(
+        tenant__slug="alpha", user__username="nora", role="viewer"
+    ).exists()
     assert alice.delete("/api/v1/tenants/alpha/members/nora/").status_code == 204
     assert not Membership.objects.filter(tenant__slug="alpha", user__username="nora").exists()
 

@@ -64,7 +64,10 @@ def test_a_revoked_token_is_refused_and_its_reuse_logged(
     do_revoke_token(ApiToken.objects.get(), acting_user=world["bob"])
     response = api(text).get("/api/v1/tenants/")
     assert response.status_code == 401 and "revoked" in response.json()["detail"]
-    assert list(TokenUse.objects.order_by("at", "id").values_list("status", flat=True)) == [200, 401]
+    assert list(TokenUse.objects.order_by("at", "id").values_list("status", flat=True)) == [
+        200,
+        401,
+    ]
     assert AuditEvent.objects.filter(action="api_token.revoke").count() == 1
 
 
@@ -74,21 +77,30 @@ def test_every_call_is_logged_with_its_status_and_address(
     text = token("charlie", "read")
     api(text).get("/api/v1/tenants/alpha/")
     use = TokenUse.objects.get()
-    assert (use.method, use.path, use.status, use.ip) == ("GET", "/api/v1/tenants/alpha/", 404, "127.0.0.1")
+    assert (use.method, use.path, use.status, use.ip) == (
+        "GET",
+        "/api/v1/tenants/alpha/",
+        404,
+        "127.0.0.1",
+    )
     stored = ApiToken.objects.get()
     assert stored.last_used_at is not None and stored.last_used_ip == "127.0.0.1"
 
 
 def test_it_checks_a_new_tokens_fields_and_writes_nothing_on_error(world: Any) -> None:
     with pytest.raises(ValidationError) as caught:
-        do_create_token(acting_user=world["bob"], owner=world["bob"], name="", scope="root", expires_in_days=999)
+        do_create_token(
+            acting_user=world["bob"], owner=world["bob"], name="", scope="root", expires_in_days=999
+        )
     assert set(caught.value.message_dict) == {"name", "scope", "expires_in_days"}
     assert ApiToken.objects.count() == 0
 
 
 def test_nobody_makes_tokens_for_someone_else(world: Any) -> None:
     with pytest.raises(PermissionDenied):
-        do_create_token(acting_user=world["pam"], owner=world["bob"], name="x", scope="read", expires_in_days=1)
+        do_create_token(
+            acting_user=world["pam"], owner=world["bob"], name="x", scope="read", expires_in_days=1
+        )
     assert ApiToken.objects.count() == 0
 
 
@@ -102,7 +114,13 @@ def test_only_tenant_admins_make_robots_never_admin_ones(world: Any) -> None:
     assert not robot.user.has_usable_password()
     assert robot.user.memberships.get().role == "viewer"
     with pytest.raises(PermissionDenied):
-        do_create_token(acting_user=world["charlie"], owner=robot.user, name="x", scope="read", expires_in_days=1)
+        do_create_token(
+            acting_user=world["charlie"],
+            owner=robot.user,
+            name="x",
+            scope="read",
+            expires_in_days=1,
+        )
 
 
 def test_a_robot_cannot_sign_in_to_pages(world: Any) -> None:
@@ -132,7 +150,13 @@ def test_the_robots_page_is_for_tenant_admins(login: Callable) -> None:
     alice.post("/t/alpha/robots/", {"action": "robot", "name": "deploy", "role": "member"})
     made = alice.post(
         "/t/alpha/robots/",
-        {"action": "token", "robot": "deploy", "name": "ci", "scope": "request", "expires_in_days": 7},
+        {
+            "action": "token",
+            "robot": "deploy",
+            "name": "ci",
+            "scope": "request",
+            "expires_in_days": 7,
+        },
     )
     assert made.context["new_token"].startswith("afp_")
     assert ApiToken.objects.get().user.username == "robot.alpha.deploy"
