@@ -88,7 +88,10 @@ class MemberSerializer(serializers.ModelSerializer[Membership]):
         fields = ["username", "role", "source", "robot", "created_at"]
 
     def get_robot(self, membership: Membership) -> bool:
-        return Robot.objects.filter(user_id=membership.user_id).exists()
+        known = getattr(membership, "is_robot", None)  # annotated by the members view
+        if known is None:
+            return Robot.objects.filter(user_id=membership.user_id).exists()
+        return bool(known)
 
 
 class ChangeSummarySerializer(serializers.ModelSerializer[ChangeRequest]):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
@@ -21,6 +21,7 @@ from api.base import (
     read_responses,
     write_responses,
 )
+from api.models import Robot
 from api.permissions import ADMIN
 from api.serializers import (
     DetailSerializer,
@@ -79,6 +80,7 @@ class MemberViewSet(ScopedViewSet):
         tenant = self.url_tenant()
         return (
             Membership.objects.filter(tenant=tenant)
+            .annotate(is_robot=Exists(Robot.objects.filter(user=OuterRef("user"))))
             .select_related("user")
             .order_by("user__username")
         )

@@ -212,3 +212,50 @@ def test_fleet_capacity(world: Any, api: Callable, token: Callable) -> None:
     rows = api(token("bob", "read")).get("/api/v1/fleet/capacity/")
     assert rows.status_code == 200 and {r["flavor"] for r in rows.json()}
     assert api(token("nora", "read")).get("/api/v1/fleet/capacity/").status_code == 403
+
+
+def test_platform_changes_are_for_platform_roles_only(
+    onboarded: Any, api: Callable, token: Callable
+) -> None:
+    from gitops.models import ChangeRequest
+
+    platform = ChangeRequest.objects.create(title="platform", tenant_slug="")
+    assert api(token("pam", "read")).get(f"/api/v1/changes/{platform.pk}/").status_code == 200
+    assert api(token("alice", "read")).get(f"/api/v1/changes/{platform.pk}/").status_code == 404
+    seen = {
+        c["tenant"] for c in api(token("alice", "read")).get("/api/v1/changes/").json()["results"]
+    }
+    assert seen == {"alpha"}
+
+
+def test_a_platform_admin_reviews_a_change(onboarded: Any, api: Callable, token: Callable) -> None:
+    from gitops.models import ChangeRequest, Review
+    from gitops.services import open_change
+
+    change = open_change(
+        acting_user=onboarded["bob"],
+        title="notes",
+        changes={"tenants/alpha/notes.txt": b"hi\n"},
+        tenant_slug="alpha",
+    )
+    pam = api(token("pam", "admin"))
+    tag = pam.get(f"/api/v1/changes/{change.pk}/")["ETag"]
+    bad = _post(pam, f"/api/v1/changes/{change.pk}/review/", {"state": "maybe"})
+    assert bad.status_code == 400 and "state" in bad.json()["errors"]
+    done = _post(
+        pam, f"/api/v1/changes/{change.pk}/review/", {"state": "approve"}, HTTP_IF_MATCH=tag
+    )
+    assert done.status_code == 200, done.json()
+    assert [r["state"] for r in done.json()["reviews"]] == ["approve"]
+    assert Review.objects.filter(change=change).count() == 1
+    blocked = _post(pam, f"/api/v1/changes/{change.pk}/merge/")
+    assert blocked.status_code == 400, blocked.json()
+    assert ChangeRequest.objects.get(pk=change.pk).status == "open"
+    ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
+    assert (
+        _post(api(token("alice", "admin")), f"/api/v1/changes/{change.pk}/merge/").status_code
+        == 403
+    )
+    merged = _post(pam, f"/api/v1/changes/{change.pk}/merge/")
+    assert merged.status_code == 200, merged.json()
+    assert merged.json()["status"] == "merged"
