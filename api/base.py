@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -92,8 +92,17 @@ def read_responses(ok: Any, *, detail: bool = False, extra: tuple[int, ...] = ()
     return out
 
 
-def write_responses(ok: Any, *, code: int = 200) -> dict:
-    return {code: ok, **problems(*WRITE_ERRORS)}
+def write_responses(ok: Any, *, code: int = 200, if_match: bool = True) -> dict:
+    """A write's answers; 412 only where the call takes If-Match."""
+    return {code: ok, **problems(*(c for c in WRITE_ERRORS if if_match or c != 412))}
+
+
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    str,
+    OpenApiParameter.HEADER,
+    description="The ETag you read; 412, and nothing done, when the resource changed since.",
+)
 
 
 # --- ETags --------------------------------------------------------------------------------

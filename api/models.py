@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -106,3 +109,8 @@ class TokenUse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.method} {self.path} {self.status}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise ValidationError("A token's use log is append-only.")
+        super().save(*args, **kwargs)

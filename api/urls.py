@@ -16,6 +16,13 @@ class SchemaView(ApiViewMixin, SpectacularAPIView):
     """The OpenAPI document; its calls with a token are logged like any other."""
 
 
+class DocsView(SpectacularSwaggerSplitView):
+    """Swagger UI, its settings served as a script of their own (no inline script for the
+    CSP to refuse) and its files from drf-spectacular-sidecar's static files."""
+
+    template_name = "api/swagger_ui.html"
+
+
 router = SimpleRouter()
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("requests", RequestViewSet, basename="request")
@@ -27,7 +34,7 @@ member = MemberViewSet.as_view({"get": "retrieve", "patch": "partial_update", "d
 
 urlpatterns = [
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
-    path("api/v1/docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    path("api/v1/docs/", DocsView.as_view(url_name="api:schema"), name="docs"),
     path("api/v1/tenants/<slug:slug>/members/", members, name="members"),
     path("api/v1/tenants/<slug:slug>/members/<str:username>/", member, name="member"),
     path(

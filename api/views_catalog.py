@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.base import ScopedViewSet, read_responses, write_responses
+from api.base import IF_MATCH, ScopedViewSet, read_responses, write_responses
 from api.permissions import ADMIN, REQUEST
 from api.serializers import (
     ApproveInput,
@@ -27,13 +27,6 @@ from catalog import services as catalog
 from catalog.models import Kind, ResourceRequest
 from gitops import services as gitops
 from gitops.models import ChangeRequest
-
-IF_MATCH = OpenApiParameter(
-    "If-Match",
-    str,
-    OpenApiParameter.HEADER,
-    description="The ETag you read; 412 when the resource changed since.",
-)
 
 
 class RequestQuery(serializers.Serializer[Any]):

@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.base import (
+    IF_MATCH,
     ApiViewMixin,
     ScopedViewSet,
     problems,
@@ -108,7 +109,7 @@ class MemberViewSet(ScopedViewSet):
         "has an account; list the members to see the result.",
         parameters=[TENANT],
         request=MemberAddInput,
-        responses=write_responses(DetailSerializer, code=status.HTTP_202_ACCEPTED),
+        responses=write_responses(DetailSerializer, code=status.HTTP_202_ACCEPTED, if_match=False),
     )
     def create(self, request: Request, slug: str) -> Response:
         found = self.url_tenant()
@@ -123,7 +124,7 @@ class MemberViewSet(ScopedViewSet):
 
     @extend_schema(
         summary="Change a member's role",
-        parameters=[TENANT],
+        parameters=[TENANT, IF_MATCH],
         request=MemberRoleInput,
         responses=write_responses(MemberSerializer),
     )
@@ -138,7 +139,7 @@ class MemberViewSet(ScopedViewSet):
 
     @extend_schema(
         summary="Remove a member",
-        parameters=[TENANT],
+        parameters=[TENANT, IF_MATCH],
         request=None,
         responses={204: None, **problems(401, 403, 404, 406, 400, 412)},
     )

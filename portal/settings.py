@@ -511,4 +511,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two models call their choices "state"; name each enum after its model.
+    "ENUM_NAME_OVERRIDES": {
+        "RequestStateEnum": "catalog.models.ResourceRequest.State",
+        "ReviewStateEnum": "gitops.models.Review.State",
+    },
 }

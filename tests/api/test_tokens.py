@@ -162,3 +162,12 @@ def test_the_robots_page_is_for_tenant_admins(login: Callable) -> None:
     assert ApiToken.objects.get().user.username == "robot.alpha.deploy"
     alice.post("/t/alpha/robots/", {"action": "remove", "robot": "deploy"})
     assert Robot.objects.count() == 0 and ApiToken.objects.get().revoked
+
+
+def test_the_use_log_is_append_only(world: Any, token: Callable, api: Callable) -> None:
+    api(token("bob", "read")).get("/api/v1/tenants/")
+    use = TokenUse.objects.get()
+    use.status = 500
+    with pytest.raises(ValidationError):
+        use.save()
+    assert TokenUse.objects.get().status == 200
