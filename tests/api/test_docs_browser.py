@@ -10,8 +10,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
-from tests.browser.conftest import browser as browser  # noqa: F401 (the fixture)
-from tests.browser.conftest import sign_in as sign_in  # noqa: F401 (the fixture)
+
+# The browser fixtures, re-exported so pytest finds them here (tests/browser is a sibling).
+from tests.browser.conftest import browser as browser
+from tests.browser.conftest import sign_in as sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.browser
 @pytest.fixture
 def docs_page(
     browser: Browser, live_server: Any, transactional_db: None
-) -> Iterator[tuple[Page, list[str], list[str]]]:  # noqa: F811
+) -> Iterator[tuple[Page, list[str], list[str]]]:
     context = browser.new_context(base_url=live_server.url)
     context.set_default_timeout(TIMEOUT_MS)
     violations = watch_for_csp_violations(context)
@@ -35,7 +37,7 @@ def docs_page(
 def test_it_renders_the_operations_under_the_csp(
     docs_page: tuple[Page, list[str], list[str]],
     world: Any,
-    sign_in: Any,  # noqa: F811
+    sign_in: Any,
 ) -> None:
     page, violations, errors = docs_page
     sign_in(page, "bob")
