@@ -34,7 +34,7 @@ class Robot(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"robot {self.name} of {self.tenant_id and self.tenant.slug}"
+        return f"robot {self.name} of {self.tenant.slug}"
 
 
 class ApiToken(models.Model):

@@ -40,7 +40,7 @@ from fleet.capacity import capacity_rows
 from fleet.models import Node, Workload
 from gitops.fleet import configured_fleet
 from tenants import services as tenant_services
-from tenants.access import Action, require, visible_tenants
+from tenants.access import Action, require, sees_all_tenants, visible_tenants
 from tenants.models import Membership, Tenant
 
 TENANT = OpenApiParameter("slug", str, OpenApiParameter.PATH, description="The tenant's slug.")
@@ -236,7 +236,7 @@ class CapacityView(ApiViewMixin, GenericAPIView):  # type: ignore[type-arg]
         responses=read_responses(FleetCapacitySerializer(many=True)),
     )
     def get(self, request: Request) -> Response:
-        if not visible_tenants(request.user).exists():
+        if not (sees_all_tenants(request.user) or visible_tenants(request.user).exists()):
             raise PermissionDenied("Fleet capacity is shown to members of a tenant.")
         rows = capacity_rows(configured_fleet(), Node.objects.all(), Workload.objects.all())
         return Response(FleetCapacitySerializer(rows, many=True).data)

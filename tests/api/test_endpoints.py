@@ -259,3 +259,35 @@ def test_a_platform_admin_reviews_a_change(onboarded: Any, api: Callable, token:
     merged = _post(pam, f"/api/v1/changes/{change.pk}/merge/")
     assert merged.status_code == 200, merged.json()
     assert merged.json()["status"] == "merged"
+
+
+def test_members_see_issued_invoices_finance_sees_drafts(
+    world: Any, api: Callable, token: Callable
+) -> None:
+    from datetime import date
+
+    from billing.models import Invoice
+
+    def invoice(tenant: Any, status: str) -> Invoice:
+        return Invoice.objects.create(
+            tenant=tenant,
+            tenant_slug=tenant.slug,
+            month=date(2026, 10 if status == "issued" else 11, 1),
+            currency="EUR",
+            status=status,
+        )
+
+    issued, draft = invoice(world["alpha"], "issued"), invoice(world["alpha"], "draft")
+    other = invoice(world["bravo"], "issued")
+    bob = api(token("bob", "read"))
+    assert [i["id"] for i in bob.get("/api/v1/invoices/").json()["results"]] == [issued.pk]
+    assert bob.get(f"/api/v1/invoices/{draft.pk}/").status_code == 404
+    assert bob.get(f"/api/v1/invoices/{other.pk}/").status_code == 404
+    fiona = api(token("fiona", "read"))
+    assert {i["id"] for i in fiona.get("/api/v1/invoices/").json()["results"]} == {
+        issued.pk,
+        draft.pk,
+        other.pk,
+    }
+    assert fiona.get("/api/v1/invoices/?tenant=bravo").json()["count"] == 1
+    assert bob.get(f"/api/v1/invoices/{issued.pk}/").json()["number"] == "alpha-2026-10-v1"
