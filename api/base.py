@@ -114,8 +114,11 @@ def etag_of(data: Any) -> str:
     return '"' + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32] + '"'
 
 
-def _tags(header: str) -> set[str]:
-    return {tag.strip().removeprefix("W/") for tag in header.split(",") if tag.strip()}
+def _tags(header: str, *, weak: bool) -> set[str]:
+    """The entity tags of a header. If-None-Match compares weakly (``W/"x"`` matches
+    ``"x"``); If-Match strongly, so a weak tag there never matches (RFC 9110)."""
+    tags = {tag.strip() for tag in header.split(",") if tag.strip()}
+    return {tag.removeprefix("W/") for tag in tags} if weak else tags
 
 
 # --- the base view --------------------------------------------------------------------------
@@ -211,7 +214,7 @@ class ScopedViewSet(ApiViewMixin, GenericViewSet):  # type: ignore[type-arg]
         """The detail representation with its ETag; 304 when If-None-Match has it."""
         data = self.represent(obj)
         tag = etag_of(data)
-        wanted = _tags(self.request.headers.get("If-None-Match", ""))
+        wanted = _tags(self.request.headers.get("If-None-Match", ""), weak=True)
         if (
             code == 200
             and self.request.method in ("GET", "HEAD")
@@ -225,13 +228,14 @@ class ScopedViewSet(ApiViewMixin, GenericViewSet):  # type: ignore[type-arg]
         wanted = self.request.headers.get("If-Match", "")
         if not wanted:
             return
-        tags = _tags(wanted)
+        tags = _tags(wanted, weak=False)
         if "*" not in tags and etag_of(self.represent(obj)) not in tags:
             raise PreconditionFailed()
 
-    def tenant_or_404(self, slug: str, action: Action = Action.VIEW) -> Tenant:
-        """The tenant of a URL, if the caller may take ``action`` there; else 404."""
-        tenant = tenants_where(self.request.user, action).filter(slug=slug).first()
+    def tenant_or_404(self, slug: str) -> Tenant:
+        """The tenant of a URL, if the caller may see it; else 404 (the action itself is the
+        service's to refuse, with a 403 that says who may)."""
+        tenant = tenants_where(self.request.user, Action.VIEW).filter(slug=slug).first()
         if tenant is None:
             raise Http404("No such tenant.")
         return tenant

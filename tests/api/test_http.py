@@ -155,3 +155,15 @@ def test_the_docs_page_loads_under_the_csp(login: Callable) -> None:
     assert init.status_code == 200 and "SwaggerUIBundle" in init.content.decode()
     schema = client.get("/api/v1/schema/?format=json")
     assert schema.status_code == 200 and "/api/v1/requests/" in schema.json()["paths"]
+
+
+def test_if_match_compares_strongly(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
+    bob = api(token("bob", "request"))
+    url = f"/api/v1/requests/{waiting.pk}/"
+    tag = bob.get(url)["ETag"]
+    assert bob.get(url, HTTP_IF_NONE_MATCH=f"W/{tag}").status_code == 304
+    weak = bob.post(url + "cancel/", {}, content_type=JSON, HTTP_IF_MATCH=f"W/{tag}")
+    assert weak.status_code == 412
+    assert bob.post(url + "cancel/", {}, content_type=JSON, HTTP_IF_MATCH="*").status_code == 200
