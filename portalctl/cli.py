@@ -41,7 +41,7 @@ DOCUMENT_COLUMNS: list[Column] = [
     ("NAME", lambda d: dig(d, "metadata", "name")),
     ("STATE", lambda d: dig(d, "status", "state")),
     ("REQUEST", lambda d: _request_text(dig(d, "status", "request"))),
-    ("READY", lambda d: dig(d, "status", "readiness")),
+    ("READY", lambda d: dig(d, "status", "readiness", "state")),
 ]
 RESULT_COLUMNS: list[Column] = [
     ("#", lambda r: dig(r, "index")),
@@ -254,14 +254,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def _state(document: dict[str, Any]) -> tuple[str, str, str]:
-    """(request state, readiness, message) of a document's status."""
+    """(state of the request in flight, readiness in the cluster, message) of a document's
+    status; a request's error wins the message."""
     request = dig(document, "status", "request")
     request_state = str(request.get("state", "")) if isinstance(request, dict) else ""
-    return (
-        request_state,
-        str(dig(document, "status", "readiness")),
-        str(dig(document, "status", "message")),
+    message = (request.get("error") if isinstance(request, dict) else "") or dig(
+        document, "status", "readiness", "message"
     )
+    return request_state, str(dig(document, "status", "readiness", "state")), str(message)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -284,10 +284,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
             last = state
         request_state, readiness, _ = state
-        if request_state == "failed" or readiness == "failed":
+        if request_state in ("failed", "rejected", "cancelled") or (
+            not request_state and readiness == "failed"
+        ):
             return 1
-        if not args.watch or readiness == "ready" or request_state in TERMINAL_REQUEST_STATES:
-            return 0 if request_state not in ("failed", "rejected", "cancelled") else 1
+        settled = not request_state and readiness in ("ready", "")
+        if not args.watch or settled or request_state in TERMINAL_REQUEST_STATES:
+            return 0
         if time.monotonic() >= deadline:
             print(f"portalctl: still not ready after {args.timeout:.0f} s", file=sys.stderr)
             return 3
