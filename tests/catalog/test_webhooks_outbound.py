@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -431,3 +432,19 @@ def test_two_workers_claiming_at_once_send_once(
         t.join()
     assert sorted(sent) == [0, 1]
     assert len(receiver.calls) == 1
+
+
+def test_the_tenant_guides_snippet_verifies_a_real_delivery(
+    receiver: Receiver, hook: WebhookEndpoint, ask: Callable[..., Any]
+) -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "tenant-guide.md").read_text()
+    snippet = guide.split("## Webhooks", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(snippet, namespace)  # our own documentation, run as a receiver would
+    ask()
+    headers, body = receiver.calls[0]
+    namespace["verify"](hook.secret, headers, body)
+    with pytest.raises(ValueError, match="bad signature"):
+        namespace["verify"](hook.secret, headers, body + b" ")
+    with pytest.raises(ValueError, match="stale"):
+        namespace["verify"](hook.secret, {**headers, "webhook-timestamp": "1"}, body)
