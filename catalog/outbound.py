@@ -364,6 +364,19 @@ def post(url: str, headers: Mapping[str, str], body: bytes) -> Outcome:
         connection.close()
 
 
+def claim(delivery: WebhookDelivery, now: datetime) -> bool:
+    """Count an attempt of ``delivery`` as this worker's, unless someone changed the row since
+    it was read (a compare-and-swap on attempts and next_attempt_at)."""
+    return bool(
+        WebhookDelivery.objects.filter(
+            pk=delivery.pk,
+            status=Status.PENDING,
+            attempts=delivery.attempts,
+            next_attempt_at=delivery.next_attempt_at,
+        ).update(attempts=F("attempts") + 1, next_attempt_at=now + LEASE, last_attempt_at=now)
+    )
+
+
 def claim_due(
     *, now: datetime | None = None, ids: Iterable[int] | None = None, limit: int = CLAIM_BATCH
 ) -> list[WebhookDelivery]:
@@ -374,7 +387,6 @@ def claim_due(
     also locked with SKIP LOCKED, so concurrent workers pick different rows.
     """
     now = now or timezone.now()
-    claimed = []
     with transaction.atomic():
         due = (
             WebhookDelivery.objects.select_for_update(skip_locked=True, of=("self",))
@@ -383,15 +395,7 @@ def claim_due(
         )
         if ids is not None:
             due = due.filter(pk__in=list(ids))
-        for delivery in list(due[:limit]):
-            won = WebhookDelivery.objects.filter(
-                pk=delivery.pk,
-                status=Status.PENDING,
-                attempts=delivery.attempts,
-                next_attempt_at=delivery.next_attempt_at,
-            ).update(attempts=F("attempts") + 1, next_attempt_at=now + LEASE, last_attempt_at=now)
-            if won:
-                claimed.append(delivery.pk)
+        claimed = [d.pk for d in list(due[:limit]) if claim(d, now)]
     return list(
         WebhookDelivery.objects.filter(pk__in=claimed)
         .select_related("endpoint__tenant")
@@ -603,14 +607,16 @@ def do_rotate_secret(endpoint: WebhookEndpoint, *, acting_user: Any) -> str:
 
 @transaction.atomic
 def do_redeliver(delivery: WebhookDelivery, *, acting_user: Any) -> None:
-    """Queue one more attempt of the same message (same ``webhook-id``), sent at once."""
+    """Queue one more attempt of a finished delivery (same ``webhook-id``), sent at once."""
     endpoint = delivery.endpoint
     _require(endpoint.tenant, acting_user)
     if not endpoint.active:
         raise ValidationError("Enable the webhook first: a disabled webhook is not called.")
     locked = WebhookDelivery.objects.select_for_update().get(pk=delivery.pk)
-    if locked.status != Status.PENDING:
-        locked.max_attempts = locked.attempts + 1
+    if locked.status == Status.PENDING:
+        # Its next attempt is queued (or on its way): a second one could cross it.
+        raise ValidationError("This delivery is still being tried; wait for its next attempt.")
+    locked.max_attempts = locked.attempts + 1
     locked.status = Status.PENDING
     locked.next_attempt_at = timezone.now()
     locked.save(update_fields=["status", "max_attempts", "next_attempt_at"])

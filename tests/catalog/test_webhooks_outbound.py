@@ -396,7 +396,9 @@ def test_a_delivery_is_claimed_once(
         world["alpha"], acting_user=world["bob"], kind="gpu-share", spec=_share()
     )  # the on-commit job never runs here: the delivery stays due
     now = timezone.now()
+    stale = WebhookDelivery.objects.get()  # as a second worker read it, before the claim
     first = outbound.claim_due(now=now)
+    assert not outbound.claim(stale, now)
     assert [d.attempts for d in first] == [1]
     assert outbound.claim_due(now=now) == []
     assert outbound.claim_due(now=now + outbound.LEASE - timedelta(seconds=1)) == []
@@ -448,3 +450,18 @@ def test_the_tenant_guides_snippet_verifies_a_real_delivery(
         namespace["verify"](hook.secret, headers, body + b" ")
     with pytest.raises(ValueError, match="stale"):
         namespace["verify"](hook.secret, {**headers, "webhook-timestamp": "1"}, body)
+
+
+def test_a_delivery_still_being_tried_is_not_redelivered(
+    world: dict[str, Any], receiver: Receiver, hook: WebhookEndpoint, ask: Callable[..., Any]
+) -> None:
+    receiver.codes = [500]
+    ask()
+    delivery = WebhookDelivery.objects.get()
+    before = (delivery.status, delivery.attempts, delivery.max_attempts, delivery.next_attempt_at)
+    with pytest.raises(ValidationError, match="still being tried"):
+        outbound.do_redeliver(delivery, acting_user=world["alice"])
+    delivery.refresh_from_db()
+    after = (delivery.status, delivery.attempts, delivery.max_attempts, delivery.next_attempt_at)
+    assert after == before
+    assert not AuditEvent.objects.filter(action="webhook.redeliver").exists()
