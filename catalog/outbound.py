@@ -309,11 +309,16 @@ class _PinnedHTTPConnection(http.client.HTTPConnection):
         self.sock = socket.create_connection((self.address, self.port), self.timeout)
 
 
+def tls_context() -> ssl.SSLContext:
+    """Certificates are checked against the system's CAs and the URL's host name."""
+    return ssl.create_default_context()
+
+
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):
     """TLS to the checked address, with the certificate checked against the URL's host."""
 
     def __init__(self, host: str, port: int | None, address: str, timeout: float) -> None:
-        super().__init__(host, port, timeout=timeout, context=ssl.create_default_context())
+        super().__init__(host, port, timeout=timeout, context=tls_context())
         self.address = address
 
     def connect(self) -> None:

@@ -15,6 +15,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 
 from catalog import outbound
 from catalog.models import WebhookDelivery, WebhookEndpoint
@@ -103,6 +104,7 @@ def webhook(request: HttpRequest, tenant: str, endpoint_id: int) -> HttpResponse
         "page": page,
         "may_manage": access.may(Action.MANAGE_WEBHOOKS),
         "new_secret": new_secret,
+        "rotating": len(outbound.signing_secrets(endpoint, timezone.now())) > 1,
     }
     htmx = bool(getattr(request, "htmx", False)) and request.method == "GET"
     template = "catalog/webhook.html#log" if htmx else "catalog/webhook.html"

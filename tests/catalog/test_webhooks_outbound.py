@@ -465,3 +465,72 @@ def test_a_delivery_still_being_tried_is_not_redelivered(
     after = (delivery.status, delivery.attempts, delivery.max_attempts, delivery.next_attempt_at)
     assert after == before
     assert not AuditEvent.objects.filter(action="webhook.redeliver").exists()
+
+
+def _self_signed(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A certificate for ``name`` (and 127.0.0.1) and its key, as PEM files."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = timezone.now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.mark.parametrize(("cert_name", "ok"), [("localhost", True), ("elsewhere.test", False)])
+def test_https_checks_the_certificate_against_the_urls_host(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    receiver: Receiver,
+    cert_name: str,
+    ok: bool,
+) -> None:
+    import ssl
+
+    cert_file, key_file = _self_signed(tmp_path, cert_name)
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert_file, key_file)
+    receiver.server.socket = server_side.wrap_socket(receiver.server.socket, server_side=True)
+    # The portal trusts the system's CAs; here, this one certificate.
+    monkeypatch.setattr(
+        outbound, "tls_context", lambda: ssl.create_default_context(cafile=cert_file)
+    )
+    port = receiver.server.server_address[1]
+    outcome = outbound.post(f"https://localhost:{port}/hooks", {"webhook-id": "msg_tls"}, b"{}")
+    assert outcome.ok is ok
+    if ok:
+        assert receiver.calls[0][0]["host"] == f"localhost:{port}"
+    else:
+        assert "CERTIFICATE_VERIFY_FAILED" in outcome.error
+        assert receiver.calls == []

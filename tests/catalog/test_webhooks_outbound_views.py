@@ -160,6 +160,7 @@ def test_an_admin_disables_enables_rotates_and_removes(
     assert hook.secret != old and hook.previous_secret == old
     assert hook.secret in response.content.decode()
     assert response["Cache-Control"] == "no-store"
+    assert "The previous secret also signs" in client.get(url).content.decode()
 
     response = client.post(url, {"action": "remove"})
     assert response.status_code == 302
