@@ -4,6 +4,7 @@ A new token's text is on the response that made it and nowhere else (``no-store`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -26,6 +27,7 @@ from api.tokens import (
     recent_uses,
 )
 from tenants.access import Action, get_tenant_for_user, is_platform_admin, may, tenants_where
+from tenants.models import Tenant
 
 
 class TokenForm(forms.Form):
@@ -48,17 +50,22 @@ def _no_store(response: HttpResponse) -> HttpResponse:
     return response
 
 
-def _create(request: HttpRequest, owner: Any, form: TokenForm) -> str:
-    """Make a token from a bound form; its text, or "" (errors are on the form)."""
+def _apply(form: forms.Form, call: Callable[[dict[str, Any]], Any]) -> Any:
+    """Call the service with a bound form's data; its refusal lands on the form (None)."""
     if not form.is_valid():
-        return ""
+        return None
     try:
-        _token, text = do_create_token(acting_user=request.user, owner=owner, **form.cleaned_data)
+        return call(form.cleaned_data)
     except ValidationError as exc:
         for field, errors in exc.message_dict.items():
             form.add_error(field if field in form.fields else None, errors)
-        return ""
-    return text
+        return None
+
+
+def _create(request: HttpRequest, owner: Any, form: TokenForm) -> str:
+    """Make a token from a bound form; its text, or "" (errors are on the form)."""
+    made = _apply(form, lambda data: do_create_token(acting_user=request.user, owner=owner, **data))
+    return made[1] if made else ""
 
 
 @login_required
@@ -114,37 +121,16 @@ def robots(request: HttpRequest, tenant: str) -> HttpResponse:
     access.require(Action.MANAGE_MEMBERS)
     if request.method not in ("GET", "HEAD", "POST"):  # after the access check
         return HttpResponse(status=405)
-    robot_form = RobotForm()
-    token_form = TokenForm()
-    new_token = ""
-    token_robot = None
+    page: dict[str, Any] = {
+        "robot_form": RobotForm(),
+        "token_form": TokenForm(),
+        "new_token": "",
+        "token_robot": None,
+    }
     if request.method == "POST":
-        what = request.POST.get("action")
-        if what == "robot":
-            robot_form = RobotForm(request.POST)
-            if robot_form.is_valid():
-                try:
-                    do_create_robot(
-                        access.tenant, acting_user=request.user, **robot_form.cleaned_data
-                    )
-                    return redirect("api:robots", tenant=access.tenant.slug)
-                except ValidationError as exc:
-                    for field, errors in exc.message_dict.items():
-                        robot_form.add_error(field if field in robot_form.fields else None, errors)
-        elif what in ("token", "remove"):
-            token_robot = get_object_or_404(
-                Robot, tenant=access.tenant, name=request.POST.get("robot", "")
-            )
-            if what == "remove":
-                do_remove_robot(token_robot, acting_user=request.user)
-                messages.success(request, f"Robot {token_robot.name} is removed.")
-                return redirect("api:robots", tenant=access.tenant.slug)
-            token_form = TokenForm(request.POST)
-            new_token = _create(request, token_robot.user, token_form)
-            if new_token:
-                token_form = TokenForm()
-        else:
-            raise PermissionDenied("Unknown action.")
+        done = _robots_post(request, access.tenant, page)
+        if done is not None:
+            return done
     rows = [
         (
             robot,
@@ -153,14 +139,32 @@ def robots(request: HttpRequest, tenant: str) -> HttpResponse:
         )
         for robot in Robot.objects.filter(tenant=access.tenant).select_related("user")
     ]
-    context = {
-        "access": access,
-        "tenant": access.tenant,
-        "rows": rows,
-        "robot_form": robot_form,
-        "token_form": token_form,
-        "fresh_token_form": TokenForm(),
-        "new_token": new_token,
-        "token_robot": token_robot,
-    }
+    context = {"access": access, "tenant": access.tenant, "rows": rows, **page}
+    context["fresh_token_form"] = TokenForm()
     return _no_store(render(request, "api/robots.html", context))
+
+
+def _robots_post(request: HttpRequest, tenant: Tenant, page: dict[str, Any]) -> HttpResponse | None:
+    """Add a robot, remove one or make one a token; a redirect when done, else None (the
+    page shows the forms in ``page``, errors or the new token included)."""
+    what = request.POST.get("action")
+    back = redirect("api:robots", tenant=tenant.slug)
+    if what == "robot":
+        robot_form = page["robot_form"] = RobotForm(request.POST)
+        made = _apply(
+            robot_form, lambda data: do_create_robot(tenant, acting_user=request.user, **data)
+        )
+        return back if made else None
+    if what not in ("token", "remove"):
+        raise PermissionDenied("Unknown action.")
+    robot = get_object_or_404(Robot, tenant=tenant, name=request.POST.get("robot", ""))
+    if what == "remove":
+        do_remove_robot(robot, acting_user=request.user)
+        messages.success(request, f"Robot {robot.name} is removed.")
+        return back
+    page["token_robot"] = robot
+    token_form = page["token_form"] = TokenForm(request.POST)
+    page["new_token"] = _create(request, robot.user, token_form)
+    if page["new_token"]:
+        page["token_form"] = TokenForm()
+    return None

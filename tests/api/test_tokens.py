@@ -171,3 +171,17 @@ def test_the_use_log_is_append_only(world: Any, token: Callable, api: Callable) 
     with pytest.raises(ValidationError):
         use.save()
     assert TokenUse.objects.get().status == 200
+
+
+def test_the_robots_page_shows_a_refused_name_and_writes_nothing(login: Callable) -> None:
+    response = login("alice").post(
+        "/t/alpha/robots/", {"action": "robot", "name": "Not_A_Label", "role": "member"}
+    )
+    assert response.status_code == 200
+    assert response.context["robot_form"].errors["name"]
+    assert Robot.objects.count() == 0
+    refused = login("alice").post(
+        "/t/alpha/robots/", {"action": "robot", "name": "ci", "role": "admin"}
+    )
+    assert refused.context["robot_form"].errors["role"]
+    assert Robot.objects.count() == 0
