@@ -387,7 +387,7 @@ class ApplyView(DeclarativeView):
     @extend_schema(
         operation_id="declarative_apply",
         tags=["declarative"],
-        summary="Apply many documents (portalctl apply -f); ?dry_run=true only plans",
+        summary="Apply many documents; ?dry_run=true only plans",
         description="Each document on its own: one that fails does not stop the others, and "
         "each applied document is its own transaction. 200 with a result per document, `ok` "
         "false when any failed or conflicted; 400 when the body holds no readable document. "

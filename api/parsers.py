@@ -1,4 +1,4 @@
-"""Request bodies the API reads besides JSON: YAML, as ``portalctl apply -f`` sends it.
+"""Request bodies the API reads besides JSON: YAML, as a file of documents is sent.
 
 A YAML body is a stream of documents (``---`` between them) and parses to a list. It is read
 with the safe loader, refusing anchors and aliases (a few lines of aliases expand to
