@@ -116,8 +116,10 @@ class Plan:
 def _type_problems(value: Any, hint: Any, path: str) -> list[tuple[str, str]]:
     """Where ``value`` is not of the dataclass field's type ``hint``, as (path, message)."""
     origin, args = get_origin(hint), get_args(hint)
-    if origin is Literal:  # the values themselves are judged by validate_tenant, in words
-        return _type_problems(value, type(args[0]), path)
+    if origin is Literal:
+        if value in args and isinstance(value, type(args[0])):
+            return []
+        return [(path, f"Must be one of {', '.join(map(str, args))}.")]
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return []

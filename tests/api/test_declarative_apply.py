@@ -137,14 +137,14 @@ def test_a_dry_run_writes_nothing(login: Callable[[str], Client], world: dict[st
     assert counts() == before
     # and the same as YAML
     text = yaml.safe_dump_all(documents[:2])
-    again = post_yaml(login("bob"), text, "?dry_run=1").json()
+    again = post_yaml(login("bob"), text, "?dry_run=true").json()
     assert [r["outcome"] for r in again["results"]] == ["modified", "created"]
     assert counts() == before
 
 
 def test_a_bad_dry_run_flag_is_refused(login: Callable[[str], Client]) -> None:
     before = counts()
-    response = post_json(login("bob"), [named("a")], "?dry_run=perhaps")
+    response = post_json(login("bob"), [named("a")], "?dry_run=1")
     assert response.status_code == 400 and "dry_run" in response.json()["errors"]
     assert counts() == before
 
@@ -269,12 +269,36 @@ def test_anonymous_callers_are_refused(client: Client, world: dict[str, Any]) ->
     assert counts() == before
 
 
-def test_the_schema_describes_the_declarative_routes(login: Callable[[str], Client]) -> None:
+def test_the_schema_describes_each_kind_as_strictly_as_the_server(
+    login: Callable[[str], Client],
+) -> None:
     schema = login("alice").get("/api/v1/schema/?format=json").json()
-    paths = schema["paths"]
-    assert set(paths["/api/v1/tenants/{tenant}/{plural}/{name}/"]) >= {"get", "put", "delete"}
-    put = paths["/api/v1/tenants/{tenant}/{plural}/{name}/"]["put"]
+    paths, components = schema["paths"], schema["components"]["schemas"]
+
+    def resolve(ref: dict[str, Any]) -> dict[str, Any]:
+        if "allOf" in ref:
+            ref = ref["allOf"][0]
+        return components[ref["$ref"].rsplit("/", 1)[1]]
+
+    for plural in ("clusters", "gpushares", "endpoints"):
+        assert set(paths[f"/api/v1/tenants/{{tenant}}/{plural}/{{name}}/"]) >= {
+            "get",
+            "put",
+            "delete",
+        }
+        assert "get" in paths[f"/api/v1/tenants/{{tenant}}/{plural}/"]
+    put = paths["/api/v1/tenants/{tenant}/gpushares/{name}/"]["put"]
     assert {"200", "201", "202", "400", "403", "404", "409", "413"} <= set(put["responses"])
     assert "application/problem+json" in put["responses"]["409"]["content"]
+    document = resolve(put["requestBody"]["content"]["application/json"]["schema"])
+    assert document["additionalProperties"] is False and document["required"] == ["spec"]
+    spec = resolve(document["properties"]["spec"])
+    assert spec["additionalProperties"] is False
+    assert sorted(spec["required"]) == ["count", "flavor", "kind"]
+    assert "name" not in spec["properties"]
+    endpoint = paths["/api/v1/tenants/{tenant}/endpoints/{name}/"]["get"]["responses"]["200"]
+    assert resolve(endpoint["content"]["application/json"]["schema"])["properties"]["kind"] == {
+        "anyOf": [{"type": "string", "enum": ["ModelEndpoint"]}]
+    }
     body = paths["/api/v1/apply/"]["post"]["requestBody"]["content"]
     assert {"application/json", "application/yaml", "application/x-yaml"} <= set(body)
