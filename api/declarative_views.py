@@ -84,7 +84,8 @@ def _annotated(field: type[serializers.Field], schema: dict[str, Any], **kwargs:
 def _enum(values: list[str], **kwargs: Any) -> Any:
     """A choice whose enum stays inline (wrapped in ``anyOf``, which the schema's enum
     naming leaves alone): the same field name has other choice sets in other shapes (a
-    document's ``kind`` against a GPU share's), which as named components would clash."""
+    document's ``kind`` against a GPU share's, and the other API shapes' ``kind`` and
+    ``state``), which as named components would clash."""
     schema = {"anyOf": [{"type": "string", "enum": values}]}
     return _annotated(serializers.ChoiceField, schema, choices=values, **kwargs)
 
@@ -108,7 +109,7 @@ def _spec_field(name: str, hint: Any, **kwargs: Any) -> serializers.Field:
         inner = next(a for a in args if a is not type(None))
         return _spec_field(name, inner, allow_null=True, **kwargs)
     if origin is Literal:
-        return serializers.ChoiceField(choices=list(args), **kwargs)
+        return _enum(list(args), **kwargs)
     if origin is tuple:
         return serializers.ListField(child=_spec_field(name, args[0]), **kwargs)
     if hint is bool:
@@ -164,38 +165,38 @@ MetadataInput = _shape(
 )
 
 
-class ChangeStatusSerializer(serializers.Serializer):
+class DocumentChangeSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     status = serializers.CharField()
     url = serializers.CharField()
 
 
-class RequestStatusSerializer(serializers.Serializer):
+class DocumentInFlightSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     action = serializers.CharField()
     state = serializers.CharField()
     url = serializers.CharField()
-    change = ChangeStatusSerializer(allow_null=True)
+    change = DocumentChangeSerializer(allow_null=True)
     error = serializers.CharField(allow_blank=True)
 
 
-class ReadinessSerializer(serializers.Serializer):
-    state = serializers.ChoiceField(choices=["ready", "waiting", "failed"])
+class DocumentReadinessSerializer(serializers.Serializer):
+    state = _enum(["ready", "waiting", "failed"])
     message = serializers.CharField(allow_blank=True)
 
 
 class DocumentStatusSerializer(serializers.Serializer):
     state = serializers.CharField(help_text="The resource's state.")
-    request = RequestStatusSerializer(
+    request = DocumentInFlightSerializer(
         allow_null=True, help_text="The latest request of the resource not finished yet."
     )
-    readiness = ReadinessSerializer(allow_null=True)
+    readiness = DocumentReadinessSerializer(allow_null=True)
     url = serializers.CharField(
         required=False, allow_blank=True, help_text="Model endpoints: the public URL."
     )
 
 
-class DiffEntrySerializer(serializers.Serializer):
+class DocumentDiffEntrySerializer(serializers.Serializer):
     old = serializers.JSONField(allow_null=True)
     new = serializers.JSONField(allow_null=True)
 
@@ -217,7 +218,7 @@ def _kind_shapes(kind: str) -> KindShapes:
     document = _shape(
         f"{noun}Document",
         {
-            "apiVersion": serializers.ChoiceField(choices=api_version),
+            "apiVersion": _enum(api_version),
             "kind": _enum([noun]),
             "metadata": Metadata(),
             "spec": spec(help_text="The catalog's spec of the kind, without `name`."),
@@ -228,7 +229,7 @@ def _kind_shapes(kind: str) -> KindShapes:
     document_input = _shape(
         f"{noun}DocumentInput",
         {
-            "apiVersion": serializers.ChoiceField(choices=api_version, required=False),
+            "apiVersion": _enum(api_version, required=False),
             "kind": _enum([noun], required=False),
             "metadata": MetadataInput(required=False),
             "spec": spec(help_text="The catalog's spec of the kind, without `name`."),
@@ -246,7 +247,7 @@ def _kind_shapes(kind: str) -> KindShapes:
                 allow_null=True,
                 help_text="The request submitted, or (unchanged) the one already in flight.",
             ),
-            "diff": serializers.DictField(child=DiffEntrySerializer()),
+            "diff": serializers.DictField(child=DocumentDiffEntrySerializer()),
             "document": document(),
         },
         serializers.Serializer,
@@ -258,7 +259,7 @@ def _kind_shapes(kind: str) -> KindShapes:
 SHAPES = {kind: _kind_shapes(kind) for kind in declarative.KIND_NAMES}
 
 
-class ApplyRequestSerializer(StrictSerializer):
+class ApplyBodySerializer(StrictSerializer):
     """Documents to apply, as JSON."""
 
     documents = serializers.ListField(
@@ -281,7 +282,7 @@ class ApplyResultSerializer(serializers.Serializer):
         help_text="The HTTP status the resource's own URL would have answered."
     )
     request = serializers.IntegerField(allow_null=True)
-    diff = serializers.DictField(child=DiffEntrySerializer())
+    diff = serializers.DictField(child=DocumentDiffEntrySerializer())
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
     detail = serializers.CharField(allow_blank=True)
 
@@ -553,7 +554,7 @@ class ApplyView(DeclarativeView):
             )
         ],
         request={
-            "application/json": ApplyRequestSerializer,
+            "application/json": ApplyBodySerializer,
             # A stream of YAML documents (``---`` between them), each read on its own.
             "application/yaml": OpenApiTypes.ANY,
             "application/x-yaml": OpenApiTypes.ANY,

@@ -356,3 +356,60 @@ def test_a_deeply_nested_body_is_400_not_500(login: Callable[[str], Client]) -> 
     assert response.status_code == 400
     response = login("bob").post("/api/v1/apply/", data=body, content_type="application/yaml")
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize("plural", ["clusters", "gpushares", "endpoints"])
+def test_every_kind_hides_the_tenant_from_non_members(
+    login: Callable[[str], Client], world: dict[str, Any], plural: str
+) -> None:
+    kind = {"clusters": "cluster", "gpushares": "gpu-share", "endpoints": "endpoint"}[plural]
+    Resource.objects.create(tenant=world["alpha"], kind=kind, name="x", state="active")
+    client = login("charlie")
+    before = counts()
+    url = f"/api/v1/tenants/alpha/{plural}/x/"
+    assert client.get(f"/api/v1/tenants/alpha/{plural}/").status_code == 404
+    assert client.get(url).status_code == 404
+    assert put(client, {"spec": {}}, url).status_code == 404
+    response = client.delete(url)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/problem+json"
+    assert counts() == before
+
+
+def test_a_document_follows_its_request_to_main(
+    login: Callable[[str], Client],
+    world: dict[str, Any],
+    merged_change: Callable[..., Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Through the real workflow: approved, a pull request, merged; the status says so, and
+    the document read back applies again as unchanged."""
+    from catalog import services
+    from gitops import services as gitops
+    from tenants.specs import tenant_spec
+
+    merged_change(tenant_spec(world["alpha"]))
+    created = put(login("bob"), document()).json()
+    request = ResourceRequest.objects.get(pk=created["request"])
+    with django_capture_on_commit_callbacks(execute=True):
+        request = services.do_approve(request, acting_user=world["pam"])
+    assert request.state == S.PR_OPEN, request.error
+    status = login("bob").get(URL).json()["status"]
+    assert status["request"]["state"] == "pr_open"
+    assert status["request"]["change"]["id"] == request.change_id
+    assert status["request"]["change"]["url"] == f"/changes/{request.change_id}/"
+    assert status["readiness"] is None  # nothing runs yet
+    assert put(login("bob"), document({**SHARE_SPEC, "count": 3})).status_code == 409
+
+    with django_capture_on_commit_callbacks(execute=True):
+        gitops.do_merge(request.change, acting_user=world["pam"])
+    services.advance_requests()
+    exported = login("bob").get(URL).json()
+    assert exported["status"]["state"] == "active"
+    assert exported["status"]["request"]["state"] == "merged"
+    before = counts()
+    again = put(login("bob"), exported)
+    assert again.status_code == 200 and again.json()["outcome"] == "unchanged"
+    assert counts() == before
+    modified = put(login("bob"), document({**SHARE_SPEC, "count": 3}))
+    assert modified.status_code == 202, modified.json()
