@@ -1,12 +1,14 @@
 """Request bodies the API reads besides JSON: YAML, as a file of documents is sent.
 
 A YAML body is a stream of documents (``---`` between them) and parses to a list. It is read
-with the safe loader, refusing anchors and aliases (a few lines of aliases expand to
-gigabytes: the "billion laughs"), with at most ``MAX_DOCUMENTS`` documents, and with dates
-left as the strings they were typed as (JSON has no date type, and the catalog's specs hold
-ISO dates as strings). Bodies over ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` are refused with
-413 before they are parsed, JSON ones too: Django checks that limit only when a view reads
-``request.body``, and DRF's parsers read the stream instead.
+with the safe loader (libyaml's when available), refusing anchors and aliases (a few lines
+of aliases expand to gigabytes: the "billion laughs"), with at most ``MAX_DOCUMENTS``
+documents and ``MAX_NODES`` values, and with dates left as the strings they were typed as
+(JSON has no date type, and the catalog's specs hold ISO dates as strings).
+
+Bodies over ``settings.DATA_UPLOAD_MAX_MEMORY_SIZE`` are refused with 413 before they are
+parsed, JSON ones too: Django checks that limit only when a view reads ``request.body``, and
+DRF's parsers read the stream instead.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser, JSONParser
 
 MAX_DOCUMENTS = 100
+# Values (scalars, lists, mappings) in one YAML body. Building them costs microseconds each
+# even with libyaml, so a body of the largest size accepted, all "[1,1,1,...]", would hold a
+# worker for many seconds; a hundred real documents need a few thousand.
+MAX_NODES = 50_000
 
 
 class BodyTooLarge(exceptions.APIException):
@@ -53,49 +59,64 @@ def _meta(parser_context: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return getattr(request, "META", {}) if request is not None else {}
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """The safe loader without anchors, aliases or implicit timestamps."""
+# libyaml's safe loader when PyYAML was built with it (the pure-Python one takes tens of
+# seconds over a body of the largest size accepted).
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                "anchors and aliases are not accepted",
-                event.start_mark,
-            )
-        return super().compose_node(parent, index)
+
+class _Loader(_SafeLoader):  # type: ignore[misc,valid-type]
+    """The safe loader with dates left as the strings they were typed as."""
 
 
 # Resolvers are per class: a copy without the timestamp one, so 2026-01-31 stays a string.
-_NoAliasLoader.yaml_implicit_resolvers = {
+_Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
 
-def load_documents(text: str) -> list[Any]:
-    """Every document of a YAML stream (empty ones skipped); ParseError with the line and
-    column of the first problem."""
-    documents: list[Any] = []
-    try:
-        for document in yaml.load_all(text, Loader=_NoAliasLoader):
-            if document is None:
-                continue
-            if len(documents) == MAX_DOCUMENTS:
+def _where(mark: Any) -> str:
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def _check_events(text: str) -> None:
+    """One pass over the parser's events, before anything is built: no anchor or alias (a
+    few lines of them expand to gigabytes, the "billion laughs"), at most MAX_DOCUMENTS
+    documents and MAX_NODES values."""
+    documents = nodes = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.NodeEvent) and not isinstance(event, yaml.AliasEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise exceptions.ParseError(
+                    f"The YAML holds too many values: at most {MAX_NODES} are accepted."
+                )
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise exceptions.ParseError(
+                f"The YAML cannot be read: anchors and aliases are not accepted"
+                f"{_where(event.start_mark)}."
+            )
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > MAX_DOCUMENTS:
                 raise exceptions.ParseError(
                     f"At most {MAX_DOCUMENTS} documents are accepted in one request."
                 )
-            documents.append(document)
+
+
+def load_documents(text: str) -> list[Any]:
+    """Every document of a YAML stream (empty ones skipped); ParseError with the line and
+    column of the first problem."""
+    try:
+        _check_events(text)
+        loaded = list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        where = _where(getattr(exc, "problem_mark", None))
         raise exceptions.ParseError(f"The YAML cannot be read: {problem}{where}.") from exc
     except RecursionError as exc:
         raise exceptions.ParseError("The YAML is nested too deeply.") from exc
-    return documents
+    return [document for document in loaded if document is not None]
 
 
 class YAMLParser(BaseParser):

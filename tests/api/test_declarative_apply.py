@@ -208,6 +208,7 @@ def test_an_export_applies_again_as_unchanged(
         ("", "at least one document"),
         ("---\n---\n", "at least one document"),
         ("\n---\n".join(["a: 1"] * 101), "At most 100"),
+        ("[" + ",".join(["1"] * 60_000) + "]", "too many values"),
     ],
 )
 def test_a_yaml_body_that_cannot_be_read_is_400(
