@@ -33,6 +33,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Prefetch
 from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
@@ -503,13 +504,13 @@ def export(resource: Resource) -> dict[str, Any]:
     """The resource as a document, plus a ``status`` block (output only): its state, the
     latest request not finished yet (with its pull request), its readiness in the cluster,
     and an endpoint's public URL. The spec is what runs, or what a create request asks for
-    before anything runs."""
-    requests = resource.requests.select_related("change", "tenant", "resource")
-    latest_open = requests.filter(state__in=states.OPEN).first()
+    before anything runs. Its requests are read once (``listed`` prefetches them)."""
+    requests = list(resource.requests.all())  # newest first (ResourceRequest.Meta)
+    latest_open = next((r for r in requests if r.state in states.OPEN), None)
     if resource.on_main:
         spec = resource.spec
     else:
-        creating = requests.filter(action=A.CREATE).first()
+        creating = next((r for r in requests if r.action == A.CREATE), None)
         spec = creating.spec if creating is not None else {}
     stored = _stored(resource.kind, spec) or {}
     status: dict[str, Any] = {
@@ -518,7 +519,8 @@ def export(resource: Resource) -> dict[str, Any]:
         "readiness": None,
     }
     if resource.on_main:
-        latest = requests.first() or ResourceRequest(resource=resource, tenant=resource.tenant)
+        latest = requests[0] if requests else ResourceRequest(tenant=resource.tenant)
+        latest.resource = resource
         verdict, message = services.readiness(latest)
         status["readiness"] = {"state": verdict, "message": message}
     if resource.kind == Kind.ENDPOINT:
@@ -535,10 +537,13 @@ def export(resource: Resource) -> dict[str, Any]:
 
 
 def listed(tenant: Tenant, kind: str) -> list[Resource]:
-    """The tenant's resources of ``kind`` that hold their names, in name order."""
+    """The tenant's resources of ``kind`` that hold their names, in name order, with their
+    requests (and those requests' pull requests) read in two queries for all of them."""
+    requests = ResourceRequest.objects.select_related("change", "tenant")
     return list(
         tenant.resources.filter(kind=kind)
         .exclude(state__in=[Resource.State.DECOMMISSIONED, Resource.State.WITHDRAWN])
         .select_related("tenant")
+        .prefetch_related(Prefetch("requests", queryset=requests))
         .order_by("name")
     )

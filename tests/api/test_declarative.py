@@ -413,3 +413,27 @@ def test_a_document_follows_its_request_to_main(
     assert counts() == before
     modified = put(login("bob"), document({**SHARE_SPEC, "count": 3}))
     assert modified.status_code == 202, modified.json()
+
+
+def test_listing_costs_the_same_queries_for_more_shares(
+    login: Callable[[str], Client], world: dict[str, Any]
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = login("bob")
+    url = "/api/v1/tenants/alpha/gpushares/"
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(url).status_code == 200
+        return len(captured)
+
+    for name in ("a", "b"):
+        active(world, "gpu-share", {"name": name, **SHARE_SPEC, "count": 1})
+    put(client, document({**SHARE_SPEC, "count": 1}, name="c"), url + "c/")
+    few = queries()
+    for name in ("d", "e", "f", "g"):
+        active(world, "gpu-share", {"name": name, **SHARE_SPEC, "count": 1})
+    assert queries() == few
+    assert len(client.get(url).json()["items"]) == 7
