@@ -443,10 +443,10 @@ def apply(document: Document, user: Any) -> Plan:
     return result
 
 
-@transaction.atomic
-def delete(slug: str, kind: str, name: str, user: Any, *, reason: str = "") -> Plan:
-    """Ask to decommission a live resource (``do_decommission_request``); a conflict while
-    another request of it is in flight or it is not running yet."""
+def plan_delete(slug: str, kind: str, name: str, user: Any, *, reason: str = "") -> Plan:
+    """What asking to decommission the resource would do, writing nothing: decommission, or
+    a conflict while another request of it is in flight or it does not run yet; the checks
+    of a decommission (nothing else still uses it) as ValidationError."""
     tenant = tenant_for(user, slug)
     resource = held_resource(tenant, kind, name)
     if resource is None:
@@ -460,17 +460,27 @@ def delete(slug: str, kind: str, name: str, user: Any, *, reason: str = "") -> P
         raise ValidationError(
             {"reason": [f"Must be at most {REASON_MAX_LENGTH} characters, with no NUL."]}
         )
+    check = services.check_request(tenant, kind, name, None, action=A.DECOMMISSION)
+    if check.errors:
+        raise ValidationError({_path(f): [m] for f, m in check.errors.items()})
+    return Plan(document, Outcome.DECOMMISSION, resource, diff=diff(document.spec, None))
+
+
+@transaction.atomic
+def delete(slug: str, kind: str, name: str, user: Any, *, reason: str = "") -> Plan:
+    """Ask to decommission a live resource (``do_decommission_request``), as ``plan_delete``
+    says; nothing is written unless it says decommission."""
+    result = plan_delete(slug, kind, name, user, reason=reason)
+    if result.outcome != Outcome.DECOMMISSION:
+        return result
+    assert result.resource is not None
     try:
-        request = services.do_decommission_request(resource, acting_user=user, reason=reason)
+        result.request = services.do_decommission_request(
+            result.resource, acting_user=user, reason=reason
+        )
     except ValidationError as exc:
         raise _document_error(exc) from exc
-    return Plan(
-        document,
-        Outcome.DECOMMISSION,
-        resource,
-        request,
-        diff=diff(document.spec, None),
-    )
+    return result
 
 
 # --- exporting ----------------------------------------------------------------------------

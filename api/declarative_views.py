@@ -329,7 +329,7 @@ def _problems(*codes: int) -> dict[Any, Any]:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _written(result: Plan) -> Response:
+def _written(result: Plan, *, status: int | None = None) -> Response:
     request_id = result.request.pk if result.request is not None else None
     if result.outcome == Outcome.CONFLICT:
         response = problem(409, result.detail, kind="conflict")
@@ -343,7 +343,7 @@ def _written(result: Plan) -> Response:
         "diff": result.diff,
         "document": declarative.export(result.resource),
     }
-    return Response(body, status=STATUS[result.outcome])
+    return Response(body, status=status or STATUS[result.outcome])
 
 
 def _flag(value: str | None, name: str) -> bool:
@@ -441,6 +441,14 @@ REASON = OpenApiParameter(
     f"{declarative.REASON_MAX_LENGTH} characters.",
 )
 
+DRY_RUN = OpenApiParameter(
+    "dry_run",
+    OpenApiTypes.BOOL,
+    OpenApiParameter.QUERY,
+    required=False,
+    description="Plan only: what would happen, nothing written.",
+)
+
 
 class DocumentListView(DeclarativeView):
     """A tenant's resources of one kind, as documents (a subclass per kind)."""
@@ -473,7 +481,10 @@ class DocumentView(DeclarativeView):
 
     def delete(self, request: Request, tenant: str, name: str) -> Response:
         reason = request.query_params.get("reason", "")
-        return _written(declarative.delete(tenant, self.kind, name, request.user, reason=reason))
+        dry_run = _flag(request.query_params.get("dry_run"), "dry_run")
+        act = declarative.plan_delete if dry_run else declarative.delete
+        result = act(tenant, self.kind, name, request.user, reason=reason)
+        return _written(result, status=200 if dry_run else None)
 
 
 def _kind_views(kind: str, plural: str) -> tuple[type[APIView], type[APIView]]:
@@ -520,10 +531,15 @@ def _kind_views(kind: str, plural: str) -> tuple[type[APIView], type[APIView]]:
             operation_id=f"declarative_{plural}_delete",
             tags=tags,
             summary=f"Ask to decommission the {noun}",
-            description="202: a decommission request was submitted. 409: another request of "
-            "it is in flight, or it does not run yet.",
-            parameters=[TENANT, NAME, REASON],
-            responses={202: shapes.write_result, **_problems(400, 401, 403, 404, 409)},
+            description="202: a decommission request was submitted. 200 (with "
+            "`?dry_run=true`): it would be, nothing written. 409: another request of it is "
+            "in flight, or it does not run yet.",
+            parameters=[TENANT, NAME, REASON, DRY_RUN],
+            responses={
+                200: shapes.write_result,
+                202: shapes.write_result,
+                **_problems(400, 401, 403, 404, 409),
+            },
         ),
     )(type(f"{noun}View", (DocumentView,), {"kind": kind}))
     return list_view, detail_view
@@ -544,15 +560,7 @@ class ApplyView(DeclarativeView):
         "false when any failed or conflicted; 400 when the body holds no readable document. "
         f"At most {MAX_DOCUMENTS} documents. A dry run writes nothing and reports what "
         "applying would do (the same outcomes, diffs and errors).",
-        parameters=[
-            OpenApiParameter(
-                "dry_run",
-                OpenApiTypes.BOOL,
-                OpenApiParameter.QUERY,
-                required=False,
-                description="Plan only: what would happen, nothing written.",
-            )
-        ],
+        parameters=[DRY_RUN],
         request={
             "application/json": ApplyBodySerializer,
             # A stream of YAML documents (``---`` between them), each read on its own.

@@ -437,3 +437,29 @@ def test_listing_costs_the_same_queries_for_more_shares(
         active(world, "gpu-share", {"name": name, **SHARE_SPEC, "count": 1})
     assert queries() == few
     assert len(client.get(url).json()["items"]) == 7
+
+
+def test_a_dry_run_delete_writes_nothing(login: Callable[[str], Client], share: Resource) -> None:
+    before = counts()
+    response = login("bob").delete(URL + "?dry_run=true")
+    assert response.status_code == 200, response.json()
+    assert response.json()["outcome"] == "decommission"
+    assert response.json()["request"] is None
+    assert response.json()["diff"]["spec.flavor"] == {"old": "h200", "new": None}
+    assert counts() == before
+
+
+def test_a_share_an_endpoint_runs_on_cannot_be_deleted_first(
+    login: Callable[[str], Client], world: dict[str, Any], share: Resource
+) -> None:
+    active(
+        world,
+        "endpoint",
+        {"name": "chat", "model_uri": "hf://org/chat-model", "share": "train"},
+    )
+    before = counts()
+    for query in ("?dry_run=true", ""):
+        response = login("bob").delete(URL + query)
+        assert response.status_code == 400, response.json()
+        assert "chat" in response.json()["detail"]
+    assert counts() == before
