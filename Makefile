@@ -59,14 +59,14 @@ test: $(VENV)/.installed-test system-deps node-deps
 	$(MANAGE) check
 	$(MANAGE) makemigrations --check --dry-run
 	$(BIN)/ruff check .
-	$(BIN)/mypy portal tenants gitops fleet catalog billing
+	$(BIN)/mypy portal tenants gitops fleet catalog billing api portalctl
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## lint: ruff (lint and format check) and mypy
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy portal tenants gitops fleet catalog billing
+	$(BIN)/mypy portal tenants gitops fleet catalog billing api portalctl
 
 format: $(VENV)/.installed-test
 	$(BIN)/ruff format .

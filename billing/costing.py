@@ -25,11 +25,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
-from django.db.models import QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour, TruncMonth
 
 from billing.fractions import FractionError, mig_fraction
-from billing.models import GpuPrice, UsageDay, UsageHour
+from billing.models import GpuPrice, UsageDay, UsageHour, UsageMonth
 
 HOUR = Decimal(3600)
 CENT = Decimal("0.01")
@@ -147,6 +147,70 @@ def _in_period(rows: QuerySet[Any], start: datetime, end: datetime) -> QuerySet[
     return rows.filter(hour__gte=start, hour__lt=end)
 
 
+def _next_month(day: date) -> date:
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
+def whole_months(start: datetime, end: datetime) -> tuple[date, date] | None:
+    """The calendar months lying wholly inside the days of ``[start, end)`` (``start`` at
+    midnight UTC), as (first month, the month after the last); None when there is none."""
+    first = start.astimezone(UTC).date()
+    after = (end - timedelta(microseconds=1)).astimezone(UTC).date() + timedelta(days=1)
+    month = first if first.day == 1 else _next_month(first)
+    if _next_month(month) > after:
+        return None
+    last = month
+    while _next_month(_next_month(last)) <= after:
+        last = _next_month(last)
+    return month, _next_month(last)
+
+
+def _sums(query: QuerySet[Any], group: list[str]) -> QuerySet[Any]:
+    return (
+        query.values(*group)
+        .annotate(
+            allocated=Sum("allocated_gpu_seconds"),
+            used=Sum("used_gpu_seconds"),
+            energy=Sum("energy_kwh"),
+            observed=Sum("observed_seconds"),
+        )
+        .order_by()
+    )
+
+
+def _period_sums(
+    rows: QuerySet[Any],
+    months: QuerySet[UsageMonth] | None,
+    start: datetime,
+    end: datetime,
+    group: list[str],
+) -> list[dict[str, Any]]:
+    """The sums of one price period by ``group``: from the period's rows, or, for daily rows
+    with the monthly sums at hand, from the months wholly inside it plus the days around
+    them (a year is then ~12 rows per workload plus its edge days, not 365)."""
+    span = whole_months(start, end) if months is not None else None
+    if months is None or span is None:
+        parts = [_sums(_in_period(rows, start, end), group)]
+    else:
+        first, after = span
+        edge = Q(day__gte=start.astimezone(UTC).date(), day__lt=first)
+        edge |= Q(day__gte=after, day__lte=(end - timedelta(microseconds=1)).astimezone(UTC).date())
+        parts = [
+            _sums(months.filter(month__gte=first, month__lt=after), group),
+            _sums(rows.filter(edge), group),
+        ]
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for part in parts:
+        for item in part:
+            key = tuple(item[name] for name in group)
+            into = merged.setdefault(
+                key, {**item, "allocated": 0, "used": 0, "energy": 0, "observed": 0}
+            )
+            for name in ("allocated", "used", "energy", "observed"):
+                into[name] += item[name] or 0
+    return [merged[key] for key in sorted(merged)]
+
+
 def priced(
     rows: QuerySet[UsageHour] | QuerySet[UsageDay],
     start: datetime,
@@ -155,38 +219,35 @@ def priced(
     by: Sequence[str] = (),
     trunc: str | None = None,
     book: PriceBook | None = None,
+    months: QuerySet[UsageMonth] | None = None,
 ) -> list[Priced]:
     """The cost of ``rows`` with ``start <= hour < end``, grouped by the fields ``by`` (e.g.
     ``("tenant_slug", "flavor")``) and, with ``trunc`` ("hour", "day" or "month"), by that
     bucket of time (key ``"bucket"``). One aggregate query per price period.
 
     ``rows`` may be the daily sums (``UsageDay``) for a range that starts at midnight UTC:
-    the same answer from 24 times fewer rows (group by ``"day"`` rather than ``trunc``)."""
+    the same answer from 24 times fewer rows (group by ``"day"`` rather than ``trunc``).
+    With daily rows, ``months`` (the monthly sums filtered as ``rows`` are, but not by
+    time) lets whole months be read from one row each: two queries per period then."""
     book = book or PriceBook.load()
     fields = list(by)
     daily = rows.model is UsageDay
     if daily and (start.astimezone(UTC).time() != time(0) or trunc is not None):
         raise ValueError("daily rows are priced from midnight UTC, grouped by 'day'")
+    if months is not None and (not daily or "day" in fields):
+        raise ValueError("monthly sums stand in for daily rows that are not grouped by day")
     results: list[Priced] = []
     for period_start, period_end in book.periods(start, end):
-        query = _in_period(rows, period_start, period_end)
+        query = _in_period(rows, period_start, period_end) if trunc is not None else rows
         if trunc is not None:
             query = query.annotate(bucket=TRUNC[trunc]("hour"))
             group = [*fields, "bucket", "gpu_model", "mig_profile"]
+            sums = list(_sums(query, group).order_by(*group))
         else:
             group = [*fields, "gpu_model", "mig_profile"]
-        sums = (
-            query.values(*group)
-            .annotate(
-                allocated=Sum("allocated_gpu_seconds"),
-                used=Sum("used_gpu_seconds"),
-                energy=Sum("energy_kwh"),
-                observed=Sum("observed_seconds"),
-            )
-            .order_by(*group)
-        )
+            sums = _period_sums(query, months, period_start, period_end, group)
         for item in sums:
-            gpu_hours = (item["allocated"] or Decimal(0)) / HOUR
+            gpu_hours = Decimal(item["allocated"] or 0) / HOUR
             price = book.unit_price(item["gpu_model"], item["mig_profile"], period_start)
             unit = price.unit if price else (INSTANCE_HOUR if item["mig_profile"] else GPU_HOUR)
             try:
@@ -204,8 +265,8 @@ def priced(
                     period_start=period_start,
                     period_end=period_end,
                     gpu_hours=gpu_hours,
-                    used_gpu_hours=(item["used"] or Decimal(0)) / HOUR,
-                    energy_kwh=item["energy"] or Decimal(0),
+                    used_gpu_hours=Decimal(item["used"] or 0) / HOUR,
+                    energy_kwh=Decimal(item["energy"] or 0),
                     quantity=quantity,
                     unit=unit,
                     unit_price=price.amount if price else None,

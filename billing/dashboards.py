@@ -24,7 +24,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet, Subquery, Sum
 
 from billing.costing import HOUR, PriceBook, Priced, Total, priced, totals
-from billing.models import IngestRun, UsageDay, UsageHour
+from billing.models import FleetDay, IngestRun, UsageDay, UsageHour, UsageMonth
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.services import share_gpu_equivalents
 from catalog.specs import SpecError, from_json
@@ -135,8 +135,24 @@ def ledger(window: Range, tenant: str | None = None) -> QuerySet[Any]:
     return rows if tenant is None else rows.filter(tenant_slug=tenant)
 
 
+def monthly(window: Range, tenant: str | None = None) -> QuerySet[UsageMonth] | None:
+    """The monthly sums that may stand in for whole months of ``ledger(window, tenant)``
+    (``costing.priced`` picks the months wholly inside each price period); None for an
+    hourly range."""
+    if window.bucket == "hour":
+        return None
+    rows = UsageMonth.objects.all()
+    return rows if tenant is None else rows.filter(tenant_slug=tenant)
+
+
+def fleet_days(window: Range) -> QuerySet[FleetDay]:
+    """The fleet's daily totals over a daily range: what the platform's series reads."""
+    last = (window.end - timedelta(microseconds=1)).date()
+    return FleetDay.objects.filter(day__gte=window.start.date(), day__lte=last)
+
+
 def time_field(rows: QuerySet[Any]) -> str:
-    return "day" if rows.model is UsageDay else "hour"
+    return "day" if rows.model in (UsageDay, FleetDay) else "hour"
 
 
 def _moment(value: date | datetime) -> datetime:
@@ -515,9 +531,11 @@ def admin_dashboard(window: Range) -> AdminDashboard:
     # One pass over the range's rows per price period gives cost by tenant and flavor and
     # the top workloads; ``series`` is the other pass.
     by = ("tenant_slug", "namespace", "workload", "flavor")
-    lines = priced(rows, window.start, window.end, by=by, book=PriceBook.load())
+    lines = priced(
+        rows, window.start, window.end, by=by, book=PriceBook.load(), months=monthly(window)
+    )
     costs = tenant_costs(lines)
-    buckets = series(rows, window, now.total)
+    buckets = series(rows if window.bucket == "hour" else fleet_days(window), window, now.total)
     return AdminDashboard(
         window=window,
         tiles=now,

@@ -115,6 +115,68 @@ class UsageDay(models.Model):
         return f"{self.day} {self.namespace} {self.flavor} {self.workload}"
 
 
+class UsageMonth(models.Model):
+    """The daily sums summed per UTC calendar month, keyed as ``UsageDay``: what a long range
+    reads for its whole months, so a year is 12 rows per workload instead of 365.
+
+    Derived from ``UsageDay`` (``billing.services.rollup_days`` re-sums a day's month in the
+    same transaction). Prices change at 00:00 UTC, so a whole month lies inside one price
+    period only when no price starts within it; ``billing.costing.priced`` reads a month's
+    row only then, and the days otherwise.
+    """
+
+    month = models.DateField()  # the first day of the month
+    tenant_slug = models.CharField(max_length=63, blank=True)
+    namespace = models.CharField(max_length=63)
+    flavor = models.CharField(max_length=63, blank=True)
+    gpu_model = models.CharField(max_length=120, blank=True)
+    mig_profile = models.CharField(max_length=32, blank=True)
+    workload = models.CharField(max_length=320)
+    allocated_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=3)
+    used_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=3)
+    observed_seconds = models.PositiveBigIntegerField(default=0)
+    energy_kwh = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
+    memory_peak_mib = models.PositiveIntegerField(default=0)
+    hours = models.PositiveIntegerField(default=0)
+    gap_hours = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["month", "namespace", "flavor", "mig_profile", "workload"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["month", "namespace", "flavor", "mig_profile", "workload"],
+                name="usage_month_unique",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant_slug", "month"])]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.namespace} {self.flavor} {self.workload}"
+
+
+class FleetDay(models.Model):
+    """The whole fleet's ledger summed per UTC day: one row a day, what the platform
+    dashboard's series reads (a year is 366 rows whatever the number of workloads).
+
+    Derived from ``UsageDay`` by ``billing.services.rollup_days`` in the same transaction.
+    ``gap_hours`` sums the hourly rows observed for less than the whole hour, as
+    ``UsageDay.gap_hours`` does per workload.
+    """
+
+    day = models.DateField(unique=True)
+    allocated_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=3)
+    used_gpu_seconds = models.DecimalField(max_digits=20, decimal_places=3)
+    energy_kwh = models.DecimalField(max_digits=18, decimal_places=6, default=Decimal(0))
+    rows = models.PositiveIntegerField(default=0)  # hourly rows summed
+    gap_hours = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return f"{self.day} fleet"
+
+
 class IngestCursor(models.Model):
     """The last hour of a source that was ingested completely: the periodic ingest resumes
     from the hour after it."""

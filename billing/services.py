@@ -24,11 +24,13 @@ from django.utils import timezone
 from billing import ingest
 from billing.models import (
     ExporterSample,
+    FleetDay,
     IngestCursor,
     IngestRun,
     Source,
     UsageDay,
     UsageHour,
+    UsageMonth,
 )
 from billing.prometheus import Prometheus, PrometheusError
 from fleet.models import Node, Workload
@@ -243,11 +245,13 @@ def ingest_hour(hour: datetime, source: str) -> tuple[int, list[str]]:
 
 def rollup_days(days: Iterable[date]) -> int:
     """Replace the ``UsageDay`` rows of ``days`` with the sums of their hourly rows (one
-    aggregate query and one insert per day); returns the rows written. Keyed as the hourly
-    rows are, less the hour; a workload's GPU model and tenant are the day's (they do not
-    change within a flavor and a namespace)."""
+    aggregate query and one insert per day), then the fleet's total of each day
+    (``FleetDay``) and the months they fall in (``UsageMonth``, ``rollup_months``); returns
+    the daily rows written. Keyed as the hourly rows are, less the hour; a workload's GPU
+    model and tenant are the day's (they do not change within a flavor and a namespace)."""
     written = 0
-    for day in sorted(set(days)):
+    wanted = sorted(set(days))
+    for day in wanted:
         start = datetime.combine(day, time(0), tzinfo=UTC)
         sums = (
             UsageHour.objects.filter(hour__gte=start, hour__lt=start + timedelta(days=1))
@@ -287,6 +291,65 @@ def rollup_days(days: Iterable[date]) -> int:
         with transaction.atomic():
             UsageDay.objects.filter(day=day).delete()
             UsageDay.objects.bulk_create(rows, batch_size=2000)
+            FleetDay.objects.filter(day=day).delete()
+            if rows:
+                FleetDay.objects.create(
+                    day=day,
+                    allocated_gpu_seconds=sum((r.allocated_gpu_seconds for r in rows), Decimal(0)),
+                    used_gpu_seconds=sum((r.used_gpu_seconds for r in rows), Decimal(0)),
+                    energy_kwh=sum((r.energy_kwh for r in rows), Decimal(0)),
+                    rows=sum(r.hours for r in rows),
+                    gap_hours=sum(r.gap_hours for r in rows),
+                )
+        written += len(rows)
+    rollup_months({day.replace(day=1) for day in wanted})
+    return written
+
+
+def rollup_months(months: Iterable[date]) -> int:
+    """Replace the ``UsageMonth`` rows of ``months`` (first days) with the sums of their
+    daily rows: one aggregate query and one insert per month; returns the rows written."""
+    written = 0
+    for month in sorted(set(months)):
+        following = (month.replace(day=28) + timedelta(days=4)).replace(day=1)
+        sums = (
+            UsageDay.objects.filter(day__gte=month, day__lt=following)
+            .values("namespace", "flavor", "mig_profile", "workload")
+            .annotate(
+                tenant=Max("tenant_slug"),
+                model=Max("gpu_model"),
+                allocated=Sum("allocated_gpu_seconds"),
+                used=Sum("used_gpu_seconds"),
+                observed=Sum("observed_seconds"),
+                energy=Sum("energy_kwh"),
+                peak=Max("memory_peak_mib"),
+                hours=Sum("hours"),
+                gaps=Sum("gap_hours"),
+            )
+            .order_by()
+        )
+        rows = [
+            UsageMonth(
+                month=month,
+                tenant_slug=item["tenant"] or "",
+                namespace=item["namespace"],
+                flavor=item["flavor"],
+                gpu_model=item["model"] or "",
+                mig_profile=item["mig_profile"],
+                workload=item["workload"],
+                allocated_gpu_seconds=item["allocated"] or Decimal(0),
+                used_gpu_seconds=item["used"] or Decimal(0),
+                observed_seconds=item["observed"] or 0,
+                energy_kwh=item["energy"] or Decimal(0),
+                memory_peak_mib=item["peak"] or 0,
+                hours=item["hours"] or 0,
+                gap_hours=item["gaps"] or 0,
+            )
+            for item in sums
+        ]
+        with transaction.atomic():
+            UsageMonth.objects.filter(month=month).delete()
+            UsageMonth.objects.bulk_create(rows, batch_size=2000)
         written += len(rows)
     return written
 

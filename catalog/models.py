@@ -208,3 +208,86 @@ class GatewayKey(models.Model):
 
     def __str__(self) -> str:
         return f"gateway key {self.prefix}… of {self.tenant.slug}"
+
+
+class WebhookEndpoint(models.Model):
+    """An HTTPS URL of a tenant's that the portal calls, signed, when one of the tenant's
+    requests changes state (``catalog.outbound``, the Standard Webhooks scheme).
+
+    The signing secret is kept in the clear because the portal must sign with it (HMAC); it is
+    shown to the tenant's admins when it is made or rotated and never again. After a rotation
+    the previous secret also signs until ``previous_secret_until``, so receivers can switch
+    without losing a delivery. An endpoint whose deliveries keep failing is disabled
+    (``disabled_reason``) and its admins are told.
+    """
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="webhook_endpoints"
+    )
+    url = models.CharField(max_length=2000)
+    description = models.CharField(max_length=200, blank=True)
+    secret = models.CharField(max_length=100)
+    previous_secret = models.CharField(max_length=100, blank=True)
+    previous_secret_until = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=300, blank=True)
+    # Deliveries that used up every attempt in a row; a success resets it.
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"webhook {self.url} of {self.tenant.slug}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one endpoint: the exact body sent, and how its attempts went.
+
+    ``message_id`` is the ``webhook-id`` header: the same on every attempt and redelivery, so
+    a receiver can drop duplicates. A worker claims an attempt by moving ``next_attempt_at``
+    forward (``catalog.outbound.claim_due``), so two workers never send the same attempt.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+    )
+    message_id = models.CharField(max_length=64)
+    event_type = models.CharField(max_length=64)
+    request = models.ForeignKey(
+        ResourceRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    body = models.TextField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    # The attempt after which a failure is final (a redelivery by hand allows one more).
+    max_attempts = models.PositiveIntegerField(default=1)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_excerpt = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "message_id"], name="webhook_delivery_unique_message"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="webhook_delivery_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id} to {self.endpoint.url}"

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog import states
+from catalog import outbound, states
 from catalog.models import Kind, Notification, RequestEvent, Resource, ResourceRequest
 from catalog.specs import (
     desired_tenant,
@@ -358,6 +358,7 @@ def _move(request: ResourceRequest, to: str, *, actor: Any, note: str = "") -> N
         diff={"state": [current, to], **({"note": [None, note[:200]]} if note else {})},
     )
     _notify(request, to, note)
+    outbound.queue_state_change(request, current)
 
 
 def _request_url(request: ResourceRequest) -> str:

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.mail import send_mail
 
-from catalog import services
+from catalog import outbound, services
 from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
 
@@ -45,3 +45,18 @@ def email(job: Job) -> None:
         recipient_list=recipients,
     )
     job.set_progress(100, "sent")
+
+
+@job_task("catalog.webhooks_send")
+def webhooks_send(job: Job) -> None:
+    """Try the deliveries of one event (or a redelivery) as soon as it is committed."""
+    sent = outbound.send(job.kwargs["delivery_ids"])
+    job.set_progress(100, f"{sent} webhook calls made")
+
+
+@job_task("catalog.webhooks")
+def webhooks(job: Job) -> None:
+    """Send the webhook attempts that are due (retries with backoff)."""
+    sent = outbound.deliver_due()
+    job.set_progress(100, f"{sent} webhook calls made")
+    prune_scheduled("catalog.webhooks", SCHEDULED_KEEP)

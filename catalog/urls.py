@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from catalog import views
+from catalog import views, views_webhooks
 
 app_name = "catalog"
 
@@ -32,5 +32,16 @@ urlpatterns = [
         "t/<slug:tenant>/resources/<int:resource_id>/kubeconfig/",
         views.kubeconfig,
         name="kubeconfig",
+    ),
+    path("t/<slug:tenant>/webhooks/", views_webhooks.webhooks, name="webhooks"),
+    path(
+        "t/<slug:tenant>/webhooks/<int:endpoint_id>/",
+        views_webhooks.webhook,
+        name="webhook",
+    ),
+    path(
+        "t/<slug:tenant>/webhooks/<int:endpoint_id>/deliveries/<int:delivery_id>/redeliver/",
+        views_webhooks.webhook_redeliver,
+        name="webhook_redeliver",
     ),
 ]

@@ -394,6 +394,22 @@ CELERY_BEAT_SCHEDULE["catalog-expire"] = {
     "schedule": crontab(minute=5),
 }
 
+# --- Outbound webhooks (catalog.outbound) ---------------------------------------------------
+# Tenants' URLs called, signed, when their requests change state. Plain http:// and hosts that
+# resolve to loopback, private or link-local addresses are refused unless allowed here; a local
+# run (DEBUG) allows both, so the demo and the tests can call a receiver on 127.0.0.1.
+WEBHOOKS_ALLOW_HTTP = env_bool("WEBHOOKS_ALLOW_HTTP", DEBUG)
+WEBHOOKS_ALLOW_PRIVATE = env_bool("WEBHOOKS_ALLOW_PRIVATE", DEBUG)
+# Connect and read timeout of one call, in seconds.
+WEBHOOKS_TIMEOUT_SECONDS = float(env("WEBHOOKS_TIMEOUT_SECONDS", "5"))
+# An endpoint is disabled (and its admins told) after this many failed deliveries in a row.
+WEBHOOKS_DISABLE_AFTER = env_int("WEBHOOKS_DISABLE_AFTER", 5)
+# How often due retries are looked for (the first attempt is made as soon as the event commits).
+CELERY_BEAT_SCHEDULE["catalog-webhooks"] = {
+    "task": "catalog.webhooks",
+    "schedule": schedule(timedelta(seconds=env_int("WEBHOOKS_POLL_SECONDS", 10))),
+}
+
 # --- Billing: the GPU usage ledger ---------------------------------------------------------
 # Where DCGM samples come from: "prometheus" (BILLING_PROMETHEUS_URL, production) or
 # "exporter", the embedded default: the portal scrapes dcgm-exporter endpoints itself

@@ -49,6 +49,7 @@ class Action(StrEnum):
     MANAGE_PRICES = "manage_prices"  # add a GPU price from a future date, withdraw one
     MANAGE_INVOICES = "manage_invoices"  # draft, issue and correct invoices
     SET_BUDGET = "set_budget"  # a tenant's monthly budget and its alert thresholds
+    MANAGE_WEBHOOKS = "manage_webhooks"  # add, disable, remove webhooks; rotate, redeliver
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,9 @@ RULES: dict[Action, Rule] = {
     # A budget only raises alerts, it stops nothing: a tenant's admins may set their own
     # alarm, and finance may set one for them.
     Action.SET_BUDGET: Rule(_ADMINS, frozenset({_PA, _FIN})),
+    # A webhook sends the tenant's request events to a URL of its choice, signed with a secret
+    # only the admins see; every reader of the tenant may read the delivery log.
+    Action.MANAGE_WEBHOOKS: Rule(_ADMINS, _PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -126,6 +130,7 @@ DENIED: dict[Action, str] = {
     Action.MANAGE_INVOICES: "Only finance and platform admins draft, issue and correct invoices.",
     Action.SET_BUDGET: "Only an admin of this tenant, finance or a platform admin can set its "
     "budget.",
+    Action.MANAGE_WEBHOOKS: "Only an admin of this tenant can manage its webhooks.",
 }
 
 

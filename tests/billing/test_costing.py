@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
-from billing.costing import GPU_HOUR, INSTANCE_HOUR, PriceBook, Priced, priced, totals
-from billing.models import GpuPrice, Source, UsageDay, UsageHour
+from billing.costing import (
+    GPU_HOUR,
+    INSTANCE_HOUR,
+    PriceBook,
+    Priced,
+    priced,
+    totals,
+    whole_months,
+)
+from billing.models import FleetDay, GpuPrice, Source, UsageDay, UsageHour, UsageMonth
 from billing.services import rollup_days
 
 pytestmark = pytest.mark.django_db
@@ -162,3 +170,96 @@ def test_a_rolled_up_day_is_replaced_not_added_to() -> None:
 def test_daily_rows_refuse_a_range_that_does_not_start_at_midnight() -> None:
     with pytest.raises(ValueError, match="midnight"):
         priced(UsageDay.objects.all(), _at(1, 3), _at(2))
+
+
+def test_whole_months_are_those_lying_inside_the_days() -> None:
+    def at(y: int, m: int, d: int) -> datetime:
+        return datetime(y, m, d, tzinfo=UTC)
+
+    assert whole_months(at(2026, 1, 1), at(2026, 2, 1)) == (date(2026, 1, 1), date(2026, 2, 1))
+    assert whole_months(at(2026, 1, 2), at(2026, 3, 1)) == (date(2026, 2, 1), date(2026, 3, 1))
+    assert whole_months(at(2025, 11, 15), at(2026, 3, 2)) == (date(2025, 12, 1), date(2026, 3, 1))
+    assert whole_months(at(2026, 1, 2), at(2026, 2, 28)) is None
+    # A range ending inside a day counts that day (its row holds the hours so far).
+    assert whole_months(at(2026, 1, 1), datetime(2026, 1, 31, 5, tzinfo=UTC)) == (
+        date(2026, 1, 1),
+        date(2026, 2, 1),
+    )
+
+
+def test_monthly_sums_price_as_the_days_do_across_a_price_change() -> None:
+    GpuPrice.objects.create(gpu_model=H200, amount=Decimal("4.00"), effective_from=date(2025, 1, 1))
+    # A price from the middle of February: January and March are whole months of one price,
+    # February is read from its days on both sides of the change.
+    GpuPrice.objects.create(
+        gpu_model=H200, amount=Decimal("3.00"), effective_from=date(2026, 2, 10)
+    )
+    GpuPrice.objects.create(
+        gpu_model=H200,
+        mig_profile="1g.18gb",
+        amount=Decimal("0.70"),
+        effective_from=date(2026, 3, 1),
+    )
+    start = datetime(2025, 12, 20, tzinfo=UTC)
+    days = 110
+    for d in range(days):
+        moment = start + timedelta(days=d)
+        _row(moment.replace(hour=3), workload="Job/a", observed_seconds=3000)
+        _row(
+            moment.replace(hour=9),
+            workload="Job/b",
+            tenant_slug="bravo",
+            namespace="bravo",
+            mig_profile="1g.18gb",
+            allocated_gpu_seconds=Decimal(3600) / 7,
+        )
+    rollup_days((start + timedelta(days=d)).date() for d in range(days))
+    assert set(UsageMonth.objects.values_list("month", flat=True)) == {
+        date(2025, 12, 1),
+        date(2026, 1, 1),
+        date(2026, 2, 1),
+        date(2026, 3, 1),
+        date(2026, 4, 1),
+    }
+    end = start + timedelta(days=days - 1)
+    by = ("tenant_slug", "workload")
+    hourly = priced(UsageHour.objects.all(), start, end, by=by)
+    daily = priced(UsageDay.objects.all(), start, end, by=by)
+    monthly = priced(UsageDay.objects.all(), start, end, by=by, months=UsageMonth.objects.all())
+    assert _summed(monthly) == _summed(daily) == _summed(hourly)
+    alpha = totals(monthly, "tenant_slug")["alpha"]
+    assert alpha.gpu_hours == days - 1
+    # A tenant's months only, as the tenant filter applies to both.
+    only_bravo = priced(
+        UsageDay.objects.filter(tenant_slug="bravo"),
+        start,
+        end,
+        by=by,
+        months=UsageMonth.objects.filter(tenant_slug="bravo"),
+    )
+    assert set(totals(only_bravo, "tenant_slug")) == {"bravo"}
+    assert _summed(only_bravo) == {k: v for k, v in _summed(hourly).items() if k[0] == "bravo"}
+
+
+def test_rollup_keeps_months_and_fleet_days_in_step_with_the_days() -> None:
+    _row(_at(1, 1))
+    _row(_at(1, 2), workload="Job/b", observed_seconds=100)
+    _row(_at(2, 1))
+    rollup_days([date(2026, 11, 1), date(2026, 11, 2)])
+    [month] = UsageMonth.objects.filter(workload="Deployment/x")
+    assert (month.month, month.hours, month.allocated_gpu_seconds) == (date(2026, 11, 1), 2, 7200)
+    first = FleetDay.objects.get(day=date(2026, 11, 1))
+    assert (first.allocated_gpu_seconds, first.rows, first.gap_hours) == (7200, 2, 1)
+    # Re-running replaces: an hour re-ingested with less in it lowers every sum.
+    UsageHour.objects.filter(hour=_at(1, 2)).delete()
+    rollup_days([date(2026, 11, 1)])
+    assert FleetDay.objects.get(day=date(2026, 11, 1)).allocated_gpu_seconds == 3600
+    assert UsageMonth.objects.filter(workload="Job/b").count() == 0
+    assert UsageMonth.objects.get(workload="Deployment/x").hours == 2
+
+
+def test_monthly_sums_are_refused_where_they_cannot_stand_in() -> None:
+    with pytest.raises(ValueError, match="monthly"):
+        priced(UsageDay.objects.all(), _at(1), _at(3), by=("day",), months=UsageMonth.objects.all())
+    with pytest.raises(ValueError, match="monthly"):
+        priced(UsageHour.objects.all(), _at(1), _at(3), months=UsageMonth.objects.all())

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
+from catalog import outbound
 from catalog import services as catalog
 from catalog.keys import do_revoke_gateway_key
 from catalog.models import Kind, Resource, ResourceRequest
@@ -54,6 +55,7 @@ EXPECTED: dict[Action, set[str]] = {
     A.MANAGE_PRICES: {"pam", "fiona"},
     A.MANAGE_INVOICES: {"pam", "fiona"},
     A.SET_BUDGET: {"pam", "fiona", "alice"},
+    A.MANAGE_WEBHOOKS: {"pam", "alice"},
 }
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 1}
@@ -157,6 +159,9 @@ def _service_calls(s: dict[str, Any], user: Any) -> dict[Action, Callable[[], An
             alpha, acting_user=user, user=s["charlie"], role=Role.VIEWER
         ),
         A.MANAGE_GATEWAY_KEY: lambda: do_revoke_gateway_key(alpha, acting_user=user),
+        A.MANAGE_WEBHOOKS: lambda: outbound.do_add_webhook(
+            alpha, acting_user=user, url="https://1.1.1.1/hook"
+        ),
         A.ONBOARD: lambda: tenants.do_create_tenant(
             acting_user=user, slug="zulu", display_name="Zulu"
         ),
@@ -205,6 +210,11 @@ def _urls(s: dict[str, Any]) -> dict[Action, tuple[str, str, dict[str, str]]]:
             "post",
             reverse("catalog:gateway_key", args=[t]),
             {"action": "revoke"},
+        ),
+        A.MANAGE_WEBHOOKS: (
+            "post",
+            reverse("catalog:webhooks", args=[t]),
+            {"url": "https://1.1.1.1/hook"},
         ),
         A.VIEW_AUDIT: ("get", reverse("tenants:audit", args=[t]), {}),
         A.ONBOARD: ("get", reverse("tenants:create"), {}),

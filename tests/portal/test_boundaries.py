@@ -133,3 +133,16 @@ def test_only_the_git_engine_imports_pygit2(folder: str) -> None:
         if _is(module.split(".")[0], "pygit2")
     ]
     assert all(user.startswith(PYGIT2_HOME + ":") for user in users), users
+
+
+def test_the_command_line_client_is_a_client_only() -> None:
+    """portalctl runs where the portal does not (a CI job, a laptop): it speaks HTTP and
+    imports neither Django nor any app."""
+    broken = [
+        f"{_rel(path)}:{line} imports {module}"
+        for path in sorted((ROOT / "portalctl").rglob("*.py"))
+        for line, module in _imports(path)
+        if module.split(".")[0] in ("django", "rest_framework", *APPS)
+    ]
+    assert list((ROOT / "portalctl").rglob("*.py"))
+    assert broken == []

@@ -39,7 +39,7 @@ TENANT_PATTERNS = _tenant_patterns()
 def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
     """The route with real ids: a placeholder left in would 404 for the wrong reason."""
     url = "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
-    for name in ("request_id", "resource_id"):
+    for name in ("request_id", "resource_id", "endpoint_id", "delivery_id"):
         url = url.replace(f"<int:{name}>", str(ids.get(name, 1)))
     url = url.replace("<str:kind>", "gpu-share")
     assert "<" not in url, f"unfilled URL argument in {route}"
@@ -48,7 +48,7 @@ def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
 
 @pytest.fixture
 def alpha_ids(world: dict[str, Any]) -> dict[str, int]:
-    """A catalog resource and request of alpha, so their URLs exist for members."""
+    """A catalog resource, request and webhook of alpha, so their URLs exist for members."""
     from catalog.models import Resource, ResourceRequest
 
     resource = Resource.objects.create(
@@ -65,7 +65,18 @@ def alpha_ids(world: dict[str, Any]) -> dict[str, int]:
         spec=resource.spec,
         requested_by=world["bob"],
     )
-    return {"request_id": request.pk, "resource_id": resource.pk}
+    from catalog.models import WebhookDelivery, WebhookEndpoint
+
+    endpoint = WebhookEndpoint.objects.create(
+        tenant=world["alpha"], url="https://1.1.1.1/hook", secret="whsec_AAAA"
+    )
+    delivery = WebhookDelivery.objects.create(endpoint=endpoint, message_id="msg_1", body="{}")
+    return {
+        "request_id": request.pk,
+        "resource_id": resource.pk,
+        "endpoint_id": endpoint.pk,
+        "delivery_id": delivery.pk,
+    }
 
 
 def test_it_finds_the_tenant_scoped_urls() -> None:
