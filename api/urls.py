@@ -46,5 +46,6 @@ urlpatterns = [
     path("api/tokens/", token_views.token_list, name="tokens"),
     path("api/tokens/<str:prefix>/", token_views.token_detail, name="token_detail"),
     path("t/<slug:tenant>/robots/", token_views.robots, name="robots"),
+    path("", include("api.declarative_urls")),
     path("api/v1/", include(router.urls)),
 ]

@@ -518,6 +518,12 @@ def _blocking_request(resource: Resource) -> ResourceRequest | None:
     return None
 
 
+def blocking_request(resource: Resource) -> ResourceRequest | None:
+    """The request that holds ``resource`` now (its pull request not merged), or None: for
+    callers outside this module, such as the API's declarative apply."""
+    return _blocking_request(resource)
+
+
 def change_blocker(resource: Resource) -> str:
     """Why a modify or decommission of ``resource`` cannot be asked for now, or ""."""
     if resource.state != Resource.State.ACTIVE:
