@@ -36,6 +36,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import declarative
+from api.base import ApiViewMixin
 from api.declarative import Outcome, Plan
 from api.parsers import MAX_DOCUMENTS, LegacyYAMLParser, LimitedJSONParser, YAMLParser
 from api.problems import MEDIA_TYPE, problem
@@ -425,7 +426,9 @@ def _documents(request: Request) -> list[Any]:
 # --- the views ----------------------------------------------------------------------------
 
 
-class DeclarativeView(APIView):
+class DeclarativeView(ApiViewMixin, APIView):
+    """The body size limit and the token use log (ApiViewMixin), and writes that ask."""
+
     write_scope = "request"
     parser_classes = [LimitedJSONParser]
 

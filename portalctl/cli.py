@@ -102,10 +102,16 @@ def _tenant(args: argparse.Namespace) -> str:
 
 
 def _read(source: str) -> bytes:
+    """A file's bytes, standard input's (``-``), or a folder's ``*.yaml``/``*.yml`` files in
+    name order as one stream of documents."""
     if source == "-":
         return sys.stdin.buffer.read()
+    where = Path(source)
     try:
-        return Path(source).read_bytes()
+        if where.is_dir():
+            files = sorted(p for p in where.iterdir() if p.suffix in (".yaml", ".yml"))
+            return b"\n---\n".join(p.read_bytes() for p in files)
+        return where.read_bytes()
     except OSError as exc:
         raise SystemExit(f"portalctl: cannot read {source}: {exc.strerror}") from None
 
@@ -321,13 +327,17 @@ def parser() -> argparse.ArgumentParser:
     get.set_defaults(func=cmd_get)
 
     apply = sub.add_parser("apply", help="make the portal's resources match YAML documents")
-    apply.add_argument("-f", "--filename", required=True, help="a file of documents, or -")
+    apply.add_argument(
+        "-f", "--filename", required=True, help="a file or folder of YAML documents, or -"
+    )
     apply.add_argument("--dry-run", action="store_true", help="say what would happen only")
     output(apply)
     apply.set_defaults(func=cmd_apply)
 
     diff = sub.add_parser("diff", help="what apply would change (exit 1 when anything)")
-    diff.add_argument("-f", "--filename", required=True, help="a file of documents, or -")
+    diff.add_argument(
+        "-f", "--filename", required=True, help="a file or folder of YAML documents, or -"
+    )
     diff.set_defaults(func=cmd_diff)
 
     delete = sub.add_parser("delete", help="ask for resources to be decommissioned")

@@ -2,7 +2,7 @@
 # with the generic REST provider (Mastercard/restapi). Each resource is one declarative
 # document: `terraform apply` PUTs it (the portal answers "unchanged", or opens a request
 # that goes through the usual approval and pull request), `terraform destroy` DELETEs it
-# (a decommission request). See docs/tenant-guide.md, "Automation".
+# (a decommission request). See docs/tenant-guide.md, "Automation: portalctl, Terraform, CI".
 #
 #   export TF_VAR_portal_token=afp_...   # a robot token of the tenant, scope "request"
 #   terraform init && terraform apply
@@ -38,7 +38,9 @@ provider "restapi" {
   create_method        = "PUT" # a PUT of the whole document creates or changes it
   update_method        = "PUT"
   destroy_method       = "DELETE"
-  write_returns_object = true
+  # A PUT answers {outcome, request, diff, document}: the provider reads the object back
+  # with GET instead (the document and its status).
+  write_returns_object = false
   headers = {
     "Content-Type" = "application/json"
   }
