@@ -278,11 +278,6 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=365)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument(
-        "--no-settle",
-        action="store_true",
-        help="time without portal.wsgi.settle (gc.freeze after start-up), as before",
-    )
-    parser.add_argument(
         "--keep", action="store_true", help="PostgreSQL: reuse the rows of a previous run"
     )
     args = parser.parse_args()
@@ -317,11 +312,6 @@ def main() -> None:
             clock = time.perf_counter()
             rows = load(args.tenants, args.days)
             print(f"# {rows:,} rows loaded in {time.perf_counter() - clock:.0f} s", file=sys.stderr)
-        if not args.no_settle:
-            # As the WSGI entry point does before it serves (portal/wsgi.py).
-            from portal.wsgi import settle
-
-            settle()
         client = Client()
         client.force_login(get_user_model().objects.get(username="pam"))
         pages = [

@@ -17,6 +17,7 @@ unpriced rather than lose it.
 from __future__ import annotations
 
 import bisect
+import decimal
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour, TruncMonth
 
@@ -178,6 +180,42 @@ def _sums(query: QuerySet[Any], group: list[str]) -> QuerySet[Any]:
     )
 
 
+SUMMED = ("allocated", "used", "energy", "observed")
+# The decimal places of each sum (UsageDay's and UsageMonth's fields), for a database that
+# sums decimals as floats (SQLite): rounded back as Django's own converter would.
+PLACES = {"allocated": 3, "used": 3, "energy": 6}
+FLOAT_CONTEXT = decimal.Context(prec=15)
+
+
+def _exact(name: str, value: Any) -> Any:
+    if isinstance(value, float) and name in PLACES:
+        exact = FLOAT_CONTEXT.create_decimal_from_float(value)
+        return exact.quantize(Decimal(1).scaleb(-PLACES[name]))
+    return value
+
+
+def _union_sums(parts: Sequence[QuerySet[Any]], group: list[str]) -> list[dict[str, Any]]:
+    """``parts`` (each grouped by ``group`` with the four sums, as ``_sums`` makes them)
+    summed again by ``group`` in one query: ``UNION ALL`` of their SQL, grouped outside, so
+    the database returns one row per group rather than one per part and group."""
+    compiled = [part.query.sql_with_params() for part in parts]
+    quote = connection.ops.quote_name
+    keys = ", ".join(quote(name) for name in group)
+    sums = ", ".join(f"SUM({quote(name)})" for name in SUMMED)
+    union = " UNION ALL ".join(sql for sql, _ in compiled)
+    # Only column names of our own and Django's compiled SQL go into the text; every value
+    # is a parameter.
+    sql = f"SELECT {keys}, {sums} FROM ({union}) parts GROUP BY {keys} ORDER BY {keys}"  # noqa: S608
+    params = [value for _, part_params in compiled for value in part_params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    names = [*group, *SUMMED]
+    return [
+        {name: _exact(name, value) for name, value in zip(names, row, strict=True)} for row in found
+    ]
+
+
 def _period_sums(
     rows: QuerySet[Any],
     months: QuerySet[UsageMonth] | None,
@@ -187,28 +225,16 @@ def _period_sums(
 ) -> list[dict[str, Any]]:
     """The sums of one price period by ``group``: from the period's rows, or, for daily rows
     with the monthly sums at hand, from the months wholly inside it plus the days around
-    them (a year is then ~12 rows per workload plus its edge days, not 365)."""
+    them (a year is then ~12 rows per workload plus its edge days, not 365), added up in the
+    database (one query either way)."""
     span = whole_months(start, end) if months is not None else None
     if months is None or span is None:
-        parts = [_sums(_in_period(rows, start, end), group)]
-    else:
-        first, after = span
-        edge = Q(day__gte=start.astimezone(UTC).date(), day__lt=first)
-        edge |= Q(day__gte=after, day__lte=(end - timedelta(microseconds=1)).astimezone(UTC).date())
-        parts = [
-            _sums(months.filter(month__gte=first, month__lt=after), group),
-            _sums(rows.filter(edge), group),
-        ]
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for part in parts:
-        for item in part:
-            key = tuple(item[name] for name in group)
-            into = merged.setdefault(
-                key, {**item, "allocated": 0, "used": 0, "energy": 0, "observed": 0}
-            )
-            for name in ("allocated", "used", "energy", "observed"):
-                into[name] += item[name] or 0
-    return [merged[key] for key in sorted(merged)]
+        return list(_sums(_in_period(rows, start, end), group).order_by(*group))
+    first, after = span
+    edge = Q(day__gte=start.astimezone(UTC).date(), day__lt=first)
+    edge |= Q(day__gte=after, day__lte=(end - timedelta(microseconds=1)).astimezone(UTC).date())
+    whole = _sums(months.filter(month__gte=first, month__lt=after), group)
+    return _union_sums([whole, _sums(rows.filter(edge), group)], group)
 
 
 def priced(
