@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -81,6 +81,19 @@ def main_sha() -> str | None:
     return repository().head(settings.GITOPS_MAIN_BRANCH)
 
 
+T = TypeVar("T")
+
+
+def write_main(attempt: Callable[[GitRepository], T]) -> T:
+    """Run ``attempt``, which writes main (compare-and-swap) in the repository it is given.
+
+    The one door to main: every merge and every direct commit goes through here, so that
+    where the source of truth lives (this replica's bare repository, or a Git remote that
+    several replicas share) is decided in one place and not by each writer.
+    """
+    return attempt(repository())
+
+
 def ensure_bootstrapped(fleet: FleetSpec) -> str:
     """Give an empty repository its platform layout (clusters/, infrastructure/, tenants/).
 
@@ -95,16 +108,18 @@ def ensure_bootstrapped(fleet: FleetSpec) -> str:
     files.update(render_cluster_bootstrap(fleet))
     files.update(render_infrastructure(fleet))
     files.update(render_tenants_index([]))
-    return repo.commit(
-        files,
-        message=format_message(
-            f"Bootstrap the {fleet.name} fleet repository",
-            "Cluster sync, platform infrastructure and an empty tenant index.",
-            {},
-        ),
-        author=identity(None),
-        branch=settings.GITOPS_MAIN_BRANCH,
-        expected_parent=None,
+    return write_main(
+        lambda main: main.commit(
+            files,
+            message=format_message(
+                f"Bootstrap the {fleet.name} fleet repository",
+                "Cluster sync, platform infrastructure and an empty tenant index.",
+                {},
+            ),
+            author=identity(None),
+            branch=settings.GITOPS_MAIN_BRANCH,
+            expected_parent=None,
+        )
     )
 
 
@@ -386,12 +401,14 @@ def _merge(
     author, committer = identity(change.requested_by or change.author), identity(acting_user)
     try:
         try:
-            sha = repository().merge(
-                change.branch,
-                into=settings.GITOPS_MAIN_BRANCH,
-                message=message,
-                author=author,
-                committer=committer,
+            sha = write_main(
+                lambda repo: repo.merge(
+                    change.branch,
+                    into=settings.GITOPS_MAIN_BRANCH,
+                    message=message,
+                    author=author,
+                    committer=committer,
+                )
             )
         except MergeConflict as exc:
             if list(exc.paths) != [TENANT_INDEX]:
@@ -495,12 +512,14 @@ def _merge_regenerating_index(
         changes.update(render_tenants_index((slugs | (after - before)) - (before - after)))
         return changes
 
-    return repo.commit_with_retry(
-        build,
-        branch=settings.GITOPS_MAIN_BRANCH,
-        message=message,
-        author=author,
-        committer=committer,
+    return write_main(
+        lambda main: main.commit_with_retry(
+            build,
+            branch=settings.GITOPS_MAIN_BRANCH,
+            message=message,
+            author=author,
+            committer=committer,
+        )
     )
 
 
