@@ -149,7 +149,7 @@ def _in_period(rows: QuerySet[Any], start: datetime, end: datetime) -> QuerySet[
     return rows.filter(hour__gte=start, hour__lt=end)
 
 
-def _next_month(day: date) -> date:
+def next_month(day: date) -> date:
     return (day.replace(day=28) + timedelta(days=4)).replace(day=1)
 
 
@@ -158,13 +158,13 @@ def whole_months(start: datetime, end: datetime) -> tuple[date, date] | None:
     midnight UTC), as (first month, the month after the last); None when there is none."""
     first = start.astimezone(UTC).date()
     after = (end - timedelta(microseconds=1)).astimezone(UTC).date() + timedelta(days=1)
-    month = first if first.day == 1 else _next_month(first)
-    if _next_month(month) > after:
+    month = first if first.day == 1 else next_month(first)
+    if next_month(month) > after:
         return None
     last = month
-    while _next_month(_next_month(last)) <= after:
-        last = _next_month(last)
-    return month, _next_month(last)
+    while next_month(next_month(last)) <= after:
+        last = next_month(last)
+    return month, next_month(last)
 
 
 def _sums(query: QuerySet[Any], group: list[str]) -> QuerySet[Any]:

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
-from billing import ingest
+from billing import costing, ingest
 from billing.models import (
     ExporterSample,
     FleetDay,
@@ -243,6 +243,38 @@ def ingest_hour(hour: datetime, source: str) -> tuple[int, list[str]]:
     return len(rows), result.warnings
 
 
+# What a ledger row of a coarser grain sums from the finer one, by its key (namespace,
+# flavor, MIG profile, workload); ``hours`` and ``gaps`` differ by grain and are added by each.
+_LEDGER_SUMS = {
+    "tenant": Max("tenant_slug"),
+    "model": Max("gpu_model"),
+    "allocated": Sum("allocated_gpu_seconds"),
+    "used": Sum("used_gpu_seconds"),
+    "observed": Sum("observed_seconds"),
+    "energy": Sum("energy_kwh"),
+    "peak": Max("memory_peak_mib"),
+}
+
+
+def _ledger_fields(item: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a daily or monthly ledger row from one aggregate of ``_LEDGER_SUMS``."""
+    return {
+        "tenant_slug": item["tenant"] or "",
+        "namespace": item["namespace"],
+        "flavor": item["flavor"],
+        "gpu_model": item["model"] or "",
+        "mig_profile": item["mig_profile"],
+        "workload": item["workload"],
+        "allocated_gpu_seconds": item["allocated"] or Decimal(0),
+        "used_gpu_seconds": item["used"] or Decimal(0),
+        "observed_seconds": item["observed"] or 0,
+        "energy_kwh": item["energy"] or Decimal(0),
+        "memory_peak_mib": item["peak"] or 0,
+        "hours": item["hours"] or 0,
+        "gap_hours": item["gaps"] or 0,
+    }
+
+
 def rollup_days(days: Iterable[date]) -> int:
     """Replace the ``UsageDay`` rows of ``days`` with the sums of their hourly rows (one
     aggregate query and one insert per day), then the fleet's total of each day
@@ -257,37 +289,13 @@ def rollup_days(days: Iterable[date]) -> int:
             UsageHour.objects.filter(hour__gte=start, hour__lt=start + timedelta(days=1))
             .values("namespace", "flavor", "mig_profile", "workload")
             .annotate(
-                tenant=Max("tenant_slug"),
-                model=Max("gpu_model"),
-                allocated=Sum("allocated_gpu_seconds"),
-                used=Sum("used_gpu_seconds"),
-                observed=Sum("observed_seconds"),
-                energy=Sum("energy_kwh"),
-                peak=Max("memory_peak_mib"),
+                **_LEDGER_SUMS,
                 hours=Count("pk"),
                 gaps=Count("pk", filter=Q(observed_seconds__lt=3600)),
             )
             .order_by()
         )
-        rows = [
-            UsageDay(
-                day=day,
-                tenant_slug=item["tenant"] or "",
-                namespace=item["namespace"],
-                flavor=item["flavor"],
-                gpu_model=item["model"] or "",
-                mig_profile=item["mig_profile"],
-                workload=item["workload"],
-                allocated_gpu_seconds=item["allocated"] or Decimal(0),
-                used_gpu_seconds=item["used"] or Decimal(0),
-                observed_seconds=item["observed"] or 0,
-                energy_kwh=item["energy"] or Decimal(0),
-                memory_peak_mib=item["peak"] or 0,
-                hours=item["hours"],
-                gap_hours=item["gaps"],
-            )
-            for item in sums
-        ]
+        rows = [UsageDay(day=day, **_ledger_fields(item)) for item in sums]
         with transaction.atomic():
             UsageDay.objects.filter(day=day).delete()
             UsageDay.objects.bulk_create(rows, batch_size=2000)
@@ -311,42 +319,14 @@ def rollup_months(months: Iterable[date]) -> int:
     daily rows: one aggregate query and one insert per month; returns the rows written."""
     written = 0
     for month in sorted(set(months)):
-        following = (month.replace(day=28) + timedelta(days=4)).replace(day=1)
+        following = costing.next_month(month)
         sums = (
             UsageDay.objects.filter(day__gte=month, day__lt=following)
             .values("namespace", "flavor", "mig_profile", "workload")
-            .annotate(
-                tenant=Max("tenant_slug"),
-                model=Max("gpu_model"),
-                allocated=Sum("allocated_gpu_seconds"),
-                used=Sum("used_gpu_seconds"),
-                observed=Sum("observed_seconds"),
-                energy=Sum("energy_kwh"),
-                peak=Max("memory_peak_mib"),
-                hours=Sum("hours"),
-                gaps=Sum("gap_hours"),
-            )
+            .annotate(**_LEDGER_SUMS, hours=Sum("hours"), gaps=Sum("gap_hours"))
             .order_by()
         )
-        rows = [
-            UsageMonth(
-                month=month,
-                tenant_slug=item["tenant"] or "",
-                namespace=item["namespace"],
-                flavor=item["flavor"],
-                gpu_model=item["model"] or "",
-                mig_profile=item["mig_profile"],
-                workload=item["workload"],
-                allocated_gpu_seconds=item["allocated"] or Decimal(0),
-                used_gpu_seconds=item["used"] or Decimal(0),
-                observed_seconds=item["observed"] or 0,
-                energy_kwh=item["energy"] or Decimal(0),
-                memory_peak_mib=item["peak"] or 0,
-                hours=item["hours"] or 0,
-                gap_hours=item["gaps"] or 0,
-            )
-            for item in sums
-        ]
+        rows = [UsageMonth(month=month, **_ledger_fields(item)) for item in sums]
         with transaction.atomic():
             UsageMonth.objects.filter(month=month).delete()
             UsageMonth.objects.bulk_create(rows, batch_size=2000)
