@@ -66,7 +66,7 @@ def gauge_histogram(
         f"le{i}": Count("pk", filter=Q(_duration__lte=timedelta(seconds=bound)))
         for i, bound in enumerate(bounds)
     }
-    row = queryset.alias(_duration=duration).aggregate(
+    row = queryset.annotate(_duration=duration).aggregate(
         total=Count("pk"), seconds=Sum("_duration"), **aggregates
     )
     buckets = [(_le(bound), float(row[f"le{i}"])) for i, bound in enumerate(bounds)]
