@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import yaml
 
 from gitops.models import ChangeRequest
 
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "metrics-token-for-prometheus-0123456789"
 START_TIMEOUT = 60
 
@@ -133,3 +135,83 @@ def test_prometheus_scrapes_the_portal_with_its_token(prometheus: RunningPrometh
     assert series[0]["metric"]["__name__"] == "portal_changes_opened_total"
     # Nothing of the portal's comes from the refused job.
     assert prometheus.query('portal_changes_opened_total{job="portal-wrong-token"}') == []
+
+
+# --- several workers: PROMETHEUS_MULTIPROC_DIR ----------------------------------------------------
+
+
+@pytest.fixture
+def gunicorn_workers(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The portal under gunicorn with two workers sharing PROMETHEUS_MULTIPROC_DIR."""
+    from tests.conftest import database_url
+
+    port = _free_port()
+    multiproc = tmp_path / "prometheus-multiproc"
+    multiproc.mkdir()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DATABASE_URL": database_url(),
+        "METRICS_TOKEN": TOKEN,
+        "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+        "FLEET_SIMULATOR": "false",
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers=2",
+            f"--bind=127.0.0.1:{port}",
+            "portal.wsgi",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                requests.get(f"{url}/healthz", timeout=2).raise_for_status()
+                break
+            except requests.RequestException:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.terminate()
+                    _, errors = server.communicate(timeout=10)
+                    pytest.fail(f"gunicorn did not start: {errors.decode()[-2000:]}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_every_worker_answers_with_the_sum_over_all_workers(gunicorn_workers: str) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    requests_made = 24
+    for _ in range(requests_made):
+        # A new connection each time, so that either worker may take it.
+        assert requests.get(f"{gunicorn_workers}/accounts/login/", timeout=10).status_code == 200
+
+    def served() -> float:
+        response = requests.get(
+            f"{gunicorn_workers}/metrics",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
+        )
+        response.raise_for_status()
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == "django_http_requests_total_by_method_total" and (
+                    sample.labels == {"method": "GET"}
+                ):
+                    return float(sample.value)
+        raise AssertionError("no django_http_requests_total_by_method_total{method=GET}")
+
+    # Whichever worker answers the scrape, it reports every worker's requests (the probes
+    # themselves are not counted: they are answered before django-prometheus sees them).
+    assert {served() for _ in range(6)} == {requests_made}
