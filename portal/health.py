@@ -108,7 +108,7 @@ def _timed(check: Check, *, in_thread: bool) -> dict[str, object]:
 
 
 def readiness() -> tuple[bool, dict[str, dict[str, object]]]:
-    """Run every check (the network ones side by side); ready when every required one is ok.
+    """Run every check (the network ones side by side); ready when no required one failed.
 
     The database check runs in the calling thread, on the request's own connection; the
     others wait on sockets with their own short timeouts, so they run on threads and the probe
