@@ -215,3 +215,33 @@ def test_every_worker_answers_with_the_sum_over_all_workers(gunicorn_workers: st
     # Whichever worker answers the scrape, it reports every worker's requests (the probes
     # themselves are not counted: they are answered before django-prometheus sees them).
     assert {served() for _ in range(6)} == {requests_made}
+
+
+# --- the operator guide's ServiceMonitor ----------------------------------------------------------
+
+
+def test_the_guides_servicemonitor_is_valid_and_matches_the_endpoint() -> None:
+    from gitops.checks.schema import validate_object
+
+    crds = ROOT.parent / "shared" / "crds"
+    if not crds.is_dir():
+        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
+            pytest.fail(f"{crds} is missing (PORTAL_TEST_REQUIRE_SERVICES is set)")
+        pytest.skip("../shared/crds is not beside the checkout")
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    section = guide.split("## Health, readiness and metrics", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]
+    documents = [d for b in blocks for d in yaml.safe_load_all(b) if isinstance(d, dict)]
+    monitors = [d for d in documents if d.get("kind") == "ServiceMonitor"]
+    assert len(monitors) == 1
+    monitor = monitors[0]
+    monitor["metadata"]["namespace"] = "ai-factory-portal"  # the guide's placeholder
+    assert validate_object(monitor, crds) == []
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["authorization"]["type"] == "Bearer"
+    # The Secret the guide tells the operator to create, and the file the web pod reads.
+    secret = endpoint["authorization"]["credentials"]
+    assert f"create secret generic {secret['name']}" in section
+    assert f"--from-literal={secret['key']}=" in section
+    assert "METRICS_TOKEN_FILE" in section
