@@ -1,8 +1,9 @@
 """Change-request metrics, computed from the rows at scrape time (PORTAL_METRICS_COLLECTORS).
 
 Opened and merged are counters: change requests are never deleted, so counting rows gives a
-number that only grows, the same from every replica. Flux's apply lag (merge to the status
-sync finding the change applied) is a gauge histogram over the portal's metrics window.
+number that only grows, the same from every replica. How long checks take (the
+``gitops.run_checks`` jobs) and Flux's apply lag (merge to the status sync finding the change
+applied) are gauge histograms over the portal's metrics window.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gitops.models import ChangeRequest
-from portal.metrics import LAG_BUCKETS, elapsed, gauge_histogram, window_start
+from portal.metrics import elapsed, gauge_histogram, window_start
+from portal.models import Job
+
+# Bucket bounds in seconds: check runs take a fraction of a second warm and several cold;
+# Flux applies within its interval (a minute by default) unless something is wrong.
+CHECK_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+LAG_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+CHECKS_TASK = "gitops.run_checks"
 
 
 def change_metrics() -> Iterable[prometheus_client.Metric]:
@@ -56,4 +64,13 @@ def change_metrics() -> Iterable[prometheus_client.Metric]:
         ).order_by(),
         elapsed("merged_at", "applied_at"),
         LAG_BUCKETS,
+    )
+    yield gauge_histogram(
+        "portal_check_duration_seconds",
+        "How long change checks took (gitops.run_checks jobs finished in the window).",
+        Job.objects.filter(
+            task=CHECKS_TASK, finished_at__gte=window_start(), started_at__isnull=False
+        ).order_by(),
+        elapsed("started_at", "finished_at"),
+        CHECK_BUCKETS,
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,12 +42,6 @@ logger = logging.getLogger(__name__)
 
 MetricSource = Callable[[], Iterable[prometheus_client.Metric]]
 
-# Bucket bounds in seconds: check runs take a fraction of a second warm and several cold;
-# Flux applies within its interval (a minute by default) unless something is wrong.
-DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-LAG_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-CHECKS_TASK = "gitops.run_checks"
-
 
 def window_start() -> datetime:
     return timezone.now() - timedelta(seconds=settings.PORTAL_METRICS_WINDOW_SECONDS)
@@ -59,7 +53,6 @@ def gauge_histogram(
     queryset: QuerySet[Any],
     duration: ExpressionWrapper,
     bounds: Sequence[float],
-    labels: Mapping[str, str] | None = None,
 ) -> GaugeHistogramMetricFamily:
     """A gauge histogram of ``duration`` over ``queryset``, counted in one aggregate query."""
     aggregates: dict[str, object] = {
@@ -72,8 +65,8 @@ def gauge_histogram(
     buckets = [(_le(bound), float(row[f"le{i}"])) for i, bound in enumerate(bounds)]
     buckets.append(("+Inf", float(row["total"])))
     total_seconds = row["seconds"].total_seconds() if row["seconds"] is not None else 0.0
-    family = GaugeHistogramMetricFamily(name, documentation, labels=list(labels or {}))
-    family.add_metric(list((labels or {}).values()), buckets, gsum_value=total_seconds)
+    family = GaugeHistogramMetricFamily(name, documentation)
+    family.add_metric([], buckets, gsum_value=total_seconds)
     return family
 
 
@@ -86,7 +79,7 @@ def elapsed(start: str, end: str) -> ExpressionWrapper:
 
 
 def job_metrics() -> Iterable[prometheus_client.Metric]:
-    """The job queue (depth and age of the oldest queued job, by task) and check durations."""
+    """The job queue: depth, and age of the oldest queued job, by task."""
     now = timezone.now()
     depth = GaugeMetricFamily(
         "portal_jobs", "Jobs waiting or running, by task and status.", labels=["task", "status"]
@@ -108,17 +101,6 @@ def job_metrics() -> Iterable[prometheus_client.Metric]:
             oldest.add_metric([row["task"]], max(0.0, (now - row["first"]).total_seconds()))
     yield depth
     yield oldest
-    yield gauge_histogram(
-        "portal_check_duration_seconds",
-        "How long change checks took (gitops.run_checks jobs finished in the window).",
-        Job.objects.filter(
-            task=CHECKS_TASK,
-            finished_at__gte=window_start(),
-            started_at__isnull=False,
-        ),
-        elapsed("started_at", "finished_at"),
-        DURATION_BUCKETS,
-    )
 
 
 class PortalCollector(Collector):

@@ -251,6 +251,6 @@ def test_a_scrape_costs_a_fixed_number_of_queries(db: None) -> None:
         with CaptureQueriesContext(connection) as queries:
             assert scrape().status_code == 200
         counts.append(len(queries))
-    # Jobs: depth and age (1), check durations (1); changes: counts (1), apply lag (1);
+    # Jobs: depth and age (1); changes: counts (1), apply lag (1), check durations (1);
     # sync states (1).
     assert counts == [5, 5]
