@@ -96,6 +96,11 @@ class Kube:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def version(self) -> dict[str, Any]:
+        """The API server's /version (the cheapest authenticated answer it gives)."""
+        body = self._call("read the server version", client.VersionApi(self.api).get_code)
+        return body if isinstance(body, dict) else {}
+
     def list_nodes(self) -> list[Any]:
         return self._items("nodes", lambda **kw: self.core.list_node(**kw))
 

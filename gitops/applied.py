@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from django.db import transaction
+from django.utils import timezone
 
 from gitops import sources
 from gitops.checks.kustomize import flux_kustomizations
@@ -163,7 +164,11 @@ def update_apply_states(repo: GitRepository, reports: Iterable[FluxReport]) -> l
             before = locked.apply_state
             locked.apply_state = result.state
             locked.apply_message = result.message
-            locked.save(update_fields=["apply_state", "apply_message", "updated_at"])
+            fields = ["apply_state", "apply_message", "updated_at"]
+            if result.state == ChangeRequest.Apply.APPLIED and locked.applied_at is None:
+                locked.applied_at = timezone.now()
+                fields.append("applied_at")
+            locked.save(update_fields=fields)
             if before != result.state:
                 record_audit(
                     actor=None,

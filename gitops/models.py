@@ -71,6 +71,8 @@ class ChangeRequest(models.Model):
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     merged_at = models.DateTimeField(null=True, blank=True)
+    # When the status sync first found it applied: merged_at to here is Flux's apply lag.
+    applied_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -99,3 +99,34 @@ class SessionIdleTimeoutMiddleware:
             if location.startswith(resolve_url(settings.LOGIN_URL)):
                 return HttpResponseClientRedirect(location)
         return response
+
+
+class ProbeMiddleware:
+    """Answer /healthz, /readyz and /metrics before any other middleware sees the request.
+
+    Placed first, so that these paths skip the HTTPS redirect (a kubelet probes plain HTTP),
+    the ALLOWED_HOSTS check (it sends the pod's IP as Host), sessions, CSRF and sign-in: they
+    are for machines, and /metrics has its own token. Only GET and HEAD are answered. They are
+    also left out of django-prometheus's request counts, which would otherwise be mostly
+    probes.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        from portal import health, metrics
+
+        self.get_response = get_response
+        self.probes: dict[str, Callable[[HttpRequest], HttpResponse]] = {
+            "/healthz": health.healthz,
+            "/readyz": health.readyz,
+            "/metrics": metrics.metrics,
+        }
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        probe = self.probes.get(request.path_info)
+        if probe is None:
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            response = HttpResponse(status=405)
+            response["Allow"] = "GET, HEAD"
+            return response
+        return probe(request)

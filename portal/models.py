@@ -47,6 +47,16 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # For the metrics scrape (portal/metrics.py): the few waiting jobs out of many
+        # finished ones, and one task's recent runs.
+        indexes = [
+            models.Index(
+                fields=["status", "task"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="job_waiting",
+            ),
+            models.Index(fields=["task", "finished_at"], name="job_task_finished"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(progress__lte=100), name="job_progress_at_most_100"

@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_prometheus",
     "portal",
     "tenants",
     "gitops",
@@ -71,6 +72,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: /healthz, /readyz and /metrics answer before the HTTPS redirect and host checks.
+    "portal.middleware.ProbeMiddleware",
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -84,6 +88,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "portal.middleware.SessionIdleTimeoutMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -481,6 +486,37 @@ CELERY_BEAT_SCHEDULE["billing-budgets"] = {
     "task": "billing.budgets",
     "schedule": crontab(minute="10,40"),
 }
+
+# --- Health, readiness and metrics (portal/health.py, portal/metrics.py) ---------------------
+# /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off (404).
+METRICS_TOKEN = env("METRICS_TOKEN")
+# The apps' readiness checks, by component name (the portal imports no app).
+PORTAL_READINESS_CHECKS = {
+    "git": "gitops.health.git_store",
+    "git_remote": "gitops.health.git_remote",
+    "cluster": "fleet.health.cluster_api",
+}
+# Components whose failure makes /readyz answer 503 (takes the pod out of the Service); the
+# others are reported only. See docs/architecture.md, "Health, readiness and metrics".
+PORTAL_READINESS_REQUIRED = env_list("PORTAL_READINESS_REQUIRED", ["database", "git"])
+_unknown = set(PORTAL_READINESS_REQUIRED) - {"database", "broker", *PORTAL_READINESS_CHECKS}
+if _unknown:
+    raise ImproperlyConfiguredEnv(
+        f"PORTAL_READINESS_REQUIRED names unknown components: {', '.join(sorted(_unknown))}"
+    )
+# Each network check (broker, Git remote, cluster API) gives up after this long.
+PORTAL_READINESS_TIMEOUT_SECONDS = float(env("PORTAL_READINESS_TIMEOUT_SECONDS", "2"))
+# A reachable Git remote is remembered this long, so probes every few seconds from every
+# replica do not each call the forge.
+PORTAL_READINESS_REMOTE_CACHE_SECONDS = env_int("PORTAL_READINESS_REMOTE_CACHE_SECONDS", 30)
+# The portal's own metrics, computed from the database at scrape time (each app its own).
+PORTAL_METRICS_COLLECTORS = [
+    "portal.metrics.job_metrics",
+    "gitops.metrics.change_metrics",
+    "fleet.metrics.sync_metrics",
+]
+# How far back the duration histograms (checks, Flux apply lag) look.
+PORTAL_METRICS_WINDOW_SECONDS = env_int("PORTAL_METRICS_WINDOW_SECONDS", 3600)
 
 LOGGING = {
     "version": 1,

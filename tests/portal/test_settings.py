@@ -223,3 +223,19 @@ def test_it_reads_the_session_idle_timeout(tmp_path: Path) -> None:
     bad = {"DEBUG": "true", "SESSION_IDLE_TIMEOUT_SECONDS": "0"}
     result = _import_settings("settings.SESSION_IDLE_TIMEOUT_SECONDS", bad, tmp_path)
     assert "SESSION_IDLE_TIMEOUT_SECONDS=0 must be a positive number" in result.stderr
+
+
+def test_it_reads_the_metrics_token_and_the_required_probes(tmp_path: Path) -> None:
+    token_file = tmp_path / "metrics-token"
+    token_file.write_text("from-a-mounted-secret\n")
+    token = {"METRICS_TOKEN_FILE": str(token_file)}
+    assert _settings_value("settings.METRICS_TOKEN", token, tmp_path) == "from-a-mounted-secret"
+    assert _settings_value("repr(settings.METRICS_TOKEN)", {}, tmp_path) == "''"
+    required = "settings.PORTAL_READINESS_REQUIRED"
+    assert _settings_value(required, {}, tmp_path) == "['database', 'git']"
+    more = {"PORTAL_READINESS_REQUIRED": "database,git,broker"}
+    assert _settings_value(required, more, tmp_path) == "['database', 'git', 'broker']"
+    typo = {"DEBUG": "true", "PORTAL_READINESS_REQUIRED": "database,gti"}
+    result = _import_settings(required, typo, tmp_path)
+    assert result.returncode != 0
+    assert "PORTAL_READINESS_REQUIRED names unknown components: gti" in result.stderr
