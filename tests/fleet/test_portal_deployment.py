@@ -1,0 +1,170 @@
+"""The portal's own deployment, opted into by a platform admin: a reviewed change request whose
+checks pass, or files for the first install; a bad spec or a non-admin changes nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from fleet import services
+from gitops import services as gitops_services
+from gitops.fleet import configured_fleet
+from gitops.models import ChangeRequest, CheckRun
+from gitops.render import load_documents, render_portal_deployment
+from gitops.repo import Identity
+from gitops.specs import PortalDeploySpec
+from portal.models import AuditEvent
+
+SPEC = PortalDeploySpec(
+    image="registry.example.com/ai-factory/portal:1.4.0",
+    base_url="https://portal.example.com",
+    hostnames=("portal.example.com",),
+)
+CLUSTER = "clusters/ai-factory/kustomization.yaml"
+ARGS = ["--image", SPEC.image, "--hostname", "portal.example.com"]
+
+
+@pytest.mark.django_db
+def test_an_admin_opens_it_as_a_checked_change(
+    world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    main = gitops_services.ensure_bootstrapped(configured_fleet())
+    with django_capture_on_commit_callbacks(execute=True):
+        change = services.do_propose_portal_deployment(SPEC, acting_user=world["pam"])
+    change.refresh_from_db()
+    assert change.kind == "platform"
+    assert "clusters/ai-factory/portal.yaml" in change.files_changed
+    assert CLUSTER in change.files_changed
+    assert {p.split("/")[1] for p in change.files_changed if p.startswith("infrastructure/")} == {
+        "portal"
+    }
+    checks = {c.name: (c.status, c.summary) for c in CheckRun.objects.filter(change=change)}
+    assert {name: status for name, (status, _) in checks.items()} == {
+        "schemas": "passed",
+        "kustomize": "passed",
+        "isolation": "passed",
+        "capacity": "passed",
+        "controllers": "passed",
+        "duplicates": "passed",
+    }, checks
+    assert change.checks_state == "passed"
+    repo = gitops_services.repository()
+    assert repo.head("main") == main  # nothing applies until it is reviewed and merged
+    cluster = load_documents(repo.read_file(change.head_sha, CLUSTER) or b"")[0]
+    assert cluster["resources"][-1] == "portal.yaml"
+    assert AuditEvent.objects.filter(action="fleet.portal_deployment").count() == 1
+
+
+@pytest.mark.django_db
+def test_entries_already_in_the_cluster_kustomization_stay(
+    world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    main = gitops_services.ensure_bootstrapped(configured_fleet())
+    repo = gitops_services.repository()
+    text = (repo.read_file(main, CLUSTER) or b"") + b"- observability.yaml\n"
+    repo.commit(
+        {CLUSTER: text},
+        message="Add the observability stack",
+        author=Identity("Ops", "ops@example.com"),
+        branch="main",
+        expected_parent=main,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        change = services.do_propose_portal_deployment(SPEC, acting_user=world["pam"])
+    cluster = load_documents(repo.read_file(change.head_sha, CLUSTER) or b"")[0]
+    assert cluster["resources"] == [
+        "flux-system",
+        "infrastructure.yaml",
+        "tenants.yaml",
+        "observability.yaml",
+        "portal.yaml",
+    ]
+
+
+@pytest.mark.django_db
+def _branches(settings: Any) -> list[str]:
+    listed = subprocess.run(
+        ["git", "-C", str(settings.GITOPS_REPO_PATH), "for-each-ref", "--format=%(refname:short)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return listed.stdout.split()
+
+
+def test_nobody_but_a_platform_admin_may_and_a_bad_spec_writes_nothing(
+    world: dict[str, Any], settings: Any
+) -> None:
+    main = gitops_services.ensure_bootstrapped(configured_fleet())
+    with pytest.raises(PermissionDenied):
+        services.do_propose_portal_deployment(SPEC, acting_user=world["alice"])
+    with pytest.raises(ValidationError) as excinfo:
+        services.do_propose_portal_deployment(
+            PortalDeploySpec(
+                image="registry.example.com/portal:1.0 latest",
+                base_url="https://portal.example.com",
+                hostnames=("portal.example.com",),
+                web_replicas=0,
+            ),
+            acting_user=world["pam"],
+        )
+    assert any(m.startswith("image:") for m in excinfo.value.messages)
+    assert any(m.startswith("web_replicas:") for m in excinfo.value.messages)
+    assert not ChangeRequest.objects.exists()
+    assert _branches(settings) == ["main"]
+    assert gitops_services.repository().head("main") == main
+    assert not AuditEvent.objects.filter(action="fleet.portal_deployment").exists()
+
+
+@pytest.mark.django_db
+def test_the_command_writes_the_first_install_files(tmp_path: Path) -> None:
+    out = tmp_path / "portal"
+    stdout = StringIO()
+    call_command("render_portal_deployment", *ARGS, "--out", str(out), stdout=stdout)
+    expected = render_portal_deployment(SPEC, configured_fleet())
+    written = {
+        str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
+    }
+    assert written == expected
+    assert f"Wrote {len(expected)} files" in stdout.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_command_refuses_a_bad_spec_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "portal"
+    with pytest.raises(CommandError, match=r"hostnames\[0\]"):
+        call_command(
+            "render_portal_deployment",
+            "--image",
+            SPEC.image,
+            "--hostname",
+            "not a host",
+            "--base-url",
+            "https://portal.example.com",
+            "--out",
+            str(out),
+        )
+    with pytest.raises(CommandError, match="CIDR:PORT"):
+        call_command("render_portal_deployment", *ARGS, "--egress", "10.0.0.0/8", "--out", str(out))
+    assert not out.exists()
+
+
+@pytest.mark.django_db
+def test_the_command_opens_the_change(
+    world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    gitops_services.ensure_bootstrapped(configured_fleet())
+    stdout = StringIO()
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("render_portal_deployment", *ARGS, "--commit", "--as", "pam", stdout=stdout)
+    change = ChangeRequest.objects.get()
+    assert f"Opened change {change.pk}" in stdout.getvalue()
+    with pytest.raises(CommandError, match="Only"):
+        call_command("render_portal_deployment", *ARGS, "--commit", "--as", "alice")
