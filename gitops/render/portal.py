@@ -305,17 +305,31 @@ def rbac_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
 
 
 def config_data(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, str]:
-    """The non-secret settings every portal process reads (portal/settings.py)."""
+    """The non-secret settings every portal process reads (portal/settings.py).
+
+    Flux reads the fleet repository and the tenants' projections from inside the cluster, at
+    the fleet's ``git_url`` and ``tenant_git_base_url`` (``http://portal.<namespace>.svc/git/``
+    by default): those hosts are allowed, and ``/git/`` is exempt from the HTTPS redirect,
+    which source-controller would follow to a port the Service does not serve. Outside the
+    cluster the gateway terminates TLS and says so (``X-Forwarded-Proto``), so nothing but
+    in-cluster traffic (which the NetworkPolicy limits to Flux, Prometheus and the gateway)
+    is ever plain HTTP.
+    """
+    internal = [urlsplit(url).hostname for url in (fleet.git_url, fleet.tenant_git_base_url)]
+    hosts = list(dict.fromkeys([*spec.hostnames, *(h for h in internal if h)]))
     return {
-        "ALLOWED_HOSTS": ",".join(spec.hostnames),
+        "ALLOWED_HOSTS": ",".join(hosts),
         "CSRF_TRUSTED_ORIGINS": ",".join(f"https://{host}" for host in spec.hostnames),
         "FLEET_IN_CLUSTER": "true",
         "GITOPS_FLEET_NAME": fleet.name,
         "GITOPS_MAIN_BRANCH": fleet.git_branch,
+        # The root filesystem is read-only: kubectl (the kustomize check) keeps its cache
+        # under $HOME.
+        "HOME": TMP_DIR,
         "PORTAL_BASE_URL": spec.base_url,
         "PORTAL_VAR_DIR": VAR_DIR,
-        # TLS ends at the gateway in front of the portal.
         "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
+        "SECURE_REDIRECT_EXEMPT": r"^git/",
         "STATIC_ROOT": spec.static_root,
     }
 
@@ -368,12 +382,13 @@ def network_policies(spec: PortalDeploySpec, fleet: FleetSpec) -> list[dict[str,
             "spec": body,
         }
 
+    # Cilium's gateway traffic has the reserved "ingress" identity, which no NetworkPolicy can
+    # select: a CiliumNetworkPolicy admits it (as for tenants' model servers, see
+    # gitops.render.network). Envoy Gateway's comes from its proxy namespace.
+    cilium = fleet.gateway.implementation == "cilium"
+    proxies = spec.ingress_namespace or ("" if cilium else fleet.gateway.proxy_namespace)
     sources = sorted(
-        {
-            spec.ingress_namespace or fleet.gateway.proxy_namespace,
-            fleet.monitoring_namespace,
-            FLUX_NAMESPACE,
-        }
+        {name for name in (proxies, fleet.monitoring_namespace, FLUX_NAMESPACE) if name}
     )
     prometheus_port = urlsplit(fleet.prometheus_url).port or 80
     egress = [
@@ -385,7 +400,7 @@ def network_policies(spec: PortalDeploySpec, fleet: FleetSpec) -> list[dict[str,
         {"to": [{"ipBlock": {"cidr": target.cidr}}], "ports": [_tcp(target.port)]}
         for target in spec.egress
     ]
-    return [
+    objs = [
         policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         policy(
             "allow-http",
@@ -402,6 +417,24 @@ def network_policies(spec: PortalDeploySpec, fleet: FleetSpec) -> list[dict[str,
         ),
         policy("allow-egress", {"podSelector": {}, "policyTypes": ["Egress"], "egress": egress}),
     ]
+    if cilium and not spec.ingress_namespace:
+        objs.append(
+            {
+                "apiVersion": network.CILIUM_API,
+                "kind": "CiliumNetworkPolicy",
+                "metadata": _meta("allow-gateway", fleet),
+                "spec": {
+                    "endpointSelector": {"matchLabels": _labels("web")},
+                    "ingress": [
+                        {
+                            "fromEntities": ["ingress"],
+                            "toPorts": [{"ports": [{"port": str(HTTP_PORT), "protocol": "TCP"}]}],
+                        }
+                    ],
+                },
+            }
+        )
+    return objs
 
 
 def _security_context() -> dict[str, Any]:

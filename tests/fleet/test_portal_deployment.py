@@ -18,8 +18,10 @@ from gitops import services as gitops_services
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest, CheckRun
 from gitops.render import load_documents, render_portal_deployment
+from gitops.render.portal import config_data
 from gitops.repo import Identity
 from gitops.specs import PortalDeploySpec
+from portal.env import env_list
 from portal.models import AuditEvent
 
 SPEC = PortalDeploySpec(
@@ -168,3 +170,21 @@ def test_the_command_opens_the_change(
     assert f"Opened change {change.pk}" in stdout.getvalue()
     with pytest.raises(CommandError, match="Only"):
         call_command("render_portal_deployment", *ARGS, "--commit", "--as", "alice")
+
+
+@pytest.mark.django_db
+def test_flux_clones_over_the_in_cluster_service_despite_the_https_redirect(
+    client: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The rendered configuration, read as portal/settings.py reads its environment.
+    config = config_data(SPEC, configured_fleet())
+    for name in ("ALLOWED_HOSTS", "SECURE_REDIRECT_EXEMPT"):
+        monkeypatch.setenv(name, config[name])
+    settings.ALLOWED_HOSTS = env_list("ALLOWED_HOSTS")
+    settings.SECURE_REDIRECT_EXEMPT = env_list("SECURE_REDIRECT_EXEMPT")
+    settings.SECURE_SSL_REDIRECT = True
+    host = "portal.portal-system.svc"  # the fleet's default git_url
+    clone = client.get("/git/fleet.git/info/refs?service=git-upload-pack", HTTP_HOST=host)
+    assert clone.status_code == 401  # asks Flux for its token instead of redirecting
+    assert client.get("/", HTTP_HOST=host).status_code == 301
+    assert client.get("/", HTTP_HOST="portal.example.com").status_code == 301

@@ -230,7 +230,9 @@ def test_no_secret_value_is_rendered() -> None:
     assert "Secret" not in {o["kind"] for o in objects}
     config = _by_name("ConfigMap")["portal-config"]["data"]
     assert not {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "METRICS_TOKEN"} & set(config)
-    assert config["ALLOWED_HOSTS"] == "portal.example.com,portal.internal.example.com"
+    assert config["ALLOWED_HOSTS"] == (
+        "portal.example.com,portal.internal.example.com,portal.portal-system.svc"
+    )
     assert config["PORTAL_BASE_URL"] == "https://portal.example.com"
     web = _by_name("Deployment")["portal-web"]["spec"]["template"]["spec"]["containers"][0]
     assert {"secretRef": {"name": "portal-env"}} in web["envFrom"]
@@ -304,3 +306,20 @@ def test_it_refuses_a_bad_spec(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as excinfo:
         render_portal_deployment(replace(SPEC, **changes), demo_fleet())
     assert field in excinfo.value.errors, excinfo.value.errors
+
+
+def test_on_a_cilium_gateway_it_admits_the_ingress_identity(schema_dir: Path) -> None:
+    fleet = replace(demo_fleet(), gateway=replace(demo_fleet().gateway, implementation="cilium"))
+    files = render_repository(fleet, [])
+    files.update(render_portal_deployment(SPEC, fleet))
+    objects = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in objects_for(files)
+        if o["metadata"].get("namespace") == "portal-system"
+    }
+    cilium = objects[("CiliumNetworkPolicy", "allow-gateway")]["spec"]
+    assert cilium["ingress"][0]["fromEntities"] == ["ingress"]
+    (rule,) = objects[("NetworkPolicy", "allow-http")]["spec"]["ingress"]
+    assert "envoy-gateway-system" not in str(rule)
+    statuses = {r.name: r.status for r in run_checks(files, fleet=fleet, schema_dir=schema_dir)}
+    assert statuses["schemas"] == statuses["isolation"] == statuses["duplicates"] == "passed"

@@ -46,7 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--web-replicas", type=int, default=2)
         parser.add_argument("--worker-replicas", type=int, default=2)
         parser.add_argument(
-            "--secret-name", default="portal-env", help="the Secret holding the portal's secrets"
+            "--env-secret", default="portal-env", help="the Secret holding the portal's secrets"
         )
         parser.add_argument(
             "--external-secret-key",
@@ -90,7 +90,7 @@ class Command(BaseCommand):
             hostnames=hostnames,
             web_replicas=options["web_replicas"],
             worker_replicas=options["worker_replicas"],
-            secret_name=options["secret_name"],
+            secret_name=options["env_secret"],
             external_secret_key=options["external_secret_key"],
             state_claim=options["state_claim"],
             ingress_namespace=options["ingress_namespace"],
