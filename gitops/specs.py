@@ -296,10 +296,13 @@ class PortalResources:
 @dataclass(frozen=True)
 class PortalEgress:
     """One destination the portal's pods may open connections to (TCP): the database, Redis,
-    the Kubernetes API server's endpoints, the Git remote, the identity provider, SMTP."""
+    the Kubernetes API server's endpoints, the Git remote, the identity provider, SMTP. Either
+    a network (``cidr``) or every pod of a namespace of the cluster (``namespace``, for a
+    Service there: a NetworkPolicy sees the pods behind a Service, not its address)."""
 
     cidr: str
     port: int
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,9 @@ class PortalDeploySpec:
     # gateway's proxy namespace.
     ingress_namespace: str = ""
     egress: tuple[PortalEgress, ...] = ()
+    # HTTPS to public addresses (not private ranges or the metadata address): outbound webhooks,
+    # a forge or an identity provider on the internet.
+    public_https: bool = False
     web: PortalResources = field(default_factory=lambda: PortalResources(500, 1024))
     worker: PortalResources = field(default_factory=lambda: PortalResources(500, 1024))
     beat: PortalResources = field(default_factory=lambda: PortalResources(50, 256))

@@ -175,14 +175,20 @@ def validate_portal(spec: PortalDeploySpec, fleet: FleetSpec) -> None:
         add("egress", "The egress destinations must be a list.")
     else:
         for index, target in enumerate(spec.egress):
-            try:
-                ipaddress.ip_network(target.cidr, strict=True)
-            except (TypeError, ValueError):
-                add(
-                    f"egress[{index}].cidr",
-                    f"{target.cidr!r} is not a network such as 10.0.12.0/24 or 10.0.0.5/32 "
-                    "(host bits must be zero).",
-                )
+            if target.namespace:
+                if target.cidr:
+                    add(f"egress[{index}]", "Give a network or a namespace, not both.")
+                elif not _is_label(target.namespace):
+                    add(f"egress[{index}].namespace", "The namespace must be a DNS label.")
+            else:
+                try:
+                    ipaddress.ip_network(target.cidr, strict=True)
+                except (TypeError, ValueError):
+                    add(
+                        f"egress[{index}].cidr",
+                        f"{target.cidr!r} is not a network such as 10.0.12.0/24 or "
+                        "10.0.0.5/32 (host bits must be zero).",
+                    )
             _count(add, f"egress[{index}].port", target.port, 1, "The port", high=65535)
     for name in ("web", "worker", "beat"):
         resources: PortalResources = getattr(spec, name)
@@ -397,9 +403,19 @@ def network_policies(spec: PortalDeploySpec, fleet: FleetSpec) -> list[dict[str,
         {"to": [_from_namespace(FLUX_NAMESPACE)], "ports": [_tcp(FLUX_RECEIVER_PORT)]},
     ]
     egress += [
-        {"to": [{"ipBlock": {"cidr": target.cidr}}], "ports": [_tcp(target.port)]}
+        {
+            "to": [
+                _from_namespace(target.namespace)
+                if target.namespace
+                else {"ipBlock": {"cidr": target.cidr}}
+            ],
+            "ports": [_tcp(target.port)],
+        }
         for target in spec.egress
     ]
+    if spec.public_https:
+        public = {"cidr": "0.0.0.0/0", "except": list(network.PRIVATE_RANGES)}
+        egress.append({"to": [{"ipBlock": public}], "ports": [_tcp(443)]})
     objs = [
         policy("default-deny", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
         policy(

@@ -4,6 +4,7 @@ checks pass, or files for the first install; a bad spec or a non-admin changes n
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from gitops.models import ChangeRequest, CheckRun
 from gitops.render import load_documents, render_portal_deployment
 from gitops.render.portal import config_data
 from gitops.repo import Identity
-from gitops.specs import PortalDeploySpec
+from gitops.specs import PortalDeploySpec, PortalEgress
 from portal.env import env_list
 from portal.models import AuditEvent
 
@@ -136,6 +137,18 @@ def test_the_command_writes_the_first_install_files(tmp_path: Path) -> None:
     }
     assert written == expected
     assert f"Wrote {len(expected)} files" in stdout.getvalue()
+
+    flags = ["--egress", "databases:5432", "--egress", "10.9.0.0/16:6443", "--public-https"]
+    call_command("render_portal_deployment", *ARGS, *flags, "--out", str(out), stdout=stdout)
+    spec = replace(
+        SPEC,
+        egress=(PortalEgress("", 5432, "databases"), PortalEgress("10.9.0.0/16", 6443)),
+        public_https=True,
+    )
+    policies = "infrastructure/portal/setup/network-policy.yaml"
+    assert (out / policies).read_bytes() == render_portal_deployment(spec, configured_fleet())[
+        policies
+    ]
 
 
 @pytest.mark.django_db

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gitops.checks import run_checks
 from gitops.fleet import demo_fleet
@@ -26,7 +27,12 @@ SPEC = PortalDeploySpec(
     hostnames=("portal.example.com", "portal.internal.example.com"),
     web_replicas=3,
     worker_replicas=2,
-    egress=(PortalEgress("10.20.0.0/24", 5432), PortalEgress("10.20.1.7/32", 6379)),
+    egress=(
+        PortalEgress("10.20.0.0/24", 5432),
+        PortalEgress("10.20.1.7/32", 6379),
+        PortalEgress("", 8080, namespace="opencost"),
+    ),
+    public_https=True,
 )
 
 
@@ -254,7 +260,15 @@ def test_network_policy_admits_only_its_peers() -> None:
         for peer in r["to"]
         if "ipBlock" in peer
     }
-    assert blocks == {("10.20.0.0/24", 5432), ("10.20.1.7/32", 6379)}
+    assert blocks == {("10.20.0.0/24", 5432), ("10.20.1.7/32", 6379), ("0.0.0.0/0", 443)}
+    public = next(r["to"][0]["ipBlock"] for r in egress if r["ports"][0]["port"] == 443)
+    assert "169.254.0.0/16" in public["except"] and "10.0.0.0/8" in public["except"]
+    assert {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "opencost"}}}],
+        "ports": [{"protocol": "TCP", "port": 8080}],
+    } in egress
+    without = _by_name("NetworkPolicy", replace(SPEC, public_https=False))["allow-egress"]
+    assert all(r["ports"][0]["port"] != 443 for r in without["spec"]["egress"])
     assert any(p["port"] == 53 for r in egress for p in r["ports"])
 
 
@@ -297,6 +311,8 @@ def test_it_is_deterministic() -> None:
         ({"secret_name": "Portal Env"}, "secret_name"),
         ({"egress": (PortalEgress("10.0.0.1/24", 5432),)}, "egress[0].cidr"),
         ({"egress": (PortalEgress("10.0.0.0/24", 0),)}, "egress[0].port"),
+        ({"egress": (PortalEgress("", 5432, namespace="Data Base"),)}, "egress[0].namespace"),
+        ({"egress": (PortalEgress("10.0.0.0/24", 5432, namespace="db"),)}, "egress[0]"),
         ({"web": PortalResources(cpu_millis=0, memory_mib=512)}, "web.cpu_millis"),
         ({"app_dir": "relative/path"}, "app_dir"),
         ({"metrics_token_key": "a key"}, "metrics_token_key"),
@@ -323,3 +339,12 @@ def test_on_a_cilium_gateway_it_admits_the_ingress_identity(schema_dir: Path) ->
     assert "envoy-gateway-system" not in str(rule)
     statuses = {r.name: r.status for r in run_checks(files, fleet=fleet, schema_dir=schema_dir)}
     assert statuses["schemas"] == statuses["isolation"] == statuses["duplicates"] == "passed"
+
+
+def test_the_cluster_role_is_the_one_the_operator_guide_lists() -> None:
+    guide = (Path(__file__).parents[2] / "docs" / "operator-guide.md").read_text()
+    block = guide.split("kind: ClusterRole\nmetadata: {name: ai-factory-portal}\n", 1)[1]
+    listed = yaml.safe_load(block.split("```", 1)[0])["rules"]
+    (role,) = _by_name("ClusterRole").values()
+    assert role["metadata"]["name"] == "ai-factory-portal"
+    assert role["rules"] == listed

@@ -16,14 +16,19 @@ from gitops.fleet import configured_fleet
 from gitops.render import render_portal_deployment
 from gitops.specs import PortalDeploySpec, PortalEgress, SpecError
 
-EGRESS = re.compile(r"(?P<cidr>[0-9A-Fa-f.:]+/[0-9]{1,3}):(?P<port>[0-9]{1,5})")
+EGRESS = re.compile(
+    r"((?P<cidr>[0-9A-Fa-f.:]+/[0-9]{1,3})|(?P<namespace>[a-z0-9-]+)):(?P<port>[0-9]{1,5})"
+)
 
 
 def _egress(value: str) -> PortalEgress:
     match = EGRESS.fullmatch(value)
     if match is None:
-        raise CommandError(f"--egress {value!r}: give CIDR:PORT, such as 10.0.12.0/24:5432.")
-    return PortalEgress(match["cidr"], int(match["port"]))
+        raise CommandError(
+            f"--egress {value!r}: give CIDR:PORT or NAMESPACE:PORT, such as "
+            "10.0.12.0/24:5432 or databases:5432."
+        )
+    return PortalEgress(match["cidr"] or "", int(match["port"]), match["namespace"] or "")
 
 
 class Command(BaseCommand):
@@ -68,8 +73,14 @@ class Command(BaseCommand):
             action="append",
             default=[],
             type=_egress,
-            help="CIDR:PORT the pods may connect to (database, Redis, API server, Git remote, "
-            "identity provider); repeat for more",
+            help="CIDR:PORT or NAMESPACE:PORT the pods may connect to (database, Redis, API "
+            "server, Git remote, identity provider); repeat for more",
+        )
+        parser.add_argument(
+            "--public-https",
+            action="store_true",
+            help="allow HTTPS to public addresses (outbound webhooks, a forge or identity "
+            "provider on the internet)",
         )
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--out", type=Path, help="write the files under this directory")
@@ -95,6 +106,7 @@ class Command(BaseCommand):
             state_claim=options["state_claim"],
             ingress_namespace=options["ingress_namespace"],
             egress=tuple(options["egress"]),
+            public_https=options["public_https"],
         )
         fleet = configured_fleet()
         if options["commit"]:
