@@ -201,3 +201,59 @@ def test_flux_clones_over_the_in_cluster_service_despite_the_https_redirect(
     assert clone.status_code == 401  # asks Flux for its token instead of redirecting
     assert client.get("/", HTTP_HOST=host).status_code == 301
     assert client.get("/", HTTP_HOST="portal.example.com").status_code == 301
+
+
+# --- the page -------------------------------------------------------------------------------------
+
+FORM = {
+    "image": SPEC.image,
+    "hostnames": "portal.example.com, portal.internal.example.com",
+    "web_replicas": "3",
+    "worker_replicas": "2",
+    "env_secret": "portal-env",
+    "state_claim": "",
+    "egress": "10.20.0.0/24:5432\r\ndatabases:6379\r\n",
+    "public_https": "on",
+}
+
+
+@pytest.mark.django_db
+def test_an_admin_proposes_it_from_the_fleet_pages(
+    login: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    gitops_services.ensure_bootstrapped(configured_fleet())
+    with django_capture_on_commit_callbacks(execute=True):
+        response = login("pam").post("/fleet/portal-deployment/", FORM)
+    change = ChangeRequest.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == f"/changes/{change.pk}/"
+    expected = replace(
+        SPEC,
+        hostnames=("portal.example.com", "portal.internal.example.com"),
+        web_replicas=3,
+        egress=(PortalEgress("10.20.0.0/24", 5432), PortalEgress("", 6379, "databases")),
+        public_https=True,
+    )
+    repo = gitops_services.repository()
+    for path, data in render_portal_deployment(expected, configured_fleet()).items():
+        assert repo.read_file(change.head_sha, path) == data, path
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"image": "registry.example.com/portal:1.0 --privileged"}, "image:"),
+        ({"web_replicas": "0"}, "web_replicas:"),
+        ({"hostnames": "not_a_host"}, "hostnames[0]:"),
+        ({"egress": "somewhere"}, "CIDR:PORT or NAMESPACE:PORT"),
+    ],
+)
+def test_the_page_refuses_a_bad_spec_and_opens_nothing(
+    login: Any, changes: dict[str, str], error: str
+) -> None:
+    gitops_services.ensure_bootstrapped(configured_fleet())
+    response = login("pam").post("/fleet/portal-deployment/", {**FORM, **changes})
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert not ChangeRequest.objects.exists()

@@ -3,7 +3,6 @@ runs yet), or a change request on the fleet repository (``--commit``) once one d
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -11,24 +10,18 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from fleet.forms import parse_egress
 from fleet.services import do_propose_portal_deployment
 from gitops.fleet import configured_fleet
 from gitops.render import render_portal_deployment
 from gitops.specs import PortalDeploySpec, PortalEgress, SpecError
 
-EGRESS = re.compile(
-    r"((?P<cidr>[0-9A-Fa-f.:]+/[0-9]{1,3})|(?P<namespace>[a-z0-9-]+)):(?P<port>[0-9]{1,5})"
-)
-
 
 def _egress(value: str) -> PortalEgress:
-    match = EGRESS.fullmatch(value)
-    if match is None:
-        raise CommandError(
-            f"--egress {value!r}: give CIDR:PORT or NAMESPACE:PORT, such as "
-            "10.0.12.0/24:5432 or databases:5432."
-        )
-    return PortalEgress(match["cidr"] or "", int(match["port"]), match["namespace"] or "")
+    try:
+        return parse_egress(value)
+    except ValueError as exc:
+        raise CommandError(f"--egress {exc}") from exc
 
 
 class Command(BaseCommand):
