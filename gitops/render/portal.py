@@ -45,6 +45,7 @@ import hashlib
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -94,6 +95,8 @@ IMAGE = re.compile(
 )
 ABSOLUTE_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 MAX_REPLICAS = 50
+# Records a sentence for a field path (the first one per path wins).
+_Add = Callable[[str, str], None]
 
 # The cluster-wide reads (and node writes) the portal makes; tenant Secrets are granted per
 # tenant (portal-access.yaml), never here. The same list as the operator's guide.
@@ -203,7 +206,7 @@ def validate_portal(spec: PortalDeploySpec, fleet: FleetSpec) -> None:
         raise SpecError(errors)
 
 
-def _count(add: Any, path: str, value: object, low: int, what: str, high: int = 0) -> None:
+def _count(add: _Add, path: str, value: object, low: int, what: str, high: int = 0) -> None:
     high = high or MAX_REPLICAS
     if not isinstance(value, int) or isinstance(value, bool):
         add(path, f"{what} must be a whole number.")
@@ -229,7 +232,7 @@ def _is_secret_key(value: str) -> bool:
     return len(value) <= 253 and bool(re.fullmatch(r"[-._a-zA-Z0-9]+", value))
 
 
-def _object_name(add: Any, path: str, value: object, what: str) -> None:
+def _object_name(add: _Add, path: str, value: object, what: str) -> None:
     if not isinstance(value, str) or len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
         add(
             path, f"{what} must be a Kubernetes object name (lower-case letters, digits, '-', '.')."
