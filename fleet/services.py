@@ -35,7 +35,7 @@ from gitops.render.flux import TENANT_SOURCE_SECRET
 from gitops.render.meta import FLUX_NAMESPACE, FLUX_TENANT_LABEL, TENANT_LABEL
 from gitops.render.validate import RESERVED_PREFIXES, reserved_namespaces
 from gitops.render.vcluster import pool_labels
-from gitops.specs import FleetSpec
+from gitops.specs import FleetSpec, PortalDeploySpec
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from portal.models import Job
@@ -689,3 +689,42 @@ def do_reconcile_flavors(*, acting_user: Any = None) -> tuple[ChangeRequest | No
         derived.flavors, derived.topology_levels, acting_user=acting_user
     )
     return change, list(derived.notes)
+
+
+# --- the portal's own deployment ---------------------------------------------------------------
+
+PORTAL_DEPLOYMENT_TITLE = "Deploy the portal on the {fleet} fleet from {image}"
+
+
+@transaction.atomic
+def do_propose_portal_deployment(
+    spec: PortalDeploySpec, *, acting_user: Any, fleet: FleetSpec | None = None
+) -> ChangeRequest:
+    """Open a platform change request that makes main hold the portal's own deployment
+    (``gitops.render.portal``): opt-in, reviewed and checked like any platform change. A bad
+    spec is a ``ValidationError`` and nothing is written; a spec main already holds too."""
+    access.require(acting_user, Action.OPERATE_FLEET)
+    fleet = fleet or configured_fleet()
+    changes = gitops_services.portal_deployment_changes(spec, fleet)
+    change = gitops_services.open_change(
+        acting_user=acting_user,
+        title=PORTAL_DEPLOYMENT_TITLE.format(fleet=fleet.name, image=spec.image),
+        changes=changes,
+        kind=ChangeRequest.Kind.PLATFORM,
+        description=(
+            f"The portal in namespace {fleet.portal_namespace}: {spec.web_replicas} web, "
+            f"{spec.worker_replicas} Celery worker(s), one beat, the migration Job; served on "
+            f"{', '.join(spec.hostnames)}. Secrets come from the Secret {spec.secret_name}, "
+            "which is not in Git."
+        ),
+    )
+    record_audit(
+        actor=acting_user,
+        action="fleet.portal_deployment",
+        target=change,
+        diff={
+            "image": [None, spec.image],
+            "replicas": [None, f"web {spec.web_replicas}, worker {spec.worker_replicas}"],
+        },
+    )
+    return change

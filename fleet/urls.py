@@ -14,6 +14,7 @@ urlpatterns = [
     path("fleet/", views.overview, name="overview"),
     path("fleet/sync/", views.sync_now, name="sync"),
     path("fleet/flavors/recount/", views.reconcile_flavors, name="reconcile_flavors"),
+    path("fleet/portal-deployment/", views.portal_deployment, name="portal_deployment"),
     path("fleet/nodes/", views.node_list, name="nodes"),
     path("fleet/nodes/<str:name>/", views.node_detail, name="node"),
     path("fleet/nodes/<str:name>/cordon/", views.node_cordon, name="cordon"),

@@ -35,6 +35,7 @@ from fleet.capacity import (
     total_requests,
 )
 from fleet.charts import capacity_figure, figure_html
+from fleet.forms import PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
 from fleet.models import FluxObject, Health, Node, SyncState, Workload
@@ -106,6 +107,24 @@ def sync_now(request: HttpRequest) -> HttpResponse:
 @require_POST
 def reconcile_flavors(request: HttpRequest) -> HttpResponse:
     return _enqueue(request, "fleet.reconcile_flavors", "Recount flavors from the inventory")
+
+
+@platform_admin_page
+@require_http_methods(["GET", "POST"])
+def portal_deployment(request: HttpRequest) -> HttpResponse:
+    """Propose the portal's own deployment on this fleet as a change request."""
+    form = PortalDeploymentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            change = services.do_propose_portal_deployment(form.spec(), acting_user=request.user)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            messages.success(request, f"Opened change #{change.pk} for review.")
+            return _go(request, reverse("gitops:detail", args=[change.pk]))
+    fleet = configured_fleet()
+    context = {"form": form, "fleet": fleet, "tab": "portal"}
+    return render(request, "fleet/portal_deployment.html", context)
 
 
 # --- nodes ----------------------------------------------------------------------------------------

@@ -34,9 +34,11 @@ from gitops.render import (
     render_tenants_index,
 )
 from gitops.render.cluster_access import ACCESS_DIR
-from gitops.render.tree import render_cluster_access
+from gitops.render.portal import PORTAL_FLUX_FILE, render_portal_component
+from gitops.render.tree import cluster_kustomization, render_cluster_access
+from gitops.render.yamlio import dump_documents, load_documents
 from gitops.repo import GitRepository, Identity, MergeConflict, format_message
-from gitops.specs import Flavor, FleetSpec, TenantSpec
+from gitops.specs import Flavor, FleetSpec, PortalDeploySpec, SpecError, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -138,6 +140,31 @@ def flux_components_changes(fleet: FleetSpec, components: bytes) -> dict[str, by
     if main is None:
         raise ValidationError("The fleet repository is not bootstrapped yet.")
     return {path: data for path, data in wanted.items() if repo.read_file(main, path) != data}
+
+
+def portal_deployment_changes(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, bytes | None]:
+    """What to write so that main holds the portal's own deployment as ``spec`` says
+    (``gitops.render.portal``): the component, its Flux Kustomizations, and ``portal.yaml``
+    among the cluster kustomization's resources (entries already there are kept). Only what
+    differs from main; raises ``ValidationError`` for a bad spec, before anything is read."""
+    try:
+        wanted = render_portal_component(spec, fleet)
+    except SpecError as exc:
+        raise ValidationError(
+            [f"{field}: {message}" for field, message in sorted(exc.errors.items())]
+        ) from exc
+    repo = repository()
+    main = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if main is None:
+        raise ValidationError("The fleet repository is not bootstrapped yet.")
+    path = f"clusters/{fleet.name}/kustomization.yaml"
+    current = repo.read_file(main, path)
+    documents = load_documents(current) if current is not None else []
+    resources = documents[0].get("resources", []) if documents else []
+    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+        raise ValidationError(f"{path} on main has no plain list of resources to add to.")
+    wanted[path] = dump_documents([cluster_kustomization([*resources, PORTAL_FLUX_FILE])])
+    return {p: data for p, data in wanted.items() if repo.read_file(main, p) != data}
 
 
 def _tenant_slugs(repo: GitRepository, rev: str) -> set[str]:

@@ -279,3 +279,68 @@ class TenantSpec:
 
     def share(self, name: str) -> GpuShare | None:
         return next((s for s in self.shares if s.name == name), None)
+
+
+# --- the portal's own deployment (opt-in platform component) --------------------------------
+
+
+@dataclass(frozen=True)
+class PortalResources:
+    """Requests of one portal container; the memory request is also its limit (a Python
+    process that outgrows it is restarted rather than starving its node)."""
+
+    cpu_millis: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class PortalEgress:
+    """One destination the portal's pods may open connections to (TCP): the database, Redis,
+    the Kubernetes API server's endpoints, the Git remote, the identity provider, SMTP. Either
+    a network (``cidr``) or every pod of a namespace of the cluster (``namespace``, for a
+    Service there: a NetworkPolicy sees the pods behind a Service, not its address)."""
+
+    cidr: str
+    port: int
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class PortalDeploySpec:
+    """The portal running on the fleet it manages (``gitops.render.portal``).
+
+    It runs in the fleet's ``portal_namespace`` as its ``portal_service_account`` (the names
+    tenant directories already grant Secrets to). Secret values never reach Git: the pods read
+    them from the Secret ``secret_name`` (``SECRET_KEY``, ``DATABASE_URL``,
+    ``CELERY_BROKER_URL``, ``METRICS_TOKEN``, ...), which the operator creates, or which an
+    ExternalSecret fills from the fleet's ``secret_store`` when ``external_secret_key`` names
+    the remote secret.
+    """
+
+    image: str
+    base_url: str  # PORTAL_BASE_URL, https://<first hostname>
+    hostnames: tuple[str, ...]
+    web_replicas: int = 2
+    worker_replicas: int = 2
+    gunicorn_workers: int = 4
+    worker_concurrency: int = 4
+    secret_name: str = "portal-env"
+    metrics_token_key: str = "METRICS_TOKEN"
+    external_secret_key: str = ""
+    # A ReadWriteMany claim mounted as the portal's var/ (the bare repository) in every pod:
+    # the shared-volume mode. Empty: each pod has its own emptyDir, which is only a source of
+    # truth with a Git remote configured in the Secret.
+    state_claim: str = ""
+    # Where Ingress traffic comes from (the proxies in front of the portal); empty: the fleet
+    # gateway's proxy namespace.
+    ingress_namespace: str = ""
+    egress: tuple[PortalEgress, ...] = ()
+    # HTTPS to public addresses (not private ranges or the metadata address): outbound webhooks,
+    # a forge or an identity provider on the internet.
+    public_https: bool = False
+    web: PortalResources = field(default_factory=lambda: PortalResources(500, 1024))
+    worker: PortalResources = field(default_factory=lambda: PortalResources(500, 1024))
+    beat: PortalResources = field(default_factory=lambda: PortalResources(50, 256))
+    run_as_user: int = 10001
+    app_dir: str = "/app"
+    static_root: str = "/app/staticfiles"

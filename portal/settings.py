@@ -197,6 +197,10 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Paths (regular expressions, no leading slash) served over plain HTTP too. The portal
+# deployed on its own fleet exempts ^git/: Flux clones over the in-cluster Service, which
+# speaks HTTP only (gitops/render/portal.py).
+SECURE_REDIRECT_EXEMPT = env_list("SECURE_REDIRECT_EXEMPT")
 if env("SECURE_PROXY_SSL_HEADER"):
     # e.g. "HTTP_X_FORWARDED_PROTO,https" behind an ingress that terminates TLS
     _header, _value = env("SECURE_PROXY_SSL_HEADER").split(",", 1)

@@ -7,12 +7,14 @@ Layout (flux2-multi-tenancy)::
     clusters/<fleet>/flux-system/              gotk-sync.yaml (+ gotk-components.yaml), lockdown
     clusters/<fleet>/infrastructure.yaml       Kustomizations infra-controllers, infra-configs
     clusters/<fleet>/tenants.yaml              Kustomization tenants
+    clusters/<fleet>/portal.yaml               opt-in: Kustomizations portal-setup, portal
     infrastructure/controllers/                Flux sources the portal's objects use
     infrastructure/configs/                    Kueue flavors/topology/cohort/priorities and
                                                manager configuration, pod PriorityClasses,
                                                Kyverno ClusterPolicies, the tenant reconciler
                                                role, the Gateway, GPU exporters' monitors,
                                                the GPU Operator's ClusterPolicy
+    infrastructure/portal/{setup,app}/         opt-in: the portal's own deployment
     tenants/kustomization.yaml                 one entry per tenant directory
     tenants/<slug>/                            platform-owned, applied by "tenants"
     tenants/<slug>/workloads/                  tenant-owned, applied as the tenant's account
@@ -50,9 +52,10 @@ from gitops.render import (
     vcluster,
 )
 from gitops.render.meta import kustomization
+from gitops.render.portal import PORTAL_FLUX_FILE, render_portal_component
 from gitops.render.validate import DNS1123_LABEL, validate_fleet, validate_tenant
 from gitops.render.yamlio import dump_documents, load_documents
-from gitops.specs import FleetSpec, SpecError, TenantSpec
+from gitops.specs import FleetSpec, PortalDeploySpec, SpecError, TenantSpec
 
 KUSTOMIZATION = "kustomization.yaml"
 WORKLOADS = "workloads"
@@ -71,10 +74,7 @@ def render_cluster_bootstrap(
     base = f"clusters/{fleet.name}"
     return _files(
         [
-            (
-                f"{base}/{KUSTOMIZATION}",
-                [kustomization(["flux-system", "infrastructure.yaml", "tenants.yaml"])],
-            ),
+            (f"{base}/{KUSTOMIZATION}", [cluster_kustomization()]),
             (
                 f"{base}/flux-system/{KUSTOMIZATION}",
                 [flux.flux_system_kustomization(include_components)],
@@ -84,6 +84,29 @@ def render_cluster_bootstrap(
             (f"{base}/tenants.yaml", [flux.tenants()]),
         ]
     )
+
+
+CLUSTER_RESOURCES = ("flux-system", "infrastructure.yaml", "tenants.yaml")
+
+
+def cluster_kustomization(extra: Iterable[str] = ()) -> dict[str, Any]:
+    """``clusters/<fleet>/kustomization.yaml``: the bootstrap's entries, then ``extra`` (opt-in
+    platform components such as ``portal.yaml``) in order, each once."""
+    resources = list(CLUSTER_RESOURCES)
+    resources += [name for name in dict.fromkeys(extra) if name not in resources]
+    return kustomization(resources)
+
+
+def render_portal_deployment(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, bytes]:
+    """The portal's own deployment (``gitops.render.portal``) for a freshly bootstrapped
+    repository: the component, its Flux Kustomizations and the cluster's kustomization listing
+    them. A repository whose cluster kustomization lists more than the bootstrap's entries keeps
+    them (``gitops.services.portal_deployment_changes``). Raises ``SpecError``."""
+    files = render_portal_component(spec, fleet)
+    files[f"clusters/{fleet.name}/{KUSTOMIZATION}"] = dump_documents(
+        [cluster_kustomization([PORTAL_FLUX_FILE])]
+    )
+    return dict(sorted(files.items()))
 
 
 def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:

@@ -27,6 +27,7 @@ ADMIN_PAGES = [
     "/fleet/nodes/gpu-01.example.com/",
     "/fleet/topology/",
     "/fleet/status/",
+    "/fleet/portal-deployment/",
 ]
 ADMIN_ACTIONS = [
     "/fleet/sync/",
@@ -193,6 +194,7 @@ def test_it_shows_every_fleet_page_to_a_platform_admin(
         "/fleet/nodes/gpu-01.example.com/drain/": "Type the node name",
         "/fleet/topology/": "block-a",
         "/fleet/status/": "tenant-alpha",
+        "/fleet/portal-deployment/": "Open the change",
     }
     for url, text in expected.items():
         response = pam.get(url)

@@ -1,0 +1,79 @@
+"""Forms of the fleet pages. Values are checked again where they are used (the renderer's
+``validate_portal``); the form only turns text into the spec's types."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from gitops.specs import PortalDeploySpec, PortalEgress
+
+EGRESS = re.compile(
+    r"((?P<cidr>[0-9A-Fa-f.:]+/[0-9]{1,3})|(?P<namespace>[a-z0-9-]+)):(?P<port>[0-9]{1,5})"
+)
+
+
+def parse_egress(value: str) -> PortalEgress:
+    """``CIDR:PORT`` or ``NAMESPACE:PORT``; ``ValueError`` with a sentence otherwise."""
+    match = EGRESS.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(
+            f"{value.strip()!r}: give CIDR:PORT or NAMESPACE:PORT, such as 10.0.12.0/24:5432 "
+            "or databases:5432."
+        )
+    return PortalEgress(match["cidr"] or "", int(match["port"]), match["namespace"] or "")
+
+
+class PortalDeploymentForm(forms.Form):
+    """The portal's own deployment, as a platform admin proposes it (``PortalDeploySpec``)."""
+
+    image = forms.CharField(
+        max_length=512, help_text="registry/repository:tag (or @sha256:digest) of the portal"
+    )
+    hostnames = forms.CharField(
+        max_length=2000, help_text="where the portal is served, separated by spaces or commas"
+    )
+    web_replicas = forms.IntegerField(initial=2)
+    worker_replicas = forms.IntegerField(initial=2)
+    env_secret = forms.CharField(
+        initial="portal-env", max_length=253, help_text="the Secret holding the portal's secrets"
+    )
+    state_claim = forms.CharField(
+        required=False,
+        max_length=253,
+        help_text="a ReadWriteMany claim for var/ (empty: the Git repository lives on a remote)",
+    )
+    egress = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="one CIDR:PORT or NAMESPACE:PORT per line: database, Redis, API server, ...",
+    )
+    public_https = forms.BooleanField(
+        required=False, label="HTTPS to public addresses (outbound webhooks)"
+    )
+
+    def clean_hostnames(self) -> tuple[str, ...]:
+        return tuple(re.split(r"[\s,]+", self.cleaned_data["hostnames"].strip()))
+
+    def clean_egress(self) -> tuple[PortalEgress, ...]:
+        lines = [line for line in self.cleaned_data["egress"].splitlines() if line.strip()]
+        try:
+            return tuple(parse_egress(line) for line in lines)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def spec(self) -> PortalDeploySpec:
+        data: dict[str, Any] = self.cleaned_data
+        return PortalDeploySpec(
+            image=data["image"].strip(),
+            base_url=f"https://{data['hostnames'][0]}",
+            hostnames=data["hostnames"],
+            web_replicas=data["web_replicas"],
+            worker_replicas=data["worker_replicas"],
+            secret_name=data["env_secret"].strip(),
+            state_claim=data["state_claim"].strip(),
+            egress=data["egress"],
+            public_https=data["public_https"],
+        )
