@@ -82,6 +82,7 @@ class Kube:
         self.timeout = timeout if timeout is not None else settings.FLEET_API_TIMEOUT
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.extensions = client.ApiextensionsV1Api(self.api)
 
     @property
     def where(self) -> str:
@@ -113,6 +114,22 @@ class Kube:
                 kind.group, kind.version, kind.plural, **kw
             ),
         )
+
+    def list_crds(self) -> tuple[list[Any], str]:
+        """The CustomResourceDefinitions the API server serves, and the list's resourceVersion.
+
+        Needs ``list`` on ``customresourcedefinitions.apiextensions.k8s.io`` (cluster-wide)."""
+        body = self._call(
+            "list customresourcedefinitions",
+            lambda **kw: self.extensions.list_custom_resource_definition(**kw),
+        )
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise KubeError(
+                "The API server's answer to list customresourcedefinitions has no items list."
+            )
+        metadata = body.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        return list(body["items"]), str(version or "")
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         """A Secret's ``data``, decoded. The portal reads only the Secrets it names (vCluster

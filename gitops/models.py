@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -34,6 +36,8 @@ class ChangeRequest(models.Model):
         PENDING = "pending", "Checks running"
         PASSED = "passed", "Checks passed"
         FAILED = "failed", "Checks failed"
+        # None failed but at least one was skipped: shown apart from passed, never green.
+        PARTIAL = "partial", "Checks incomplete (skipped)"
 
     class Apply(models.TextChoices):
         # Filled in by the fleet status sync once the change is merged.
@@ -92,6 +96,17 @@ class ChangeRequest(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status == self.Status.OPEN
+
+    @classmethod
+    def checks_state_of(cls, statuses: Iterable[str]) -> ChangeRequest.Checks:
+        """The change's checks state from its check runs' statuses: any failed is failed, any
+        skipped (none failed) is partial, and only all passed is passed."""
+        seen = set(statuses)
+        if "failed" in seen:
+            return cls.Checks.FAILED
+        if "skipped" in seen:
+            return cls.Checks.PARTIAL
+        return cls.Checks.PASSED
 
 
 class CheckRun(models.Model):

@@ -6,6 +6,7 @@ import requests
 from django.conf import settings
 from django.db import transaction
 
+from fleet.schemas import schema_source
 from gitops import sources
 from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
@@ -33,7 +34,7 @@ def run_change_checks(job: Job) -> None:
         files,
         fleet=configured_fleet(),
         changed=set(change.files_changed),
-        schema_dir=settings.GITOPS_SCHEMA_DIR or None,
+        schema_source=schema_source(),
         allow_overcommit=change.allow_overcommit,
         base=base,
     )
@@ -50,11 +51,10 @@ def run_change_checks(job: Job) -> None:
             )
             for r in results
         )
-        failed = any(r.status == CheckRun.Status.FAILED for r in results)
+        state = ChangeRequest.checks_state_of(r.status for r in results)
+        failed = state == ChangeRequest.Checks.FAILED
         # A newer push may have replaced this head meanwhile; only its own checks count.
-        ChangeRequest.objects.filter(pk=change.pk, head_sha=sha).update(
-            checks_state=ChangeRequest.Checks.FAILED if failed else ChangeRequest.Checks.PASSED
-        )
+        ChangeRequest.objects.filter(pk=change.pk, head_sha=sha).update(checks_state=state)
     for r in results:
         job.append_log(f"{r.name}: {r.status} — {r.summary}")
     if not failed:
