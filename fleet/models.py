@@ -196,32 +196,3 @@ class SyncState(models.Model):
             return True
         limit = timedelta(seconds=settings.FLEET_STALE_AFTER_SECONDS)
         return timezone.now() - self.last_success > limit
-
-
-class ServedCrd(models.Model):
-    """A CustomResourceDefinition the cluster serves, as last read: what the schema check
-    validates custom resources against when schemas come from the cluster (``fleet.schemas``).
-
-    In the database, not on a replica's disk, so every replica checks against the same
-    schemas. ``spec`` is the CRD's spec as served (names, scope and every version with its
-    ``openAPIV3Schema``, ``served`` and ``storage`` flags); the status is not kept.
-    """
-
-    name = models.CharField(max_length=253, unique=True)  # <plural>.<group>
-    group = models.CharField(max_length=253)
-    kind = models.CharField(max_length=63)
-    # [{"name": "v1beta2", "served": true, "storage": true}, ...], for labels and the admin.
-    versions = models.JSONField(default=list)
-    spec = models.JSONField(default=dict)
-    resource_version = models.CharField(max_length=64)
-    fetched_at = models.DateTimeField()
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-    @property
-    def served_versions(self) -> list[str]:
-        return [v["name"] for v in self.versions if v.get("served")]

@@ -6,12 +6,12 @@ import requests
 from django.conf import settings
 from django.db import transaction
 
-from fleet.schemas import schema_source
 from gitops import sources
 from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
+from gitops.schemas import schema_source
 from gitops.services import do_merge_revocation, prune_forge_deliveries, repository
 from gitops.usertext import defuse_forge_references, user_text
 from portal.jobs import job_task

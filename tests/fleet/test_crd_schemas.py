@@ -16,9 +16,11 @@ from kubernetes import client
 
 from fleet import schemas, services
 from fleet.kube import Kube
-from fleet.models import ServedCrd, SyncState
+from fleet.models import SyncState
 from fleet.simulator import Simulator
+from gitops import schemas as gitops_schemas
 from gitops.checks import run_checks
+from gitops.models import ServedCrd
 from tests.gitops import checks_samples as samples
 from tests.gitops.conftest import SHARED_CRDS
 
@@ -151,13 +153,13 @@ def test_in_cluster_mode_the_clusters_crd_wins_over_the_directory(
 
     settings.GITOPS_SCHEMA_SOURCE = "directory"
     [by_dir, *_] = run_checks(
-        files, fleet=samples.FLEET, changed=changed, schema_source=schemas.schema_source()
+        files, fleet=samples.FLEET, changed=changed, schema_source=gitops_schemas.schema_source()
     )
     assert by_dir.status == "passed", by_dir.details
     assert by_dir.summary.endswith("; schemas: directory crds")
 
     settings.GITOPS_SCHEMA_SOURCE = "cluster"
-    source = schemas.schema_source()
+    source = gitops_schemas.schema_source()
     assert source is not None and source.origin == "cluster"
     [by_cluster, *_] = run_checks(files, fleet=samples.FLEET, changed=changed, schema_source=source)
     assert by_cluster.status == "failed"
@@ -182,17 +184,17 @@ def test_auto_uses_fresh_cluster_crds_else_the_directory_and_says_why(
 ) -> None:
     settings.GITOPS_SCHEMA_SOURCE = "auto"
     settings.GITOPS_SCHEMA_MAX_AGE_SECONDS = 3600
-    fallback = schemas.schema_source()
+    fallback = gitops_schemas.schema_source()
     assert fallback is not None and fallback.origin == "directory"
     assert fallback.note == "auto: no CRDs read from the cluster yet"
 
     start_fleet(crd_dir=str(shared_crds))
     services.sync_all()
-    fresh = schemas.schema_source()
+    fresh = gitops_schemas.schema_source()
     assert fresh is not None and fresh.origin == "cluster"
 
-    SyncState.objects.filter(source="crds").update(last_success=timezone.now() - timedelta(hours=2))
-    stale = schemas.schema_source()
+    ServedCrd.objects.update(fetched_at=timezone.now() - timedelta(hours=2))
+    stale = gitops_schemas.schema_source()
     assert stale is not None and stale.origin == "directory"
     assert stale.note == "auto: the cluster's CRDs were last read 120 min ago"
     [result, *_] = run_checks(*_stopped_queue_tree()[:1], fleet=samples.FLEET, schema_source=stale)
@@ -206,7 +208,7 @@ def test_cluster_mode_without_cached_crds_skips_the_schema_check(
     settings.GITOPS_SCHEMA_SOURCE = "cluster"
     files, changed = _stopped_queue_tree()
     [result, *_] = run_checks(
-        files, fleet=samples.FLEET, changed=changed, schema_source=schemas.schema_source()
+        files, fleet=samples.FLEET, changed=changed, schema_source=gitops_schemas.schema_source()
     )
     assert result.status == "skipped"
     assert result.summary == (
