@@ -90,7 +90,7 @@ class SchemaSource:
         """``cluster ai-factory CRDs as of 12:03 UTC`` or ``directory crds``."""
         if self.origin == "cluster":
             when = f" as of {self.fetched_at:%Y-%m-%d %H:%M} UTC" if self.fetched_at else ""
-            return f"cluster {self.cluster} CRDs{when}".replace("  ", " ")
+            return f"cluster {self.cluster} CRDs{when}"
         return f"directory {Path(self.directory or '').name}"
 
     def label(self, registry: SchemaRegistry, used: Iterable[tuple[str, str]] = ()) -> str:
