@@ -18,6 +18,7 @@ from fleet import schemas, services
 from fleet.kube import Kube
 from fleet.models import SyncState
 from fleet.simulator import Simulator
+from fleet.simulator.config import ConfigError
 from gitops import schemas as gitops_schemas
 from gitops.checks import run_checks
 from gitops.models import ServedCrd
@@ -215,3 +216,25 @@ def test_cluster_mode_without_cached_crds_skips_the_schema_check(
         "no CRDs have been read from the cluster yet (see the fleet sync); "
         "schemas: cluster ai-factory CRDs"
     )
+
+
+@pytest.mark.django_db
+def test_a_malformed_crd_is_skipped_and_the_rest_kept(
+    start_fleet: Callable[..., Simulator], kueue_without_stop_policy: Path
+) -> None:
+    sim = start_fleet(crd_dir=str(kueue_without_stop_policy))
+    sim.put_object(
+        "customresourcedefinitions",
+        {"metadata": {"name": "broken.example.com"}, "spec": {"group": "example.com"}},
+    )
+    with _kube(sim) as kube:
+        result = schemas.sync_crds(kube)
+    assert (result.kept, result.skipped) == (8, 1)
+    assert not ServedCrd.objects.filter(name="broken.example.com").exists()
+
+
+def test_a_missing_crd_dir_is_a_configuration_error(
+    start_fleet: Callable[..., Simulator], tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"crd_dir: .* is not a directory"):
+        start_fleet(crd_dir=str(tmp_path / "nope"))
