@@ -115,21 +115,14 @@ class Kube:
             ),
         )
 
-    def list_crds(self) -> tuple[list[Any], str]:
-        """The CustomResourceDefinitions the API server serves, and the list's resourceVersion.
+    def list_crds(self) -> list[Any]:
+        """The CustomResourceDefinitions the API server serves.
 
         Needs ``list`` on ``customresourcedefinitions.apiextensions.k8s.io`` (cluster-wide)."""
-        body = self._call(
-            "list customresourcedefinitions",
+        return self._items(
+            "customresourcedefinitions",
             lambda **kw: self.extensions.list_custom_resource_definition(**kw),
         )
-        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-            raise KubeError(
-                "The API server's answer to list customresourcedefinitions has no items list."
-            )
-        metadata = body.get("metadata")
-        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-        return list(body["items"]), str(version or "")
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         """A Secret's ``data``, decoded. The portal reads only the Secrets it names (vCluster

@@ -31,5 +31,4 @@ def crds_due() -> bool:
 
 def sync_crds(kube: Kube) -> CrdSync:
     """Read the served CRDs into the portal; ``KubeError`` when they cannot be read."""
-    items, _list_version = kube.list_crds()
-    return gitops_schemas.store_served_crds(items)
+    return gitops_schemas.store_served_crds(kube.list_crds())
