@@ -82,6 +82,7 @@ class Kube:
         self.timeout = timeout if timeout is not None else settings.FLEET_API_TIMEOUT
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.extensions = client.ApiextensionsV1Api(self.api)
 
     @property
     def where(self) -> str:
@@ -117,6 +118,15 @@ class Kube:
             lambda **kw: self.custom.list_cluster_custom_object(
                 kind.group, kind.version, kind.plural, **kw
             ),
+        )
+
+    def list_crds(self) -> list[Any]:
+        """The CustomResourceDefinitions the API server serves.
+
+        Needs ``list`` on ``customresourcedefinitions.apiextensions.k8s.io`` (cluster-wide)."""
+        return self._items(
+            "customresourcedefinitions",
+            lambda **kw: self.extensions.list_custom_resource_definition(**kw),
         )
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:

@@ -174,6 +174,7 @@ class SyncState(models.Model):
         PODS = "pods", "Workloads"
         FLUX = "flux", "Flux"
         KSERVE = "kserve", "InferenceServices"
+        CRDS = "crds", "CRD schemas"
 
     source = models.CharField(max_length=8, choices=Source.choices, unique=True)
     last_attempt = models.DateTimeField(null=True, blank=True)

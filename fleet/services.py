@@ -1,9 +1,10 @@
 """Reading the cluster into the portal, and the few things the portal does to it.
 
-``sync_all`` reads nodes, GPU pods, Flux Kustomizations/HelmReleases and InferenceServices,
-each source on its own: a source that fails keeps its last rows and records the error, so a
-page shows old data with a warning rather than an error page. After a good read of Flux, merged
-changes move on to applied or failed (``gitops.applied``).
+``sync_all`` reads nodes, GPU pods, Flux Kustomizations/HelmReleases and InferenceServices (and,
+less often, the served CRDs the schema check uses: ``fleet.schemas``), each source on its own: a
+source that fails keeps its last rows and records the error, so a page shows old data with a warning
+rather than an error page. After a good read of Flux, merged changes move on to applied or failed
+(``gitops.applied``).
 
 Cordon, uncordon and drain are the platform admins' verbs on nodes: audited, and a drain
 evicts through the eviction API (which honours PodDisruptionBudgets) as a job with progress.
@@ -22,7 +23,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from fleet import inventory
+from fleet import inventory, schemas
 from fleet.flavors import derive_flavors
 from fleet.kube import HELM_RELEASE, INFERENCE_SERVICE, KUSTOMIZATION, CustomKind, Kube, KubeError
 from fleet.models import FluxObject, Health, Node, SyncState, Workload
@@ -124,6 +125,18 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
             else:
                 _record(source, items=kept, skipped=skipped)
                 report.counts[source] = kept
+        if schemas.crds_due():
+            # The CRDs change rarely (an operator upgrade), so they are read less often.
+            step(80, "reading the served CRDs")
+            try:
+                crds = schemas.sync_crds(kube)
+            except KubeError as exc:
+                logger.warning("fleet sync of CRD schemas failed: %s", exc)
+                _record(SyncState.Source.CRDS, error=str(exc))
+                report.errors[SyncState.Source.CRDS] = str(exc)
+            else:
+                _record(SyncState.Source.CRDS, items=crds.kept, skipped=crds.skipped)
+                report.counts[SyncState.Source.CRDS] = crds.kept
         step(85, "writing tenants' Git credentials")
         try:
             installed, waiting = ensure_source_credentials(kube)

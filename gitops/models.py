@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -34,6 +36,8 @@ class ChangeRequest(models.Model):
         PENDING = "pending", "Checks running"
         PASSED = "passed", "Checks passed"
         FAILED = "failed", "Checks failed"
+        # None failed but at least one was skipped: shown apart from passed, never green.
+        PARTIAL = "partial", "Checks incomplete (skipped)"
 
     class Apply(models.TextChoices):
         # Filled in by the fleet status sync once the change is merged.
@@ -94,6 +98,17 @@ class ChangeRequest(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status == self.Status.OPEN
+
+    @classmethod
+    def checks_state_of(cls, statuses: Iterable[str]) -> ChangeRequest.Checks:
+        """The change's checks state from its check runs' statuses: any failed is failed, any
+        skipped (none failed) is partial, and only all passed is passed."""
+        seen = set(statuses)
+        if "failed" in seen:
+            return cls.Checks.FAILED
+        if "skipped" in seen:
+            return cls.Checks.PARTIAL
+        return cls.Checks.PASSED
 
 
 class CheckRun(models.Model):
@@ -208,3 +223,33 @@ class ForgeDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.forge} delivery {self.delivery} ({self.kind} #{self.number})"
+
+
+class ServedCrd(models.Model):
+    """A CustomResourceDefinition the cluster serves, as last read by the fleet sync: what the
+    schema check validates custom resources against when schemas come from the cluster
+    (``gitops.schemas``).
+
+    In the database, not on a replica's disk, so every replica checks against the same
+    schemas. ``spec`` is the CRD's spec as served (names, scope and every version with its
+    ``openAPIV3Schema``, ``served`` and ``storage`` flags); the status is not kept.
+    """
+
+    name = models.CharField(max_length=253, unique=True)  # <plural>.<group>
+    group = models.CharField(max_length=253)
+    kind = models.CharField(max_length=63)
+    # [{"name": "v1beta2", "served": true, "storage": true}, ...], for labels and the admin.
+    versions = models.JSONField(default=list)
+    spec = models.JSONField(default=dict)
+    resource_version = models.CharField(max_length=64)
+    fetched_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def served_versions(self) -> list[str]:
+        return [v["name"] for v in self.versions if v.get("served")]

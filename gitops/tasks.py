@@ -11,6 +11,7 @@ from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
+from gitops.schemas import schema_source
 from gitops.services import do_merge_revocation, prune_forge_deliveries, repository
 from gitops.usertext import defuse_forge_references, user_text
 from portal.jobs import job_task
@@ -33,7 +34,7 @@ def run_change_checks(job: Job) -> None:
         files,
         fleet=configured_fleet(),
         changed=set(change.files_changed),
-        schema_dir=settings.GITOPS_SCHEMA_DIR or None,
+        schema_source=schema_source(),
         allow_overcommit=change.allow_overcommit,
         base=base,
     )
@@ -50,11 +51,10 @@ def run_change_checks(job: Job) -> None:
             )
             for r in results
         )
-        failed = any(r.status == CheckRun.Status.FAILED for r in results)
+        state = ChangeRequest.checks_state_of(r.status for r in results)
+        failed = state == ChangeRequest.Checks.FAILED
         # A newer push may have replaced this head meanwhile; only its own checks count.
-        ChangeRequest.objects.filter(pk=change.pk, head_sha=sha).update(
-            checks_state=ChangeRequest.Checks.FAILED if failed else ChangeRequest.Checks.PASSED
-        )
+        ChangeRequest.objects.filter(pk=change.pk, head_sha=sha).update(checks_state=state)
     for r in results:
         job.append_log(f"{r.name}: {r.status} — {r.summary}")
     if not failed:

@@ -331,6 +331,17 @@ GITOPS_FLEET_FILE = env("GITOPS_FLEET_FILE")
 # shared/crds folder beside the checkout when present.
 _shared_crds = BASE_DIR.parent / "shared" / "crds"
 GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(_shared_crds) if _shared_crds.is_dir() else "")
+
+# --- Schemas from the cluster (issue 13, point 4) ---
+# Where the schema check takes custom resource schemas from: "cluster" (the CRDs the cluster
+# serves, read by the fleet sync), "directory" (GITOPS_SCHEMA_DIR, the offline option) or
+# "auto" (the cluster's when read within GITOPS_SCHEMA_MAX_AGE_SECONDS, else the directory).
+GITOPS_SCHEMA_SOURCE = env("GITOPS_SCHEMA_SOURCE", "auto")
+if GITOPS_SCHEMA_SOURCE not in ("cluster", "directory", "auto"):
+    raise ImproperlyConfigured("GITOPS_SCHEMA_SOURCE must be cluster, directory or auto")
+GITOPS_SCHEMA_MAX_AGE_SECONDS = env_int("GITOPS_SCHEMA_MAX_AGE_SECONDS", 3600)
+# How often the fleet sync lists the served CRDs again (it runs more often than that).
+FLEET_CRD_REFRESH_SECONDS = env_int("FLEET_CRD_REFRESH_SECONDS", 300)
 GITOPS_REQUIRED_APPROVALS = env_int("GITOPS_REQUIRED_APPROVALS", 1)
 # Who may review, merge and close changes: the access rules module (gitops knows no roles).
 GITOPS_CHANGE_POLICY = "tenants.access.may_act_on_change"

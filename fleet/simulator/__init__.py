@@ -31,6 +31,7 @@ from typing import Any
 
 from fleet.simulator.cluster import Cluster
 from fleet.simulator.config import SimConfig, load_config, validate_config
+from fleet.simulator.crds import install_crds, load_crds
 from fleet.simulator.dcgm import GpuSample
 from fleet.simulator.flux import FluxPlayer, Resolver, Verifier
 from fleet.simulator.server import Api, ApiServer
@@ -70,6 +71,8 @@ class Simulator:
         now = time.time()
         self.store = Store(config.seed)
         self.cluster = Cluster(config, self.store, now)
+        if config.crd_dir:
+            install_crds(self.store, load_crds(config.crd_dir), now)
         self.flux = FluxPlayer(
             config,
             self.store,

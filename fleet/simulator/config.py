@@ -20,6 +20,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         mig_config: all-balanced
         mig_profiles: {1g.18gb: 2, 2g.35gb: 1, 3g.71gb: 1}
     prices: {cpu_core_hour: 0.031611, ram_gib_hour: 0.004237, gpu_hour: 0.95}
+    crd_dir: ../shared/crds
 
 Unknown keys and wrong types are errors naming the key (``node_groups[0].gpus``).
 """
@@ -135,6 +136,9 @@ class SimConfig:
     oidc_ca_file: str = ""
     # The price table of the OpenCost allocation API the simulator answers.
     prices: Prices = Prices()
+    # The CustomResourceDefinitions the simulated API server has installed and serves
+    # (``crds``): a directory of CRD YAML, such as the portal's schema directory; "" for none.
+    crd_dir: str = ""
 
     @classmethod
     def demo(cls) -> SimConfig:

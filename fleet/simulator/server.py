@@ -1,14 +1,14 @@
 """The Kubernetes REST API of the simulator, over ``http.server`` (JSON in, JSON out).
 
-Paths, list envelopes and ``Status`` errors are the API server's, so the official client
-works against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and each
-group version), ``/healthz``, nodes (get, list, patch), namespaces (get, list), pods (get,
-list, patch, delete, the ``eviction`` subresource), secrets (get, list; create and replace, which
-the portal uses for the tenants' Git credentials; the vCluster kubeconfigs helm-controller's
-releases export) and the custom resources in ``store.RESOURCES`` (get, list,
-patch, delete). Lists take ``labelSelector`` and ``fieldSelector``; ``limit`` and ``continue``
-are ignored (every list is one page) and ``watch`` is refused. ``/metrics`` is the DCGM
-exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
+Paths, list envelopes and ``Status`` errors are the API server's, so the official client works
+against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and each group version),
+``/healthz``, nodes (get, list, patch), namespaces (get, list), pods (get, list, patch, delete, the
+``eviction`` subresource), secrets (get, list; create and replace, which the portal uses for the
+tenants' Git credentials; the vCluster kubeconfigs helm-controller's releases export) and the custom
+resources in ``store.RESOURCES`` (get, list, patch, delete), among them the installed
+CustomResourceDefinitions (``crds``). Lists take ``labelSelector`` and ``fieldSelector``; ``limit``
+and ``continue`` are ignored (every list is one page) and ``watch`` is refused. ``/metrics`` is the
+DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
 allocation API (``opencost``), outside the token like OpenCost's own.
 
 ``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:

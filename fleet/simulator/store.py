@@ -80,6 +80,15 @@ STORAGE_CONTAINERS = Resource(
     "v1alpha1",
     namespaced=False,
 )
+# Served from the simulator's CRD directory (``SimConfig.crd_dir``), as the API server serves
+# the CRDs installed in it: the portal builds its schema registry from them.
+CRDS = Resource(
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    "apiextensions.k8s.io",
+    "v1",
+    namespaced=False,
+)
 RESOURCES: dict[str, Resource] = {
     r.plural: r
     for r in (
@@ -100,6 +109,7 @@ RESOURCES: dict[str, Resource] = {
         RESOURCE_FLAVORS,
         TOPOLOGIES,
         STORAGE_CONTAINERS,
+        CRDS,
     )
 }
 

@@ -16,8 +16,11 @@
 - ``duplicates``: two documents anywhere in the tree that would be one object in the cluster,
   with the namespace and name kustomize and Flux give them (``gitops.checks.duplicates``).
 
-A check that cannot run here (no schema directory configured, no kubectl) is ``skipped`` with
-the reason; whether a skipped check may merge is the caller's decision.
+A check that cannot run here (no schema source configured, no kubectl) is ``skipped`` with
+the reason, and so is the schema check when an object's kind has no schema anywhere (the
+object is named); whether a skipped check may merge is the caller's decision, but a skipped
+check is never a passed one. The schema check names its source and the versions it used
+(``gitops.checks.schema_source``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from gitops.checks.kustomize import (
 )
 from gitops.checks.manifests import iter_objects
 from gitops.checks.schema import SchemaRegistry, get_registry
+from gitops.checks.schema_source import SchemaSource
 from gitops.specs import FleetSpec
 
 logger = logging.getLogger(__name__)
@@ -77,6 +81,7 @@ def run_checks(
     fleet: FleetSpec,
     changed: set[str] | None = None,
     schema_dir: str | Path | None = None,
+    schema_source: SchemaSource | None = None,
     gateway_namespace: str | None = None,
     platform_sources: Collection[PlatformSource] | None = None,
     allow_overcommit: bool = False,
@@ -89,18 +94,24 @@ def run_checks(
     to defaults to the fleet's; platform sources default to the Flux sources defined under
     ``clusters/`` and ``infrastructure/``. ``base`` is the tree the change starts from, for the
     rules about updates the API server refuses (None: those rules are not run).
+
+    Schemas come from ``schema_source``, or from the directory ``schema_dir`` when no source
+    is given (neither: the schema check is skipped).
     """
+    source = schema_source
+    if source is None and schema_dir is not None:
+        source = SchemaSource.from_directory(schema_dir)
     registry: SchemaRegistry | None = None
     registry_error = ""
-    if schema_dir is not None:
+    if source is not None and not source.unavailable:
         try:
-            registry = get_registry(schema_dir)
+            registry = source.registry()
         except (OSError, ValueError) as exc:
-            registry_error = f"cannot load schemas from {schema_dir}: {exc}"
+            registry_error = f"cannot load schemas from {source.short_label()}: {exc}"
 
     builds: list[BuildResult] = []
     results = [
-        _guarded("schemas", lambda: _schemas(files, changed, schema_dir, registry, registry_error)),
+        _guarded("schemas", lambda: _schemas(files, changed, source, registry, registry_error)),
         _guarded("kustomize", lambda: _kustomize(files, changed, fleet, builds)),
         _guarded(
             "isolation",
@@ -139,40 +150,64 @@ def _plural(count: int, word: str) -> str:
 def _schemas(
     files: Mapping[str, bytes],
     changed: set[str] | None,
-    schema_dir: str | Path | None,
+    source: SchemaSource | None,
     registry: SchemaRegistry | None,
     registry_error: str,
 ) -> CheckResult:
-    if schema_dir is None:
-        return CheckResult("schemas", "skipped", "no schema directory is configured")
+    if source is None:
+        return CheckResult("schemas", "skipped", "no schema source is configured")
+    if source.unavailable:
+        return CheckResult(
+            "schemas", "skipped", f"{source.unavailable}; schemas: {source.short_label()}"
+        )
     if registry is None:
         return CheckResult("schemas", "failed", registry_error)
     paths = sorted(files if changed is None else changed & set(files))
     objects, problems = iter_objects(files, paths)
     details = [f"{p.path}: {p.message}" for p in problems]
     errors = warnings = 0
+    unvalidated: list[str] = []
+    used: set[tuple[str, str]] = set()
     for item in objects:
-        for error in registry.validate(item.obj):
+        obj = item.obj
+        if isinstance(obj, dict) and isinstance(obj.get("apiVersion"), str):
+            used.add((obj["apiVersion"], str(obj.get("kind"))))
+        for error in registry.validate(obj):
             details.append(f"{item.path}: {error}")
-            if error.severity == "error":
+            if error.unvalidated:
+                unvalidated.append(f"{item.path}: {error.kind}/{error.name}")
+            elif error.severity == "error":
                 errors += 1
             else:
                 warnings += 1
     errors += len(problems)
+    label = source.label(registry, used)
+    # The source first, so a reader sees what the verdict rests on before the findings.
+    details.insert(0, label)
     scope = (
         f"{_plural(len(objects), 'object')} in {_plural(len({o.path for o in objects}), 'file')}"
     )
+    against = f"; schemas: {source.short_label()}"
     if errors:
         return CheckResult(
             "schemas",
             "failed",
             f"{_plural(errors, 'error')}"
             + (f", {_plural(warnings, 'warning')}" if warnings else "")
-            + f" in {scope}",
+            + f" in {scope}{against}",
             details,
         )
     note = f" ({_plural(warnings, 'warning')})" if warnings else ""
-    return CheckResult("schemas", "passed", f"{scope} valid{note}", details)
+    if unvalidated:
+        # Not validated is not valid: the check is skipped for those objects, and says so.
+        return CheckResult(
+            "schemas",
+            "skipped",
+            f"{_plural(len(unvalidated), 'object')} not validated (no schema for the kind), "
+            f"the other {len(objects) - len(unvalidated)} valid{note}{against}",
+            details,
+        )
+    return CheckResult("schemas", "passed", f"{scope} valid{note}{against}", details)
 
 
 def _kustomize(

@@ -150,6 +150,9 @@ class SchemaError:
     path: str
     message: str
     severity: Severity = "error"
+    # No schema anywhere for the object's kind: it was not validated at all (a warning, so
+    # the check reports it as skipped, never as passed).
+    unvalidated: bool = False
 
     def __str__(self) -> str:
         where = f"{self.kind}/{self.name}" + (f" {self.path}" if self.path else "")
@@ -454,6 +457,8 @@ class SchemaRegistry:
     _helm_values: dict[str, Any] = field(default_factory=dict)
     _core: _CoreSchemas = field(default_factory=_CoreSchemas)
     notes: list[str] = field(default_factory=list)
+    # What to do about a kind with no schema, for its warning.
+    missing_hint: str = "add its CRD to the schema directory"
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -482,8 +487,8 @@ class SchemaRegistry:
                 for doc in load_documents(file.read_bytes()):
                     if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                         registry.add_crd(doc)
-            elif file.name == "values.schema.json":
-                registry.add_helm_values_schema(file.parent.name, json.loads(file.read_text()))
+        for chart, schema in helm_values_schemas(root).items():
+            registry.add_helm_values_schema(chart, schema)
         return registry
 
     @classmethod
@@ -492,10 +497,11 @@ class SchemaRegistry:
         crds: Iterable[Mapping[str, Any]],
         *,
         helm_values_schemas: Mapping[str, Mapping[str, Any]] | None = None,
+        missing_hint: str = "the cluster serves no CRD for it",
     ) -> SchemaRegistry:
         """From CustomResourceDefinition objects, e.g. the items of the list the API server
         returns for ``apiextensions.k8s.io/v1`` ``customresourcedefinitions``."""
-        registry = cls()
+        registry = cls(missing_hint=missing_hint)
         for crd in crds:
             registry.add_crd(crd)
         for chart, schema in (helm_values_schemas or {}).items():
@@ -587,12 +593,23 @@ class SchemaRegistry:
         entry = self._kinds.get((api_version, kind))
         if entry is None:
             others = sorted(av for (av, k) in self.kinds() if k == kind)
-            hint = f" (known versions: {', '.join(others)})" if others else ""
+            if others:
+                # The kind is known, the version is not: a mistake, not a gap in the schemas.
+                return [
+                    error(
+                        "apiVersion",
+                        f"no schema for {api_version} {kind} "
+                        f"(known versions: {', '.join(others)}); {self.missing_hint}",
+                    )
+                ]
             return [
-                error(
+                SchemaError(
+                    kind,
+                    name,
                     "apiVersion",
-                    f"no schema for {api_version} {kind}{hint}; "
-                    "add its CRD to the schema directory",
+                    f"no schema for {api_version} {kind}, not validated; {self.missing_hint}",
+                    "warning",
+                    unvalidated=True,
                 )
             ]
         if not entry.served:
@@ -793,6 +810,15 @@ def validate_objects(
     return [error for obj in objs for error in registry.validate(obj)]
 
 
+def helm_values_schemas(directory: str | Path) -> dict[str, Any]:
+    """Every chart values schema under ``directory``: ``<chart>/values.schema.json`` is the
+    schema of chart ``<chart>`` (``vcluster/values.schema.json`` -> ``vcluster``)."""
+    return {
+        file.parent.name: json.loads(file.read_text(encoding="utf-8"))
+        for file in sorted(Path(directory).rglob("values.schema.json"))
+    }
+
+
 def load_crd_file(path: str | Path) -> list[dict[str, Any]]:
     """The CRDs in one YAML file, as dicts (for ``from_crds`` and tests)."""
     return [
@@ -807,6 +833,7 @@ __all__ = [
     "SchemaError",
     "SchemaRegistry",
     "get_registry",
+    "helm_values_schemas",
     "load_crd_file",
     "validate_object",
     "validate_objects",

@@ -77,7 +77,7 @@ def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
     assert vision.exists()
     assert all(w.node for w in vision)
     states = {s.source: s for s in SyncState.objects.all()}
-    assert set(states) == {"nodes", "pods", "flux", "kserve"}
+    assert set(states) == {"nodes", "pods", "flux", "kserve", "crds"}
     assert not any(s.stale for s in states.values())
 
 
@@ -220,7 +220,7 @@ def test_it_treats_a_timeout_as_stale_data_not_a_crash(silent_api: str) -> None:
     started = time.monotonic()
     report = services.sync_all()
     assert time.monotonic() - started < 30
-    assert set(report.errors) == {"nodes", "pods", "flux", "kserve"}
+    assert set(report.errors) == {"nodes", "pods", "flux", "kserve", "crds"}
     assert all(SyncState.objects.get(source=s).stale for s in report.errors)
 
 

@@ -42,7 +42,7 @@ def test_a_good_fleet_passes_every_check(crds_dir: Path, kubectl: str) -> None:
         run_checks(samples.fleet_tree("alpha", "bravo"), fleet=FLEET, schema_dir=crds_dir)
     )
     assert {name: r.status for name, r in results.items()} == dict.fromkeys(results, "passed")
-    assert results["schemas"].summary == "39 objects in 24 files valid"
+    assert results["schemas"].summary == "39 objects in 24 files valid; schemas: directory crds"
     assert results["kustomize"].summary == "4 Flux paths of 4 build"
 
 
@@ -53,8 +53,9 @@ def test_results_are_json_serialisable(crds_dir: Path, kubectl: str) -> None:
         "name": "schemas",
         "status": "passed",
         "summary": results[0].summary,
-        "details": [],
+        "details": [results[0].details[0]],
     }
+    assert data[0]["details"][0].startswith("schemas: directory crds (")
 
 
 def test_a_change_is_checked_where_it_touches(crds_dir: Path, kubectl: str) -> None:
@@ -67,7 +68,7 @@ def test_a_change_is_checked_where_it_touches(crds_dir: Path, kubectl: str) -> N
             schema_dir=crds_dir,
         )
     )
-    assert results["schemas"].summary == "1 object in 1 file valid"
+    assert results["schemas"].summary == "1 object in 1 file valid; schemas: directory crds"
     assert results["kustomize"].details == ["tenants", "tenants/alpha/workloads"]
 
 
@@ -97,7 +98,7 @@ def test_each_check_reports_its_failures(crds_dir: Path, kubectl: str) -> None:
         )
     )
     assert {name: r.status for name, r in results.items()} == dict.fromkeys(results, "failed")
-    assert results["schemas"].details == [
+    assert results["schemas"].details[1:] == [
         "tenants/alpha/workloads/endpoints/llama3-8b.yaml: "
         "HTTPRoute/llama3-8b spec.rules[0].timeout: unknown field 'timeout' "
         "(allowed here: backendRefs, filters, matches, name, timeouts)"
@@ -153,7 +154,7 @@ def test_isolation_also_checks_what_a_patch_builds(crds_dir: Path, kubectl: str)
 def test_without_a_schema_dir_the_schema_check_is_skipped() -> None:
     results = by_name(run_checks(samples.fleet_tree("alpha"), fleet=FLEET, schema_dir=None))
     assert results["schemas"].status == "skipped"
-    assert results["schemas"].summary == "no schema directory is configured"
+    assert results["schemas"].summary == "no schema source is configured"
 
 
 def test_a_missing_schema_dir_fails(tmp_path: Path) -> None:

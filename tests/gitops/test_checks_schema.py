@@ -206,11 +206,15 @@ def test_it_tells_kueue_v1beta1_cohort_from_v1beta2_cohort_name(
     assert [e.path for e in errors_of(registry, v1beta1)] == ["spec.cohortName"]
 
 
-def test_it_rejects_kinds_it_has_no_schema_for(registry: SchemaRegistry) -> None:
+def test_it_reports_kinds_it_has_no_schema_for_as_not_validated(
+    registry: SchemaRegistry,
+) -> None:
     [error] = registry.validate(
         {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
     )
-    assert "no schema for example.com/v1 Widget" in error.message
+    # Not an error (nothing says it is wrong) and never valid: the check reports it skipped.
+    assert (error.severity, error.unvalidated) == ("warning", True)
+    assert "no schema for example.com/v1 Widget, not validated" in error.message
     assert "add its CRD to the schema directory" in error.message
 
     queue = samples.local_queue()

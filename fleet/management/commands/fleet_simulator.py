@@ -54,6 +54,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         # The simulated Flux reconciles clusters/<fleet>, the fleet the portal renders.
         config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
+        # Its API server serves the CRDs the portal validates against, unless the fleet YAML
+        # names another directory (crd_dir).
+        if not config.crd_dir and settings.GITOPS_SCHEMA_DIR:
+            config = dataclasses.replace(config, crd_dir=settings.GITOPS_SCHEMA_DIR)
         simulator = Simulator(
             config,
             repo_path=options["repo"] or settings.GITOPS_REPO_PATH,

@@ -53,6 +53,10 @@ class Command(BaseCommand):
         )
         # The simulated Flux reconciles clusters/<fleet>, the portal's own fleet.
         config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
+        # Its API server serves the CRDs the portal validates against, unless the fleet YAML
+        # names another directory (crd_dir).
+        if not config.crd_dir and settings.GITOPS_SCHEMA_DIR:
+            config = dataclasses.replace(config, crd_dir=settings.GITOPS_SCHEMA_DIR)
         from gitops.sources import simulator_git_options
 
         simulator = Simulator(

@@ -1,0 +1,126 @@
+"""A skipped check is never shown as passed: the schema check skips objects it has no schema
+for, a change with a skipped check is "incomplete", and every place that shows the state says
+so (pages, API)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from gitops import services
+from gitops.checks import run_checks
+from gitops.checks.schema import SchemaRegistry
+from gitops.fleet import demo_fleet
+from gitops.models import ChangeRequest, CheckRun
+from gitops.specs import TenantSpec
+from tests.gitops import checks_samples as samples
+
+WIDGET = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+
+
+def test_checks_state_counts_a_skipped_check_as_incomplete() -> None:
+    state = ChangeRequest.checks_state_of
+    assert state(["passed", "passed"]) == ChangeRequest.Checks.PASSED
+    assert state(["passed", "skipped"]) == ChangeRequest.Checks.PARTIAL
+    assert state(["skipped", "failed"]) == ChangeRequest.Checks.FAILED
+    assert ChangeRequest.Checks.PARTIAL.label == "Checks incomplete (skipped)"
+
+
+def test_an_object_without_a_schema_is_not_validated_and_the_check_says_skipped(
+    schema_dir: Path,
+) -> None:
+    files = {
+        "tenants/alpha/widget.yaml": samples.dump(WIDGET),
+        "tenants/alpha/queues.yaml": samples.dump(samples.local_queue("alpha")),
+    }
+    [result, *_] = run_checks(files, fleet=samples.FLEET, schema_dir=schema_dir)
+    assert result.status == "skipped"
+    assert result.summary == (
+        "1 object not validated (no schema for the kind), the other 1 valid; "
+        "schemas: directory crds"
+    )
+    assert result.details[1] == (
+        "tenants/alpha/widget.yaml: warning: Widget/w apiVersion: no schema for example.com/v1 "
+        "Widget, not validated; add its CRD to the schema directory"
+    )
+
+
+def test_a_known_kind_at_an_unknown_version_is_still_an_error() -> None:
+    registry = SchemaRegistry.from_crds(
+        [
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": "widgets.example.com"},
+                "spec": {
+                    "group": "example.com",
+                    "names": {"kind": "Widget", "plural": "widgets"},
+                    "scope": "Namespaced",
+                    "versions": [
+                        {
+                            "name": "v2",
+                            "served": True,
+                            "storage": True,
+                            "schema": {"openAPIV3Schema": {"type": "object"}},
+                        }
+                    ],
+                },
+            }
+        ]
+    )
+    [error] = registry.validate(WIDGET)
+    assert (error.severity, error.unvalidated) == ("error", False)
+    assert error.message == (
+        "no schema for example.com/v1 Widget (known versions: example.com/v2); "
+        "the cluster serves no CRD for it"
+    )
+
+
+@pytest.fixture
+def incomplete_change(
+    world: dict[str, Any], settings: Any, django_capture_on_commit_callbacks: Any
+) -> ChangeRequest:
+    """A change whose schema check was skipped: no schema source is configured."""
+    settings.GITOPS_SCHEMA_SOURCE = "directory"
+    settings.GITOPS_SCHEMA_DIR = ""
+    with django_capture_on_commit_callbacks(execute=True):
+        change = services.open_tenant_change(
+            acting_user=world["bob"],
+            tenant=TenantSpec(slug="alpha", display_name="Alpha Team"),
+            fleet=demo_fleet(),
+            title="Alpha",
+            kind=ChangeRequest.Kind.TENANT,
+        )
+    change.refresh_from_db()
+    return change
+
+
+def test_a_change_with_a_skipped_check_is_incomplete_not_passed(
+    incomplete_change: ChangeRequest,
+) -> None:
+    runs = {c.name: c for c in CheckRun.objects.filter(change=incomplete_change)}
+    assert runs["schemas"].status == "skipped"
+    assert runs["schemas"].summary == "no schema source is configured"
+    assert {c.status for n, c in runs.items() if n != "schemas"} == {"passed"}
+    assert incomplete_change.checks_state == ChangeRequest.Checks.PARTIAL
+    # Skipped does not block a merge (the caller's decision, unchanged); it is shown.
+    assert "Checks failed." not in services.merge_blockers(incomplete_change)
+
+
+def test_pages_and_the_api_show_incomplete_checks_apart_from_passed(
+    incomplete_change: ChangeRequest, login: Callable[[str], Client]
+) -> None:
+    bob = login("bob")
+    detail = bob.get(f"/changes/{incomplete_change.pk}/").content.decode()
+    assert '<span class="badge checks-partial">Checks incomplete (skipped)</span>' in detail
+    assert "Checks passed" not in detail
+    assert '<span class="badge status-skipped">Skipped</span> no schema source' in detail
+    listing = bob.get("/changes/").content.decode()
+    assert "checks-partial" in listing and "checks-passed" not in listing
+    answer = bob.get(f"/api/v1/changes/{incomplete_change.pk}/").json()
+    assert answer["checks_state"] == "partial"
+    assert {c["name"]: c["status"] for c in answer["checks"]}["schemas"] == "skipped"
