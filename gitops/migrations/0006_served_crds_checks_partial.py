@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("gitops", "0004_forgedelivery"),
+        ("gitops", "0005_change_applied_at"),
     ]
 
     operations = [
