@@ -938,6 +938,7 @@ class GitRepository:
         unreachable = 0
         rejected = 0
         with self._writer_queue(f"truth/{ref}"):
+            self._clear_stale_lock(ref)
             while True:
                 try:
                     remote_tip = self._fetch_truth(remote)
@@ -1102,6 +1103,19 @@ class GitRepository:
                 return None  # an empty remote: write_through seeds it
             raise RemoteError(f"fetch from {_redact(remote.url)} failed: {_remote_reason(result)}")
         return self._read_ref(tracking)
+
+    def _clear_stale_lock(self, ref: str) -> None:
+        """Remove ``<ref>.lock`` left by a writer killed while holding it.
+
+        Called holding the replica's writer lock, so no portal writer of main is running;
+        git's own holders (``git gc`` packing refs) keep it for microseconds, so a lock file
+        older than the lock timeout belongs to a dead process. Without this every write would
+        wait out the timeout and fail until someone removed the file by hand.
+        """
+        lock = self.path / f"{ref}.lock"
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - lock.stat().st_mtime > _LOCK_TIMEOUT_SECONDS:
+                lock.unlink()
 
     def _set_tracking(self, old: str | None, new: str) -> None:
         # What we pushed is what the remote has now; saves the next fetch a round of objects.

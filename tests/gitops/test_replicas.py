@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from gitops import services
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, Review
 from gitops.repo import GitRepository, Identity, PushRejected, Remote
+from portal.celery import app as celery_app
 from portal.models import AuditEvent
 from tests.conftest import database_url
 
@@ -192,6 +194,31 @@ def test_a_rejected_push_replays_the_write_on_the_new_tip(daemon: Daemon, tmp_pa
     assert repo.head("main") == mine
 
 
+def test_a_lock_file_left_by_a_killed_writer_does_not_block_main(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    remote = Remote(daemon.url, timeout=10)
+    repo = GitRepository.open_or_init(tmp_path / "replica" / "fleet.git")
+    seed = repo.write_through(
+        remote,
+        lambda r: r.commit(
+            {"a": b"1"}, message="a", author=BOT, branch="main", expected_parent=None
+        ),
+    )
+    # What a process killed inside a ref update leaves: git's lock file, the ref itself whole.
+    lock = repo.path / "refs" / "heads" / "main.lock"
+    lock.write_text("0" * 40 + "\n")
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    sha = repo.write_through(
+        remote,
+        lambda r: r.commit_with_retry(
+            lambda tip: {"b": b"2"}, branch="main", message="b", author=BOT
+        ),
+    )
+    assert _first_parents(daemon, seed) == [sha]
+    assert not lock.exists()
+
+
 def test_a_stale_lease_is_rejected_by_the_remote(daemon: Daemon, tmp_path: Path) -> None:
     remote = Remote(daemon.url, timeout=10)
     repo = GitRepository.open_or_init(tmp_path / "replica" / "fleet.git")
@@ -230,15 +257,31 @@ def truth(daemon: Daemon, settings: Any) -> Daemon:
     return daemon
 
 
-def _approved(world: dict[str, Any], count: int) -> list[ChangeRequest]:
-    changes = [
-        services.open_change(
-            acting_user=world["bob"],
-            title=f"note {i}",
-            changes={f"notes/{i:03}.txt": f"note {i}\n".encode()},
-        )
-        for i in range(count)
-    ]
+@contextmanager
+def _checks_left_queued(settings: Any) -> Iterator[None]:
+    """Queue the jobs opening a change enqueues (its checks) on an in-memory Celery broker
+    that no worker reads: they cost ~0.4 s each and are not what these tests are about."""
+    settings.PORTAL_TASK_RUNNER = "celery"
+    old = celery_app.conf.broker_url
+    celery_app.conf.update(broker_url="memory://")
+    try:
+        yield
+    finally:
+        celery_app.conf.update(broker_url=old)
+
+
+def _approved(world: dict[str, Any], count: int, settings: Any) -> list[ChangeRequest]:
+    """``count`` open changes adding one note each, approved by pam, checks passed."""
+    with _checks_left_queued(settings):
+        changes = [
+            services.open_change(
+                acting_user=world["bob"],
+                title=f"note {i}",
+                changes={f"notes/{i:03}.txt": f"note {i}\n".encode()},
+            )
+            for i in range(count)
+        ]
+    settings.PORTAL_TASK_RUNNER = "eager"
     ChangeRequest.objects.filter(pk__in=[c.pk for c in changes]).update(checks_state="passed")
     Review.objects.bulk_create(
         Review(change=c, reviewer=world["pam"], state="approve", sha=c.head_sha) for c in changes
@@ -248,9 +291,9 @@ def _approved(world: dict[str, Any], count: int) -> list[ChangeRequest]:
 
 @pytest.mark.django_db(transaction=True)
 def test_change_branches_are_on_the_remote_and_a_merge_is_final(
-    world: dict[str, Any], truth: Daemon
+    world: dict[str, Any], truth: Daemon, settings: Any
 ) -> None:
-    (change,) = _approved(world, 1)
+    (change,) = _approved(world, 1, settings)
     assert truth.git("rev-parse", change.branch).strip() == change.head_sha
     merged = services.do_merge(change, acting_user=world["pam"])
     assert truth.git("rev-parse", "main").strip() == merged.merge_sha
@@ -262,7 +305,7 @@ def test_change_branches_are_on_the_remote_and_a_merge_is_final(
 def test_a_replica_fetches_a_branch_it_does_not_have(
     world: dict[str, Any], truth: Daemon, settings: Any, tmp_path: Path
 ) -> None:
-    (change,) = _approved(world, 1)
+    (change,) = _approved(world, 1, settings)
     # Another replica: its own, empty mirror. Checking and merging need the change's commits.
     settings.GITOPS_REPO_PATH = tmp_path / "replica2" / "fleet.git"
     services._open_repository.cache_clear()
@@ -274,9 +317,9 @@ def test_a_replica_fetches_a_branch_it_does_not_have(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_merge_pushed_before_its_row_committed_is_found_not_repeated(
-    world: dict[str, Any], truth: Daemon
+    world: dict[str, Any], truth: Daemon, settings: Any
 ) -> None:
-    change, other = _approved(world, 2)
+    change, other = _approved(world, 2, settings)
     base = truth.git("rev-parse", "main").strip()
 
     class Crash(Exception):
@@ -299,9 +342,9 @@ def test_a_merge_pushed_before_its_row_committed_is_found_not_repeated(
 
 @pytest.mark.django_db(transaction=True)
 def test_the_maintenance_run_records_a_merge_a_dead_replica_pushed(
-    world: dict[str, Any], truth: Daemon
+    world: dict[str, Any], truth: Daemon, settings: Any
 ) -> None:
-    (change,) = _approved(world, 1)
+    (change,) = _approved(world, 1, settings)
     with pytest.raises(RuntimeError), transaction.atomic():
         services.do_merge(change, acting_user=world["pam"])
         raise RuntimeError("killed")
@@ -318,7 +361,7 @@ def test_the_maintenance_run_records_a_merge_a_dead_replica_pushed(
 def test_an_unreachable_remote_fails_the_merge_visibly_and_forks_nothing(
     world: dict[str, Any], truth: Daemon, settings: Any
 ) -> None:
-    (change,) = _approved(world, 1)
+    (change,) = _approved(world, 1, settings)
     before = truth.git("rev-parse", "main").strip()
     settings.GITOPS_REMOTE_WAIT_SECONDS = 2
     truth.stop()
@@ -389,10 +432,10 @@ def portals(truth: Daemon, tmp_path: Path) -> Iterator[list[str]]:
 
 @pytest.mark.django_db(transaction=True)
 def test_200_merges_split_across_two_replicas_land_once_each(
-    world: dict[str, Any], truth: Daemon, portals: list[str]
+    world: dict[str, Any], truth: Daemon, portals: list[str], settings: Any
 ) -> None:
     base = truth.git("rev-parse", "main").strip()
-    changes = _approved(world, 200)
+    changes = _approved(world, 200, settings)
     _, token = do_create_token(
         acting_user=world["pam"], owner=world["pam"], name="merge", scope="admin", expires_in_days=1
     )
@@ -453,10 +496,10 @@ def _merger(var: Path, daemon: Daemon, pks: list[int]) -> subprocess.Popen[bytes
 
 @pytest.mark.django_db(transaction=True)
 def test_a_replica_killed_mid_merge_loses_nothing_and_merges_nothing_twice(
-    world: dict[str, Any], truth: Daemon, tmp_path: Path
+    world: dict[str, Any], truth: Daemon, tmp_path: Path, settings: Any
 ) -> None:
     base = truth.git("rev-parse", "main").strip()
-    changes = _approved(world, 12)
+    changes = _approved(world, 12, settings)
     pks = [c.pk for c in changes]
     var = tmp_path / "replica-k"
     proc = _merger(var, truth, pks)
@@ -481,7 +524,11 @@ def test_a_replica_killed_mid_merge_loses_nothing_and_merges_nothing_twice(
     truth.git("fsck", "--no-dangling")
     mirror = var / "git" / "fleet.git"
     subprocess.run(["git", f"--git-dir={mirror}", "fsck", "--no-dangling"], check=True)
-    subprocess.run(["git", f"--git-dir={mirror}", "rev-parse", "--verify", "main"], check=True)
+    subprocess.run(
+        ["git", f"--git-dir={mirror}", "rev-parse", "--verify", "main"],
+        check=True,
+        capture_output=True,
+    )
     on_remote = {_trailer(truth, sha): sha for sha in _first_parents(truth, base)}
     assert len(on_remote) == 4
     rows = {c.pk: c for c in ChangeRequest.objects.filter(pk__in=pks)}
