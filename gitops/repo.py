@@ -46,6 +46,7 @@ import hashlib
 import os
 import random
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -437,7 +438,16 @@ class GitRepository:
         path = Path(path)
         if not (path / "HEAD").exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            pygit2.init_repository(str(path), bare=True, initial_head=main)
+            # Built aside and renamed into place (atomic): the first requests of a new replica
+            # arrive together, and two inits in one directory fail on each other's config.lock.
+            staging = path.parent / f".{path.name}.init-{os.getpid()}-{threading.get_ident()}"
+            pygit2.init_repository(str(staging), bare=True, initial_head=main)
+            try:
+                os.rename(staging, path)
+            except OSError:
+                shutil.rmtree(staging)  # another writer's repository is there now
+                if not (path / "HEAD").exists():
+                    raise
         return cls(path, main=main, clock=clock)
 
     @property
@@ -1052,8 +1062,7 @@ class GitRepository:
         for _ in range(limit):
             if commit.id == stop:
                 return None
-            trailers = commit.message.rstrip("\n").rsplit("\n\n", 1)[-1]
-            if line in trailers.split("\n"):
+            if line in _trailer_lines(commit.message):
                 return str(commit.id)
             if not commit.parents:
                 return None
@@ -1072,7 +1081,7 @@ class GitRepository:
         for _ in range(limit):
             if commit.commit_time < floor:
                 break
-            for line in commit.message.rstrip("\n").rsplit("\n\n", 1)[-1].split("\n"):
+            for line in _trailer_lines(commit.message):
                 if line.startswith(prefix):
                     found.setdefault(line[len(prefix) :].strip(), str(commit.id))
             if not commit.parents:
@@ -1596,6 +1605,13 @@ def _blob(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Blob:
 def _redact(url: str) -> str:
     """A URL without its userinfo, for error messages."""
     return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _trailer_lines(message: str) -> list[str]:
+    """The lines of a message's trailer block: its last paragraph, never the title (a title
+    that looks like a trailer is not one, as for ``git interpret-trailers``)."""
+    paragraphs = message.strip("\n").split("\n\n")
+    return paragraphs[-1].split("\n") if len(paragraphs) > 1 else []
 
 
 def _remote_reason(result: subprocess.CompletedProcess[str]) -> str:

@@ -25,7 +25,7 @@ from api.tokens import do_create_token
 from gitops import services
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, Review
-from gitops.repo import GitRepository, Identity, PushRejected, Remote
+from gitops.repo import GitRepository, Identity, PushRejected, Remote, format_message
 from portal.celery import app as celery_app
 from portal.models import AuditEvent
 from tests.conftest import database_url
@@ -243,6 +243,43 @@ def test_a_stale_lease_is_rejected_by_the_remote(daemon: Daemon, tmp_path: Path)
     assert "b" not in daemon.git("ls-tree", "--name-only", "main").split()
 
 
+def test_a_new_replicas_first_requests_create_its_mirror_together(tmp_path: Path) -> None:
+    path = tmp_path / "var" / "git" / "fleet.git"
+    with ThreadPoolExecutor(8) as pool:
+        opened = list(pool.map(lambda _: GitRepository.open_or_init(path), range(16)))
+    assert {repo.path for repo in opened} == {path}
+    assert opened[0].head("main") is None
+    assert [p.name for p in path.parent.iterdir()] == ["fleet.git"]  # no staging left over
+
+
+def test_a_commit_is_found_by_its_trailer_only(tmp_path: Path) -> None:
+    repo = GitRepository.open_or_init(tmp_path / "fleet.git")
+    base = repo.commit({"a": b"1"}, message="a", author=BOT, branch="main", expected_parent=None)
+    # A title or a body line that reads like the trailer is not it.
+    title = repo.commit(
+        {"b": b"2"}, message="Change-Request: 7\n", author=BOT, branch="main", expected_parent=base
+    )
+    body = repo.commit(
+        {"c": b"3"},
+        message=format_message("c", "Change-Request: 7", {"Change-Request": "8"}),
+        author=BOT,
+        branch="main",
+        expected_parent=title,
+    )
+    real = repo.commit(
+        {"d": b"4"},
+        message=format_message("d", "", {"Change-Request": "7"}),
+        author=BOT,
+        branch="main",
+        expected_parent=body,
+    )
+    assert repo.first_parent_with_trailer(real, base, "Change-Request", "7") == real
+    assert repo.first_parent_with_trailer(body, base, "Change-Request", "7") is None
+    assert repo.first_parent_with_trailer(real, base, "Change-Request", "8") == body
+    # Not looked for before the change's base.
+    assert repo.first_parent_with_trailer(real, body, "Change-Request", "8") is None
+
+
 # --- the portal: merges through services, idempotent by trailer --------------------------------
 
 
@@ -418,7 +455,7 @@ def portals(truth: Daemon, tmp_path: Path) -> Iterator[list[str]]:
                 cwd=ROOT,
                 env=_portal_env(tmp_path / name, truth),
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                stderr=(tmp_path / f"{name}.log").open("wb"),
             )
             procs.append(proc)
             _wait_for_port(port, proc, name)
@@ -432,7 +469,7 @@ def portals(truth: Daemon, tmp_path: Path) -> Iterator[list[str]]:
 
 @pytest.mark.django_db(transaction=True)
 def test_200_merges_split_across_two_replicas_land_once_each(
-    world: dict[str, Any], truth: Daemon, portals: list[str], settings: Any
+    world: dict[str, Any], truth: Daemon, portals: list[str], settings: Any, tmp_path: Path
 ) -> None:
     base = truth.git("rev-parse", "main").strip()
     changes = _approved(world, 200, settings)
@@ -451,7 +488,9 @@ def test_200_merges_split_across_two_replicas_land_once_each(
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(merge, range(200)))
 
-    assert [(pk, code) for pk, code, _ in answers if code != 200] == [], answers[:3]
+    failed = [(pk, code) for pk, code, _ in answers if code != 200]
+    logs = "".join(p.read_text()[-3000:] for p in sorted(tmp_path.glob("replica-*.log")))
+    assert failed == [], logs
     rows = {c.pk: c for c in ChangeRequest.objects.filter(pk__in=[c.pk for c in changes])}
     assert {row.status for row in rows.values()} == {"merged"}
     line = _first_parents(truth, base)
