@@ -776,7 +776,7 @@ def open_pull_request(request: ResourceRequest, *, acting_user: Any) -> Resource
     except Exception as exc:  # a failed Git write, a spec the fleet no longer accepts
         for change in opened:  # its row was rolled back; the branch must go too
             try:
-                gitops.repository().delete_branch(change.branch, expected=change.head_sha)
+                gitops.delete_change_branch(change.branch, expected=change.head_sha)
             except Exception:
                 logger.exception("could not delete the orphan branch %s", change.branch)
         message = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)

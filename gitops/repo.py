@@ -39,12 +39,14 @@ Semantics chosen (also in the method docstrings):
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
 import os
 import random
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -55,7 +57,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
@@ -72,7 +74,9 @@ __all__ = [
     "PushRejected",
     "RefConflict",
     "RefLocked",
+    "Remote",
     "RemoteError",
+    "RemoteUnavailable",
     "Snapshot",
     "SyncResult",
     "UnknownRevision",
@@ -80,6 +84,7 @@ __all__ = [
 ]
 
 MergeStrategy = Literal["squash", "merge"]
+T = TypeVar("T")
 Changes = Mapping[str, bytes | None]
 
 # libgit2 caches only trees under 4 KiB by default; the tenants/ tree of a large fleet is a few
@@ -153,6 +158,10 @@ class PushRejected(RemoteError):
     """The remote refused a ref update, usually because it moved (not a fast-forward)."""
 
 
+class RemoteUnavailable(RemoteError):
+    """The remote did not answer for longer than the writer was willing to wait."""
+
+
 # --- value types -----------------------------------------------------------------------------
 
 
@@ -195,6 +204,17 @@ class SyncResult:
     tip: str | None
     pushed: bool
     rewritten: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A Git remote that is the source of truth: its URL, http(s) credentials, and how long
+    one call to it may take before it counts as unreachable."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -394,6 +414,9 @@ class GitRepository:
         self.main = main
         self._clock = clock or (lambda: datetime.now(UTC))
         self._local = threading.local()
+        # Called with a revision this repository lacks, before giving up on it; True when it
+        # fetched something (a replica's mirror fetching a branch another replica pushed).
+        self.on_missing: Callable[[str], bool] | None = None
         self._check_branch_name(main)
         try:
             bare = self._repo.is_bare
@@ -415,7 +438,16 @@ class GitRepository:
         path = Path(path)
         if not (path / "HEAD").exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            pygit2.init_repository(str(path), bare=True, initial_head=main)
+            # Built aside and renamed into place (atomic): the first requests of a new replica
+            # arrive together, and two inits in one directory fail on each other's config.lock.
+            staging = path.parent / f".{path.name}.init-{os.getpid()}-{threading.get_ident()}"
+            pygit2.init_repository(str(staging), bare=True, initial_head=main)
+            try:
+                os.rename(staging, path)
+            except OSError:
+                shutil.rmtree(staging)  # another writer's repository is there now
+                if not (path / "HEAD").exists():
+                    raise
         return cls(path, main=main, clock=clock)
 
     @property
@@ -883,6 +915,307 @@ class GitRepository:
         self._update_ref(ref, new_tip, local_tip)
         return new_tip, mapping
 
+    # --- a remote as the source of truth ----------------------------------------------------
+    #
+    # Several replicas of the portal each keep this repository as a mirror of one remote. Main
+    # is written by compare-and-swap on the remote itself: fetch its tip, build on it, push with
+    # ``--force-with-lease=<ref>:<tip>`` (receive-pack updates the ref only if it still holds
+    # that value, checked under its own ref lock), and on a rejection start again from the new
+    # tip. The local main only ever holds what the remote holds, or the one attempt being
+    # pushed. These run the git CLI: libgit2 has no push lease and no timeout.
+
+    def write_through(
+        self,
+        remote: Remote,
+        attempt: Callable[[GitRepository], T],
+        *,
+        wait: float = 30.0,
+        on_wait: Callable[[str], None] | None = None,
+        attempts: int = 100,
+    ) -> T:
+        """Run ``attempt`` (a compare-and-swap write of local main) on the remote's tip and
+        push its result to the remote with a lease; replay it on the new tip when rejected.
+
+        Returns what the last ``attempt`` returned, once the remote's main holds its result (an
+        attempt that writes nothing pushes nothing). While the remote cannot be reached the
+        write waits and tries again with growing pauses, telling ``on_wait`` why, and gives up
+        with :class:`RemoteUnavailable` after ``wait`` seconds; local main is then the remote's
+        last known tip, never a fork. ``attempt`` may run several times: it must rebuild from
+        the tip it finds. A remote without the branch is seeded with the local main's history.
+        """
+        ref = self._ref_name(self.main)
+        deadline = time.monotonic() + wait
+        unreachable = 0
+        rejected = 0
+        with self._writer_queue(f"truth/{ref}"):
+            self._clear_stale_lock(ref)
+            while True:
+                try:
+                    remote_tip = self._fetch_truth(remote)
+                except RemoteError as exc:
+                    unreachable += 1
+                    self._wait_for(remote, exc, deadline, unreachable, on_wait)
+                    continue
+                base = self._align_main(remote_tip)
+                result = attempt(self)
+                new_tip = self.head(self.main)
+                if new_tip == base:
+                    return result
+                assert new_tip is not None
+                try:
+                    self._push_lease(remote, ref, new_tip, remote_tip)
+                except PushRejected:
+                    self._update_ref(ref, base, new_tip)  # back to what the remote had
+                    rejected += 1
+                    if rejected >= attempts:
+                        raise
+                    _backoff(rejected)
+                    continue
+                except RemoteError as exc:
+                    # The push may or may not have landed: the next fetch tells, and callers
+                    # recognise their own commit there (see gitops.services.write_main).
+                    self._update_ref(ref, base, new_tip)
+                    unreachable += 1
+                    self._wait_for(remote, exc, deadline, unreachable, on_wait)
+                    continue
+                self._set_tracking(remote_tip, new_tip)
+                return result
+
+    def refresh_from(self, remote: Remote) -> tuple[str | None, str | None]:
+        """Bring local main level with the remote's (a replica's periodic fetch); returns the
+        local tip before and after. Queues with :meth:`write_through`, so it never moves main
+        under a write being pushed."""
+        with self._writer_queue(f"truth/{self._ref_name(self.main)}"):
+            before = self.head(self.main)
+            remote_tip = self._fetch_truth(remote)
+            if remote_tip is None:
+                return before, before
+            return before, self._align_main(remote_tip)
+
+    def push_branches(self, remote: Remote, branches: Mapping[str, str | None]) -> None:
+        """Set branches on the remote to these commits, or delete them (None), in one push.
+
+        For branches this portal owns alone (a change's branch): forced, the portal's own
+        database row decides what they hold. Deleting a branch the remote lacks is no error.
+        """
+        specs = []
+        for name, sha in branches.items():
+            ref = self._ref_name(name)
+            if name == self.main:
+                raise GitRepositoryError("main is written with write_through, not pushed")
+            specs.append(f"+{self._commit(sha).id}:{ref}" if sha else f":{ref}")
+        if not specs:
+            return
+        result = self._git_remote(remote, "push", "--porcelain", remote.url, *specs)
+        if result.returncode != 0:
+            failed = [
+                line
+                for line in result.stdout.splitlines()
+                if line.startswith("!") and "remote ref does not exist" not in line
+            ]
+            if failed or not result.stdout.strip():
+                raise RemoteError(f"push to {_redact(remote.url)} failed: {_remote_reason(result)}")
+
+    def fetch_missing(self, remote: Remote, rev: str) -> bool:
+        """Fetch the remote's branches when ``rev`` (a commit id or branch) is not here.
+
+        Into ``refs/remotes/truth-all/``, apart from the refs :meth:`write_through` fetches,
+        so a miss never disturbs a write. True when ``rev`` resolves afterwards.
+        """
+        with self._writer_queue("truth/fetch-missing"):
+            if self._resolves(rev):
+                return True
+            result = self._git_remote(
+                remote,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                remote.url,
+                "+refs/heads/*:refs/remotes/truth-all/*",
+            )
+            if result.returncode != 0:
+                raise RemoteError(
+                    f"fetch from {_redact(remote.url)} failed: {_remote_reason(result)}"
+                )
+            if not _HEX_SHA.fullmatch(rev):
+                sha = self._read_ref(f"refs/remotes/truth-all/{rev}")
+                if sha is None:
+                    return False
+                # A branch asked for by name: take the remote's, unless one is here already.
+                with contextlib.suppress(RefConflict):
+                    self._update_ref(self._ref_name(rev), sha, None)
+            return self._resolves(rev)
+
+    def first_parent_with_trailer(
+        self, rev: str, since: str | None, key: str, value: str, *, limit: int = 100_000
+    ) -> str | None:
+        """The newest commit on ``rev``'s first-parent line, after ``since``, whose trailer
+        block has ``key: value``; None when there is none.
+
+        How a writer recognises its own commit on the remote after a crash or a push whose
+        answer was lost, instead of writing it twice.
+        """
+        line = f"{key}: {value}"
+        stop = self._commit(since).id if since else None
+        commit = self._commit(rev)
+        for _ in range(limit):
+            if commit.id == stop:
+                return None
+            if line in _trailer_lines(commit.message):
+                return str(commit.id)
+            if not commit.parents:
+                return None
+            commit = commit.parents[0]
+        return None
+
+    def trailer_values(
+        self, rev: str, key: str, *, since: datetime, limit: int = 10_000
+    ) -> dict[str, str]:
+        """``{value: commit}`` of trailer ``key`` on ``rev``'s first-parent line, newest first,
+        back to the first commit made before ``since`` (at most ``limit`` commits)."""
+        prefix = f"{key}: "
+        floor = since.timestamp()
+        found: dict[str, str] = {}
+        commit = self._commit(rev)
+        for _ in range(limit):
+            if commit.commit_time < floor:
+                break
+            for line in _trailer_lines(commit.message):
+                if line.startswith(prefix):
+                    found.setdefault(line[len(prefix) :].strip(), str(commit.id))
+            if not commit.parents:
+                break
+            commit = commit.parents[0]
+        return found
+
+    def _resolves(self, rev: str) -> bool:
+        if _HEX_SHA.fullmatch(rev):
+            return pygit2.Oid(hex=rev) in self._repo.odb
+        return self.head(rev) is not None
+
+    def _fetch_truth(self, remote: Remote) -> str | None:
+        """Fetch the remote's main into ``refs/remotes/truth/<main>``; its tip, None if absent."""
+        ref = self._ref_name(self.main)
+        tracking = f"refs/remotes/truth/{self.main}"
+        result = self._git_remote(
+            remote,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            remote.url,
+            f"+{ref}:{tracking}",
+        )
+        if result.returncode != 0:
+            if "couldn't find remote ref" in result.stderr:
+                return None  # an empty remote: write_through seeds it
+            raise RemoteError(f"fetch from {_redact(remote.url)} failed: {_remote_reason(result)}")
+        return self._read_ref(tracking)
+
+    def _clear_stale_lock(self, ref: str) -> None:
+        """Remove ``<ref>.lock`` left by a writer killed while holding it.
+
+        Called holding the replica's writer lock, so no portal writer of main is running;
+        git's own holders (``git gc`` packing refs) keep it for microseconds, so a lock file
+        older than the lock timeout belongs to a dead process. Without this every write would
+        wait out the timeout and fail until someone removed the file by hand.
+        """
+        lock = self.path / f"{ref}.lock"
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - lock.stat().st_mtime > _LOCK_TIMEOUT_SECONDS:
+                lock.unlink()
+
+    def _set_tracking(self, old: str | None, new: str) -> None:
+        # What we pushed is what the remote has now; saves the next fetch a round of objects.
+        with contextlib.suppress(RefConflict, RefLocked):
+            self._update_ref(f"refs/remotes/truth/{self.main}", new, old)
+
+    def _align_main(self, remote_tip: str | None) -> str | None:
+        """Point local main at the remote's tip (compare-and-swap); returns local main.
+
+        A local main the remote lacks is dropped (a write whose push failed and whose
+        process died before putting main back); with no remote main, the local one stays,
+        to seed the remote.
+        """
+        ref = self._ref_name(self.main)
+        if remote_tip is None:
+            return self._read_ref(ref)
+        while True:
+            local = self._read_ref(ref)
+            if local == remote_tip:
+                return local
+            try:
+                self._update_ref(ref, remote_tip, local)
+            except RefConflict:
+                continue
+            return remote_tip
+
+    def _push_lease(self, remote: Remote, ref: str, new: str, old: str | None) -> None:
+        """Push ``new`` to ``ref`` if the remote's ref is still at ``old`` (None: absent)."""
+        result = self._git_remote(
+            remote,
+            "push",
+            "--porcelain",
+            f"--force-with-lease={ref}:{old or ''}",
+            remote.url,
+            f"{new}:{ref}",
+        )
+        if result.returncode == 0:
+            return
+        reason = _remote_reason(result)
+        # The ways git reports that the ref was not at ``old``: checked by the client against
+        # what the remote advertised (stale info), or by receive-pack under its lock.
+        if any(
+            marker in result.stdout
+            for marker in ("stale info", "fetch first", "non-fast-forward", "failed to update ref")
+        ) or ("cannot lock ref" in result.stderr):
+            raise PushRejected(f"push to {_redact(remote.url)} rejected: {reason}")
+        raise RemoteError(f"push to {_redact(remote.url)} failed: {reason}")
+
+    def _wait_for(
+        self,
+        remote: Remote,
+        error: RemoteError,
+        deadline: float,
+        tries: int,
+        on_wait: Callable[[str], None] | None,
+    ) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RemoteUnavailable(f"{error} (gave up after {tries} tries)") from error
+        if on_wait is not None:
+            on_wait(str(error))
+        # Doubling pauses, a little jittered, and never past the deadline.
+        pause = min(left, min(5.0, 0.25 * 2 ** min(tries, 5)) * random.uniform(0.8, 1.2))  # noqa: S311
+        time.sleep(pause)
+
+    def _git_remote(self, remote: Remote, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+        if remote.password is not None:
+            # In the environment, not on the command line, where any local user could read it.
+            basic = base64.b64encode(
+                f"{remote.username or 'git'}:{remote.password}".encode()
+            ).decode()
+            env.update(
+                GIT_CONFIG_COUNT="1",
+                GIT_CONFIG_KEY_0="http.extraHeader",
+                GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}",
+            )
+        try:
+            return subprocess.run(
+                ["git", f"--git-dir={self.path}", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=remote.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise RemoteError(
+                f"{_redact(remote.url)} did not answer within {remote.timeout:g} s"
+            ) from exc
+
     # --- internals -------------------------------------------------------------------------
 
     def _check_branch_name(self, name: str) -> None:
@@ -979,7 +1312,11 @@ class GitRepository:
             oid = pygit2.Oid(hex=target) if target else None
         obj = repo.get(oid) if oid is not None else None
         if not isinstance(obj, pygit2.Commit):
-            raise UnknownRevision(f"no commit {rev!r}")
+            if self.on_missing is not None and self.on_missing(rev):
+                fetched = self.head(rev) if not _HEX_SHA.fullmatch(rev) else rev
+                obj = repo.get(pygit2.Oid(hex=fetched)) if fetched else None
+            if not isinstance(obj, pygit2.Commit):
+                raise UnknownRevision(f"no commit {rev!r}")
         return obj
 
     def _lookup_path(self, tree: pygit2.Tree, parts: list[str]) -> pygit2.Object | None:
@@ -1268,6 +1605,20 @@ def _blob(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Blob:
 def _redact(url: str) -> str:
     """A URL without its userinfo, for error messages."""
     return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _trailer_lines(message: str) -> list[str]:
+    """The lines of a message's trailer block: its last paragraph, never the title (a title
+    that looks like a trailer is not one, as for ``git interpret-trailers``)."""
+    paragraphs = message.strip("\n").split("\n\n")
+    return paragraphs[-1].split("\n") if len(paragraphs) > 1 else []
+
+
+def _remote_reason(result: subprocess.CompletedProcess[str]) -> str:
+    """The useful part of a failed git fetch/push: rejection lines, else its last error."""
+    lines = [line for line in result.stdout.splitlines() if line.startswith("!")]
+    lines += [line for line in result.stderr.splitlines() if line.strip()][-2:]
+    return _redact("; ".join(lines)) or f"git exited with {result.returncode}"
 
 
 def _compose(first: dict[str, str], second: dict[str, str]) -> dict[str, str]:

@@ -37,7 +37,15 @@ from gitops.render.cluster_access import ACCESS_DIR
 from gitops.render.portal import PORTAL_FLUX_FILE, render_portal_component
 from gitops.render.tree import cluster_kustomization, render_cluster_access
 from gitops.render.yamlio import dump_documents, load_documents
-from gitops.repo import GitRepository, Identity, MergeConflict, format_message
+from gitops.repo import (
+    GitRepository,
+    Identity,
+    MergeConflict,
+    Remote,
+    RemoteError,
+    RemoteUnavailable,
+    format_message,
+)
 from gitops.specs import Flavor, FleetSpec, PortalDeploySpec, SpecError, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
@@ -54,8 +62,125 @@ def _open_repository(path: str, main: str) -> GitRepository:
 
 
 def repository() -> GitRepository:
-    """The fleet repository (a bare repo under var/ by default)."""
-    return _open_repository(str(settings.GITOPS_REPO_PATH), settings.GITOPS_MAIN_BRANCH)
+    """The fleet repository (a bare repo under var/ by default; a mirror of the remote in
+    remote-truth mode, fetching what it lacks from there)."""
+    repo = _open_repository(str(settings.GITOPS_REPO_PATH), settings.GITOPS_MAIN_BRANCH)
+    remote = remote_truth()
+    repo.on_missing = (lambda rev: repo.fetch_missing(remote, rev)) if remote else None
+    return repo
+
+
+# --- several replicas: a Git remote as the source of truth ----------------------------------
+
+
+def remote_truth() -> Remote | None:
+    """The remote that holds the truth when several replicas share it, else None.
+
+    GITOPS_REMOTE_URL without GITOPS_FORGE means remote-truth: every write of main is a
+    compare-and-swap push there (``write_main``) and change branches are pushed as written.
+    With a forge, main is written by the forge's merges and the portal only follows it.
+    """
+    if not settings.GITOPS_REMOTE_URL or settings.GITOPS_FORGE:
+        return None
+    return Remote(
+        settings.GITOPS_REMOTE_URL,
+        settings.GITOPS_REMOTE_USERNAME,
+        settings.GITOPS_REMOTE_PASSWORD,
+        timeout=settings.GITOPS_REMOTE_TIMEOUT_SECONDS,
+    )
+
+
+def publish_branch(name: str, sha: str | None) -> None:
+    """Put a change's branch on the remote (None: delete it there), so that any replica can
+    check, show and merge it. Nothing to do without remote-truth."""
+    remote = remote_truth()
+    if remote is None:
+        return
+    try:
+        repository().push_branches(remote, {name: sha})
+    except RemoteError as exc:
+        raise ValidationError(f"The Git remote did not take the branch {name}: {exc}") from exc
+
+
+def delete_change_branch(name: str, *, expected: str) -> None:
+    """Delete a change's branch here and on the remote (an orphan of a rolled-back change)."""
+    repository().delete_branch(name, expected=expected)
+    publish_branch(name, None)
+
+
+def refresh_mirror() -> tuple[str | None, str | None]:
+    """Fetch the remote's main into this replica's mirror (before, after); no-op without
+    remote-truth. Reads of main between refreshes may lag; writes always fetch first."""
+    remote = remote_truth()
+    repo = repository()
+    head = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if remote is None:
+        return head, head
+    try:
+        return repo.refresh_from(remote)
+    except RemoteError as exc:
+        # Reading on is fine (a write would fetch again, and wait for the remote).
+        logger.warning("could not refresh the mirror of the Git remote: %s", exc)
+        return head, head
+
+
+def _already_merged(repo: GitRepository, change: ChangeRequest) -> str | None:
+    """The commit on main that merged ``change`` already, found by its Change-Request trailer.
+
+    A replica that pushed the merge and died before its database transaction committed left
+    the change open with its commit on the remote: merging again must find it, not add it twice.
+    """
+    tip = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if tip is None:
+        return None
+    return repo.first_parent_with_trailer(
+        tip, change.base_sha or None, "Change-Request", str(change.pk)
+    )
+
+
+def reconcile_merged(*, window: int = 10_000) -> list[int]:
+    """Record as merged every open change whose commit is on main (its Change-Request trailer),
+    which a replica pushed without living to commit its row; returns their ids.
+
+    Walks main's first-parent line back to the oldest open change's creation (an open change
+    cannot be on main from before it existed), at most ``window`` commits. Each change is
+    locked first: a replica still finishing that merge holds the lock, and it is then merged.
+    """
+    oldest = (
+        ChangeRequest.objects.filter(status=ChangeRequest.Status.OPEN)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    repo = repository()
+    tip = repo.head(settings.GITOPS_MAIN_BRANCH)
+    if oldest is None or tip is None:
+        return []
+    # Commit times are whole seconds from each replica's clock: an hour of slack for skew.
+    found = repo.trailer_values(
+        tip, "Change-Request", since=oldest - timedelta(hours=1), limit=window
+    )
+    pks = [int(v) for v in found if v.isdigit()]
+    recorded = []
+    for pk in ChangeRequest.objects.filter(
+        pk__in=pks, status=ChangeRequest.Status.OPEN
+    ).values_list("pk", flat=True):
+        with transaction.atomic():
+            change = ChangeRequest.objects.select_for_update().get(pk=pk)
+            if not change.is_open:
+                continue
+            _record_merged(
+                change,
+                found[str(pk)],
+                acting_user=None,
+                audit={"reconciled": [None, "found on main by its Change-Request trailer"]},
+            )
+            recorded.append(pk)
+    return recorded
+
+
+def _log_wait(reason: str) -> None:
+    logger.warning("waiting for the Git remote: %s", reason)
 
 
 def identity(user: Any) -> Identity:
@@ -86,14 +211,31 @@ def main_sha() -> str | None:
 T = TypeVar("T")
 
 
-def write_main(attempt: Callable[[GitRepository], T]) -> T:
+def write_main(
+    attempt: Callable[[GitRepository], T], *, on_wait: Callable[[str], None] | None = None
+) -> T:
     """Run ``attempt``, which writes main (compare-and-swap) in the repository it is given.
 
     The one door to main: every merge and every direct commit goes through here, so that
     where the source of truth lives (this replica's bare repository, or a Git remote that
     several replicas share) is decided in one place and not by each writer.
+
+    In remote-truth mode (``remote_truth()``) ``attempt`` runs on the remote's fetched tip
+    and its result is pushed with a lease; when another replica got there first, it runs
+    again on the new tip. Returning means main on the remote holds the write, so a merge
+    commit's id is final. An unreachable remote is waited for, up to
+    GITOPS_REMOTE_WAIT_SECONDS, then :class:`RemoteUnavailable` (main untouched).
     """
-    return attempt(repository())
+    repo = repository()
+    remote = remote_truth()
+    if remote is None:
+        return attempt(repo)
+    return repo.write_through(
+        remote,
+        attempt,
+        wait=settings.GITOPS_REMOTE_WAIT_SECONDS,
+        on_wait=on_wait or _log_wait,
+    )
 
 
 def ensure_bootstrapped(fleet: FleetSpec) -> str:
@@ -102,8 +244,8 @@ def ensure_bootstrapped(fleet: FleetSpec) -> str:
     This first commit goes straight to main: there is nothing yet to review it against, and
     the platform team owns it. Every later change is a change request.
     """
-    repo = repository()
-    sha = repo.head(settings.GITOPS_MAIN_BRANCH)
+    # What a change is computed against: the remote's main, not a lagging mirror's.
+    _, sha = refresh_mirror()
     if sha is not None:
         return sha
     files: dict[str, bytes | None] = {}
@@ -260,17 +402,19 @@ def open_change(
     if tenant_slug:
         trailers["Tenant"] = tenant_slug
     repo.create_branch(change.branch, at=base)
+    head = base
     try:
-        change.head_sha = repo.commit(
+        head = change.head_sha = repo.commit(
             changes,
             message=format_message(title, description, trailers),
             author=identity(requester),
             branch=change.branch,
             expected_parent=base,
         )
+        publish_branch(change.branch, change.head_sha)
     except Exception:
         # The row is rolled back with the transaction; the branch must go with it.
-        repo.delete_branch(change.branch, expected=base)
+        repo.delete_branch(change.branch, expected=head)
         raise
     change.save(update_fields=["branch", "head_sha"])
     record_audit(
@@ -428,13 +572,17 @@ def _merge(
     author, committer = identity(change.requested_by or change.author), identity(acting_user)
     try:
         try:
+            # The reviewed head by id, not the branch: a replica's copy of the branch may lag.
             sha = write_main(
-                lambda repo: repo.merge(
-                    change.branch,
-                    into=settings.GITOPS_MAIN_BRANCH,
-                    message=message,
-                    author=author,
-                    committer=committer,
+                lambda repo: (
+                    _already_merged(repo, change)
+                    or repo.merge(
+                        change.head_sha,
+                        into=settings.GITOPS_MAIN_BRANCH,
+                        message=message,
+                        author=author,
+                        committer=committer,
+                    )
                 )
             )
         except MergeConflict as exc:
@@ -446,6 +594,17 @@ def _merge(
             "This change conflicts with main in "
             f"{', '.join(exc.paths)}; update the branch and review it again."
         ) from exc
+    except RemoteUnavailable as exc:
+        raise ValidationError(
+            f"Waiting for the Git remote: {exc}. The change stays open and unmerged; merge it "
+            "again once the remote answers."
+        ) from exc
+    return _record_merged(change, sha, acting_user=acting_user, audit=audit)
+
+
+def _record_merged(
+    change: ChangeRequest, sha: str, *, acting_user: Any, audit: dict[str, list[Any]]
+) -> ChangeRequest:
     change.status = ChangeRequest.Status.MERGED
     change.merge_sha = sha
     change.merged_by = acting_user if getattr(acting_user, "pk", None) else None
@@ -540,12 +699,15 @@ def _merge_regenerating_index(
         return changes
 
     return write_main(
-        lambda main: main.commit_with_retry(
-            build,
-            branch=settings.GITOPS_MAIN_BRANCH,
-            message=message,
-            author=author,
-            committer=committer,
+        lambda main: (
+            _already_merged(main, change)
+            or main.commit_with_retry(
+                build,
+                branch=settings.GITOPS_MAIN_BRANCH,
+                message=message,
+                author=author,
+                committer=committer,
+            )
         )
     )
 
@@ -579,7 +741,7 @@ def do_update_branch(change: ChangeRequest, *, acting_user: Any) -> ChangeReques
     change = _locked(change)
     _require_open(change)
     repo = repository()
-    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    _, base = refresh_mirror()
     assert base is not None
     if base == change.base_sha:
         raise ValidationError("The branch is already up to date with main.")
@@ -596,6 +758,7 @@ def do_update_branch(change: ChangeRequest, *, acting_user: Any) -> ChangeReques
         branch=change.branch,
         expected_parent=base,
     )
+    publish_branch(change.branch, change.head_sha)
     change.base_sha = base
     change.files_changed = sorted(changes)
     change.checks_state = ChangeRequest.Checks.PENDING

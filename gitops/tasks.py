@@ -12,7 +12,13 @@ from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
 from gitops.schemas import schema_source
-from gitops.services import do_merge_revocation, prune_forge_deliveries, repository
+from gitops.services import (
+    do_merge_revocation,
+    prune_forge_deliveries,
+    reconcile_merged,
+    refresh_mirror,
+    repository,
+)
 from gitops.usertext import defuse_forge_references, user_text
 from portal.jobs import job_task
 from portal.models import Job
@@ -69,23 +75,12 @@ def run_change_checks(job: Job) -> None:
 
 @job_task("gitops.after_merge")
 def publish_merge(job: Job) -> None:
-    """Push main to the configured remote and ask Flux to reconcile now."""
+    """Project main for the changed tenants and ask Flux to reconcile now.
+
+    With a remote the merge is on it already: ``write_main`` pushed it before the change was
+    recorded as merged, so the merge commit's id is final.
+    """
     change = ChangeRequest.objects.get(pk=job.kwargs["change_id"])
-    if settings.GITOPS_REMOTE_URL:
-        job.set_progress(20, "pushing main to the remote")
-        result = repository().sync_with_remote(
-            settings.GITOPS_REMOTE_URL,
-            branch=settings.GITOPS_MAIN_BRANCH,
-            username=settings.GITOPS_REMOTE_USERNAME,
-            password=settings.GITOPS_REMOTE_PASSWORD,
-        )
-        # The remote had moved: our merge commit was replayed on top and has a new id now.
-        new_sha = result.rewritten.get(change.merge_sha)
-        if new_sha:
-            ChangeRequest.objects.filter(pk=change.pk).update(merge_sha=new_sha)
-            change.merge_sha = new_sha
-            job.append_log(f"rebased onto the remote; merge commit is now {new_sha[:12]}")
-        job.append_log(f"pushed; remote main at {(result.tip or '')[:12]}")
     slugs = sources.slugs_in(change.files_changed)
     if slugs:
         # Before Flux is nudged, so the tenants' sources find the new revision at once.
@@ -144,9 +139,22 @@ def project_tenants(job: Job) -> None:
 
 @job_task("gitops.maintain")
 def maintain_repository(job: Job) -> None:
-    """Pack the loose objects every commit leaves (``git gc --auto``), on the schedule, catch
+    """Bring this replica's mirror level with the Git remote (remote-truth mode) and record
+    changes a crashed replica merged there, pack the loose objects every commit leaves
+    (``git gc --auto``), on the schedule, catch
     up any tenant projection a failed job left behind (cheap: tree ids are compared), and
     forget forge delivery ids too old to be resent."""
+    before, after = refresh_mirror()
+    if before != after:
+        job.append_log(
+            f"mirror of the Git remote: main {(before or '-')[:12]} -> {(after or '-')[:12]}"
+        )
+    recorded = reconcile_merged()
+    if recorded:
+        job.append_log(
+            "recorded as merged, found on main by their Change-Request trailer: "
+            + ", ".join(f"#{pk}" for pk in recorded)
+        )
     repository().maintain()
     job.set_progress(50, "repository packed where needed")
     count = sources.update_projections(repository())

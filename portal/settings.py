@@ -353,10 +353,16 @@ TENANT_DESIRED_SPEC = "catalog.specs.desired_tenant"
 GITOPS_AUTO_MERGE_REVOCATIONS = env_bool("GITOPS_AUTO_MERGE_REVOCATIONS", True)
 GITOPS_COMMITTER_NAME = env("GITOPS_COMMITTER_NAME", "AI factory portal")
 GITOPS_COMMITTER_EMAIL = env("GITOPS_COMMITTER_EMAIL", "portal@ai-factory.invalid")
-# Push main to a remote after each merge (optional): URL and HTTPS credentials.
+# A Git remote (optional): URL and HTTPS credentials. Without GITOPS_FORGE it is the source of
+# truth that every replica writes main to with compare-and-swap pushes (remote-truth mode,
+# docs/operator-guide.md "Several replicas"); with a forge, where pull requests are opened.
 GITOPS_REMOTE_URL = env("GITOPS_REMOTE_URL")
 GITOPS_REMOTE_USERNAME = env("GITOPS_REMOTE_USERNAME", "git")
 GITOPS_REMOTE_PASSWORD = env("GITOPS_REMOTE_PASSWORD")
+# --- remote-truth mode: how long one fetch/push may take, and how long a merge waits for an
+# unreachable remote (retrying with growing pauses) before it fails and the change stays open.
+GITOPS_REMOTE_TIMEOUT_SECONDS = env_int("GITOPS_REMOTE_TIMEOUT_SECONDS", 20)
+GITOPS_REMOTE_WAIT_SECONDS = env_int("GITOPS_REMOTE_WAIT_SECONDS", 30)
 # Open pull requests on a forge instead of in the portal: github | gitlab | gitea.
 GITOPS_FORGE = env("GITOPS_FORGE")
 GITOPS_FORGE_API_URL = env("GITOPS_FORGE_API_URL")
