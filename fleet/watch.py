@@ -122,6 +122,7 @@ def _heard(watched: Watched, version: str, **fields: Any) -> None:
 
 def relist(watched: Watched, kube: Kube) -> str:
     """List the kind, replace its rows (the sync's code) and return the list's version."""
+    _state(watched)
     listing = kube.list_versioned(watched.target)
     kept, skipped = watched.store_all(listing.items)
     services.record_sync(watched.source, items=kept, skipped=skipped)
@@ -142,6 +143,7 @@ def watch_once(
 ) -> str:
     """One watch request from ``version`` until the server ends it; returns the version to
     resume from. Raises ``Gone`` on 410 and ``KubeError`` when the watch fails."""
+    _state(watched)
     WatchState.objects.filter(kind=watched.name).update(connected=True, error="")
     for kind, obj in kube.watch(watched.target, version, timeout):
         if stop is not None and stop.is_set():
