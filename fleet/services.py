@@ -240,11 +240,15 @@ def store_node(event: str, obj: Any, fleet: FleetSpec) -> None:
         return
     _warn_problems("node", info.name, info.problems)
     now = timezone.now()
-    with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=info.name).first()
-        node = node or Node(name=info.name, first_seen=now)
-        _fill_node(node, info, fleet, now)
-        node.save()
+    node = Node(name=info.name, first_seen=now)
+    _fill_node(node, info, fleet, now)
+    # An upsert in one statement: the sync may write the same node at the same moment.
+    Node.objects.bulk_create(
+        [node],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=[*NODE_FIELDS, "last_seen"],
+    )
 
 
 def _node_values(node: Node) -> tuple[Any, ...]:
@@ -353,10 +357,15 @@ def store_workload(event: str, obj: Any) -> None:
     if pod is None:
         return
     row = None if event == "DELETED" else _workload_row(pod, platform_namespaces(), timezone.now())
-    with transaction.atomic():
+    if row is None:
         Workload.objects.filter(namespace=pod.namespace, name=pod.name).delete()
-        if row is not None:
-            row.save()
+        return
+    fields = [
+        f.name for f in Workload._meta.concrete_fields if f.name not in ("id", "namespace", "name")
+    ]
+    Workload.objects.bulk_create(
+        [row], update_conflicts=True, unique_fields=["namespace", "name"], update_fields=fields
+    )
 
 
 def store_workloads(raw: list[Any]) -> tuple[int, int]:
@@ -395,6 +404,26 @@ def _custom_rows(kind: CustomKind, items: list[Any]) -> tuple[list[FluxObject], 
         else:
             rows.append(row)
     return rows, skipped
+
+
+FLUX_FIELDS = (
+    "tenant_slug",
+    "ready",
+    "reconciling",
+    "stalled",
+    "released",
+    "suspended",
+    "reason",
+    "message",
+    "last_applied_revision",
+    "last_attempted_revision",
+    "url",
+    "address",
+    "path",
+    "chart",
+    "problems",
+    "last_seen",
+)
 
 
 def _flux_row(kind: CustomKind, obj: Any, platform: frozenset[str], now: Any) -> FluxObject | None:
@@ -440,11 +469,17 @@ def store_custom_object(kind: CustomKind, event: str, obj: Any) -> None:
     row = _flux_row(kind, obj, platform_namespaces(), timezone.now())
     if row is None:
         return
-    key = {"kind": kind.kind, "namespace": row.namespace, "name": row.name}
-    with transaction.atomic():
-        FluxObject.objects.filter(**key).delete()
-        if event != "DELETED":
-            row.save()
+    if event == "DELETED":
+        FluxObject.objects.filter(kind=kind.kind, namespace=row.namespace, name=row.name).delete()
+        return
+    # One statement (INSERT ... ON CONFLICT UPDATE): the watcher, the Flux hook and the sync
+    # may write the same row at the same moment.
+    FluxObject.objects.bulk_create(
+        [row],
+        update_conflicts=True,
+        unique_fields=["kind", "namespace", "name"],
+        update_fields=FLUX_FIELDS,
+    )
 
 
 def refresh_custom_object(kube: Kube, kind: CustomKind, namespace: str, name: str) -> None:

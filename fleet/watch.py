@@ -197,6 +197,16 @@ def run(watched: Watched, stop: threading.Event, kube: Kube | None = None) -> No
                 )
                 stop.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+            except Exception as exc:
+                # A database hiccup or a bug on one object must not end the watch for good:
+                # log it, list again (the rows may have missed the event) after a pause.
+                logger.exception("watch of %s failed", watched.name)
+                version = ""
+                WatchState.objects.filter(kind=watched.name).update(
+                    connected=False, error=f"{type(exc).__name__}: {exc}"[:2000]
+                )
+                stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
             finally:
                 close_old_connections()
     finally:

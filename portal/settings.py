@@ -398,9 +398,6 @@ if not FLUX_WEBHOOK_SECRET and FLEET_SIMULATOR and DEBUG:
     # notification-controller signs as a real one would; nothing to configure.
     FLUX_WEBHOOK_SECRET = secrets.token_hex(32)
 FLUX_EVENT_MAX_AGE_SECONDS = env_int("FLUX_EVENT_MAX_AGE_SECONDS", 600)
-# Render the Provider and Alert into the fleet repository (flux-system) when true; the Secret
-# (`flux-events-hmac`, key `token`) is created by the operator, never committed.
-FLUX_EVENTS_PROVIDER = env_bool("FLUX_EVENTS_PROVIDER", False)
 CELERY_BEAT_SCHEDULE["fleet-flavors"] = {
     "task": "fleet.reconcile_flavors",
     "schedule": crontab(minute="*/10"),
