@@ -20,6 +20,7 @@ cluster was last heard and warn when a watch is stale.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -28,7 +29,8 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
+from django.db.models import F
 from django.utils import timezone
 
 from catalog.services import advance_requests
@@ -165,6 +167,15 @@ def watch_once(
     return version
 
 
+def _forget(watched: Watched, why: Exception) -> str:
+    """The kept resourceVersion is too old: drop it, so the next round lists again."""
+    logger.info("watch of %s: %s; listing again", watched.name, why)
+    WatchState.objects.filter(kind=watched.name).update(
+        resource_version="", relists=F("relists") + 1
+    )
+    return ""
+
+
 def run(watched: Watched, stop: threading.Event, kube: Kube | None = None) -> None:
     """Follow one kind until ``stop`` is set: list, watch, resume, relist on 410."""
     own = kube is None
@@ -181,15 +192,10 @@ def run(watched: Watched, stop: threading.Event, kube: Kube | None = None) -> No
                 )
                 delay = RETRY_SECONDS
             except Gone as exc:
-                logger.info("watch of %s: %s; listing again", watched.name, exc)
-                version = ""
-                state = _state(watched)
-                WatchState.objects.filter(kind=watched.name).update(
-                    resource_version="", relists=state.relists + 1
-                )
+                version = _forget(watched, exc)
             except KubeError as exc:
-                if exc.status == 410:
-                    version = ""
+                if exc.status == 410:  # Gone as an HTTP status rather than an ERROR event
+                    version = _forget(watched, exc)
                     continue
                 logger.warning("watch of %s: %s", watched.name, exc)
                 WatchState.objects.filter(kind=watched.name).update(
@@ -202,15 +208,17 @@ def run(watched: Watched, stop: threading.Event, kube: Kube | None = None) -> No
                 # log it, list again (the rows may have missed the event) after a pause.
                 logger.exception("watch of %s failed", watched.name)
                 version = ""
-                WatchState.objects.filter(kind=watched.name).update(
-                    connected=False, error=f"{type(exc).__name__}: {exc}"[:2000]
-                )
+                with contextlib.suppress(DatabaseError):  # the database may be what failed
+                    WatchState.objects.filter(kind=watched.name).update(
+                        connected=False, error=f"{type(exc).__name__}: {exc}"[:2000]
+                    )
                 stop.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
             finally:
                 close_old_connections()
     finally:
-        WatchState.objects.filter(kind=watched.name).update(connected=False)
+        with contextlib.suppress(DatabaseError):
+            WatchState.objects.filter(kind=watched.name).update(connected=False)
         close_old_connections()
         if own:
             kube.close()

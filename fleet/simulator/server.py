@@ -389,8 +389,10 @@ class Api:
         object of the kind with only ``metadata.resourceVersion``) so the client can resume
         from there. A resourceVersion older than the kept history is not an HTTP error: the
         stream starts with 200 and carries one ERROR event holding a Status with code 410 and
-        reason Expired, then ends (the etcd watcher's ``NewResourceExpired``; clients must
-        relist, see client-go's reflector and kubernetes/kubernetes#83520)."""
+        reason Expired, then ends: the watch cache's "too old resource version: N (M)",
+        which the cacher returns as an ERROR event rather than an HTTP error "to match the
+        uncached watch implementation" (k8s.io/apiserver storage/cacher). Clients must relist,
+        as client-go's reflector does (kubernetes/kubernetes#83520)."""
         store = self.sim.store
         asked = query.get("resourceVersion", "")
         try:
