@@ -66,6 +66,9 @@ def main() -> None:
             "SECURE_SSL_REDIRECT": "false",
             "SECURE_COOKIES": "false",
             "FLUX_WEBHOOK_SECRET": KEY,
+            # The demo's schedule (setup_django turns the in-process simulator off, which
+            # would otherwise select the production default of 30 s).
+            "FLEET_SYNC_SECONDS": "5",
             "GITOPS_REPO_PATH": str(tmp / "fleet.git"),
         }
     )
