@@ -1,6 +1,7 @@
 """What the cluster says, as last read: nodes, GPU workloads, Flux and KServe objects.
 
-Rows are a cache of the Kubernetes API, refreshed by the sync (``fleet.services``). Nothing
+Rows are a cache of the Kubernetes API, kept current by the watcher (``fleet.watch``) and
+refreshed by the sync (``fleet.services``). Nothing
 here is the source of truth: Git is, for what should run, and the cluster, for what does. A
 row the last sync did not see is removed, except when the sync failed; then the rows stay and
 ``SyncState`` says how old they are.

@@ -7,10 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from fleet import services, watch
 from fleet.kube import Kube
@@ -154,3 +157,21 @@ def test_a_kustomization_event_moves_a_merged_change_to_applied(
     )
     assert fragment.status_code == 200
     assert "Applied" in fragment.content.decode() and "<html" not in fragment.content.decode()
+
+
+@pytest.mark.django_db
+def test_pages_say_when_status_was_heard_and_warn_when_a_watch_is_down(
+    login: Callable[[str], Client], settings: Any
+) -> None:
+    settings.FLEET_WATCH_STALE_SECONDS = 60
+    now = timezone.now()
+    for watched in watch.WATCHED:
+        WatchState.objects.create(kind=watched.name, connected=True, last_heard=now)
+    bob = login("bob")
+    page = bob.get("/t/alpha/status/").content.decode()
+    assert "(watching the cluster)" in page and "watch is down" not in page
+    WatchState.objects.filter(kind="pods").update(last_heard=now - timedelta(minutes=5))
+    WatchState.objects.filter(kind="nodes").update(connected=False)
+    page = bob.get("/t/alpha/status/").content.decode()
+    assert "The cluster watch is down or silent (nodes, pods)" in page
+    assert f"from the sync every {settings.FLEET_SYNC_SECONDS} s" in page
