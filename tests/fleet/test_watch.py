@@ -175,3 +175,29 @@ def test_pages_say_when_status_was_heard_and_warn_when_a_watch_is_down(
     page = bob.get("/t/alpha/status/").content.decode()
     assert "The cluster watch is down or silent (nodes, pods)" in page
     assert f"from the sync every {settings.FLEET_SYNC_SECONDS} s" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_running_watcher_moves_a_merged_change_to_applied(
+    still: Simulator, merged_change: Callable[..., ChangeRequest]
+) -> None:
+    onboarding = merged_change(TenantSpec(slug="alpha"))
+    _reconcile(still)
+    services.sync_all()  # the tenant's Git Secret; its own Kustomization has not applied yet
+    watcher = watch.Watcher()
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and WatchState.objects.filter(connected=True).count() < 5:
+            time.sleep(0.05)
+        onboarding.refresh_from_db()
+        assert onboarding.apply_state == "pending"
+        _reconcile(still)  # no sync from here on: only the watches can tell the portal
+        while time.monotonic() < deadline:
+            onboarding.refresh_from_db()
+            if onboarding.apply_state == "applied":
+                break
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+    assert onboarding.apply_state == "applied", onboarding.apply_message
