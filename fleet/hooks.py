@@ -1,8 +1,8 @@
 """POST /hooks/flux/: Flux's notification-controller tells the portal a Kustomization or
 HelmRelease changed, so status shows at once instead of at the next sync.
 
-The sender is a Provider of type ``generic-hmac`` (rendered by ``gitops.render.notifications``):
-it POSTs the event as JSON and signs the body with HMAC, ``X-Signature: <hashfunc>=<hex>``
+The sender is a Provider of type ``generic-hmac`` (docs/operator-guide.md, "Status as
+events"): it POSTs the event as JSON and signs the body with HMAC, ``X-Signature: <hashfunc>=<hex>``
 (sha256 in notification-controller's ``internal/notifier/forwarder.go``), keyed by the
 Secret's ``token``, here FLUX_WEBHOOK_SECRET. The portal does not take the payload's word for
 the object's state: it reads the involved object from the cluster API and writes its row with
