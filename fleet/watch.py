@@ -7,7 +7,7 @@ InferenceServices) one thread lists, then watches from the list's resourceVersio
 
 - every event writes the same row the sync writes, through the sync's own per-object code
   (``fleet.services.store_*``), and triggers the sync's follow-ups: merged changes move to
-  applied (``gitops.applied``) and catalog requests to ready;
+  applied (``gitops.applied``) and catalog requests to ready (``fleet.signals``);
 - the resourceVersion of the last event or BOOKMARK is kept in ``WatchState``: a watch the
   server ends (its timeout) or that breaks resumes from there, also after a restart;
 - a resourceVersion the server no longer keeps answers 410 Gone, as an ERROR event carrying a
@@ -33,10 +33,10 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
-from catalog.services import advance_requests
 from fleet import services
 from fleet.kube import HELM_RELEASE, INFERENCE_SERVICE, KUSTOMIZATION, Kube, KubeError, Watchable
 from fleet.models import SyncState, WatchState
+from fleet.signals import status_changed
 from gitops.fleet import configured_fleet
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def follow_up(*, changes: bool, requests: bool) -> None:
     if changes:
         services.update_changes()
     if changes or requests:
-        advance_requests()
+        status_changed.send(sender=Watched)
 
 
 FollowUp = Callable[..., None]  # follow_up's signature: (*, changes: bool, requests: bool)

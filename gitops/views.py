@@ -13,7 +13,6 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
-from fleet.watch import freshness
 from gitops import services
 from gitops.diffview import render_file_diff
 from gitops.models import ChangeRequest, Review
@@ -118,9 +117,9 @@ def change_detail(request: HttpRequest, number: int) -> HttpResponse:
         if same := unchanged(request, version):
             return same
         context = {"change": change, "apply_version": version, "live_poll": POLL}
-        return render(request, "gitops/detail.html#apply", {**context, "freshness": freshness()})
+        return render(request, "gitops/detail.html#apply", context)
     context = {**_detail_context(access), "apply_version": version, "live_poll": POLL}
-    return render(request, "gitops/detail.html", {**context, "freshness": freshness()})
+    return render(request, "gitops/detail.html", context)
 
 
 def _action(request: HttpRequest, number: int) -> ChangeAccess | HttpResponse:
