@@ -27,12 +27,14 @@ from catalog.keys import do_revoke_gateway_key, do_rotate_gateway_key
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
 from catalog.models import GatewayKey, Kind, Resource, ResourceRequest
 from catalog.specs import CLASSES
+from fleet.watch import freshness
 from gitops import services as gitops
 from gitops.diffview import RenderedFile, render_file_diff
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from gitops.specs import SpecError
 from portal.audit import record_audit
+from portal.live import POLL, unchanged, version_of
 from tenants.access import Action, TenantAccess, get_tenant_for_user
 from tenants.models import Tenant
 
@@ -343,6 +345,8 @@ def _request_context(
         "events": _timeline(req),
         "spec_rows": spec_rows(req),
         "live": req.state not in states.TERMINAL,
+        "live_poll": POLL,
+        "freshness": freshness(),
         "endpoint": services.endpoint_access(req) if ready_endpoint else {},
         "kubeconfig": access.may(Action.KUBECONFIG) and active and req.kind == Kind.CLUSTER,
         "may_edit": access.can_write
@@ -360,8 +364,25 @@ def request_detail(request: HttpRequest, tenant: str, request_id: int) -> HttpRe
     if refused := _reading(request):
         return refused
     req = _request_of(access, request_id)
+    version = live_version(req)
+    if same := unchanged(request, version):
+        return same
     template = "catalog/request.html#live" if _htmx(request) else "catalog/request.html"
-    return render(request, template, _request_context(request, access, req))
+    return render(
+        request, template, {**_request_context(request, access, req), "live_version": version}
+    )
+
+
+def live_version(req: ResourceRequest) -> str:
+    """What the live region shows moves with the request's and its change's rows."""
+    change = req.change
+    return version_of(
+        req.updated_at,
+        req.state,
+        req.resource.updated_at,
+        change.updated_at if change else None,
+        change.apply_state if change else None,
+    )
 
 
 @login_required

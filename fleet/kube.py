@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +74,16 @@ def api_client() -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
+# What the watcher lists and watches: "nodes", "pods" or a custom kind.
+Watchable = str | CustomKind
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[Any]
+    resource_version: str
+
+
 class Kube:
     """Typed-enough access to the kinds the portal reads and patches."""
 
@@ -128,6 +138,76 @@ class Kube:
             "customresourcedefinitions",
             lambda **kw: self.extensions.list_custom_resource_definition(**kw),
         )
+
+    def _lister(self, what: Watchable) -> Callable[..., Any]:
+        if what == "nodes":
+            return lambda **kw: self.core.list_node(**kw)
+        if what == "pods":
+            return lambda **kw: self.core.list_pod_for_all_namespaces(**kw)
+        if isinstance(what, CustomKind):
+            return lambda **kw: self.custom.list_cluster_custom_object(
+                what.group, what.version, what.plural, **kw
+            )
+        raise ValueError(f"cannot list {what!r}")
+
+    def list_versioned(self, what: Watchable) -> Listing:
+        """A list with the collection's resourceVersion, the point a watch starts from."""
+        name = what.plural if isinstance(what, CustomKind) else what
+        body = self._call(f"list {name}", self._lister(what))
+        if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+            raise KubeError(f"The API server's answer to list {name} has no items list.")
+        metadata = body.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        return Listing(list(body["items"]), str(version or ""))
+
+    def watch(
+        self, what: Watchable, resource_version: str, timeout_seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The watch events (type, object) after ``resource_version``, with bookmarks, until
+        the server ends the watch (about ``timeout_seconds``). An ERROR event is yielded as is
+        (its object a Status): the caller decides, e.g. to relist on 410."""
+        name = what.plural if isinstance(what, CustomKind) else what
+        try:
+            response = self._lister(what)(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                # The read timeout outlasts the server's own end of the watch: a silent
+                # connection past it is a dead one.
+                _request_timeout=(self.timeout, timeout_seconds + self.timeout),
+            )
+        except ApiException as exc:
+            raise KubeError(_api_message(f"watch {name}", exc), exc.status) from exc
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise KubeError(f"Could not watch {name} at {self.where}: {exc}.") from exc
+        pending = b""
+        try:
+            for chunk in response.stream(amt=None, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(name, line)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeError(f"The watch of {name} at {self.where} broke off: {exc}.") from exc
+        finally:
+            response.release_conn()
+        if pending.strip():
+            yield _watch_event(name, pending)
+
+    def read_custom(self, kind: CustomKind, namespace: str, name: str) -> dict[str, Any]:
+        """One custom object (a 404 is a ``KubeError`` with that status)."""
+        body = self._call(
+            f"read {kind.kind} {namespace}/{name}",
+            lambda **kw: self.custom.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, **kw
+            ),
+        )
+        if not isinstance(body, dict):
+            raise KubeError(f"The API server's answer to read {kind.kind} is not an object.")
+        return body
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         """A Secret's ``data``, decoded. The portal reads only the Secrets it names (vCluster
@@ -223,6 +303,20 @@ class Kube:
             return json.loads(raw)
         except ValueError as exc:
             raise KubeError(f"Could not {what}: the answer is not JSON.") from exc
+
+
+def _watch_event(name: str, line: bytes) -> tuple[str, dict[str, Any]]:
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise KubeError(f"The watch of {name} sent a line that is not JSON.") from exc
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("type"), str)
+        or not isinstance(event.get("object"), dict)
+    ):
+        raise KubeError(f"The watch of {name} sent an event without type or object.")
+    return event["type"], event["object"]
 
 
 def _api_message(what: str, exc: ApiException) -> str:

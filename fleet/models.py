@@ -1,6 +1,7 @@
 """What the cluster says, as last read: nodes, GPU workloads, Flux and KServe objects.
 
-Rows are a cache of the Kubernetes API, refreshed by the sync (``fleet.services``). Nothing
+Rows are a cache of the Kubernetes API, kept current by the watcher (``fleet.watch``) and
+refreshed by the sync (``fleet.services``). Nothing
 here is the source of truth: Git is, for what should run, and the cluster, for what does. A
 row the last sync did not see is removed, except when the sync failed; then the rows stay and
 ``SyncState`` says how old they are.
@@ -196,3 +197,48 @@ class SyncState(models.Model):
             return True
         limit = timedelta(seconds=settings.FLEET_STALE_AFTER_SECONDS)
         return timezone.now() - self.last_success > limit
+
+
+class WatchState(models.Model):
+    """One Kubernetes watch of the fleet watcher (``fleet.watch``): where it resumes from, and
+    when the cluster was last heard on it (an event or a bookmark)."""
+
+    kind = models.CharField(max_length=40, unique=True)  # the resource's plural
+    resource_version = models.CharField(max_length=64, blank=True)
+    connected = models.BooleanField(default=False)
+    last_heard = models.DateTimeField(null=True, blank=True)
+    last_list = models.DateTimeField(null=True, blank=True)
+    relists = models.PositiveIntegerField(default=0)  # lists after a 410 Gone
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["kind"]
+
+    def __str__(self) -> str:
+        return self.kind
+
+    @property
+    def stale(self) -> bool:
+        """Not heard within the limit: the watch is down or the API stopped sending."""
+        if not self.connected or self.last_heard is None:
+            return True
+        limit = timedelta(seconds=settings.FLEET_WATCH_STALE_SECONDS)
+        return timezone.now() - self.last_heard > limit
+
+
+class FluxEventReceipt(models.Model):
+    """An accepted Flux notification (by the digest of its signed body), kept for the replay
+    window so the same delivery sent again changes nothing."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    received = models.DateTimeField(default=timezone.now, db_index=True)
+    kind = models.CharField(max_length=20)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    reason = models.CharField(max_length=120, blank=True)
+
+    class Meta:
+        ordering = ["-received"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} {self.reason}"

@@ -103,7 +103,7 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
         kube = kube or Kube()
     except Exception as exc:  # a broken kubeconfig: every source is stale
         for source in SyncState.Source.values:
-            _record(source, error=f"Cannot configure the Kubernetes client: {exc}")
+            record_sync(source, error=f"Cannot configure the Kubernetes client: {exc}")
             report.errors[source] = str(exc)
         return report
     try:
@@ -120,10 +120,10 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
                 kept, skipped = run()
             except KubeError as exc:
                 logger.warning("fleet sync of %s failed: %s", source, exc)
-                _record(source, error=str(exc))
+                record_sync(source, error=str(exc))
                 report.errors[source] = str(exc)
             else:
-                _record(source, items=kept, skipped=skipped)
+                record_sync(source, items=kept, skipped=skipped)
                 report.counts[source] = kept
         if schemas.crds_due():
             # The CRDs change rarely (an operator upgrade), so they are read less often.
@@ -132,10 +132,10 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
                 crds = schemas.sync_crds(kube)
             except KubeError as exc:
                 logger.warning("fleet sync of CRD schemas failed: %s", exc)
-                _record(SyncState.Source.CRDS, error=str(exc))
+                record_sync(SyncState.Source.CRDS, error=str(exc))
                 report.errors[SyncState.Source.CRDS] = str(exc)
             else:
-                _record(SyncState.Source.CRDS, items=crds.kept, skipped=crds.skipped)
+                record_sync(SyncState.Source.CRDS, items=crds.kept, skipped=crds.skipped)
                 report.counts[SyncState.Source.CRDS] = crds.kept
         step(85, "writing tenants' Git credentials")
         try:
@@ -151,7 +151,7 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
                 )
         if SyncState.Source.FLUX not in report.errors:
             step(90, "updating the state of merged changes")
-            moved = update_apply_states(gitops_services.repository(), flux_reports())
+            moved = update_changes()
             report.moved_changes = [c.pk for c in moved]
         step(100, _summary(report))
     finally:
@@ -167,7 +167,7 @@ def _summary(report: SyncReport) -> str:
     return "read " + ", ".join(parts)
 
 
-def _record(source: str, *, items: int = 0, skipped: int = 0, error: str = "") -> None:
+def record_sync(source: str, *, items: int = 0, skipped: int = 0, error: str = "") -> None:
     now = timezone.now()
     state, _ = SyncState.objects.get_or_create(source=source)
     state.last_attempt = now
@@ -200,7 +200,11 @@ def _warn_problems(kind: str, name: str, problems: Iterable[str]) -> None:
 
 def sync_nodes(kube: Kube, fleet: FleetSpec) -> tuple[int, int]:
     """Replace the node rows with what the API lists; returns (kept, skipped)."""
-    raw = kube.list_nodes()
+    return store_nodes(kube.list_nodes(), fleet)
+
+
+def store_nodes(raw: list[Any], fleet: FleetSpec) -> tuple[int, int]:
+    """Replace the node rows with the listed node objects; returns (kept, skipped)."""
     now = timezone.now()
     parsed: dict[str, inventory.NodeInfo] = {}
     skipped = 0
@@ -235,6 +239,29 @@ def sync_nodes(kube: Kube, fleet: FleetSpec) -> tuple[int, int]:
         Node.objects.exclude(name__in=parsed).delete()
         Node.objects.update(last_seen=now)
     return len(parsed), skipped
+
+
+def store_node(event: str, obj: Any, fleet: FleetSpec) -> None:
+    """One node as a watch reports it: ADDED or MODIFIED writes its row (the list's fill
+    code), DELETED removes it."""
+    info = inventory.parse_node(obj, pool_label=settings.FLEET_POOL_LABEL)
+    if info is None:
+        logger.warning("skipped a node object without a name: %.200r", obj)
+        return
+    if event == "DELETED":
+        Node.objects.filter(name=info.name).delete()
+        return
+    _warn_problems("node", info.name, info.problems)
+    now = timezone.now()
+    node = Node(name=info.name, first_seen=now)
+    _fill_node(node, info, fleet, now)
+    # An upsert in one statement: the sync may write the same node at the same moment.
+    Node.objects.bulk_create(
+        [node],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=[*NODE_FIELDS, "last_seen"],
+    )
 
 
 def _node_values(node: Node) -> tuple[Any, ...]:
@@ -313,7 +340,49 @@ def platform_namespaces() -> frozenset[str]:
 
 def sync_workloads(kube: Kube) -> tuple[int, int]:
     """Keep the pods that use GPUs; returns (kept, skipped)."""
-    raw = kube.list_pods()
+    return store_workloads(kube.list_pods())
+
+
+def _workload_row(pod: inventory.PodInfo, platform: frozenset[str], now: Any) -> Workload | None:
+    """The row of a pod the portal keeps (one using GPUs, not finished), else None."""
+    _warn_problems("pod", f"{pod.namespace}/{pod.name}", pod.problems)
+    if not pod.gpu_requests or pod.phase in ("Succeeded", "Failed"):
+        return None
+    return Workload(
+        namespace=pod.namespace,
+        name=pod.name,
+        uid=pod.uid,
+        tenant_slug=tenant_of(pod.namespace, platform),
+        node=pod.node,
+        phase=pod.phase,
+        owner_kind=pod.owner_kind,
+        owner_name=pod.owner_name,
+        queue=pod.queue,
+        gpu_requests=dict(pod.gpu_requests),
+        last_seen=now,
+    )
+
+
+def store_workload(event: str, obj: Any) -> None:
+    """One pod as a watch reports it: its row is written, or removed when the pod is gone,
+    finished or uses no GPU."""
+    pod = inventory.parse_pod(obj)
+    if pod is None:
+        return
+    row = None if event == "DELETED" else _workload_row(pod, platform_namespaces(), timezone.now())
+    if row is None:
+        Workload.objects.filter(namespace=pod.namespace, name=pod.name).delete()
+        return
+    fields = [
+        f.name for f in Workload._meta.concrete_fields if f.name not in ("id", "namespace", "name")
+    ]
+    Workload.objects.bulk_create(
+        [row], update_conflicts=True, unique_fields=["namespace", "name"], update_fields=fields
+    )
+
+
+def store_workloads(raw: list[Any]) -> tuple[int, int]:
+    """Replace the workload rows with the listed pods; returns (kept, skipped)."""
     platform = platform_namespaces()
     now = timezone.now()
     rows: dict[tuple[str, str], Workload] = {}
@@ -323,22 +392,9 @@ def sync_workloads(kube: Kube) -> tuple[int, int]:
         if pod is None:
             skipped += 1
             continue
-        _warn_problems("pod", f"{pod.namespace}/{pod.name}", pod.problems)
-        if not pod.gpu_requests or pod.phase in ("Succeeded", "Failed"):
-            continue
-        rows[(pod.namespace, pod.name)] = Workload(
-            namespace=pod.namespace,
-            name=pod.name,
-            uid=pod.uid,
-            tenant_slug=tenant_of(pod.namespace, platform),
-            node=pod.node,
-            phase=pod.phase,
-            owner_kind=pod.owner_kind,
-            owner_name=pod.owner_name,
-            queue=pod.queue,
-            gpu_requests=dict(pod.gpu_requests),
-            last_seen=now,
-        )
+        row = _workload_row(pod, platform, now)
+        if row is not None:
+            rows[(pod.namespace, pod.name)] = row
     with transaction.atomic():
         Workload.objects.all().delete()
         Workload.objects.bulk_create(rows.values())
@@ -346,41 +402,114 @@ def sync_workloads(kube: Kube) -> tuple[int, int]:
 
 
 def _sync_custom(kube: Kube, kind: CustomKind) -> tuple[list[FluxObject], int]:
+    return _custom_rows(kind, kube.list_custom(kind))
+
+
+def _custom_rows(kind: CustomKind, items: list[Any]) -> tuple[list[FluxObject], int]:
     now = timezone.now()
     rows: list[FluxObject] = []
     skipped = 0
     platform = platform_namespaces()
-    for obj in kube.list_custom(kind):
-        status = inventory.parse_flux_object(kind.kind, obj)
-        if status is None:
+    for obj in items:
+        row = _flux_row(kind, obj, platform, now)
+        if row is None:
             skipped += 1
-            continue
-        _warn_problems(kind.kind, f"{status.namespace}/{status.name}", status.problems)
-        labels = _labels_of(obj)
-        rows.append(
-            FluxObject(
-                kind=kind.kind,
-                namespace=status.namespace,
-                name=status.name,
-                tenant_slug=tenant_of(status.namespace, platform, labels),
-                ready=status.ready,
-                reconciling=status.reconciling,
-                stalled=status.stalled,
-                released=status.released,
-                suspended=status.suspended,
-                reason=status.reason[:120],
-                message=status.message,
-                last_applied_revision=status.last_applied_revision[:200],
-                last_attempted_revision=status.last_attempted_revision[:200],
-                url=status.url[:500],
-                address=status.address[:500],
-                path=status.path[:500],
-                chart=status.chart[:200],
-                problems=list(status.problems),
-                last_seen=now,
-            )
-        )
+        else:
+            rows.append(row)
     return rows, skipped
+
+
+FLUX_FIELDS = (
+    "tenant_slug",
+    "ready",
+    "reconciling",
+    "stalled",
+    "released",
+    "suspended",
+    "reason",
+    "message",
+    "last_applied_revision",
+    "last_attempted_revision",
+    "url",
+    "address",
+    "path",
+    "chart",
+    "problems",
+    "last_seen",
+)
+
+
+def _flux_row(kind: CustomKind, obj: Any, platform: frozenset[str], now: Any) -> FluxObject | None:
+    """The row of one Flux or KServe object, or None when it is too malformed to keep."""
+    status = inventory.parse_flux_object(kind.kind, obj)
+    if status is None:
+        return None
+    _warn_problems(kind.kind, f"{status.namespace}/{status.name}", status.problems)
+    labels = _labels_of(obj)
+    return FluxObject(
+        kind=kind.kind,
+        namespace=status.namespace,
+        name=status.name,
+        tenant_slug=tenant_of(status.namespace, platform, labels),
+        ready=status.ready,
+        reconciling=status.reconciling,
+        stalled=status.stalled,
+        released=status.released,
+        suspended=status.suspended,
+        reason=status.reason[:120],
+        message=status.message,
+        last_applied_revision=status.last_applied_revision[:200],
+        last_attempted_revision=status.last_attempted_revision[:200],
+        url=status.url[:500],
+        address=status.address[:500],
+        path=status.path[:500],
+        chart=status.chart[:200],
+        problems=list(status.problems),
+        last_seen=now,
+    )
+
+
+def store_custom(kind: CustomKind, items: list[Any]) -> tuple[int, int]:
+    """Replace the rows of one kind with the listed objects; returns (kept, skipped)."""
+    rows, skipped = _custom_rows(kind, items)
+    _replace([kind.kind], rows)
+    return len(rows), skipped
+
+
+def store_custom_object(kind: CustomKind, event: str, obj: Any) -> None:
+    """One Flux or KServe object as a watch (or a read) reports it: its row is written, or
+    removed on DELETED."""
+    row = _flux_row(kind, obj, platform_namespaces(), timezone.now())
+    if row is None:
+        return
+    if event == "DELETED":
+        FluxObject.objects.filter(kind=kind.kind, namespace=row.namespace, name=row.name).delete()
+        return
+    # One statement (INSERT ... ON CONFLICT UPDATE): the watcher, the Flux hook and the sync
+    # may write the same row at the same moment.
+    FluxObject.objects.bulk_create(
+        [row],
+        update_conflicts=True,
+        unique_fields=["kind", "namespace", "name"],
+        update_fields=FLUX_FIELDS,
+    )
+
+
+def refresh_custom_object(kube: Kube, kind: CustomKind, namespace: str, name: str) -> None:
+    """Read one object from the API now and write its row (remove it when it is gone)."""
+    try:
+        obj = kube.read_custom(kind, namespace, name)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        FluxObject.objects.filter(kind=kind.kind, namespace=namespace, name=name).delete()
+        return
+    store_custom_object(kind, "MODIFIED", obj)
+
+
+def update_changes() -> list[ChangeRequest]:
+    """Move merged changes on from the Kustomization rows (``gitops.applied``)."""
+    return update_apply_states(gitops_services.repository(), flux_reports())
 
 
 def _labels_of(obj: Any) -> dict[str, str]:

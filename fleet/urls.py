@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from fleet import views
+from fleet import hooks, views
 
 app_name = "fleet"
 
@@ -23,4 +23,6 @@ urlpatterns = [
     path("fleet/topology/", views.topology_page, name="topology"),
     path("fleet/status/", views.flux_status, name="status"),
     path("t/<slug:tenant>/status/", views.tenant_status, name="tenant_status"),
+    # Flux notification-controller's generic-hmac Provider posts here (fleet.hooks).
+    path("hooks/flux/", hooks.flux_events, name="flux_events"),
 ]

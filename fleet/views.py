@@ -39,6 +39,7 @@ from fleet.forms import PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
 from fleet.models import FluxObject, Health, Node, SyncState, Workload
+from fleet.watch import freshness
 from gitops.fleet import configured_fleet
 from portal.jobs import enqueue
 from portal.views import plotly_js_url
@@ -60,10 +61,16 @@ def _go(request: HttpRequest, url: str) -> HttpResponse:
     return redirect(url)
 
 
-def sync_context() -> dict[str, list[SyncState]]:
-    """Every source's last read, and the ones whose rows may be out of date (the banner)."""
-    states = list(services.sync_states().values())
-    return {"states": states, "stale": [state for state in states if state.stale]}
+def sync_context() -> dict[str, Any]:
+    """Every source's last read, the ones whose rows may be out of date (the banner), and
+    whether the watches are up (``fleet.watch``)."""
+    by_source = services.sync_states()
+    states = list(by_source.values())
+    return {
+        "states": states,
+        "stale": [state for state in states if state.stale],
+        "freshness": freshness(by_source[SyncState.Source.FLUX]),
+    }
 
 
 def _node(name: str) -> Node:

@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from gitops import services
 from gitops.diffview import render_file_diff
 from gitops.models import ChangeRequest, Review
+from portal.live import POLL, unchanged, version_of
 from tenants.access import sees_all_tenants, visible_tenants
 
 
@@ -110,7 +111,15 @@ def change_detail(request: HttpRequest, number: int) -> HttpResponse:
     access = get_change_for_user(request, number)
     if request.htmx and request.GET.get("part") == "checks":  # type: ignore[attr-defined]
         return render(request, "gitops/detail.html#checks", _detail_context(access))
-    return render(request, "gitops/detail.html", _detail_context(access))
+    change = access.change
+    version = version_of(change.updated_at, change.status, change.apply_state)
+    if request.GET.get("part") == "apply":
+        if same := unchanged(request, version):
+            return same
+        context = {"change": change, "apply_version": version, "live_poll": POLL}
+        return render(request, "gitops/detail.html#apply", context)
+    context = {**_detail_context(access), "apply_version": version, "live_poll": POLL}
+    return render(request, "gitops/detail.html", context)
 
 
 def _action(request: HttpRequest, number: int) -> ChangeAccess | HttpResponse:

@@ -11,6 +11,7 @@ variables; see docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` 
 from __future__ import annotations
 
 import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -406,6 +407,23 @@ CELERY_BEAT_SCHEDULE["fleet-sync"] = {
     "task": "fleet.sync",
     "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),
 }
+# --- Status as events (fleet.watch and the Flux events hook) ---------------------------------
+# The fleet watcher (`manage.py fleet_watch`, or a thread of `manage.py serve` when FLEET_WATCH)
+# keeps the status rows current from Kubernetes watches; the scheduled sync above stays as the
+# fallback. A watch not heard from (event or bookmark) for FLEET_WATCH_STALE_SECONDS is shown as
+# stale. Each watch request asks the API server to end it after FLEET_WATCH_TIMEOUT_SECONDS.
+FLEET_WATCH = env_bool("FLEET_WATCH", True)
+FLEET_WATCH_TIMEOUT_SECONDS = env_int("FLEET_WATCH_TIMEOUT_SECONDS", 300)
+FLEET_WATCH_STALE_SECONDS = env_int("FLEET_WATCH_STALE_SECONDS", 180)
+# POST /hooks/flux/: events of notification-controller's generic-hmac Provider, verified with
+# this key (the Provider's Secret `token`); empty: the hook answers 404. Events older than
+# FLUX_EVENT_MAX_AGE_SECONDS are refused, and accepted ones are remembered that long.
+FLUX_WEBHOOK_SECRET = env("FLUX_WEBHOOK_SECRET")
+if not FLUX_WEBHOOK_SECRET and FLEET_SIMULATOR and DEBUG:
+    # The demo: `serve` hands the same per-process key to the simulator it starts, so its
+    # notification-controller signs as a real one would; nothing to configure.
+    FLUX_WEBHOOK_SECRET = secrets.token_hex(32)
+FLUX_EVENT_MAX_AGE_SECONDS = env_int("FLUX_EVENT_MAX_AGE_SECONDS", 600)
 CELERY_BEAT_SCHEDULE["fleet-flavors"] = {
     "task": "fleet.reconcile_flavors",
     "schedule": crontab(minute="*/10"),

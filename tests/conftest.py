@@ -168,7 +168,9 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
 
     started: list[Any] = []
 
-    def start(*, tick_seconds: float | None = None, **config_changes: Any) -> Any:
+    def start(
+        *, tick_seconds: float | None = None, flux_events_secret: bytes = b"", **config_changes: Any
+    ) -> Any:
         config = dataclasses.replace(
             SimConfig.demo(),
             flux_delay=0,
@@ -179,7 +181,11 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
         )
         settings.GITOPS_HTTP_TOKENS = ["platform-test-token"]
         simulator = Simulator(
-            config, repo_path=settings.GITOPS_REPO_PATH, branch="main", **simulator_git_options()
+            config,
+            repo_path=settings.GITOPS_REPO_PATH,
+            branch="main",
+            flux_events_secret=flux_events_secret,
+            **simulator_git_options(),
         )
         started.append(simulator)
         settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=tick_seconds)

@@ -34,6 +34,7 @@ from fleet.simulator.config import SimConfig, load_config, validate_config
 from fleet.simulator.crds import install_crds, load_crds
 from fleet.simulator.dcgm import GpuSample
 from fleet.simulator.flux import FluxPlayer, Resolver, Verifier
+from fleet.simulator.notify import Notifier
 from fleet.simulator.server import Api, ApiServer
 from fleet.simulator.store import RESOURCES, SECRETS, JsonObject, Store
 
@@ -58,18 +59,25 @@ class Simulator:
         verify_git: Verifier | None = None,
         resolve_git: Resolver | None = None,
         clock: Callable[[], float] = time.time,
+        flux_events_secret: bytes = b"",
     ) -> None:
         """``git_credentials`` go into the ``flux-system`` Secret, as ``flux bootstrap`` writes
         it. ``verify_git(url, username, password)`` decides whether the Git server would serve
         a source (default: any non-empty pair); ``resolve_git(url)`` maps a source URL to the
         local bare repository it reads (default: ``repo_path``). ``clock`` is the time the
-        DCGM exporter reports at (a test sets it, so usage and energy are known exactly)."""
+        DCGM exporter reports at (a test sets it, so usage and energy are known exactly).
+        ``flux_events_secret`` is the generic-hmac Provider's key for the events posted to
+        ``config.flux_events_address``."""
         validate_config(config)
         self.config = config
         self.token = token
         self.clock = clock
         now = time.time()
-        self.store = Store(config.seed)
+        self.store = Store(config.seed, config.watch_window)
+        self.notifier: Notifier | None = None
+        if config.flux_events_address:
+            self.notifier = Notifier(config.flux_events_address, flux_events_secret)
+            self.store.listen(self.notifier.observe)
         self.cluster = Cluster(config, self.store, now)
         if config.crd_dir:
             install_crds(self.store, load_crds(config.crd_dir), now)
@@ -137,11 +145,20 @@ class Simulator:
             )
         for thread in self._threads:
             thread.start()
+        if self.notifier is not None:
+            self.notifier.start()
         logger.info("fleet simulator serving at %s", self.url)
         return self.url
 
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` was called: open watches end."""
+        return self._stopping.is_set()
+
     def stop(self) -> None:
         self._stopping.set()
+        if self.notifier is not None:
+            self.notifier.stop()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

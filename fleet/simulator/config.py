@@ -139,6 +139,14 @@ class SimConfig:
     # The CustomResourceDefinitions the simulated API server has installed and serves
     # (``crds``): a directory of CRD YAML, such as the portal's schema directory; "" for none.
     crd_dir: str = ""
+    # Watches: how many writes the API keeps for watches to resume from (older ones get 410
+    # Gone, as after etcd's compaction), and how often an idle watch gets a BOOKMARK (the API
+    # server sends one about every minute; shorter here so a demo shows resumption).
+    watch_window: int = 10_000
+    watch_bookmark_seconds: float = 5.0
+    # notification-controller's generic-hmac Provider: where Kustomization and HelmRelease
+    # events are POSTed ("" for nowhere); the HMAC key is given to the Simulator, not here.
+    flux_events_address: str = ""
 
     @classmethod
     def demo(cls) -> SimConfig:

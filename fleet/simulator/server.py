@@ -7,7 +7,8 @@ against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and e
 tenants' Git credentials; the vCluster kubeconfigs helm-controller's releases export) and the custom
 resources in ``store.RESOURCES`` (get, list, patch, delete), among them the installed
 CustomResourceDefinitions (``crds``). Lists take ``labelSelector`` and ``fieldSelector``; ``limit``
-and ``continue`` are ignored (every list is one page) and ``watch`` is refused. ``/metrics`` is the
+and ``continue`` are ignored (every list is one page). ``?watch=1`` streams watch events as the
+API server does (see ``_watch``). ``/metrics`` is the
 DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
 allocation API (``opencost``), outside the token like OpenCost's own.
 
@@ -27,6 +28,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -44,8 +46,10 @@ from fleet.simulator.store import (
     PODS,
     RESOURCES,
     SECRETS,
+    Expired,
     JsonObject,
     PatchError,
+    Predicate,
     Resource,
     SelectorError,
     as_dict,
@@ -89,6 +93,14 @@ class Response:
     code: int
     body: bytes
     content_type: str = JSON
+    # A watch: JSON lines written as they come (chunked), instead of ``body``.
+    stream: Iterator[bytes] | None = None
+
+
+# The API server ends a watch after a randomised --min-request-timeout (1800 s by default)
+# unless the client asks for less with timeoutSeconds; clients then watch again from the last
+# resourceVersion they saw.
+WATCH_TIMEOUT_MAX = 1800.0
 
 
 def status_object(
@@ -340,8 +352,6 @@ class Api:
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {resource.plural}")
 
     def _list(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> Response:
-        if query.get("watch") in ("true", "1"):
-            raise ApiError(405, "MethodNotAllowed", "watch is not supported by the simulator")
         try:
             predicates = []
             if query.get("labelSelector"):
@@ -350,6 +360,8 @@ class Api:
                 predicates.append(field_selector(query["fieldSelector"], resource))
         except SelectorError as exc:
             raise ApiError(400, "BadRequest", str(exc)) from exc
+        if query.get("watch") in ("true", "1"):
+            return self._watch(resource, namespace, query, predicates)
         with self.sim.store.lock:
             version = self.sim.store.resource_version
             items = select(self.sim.store.list(resource, namespace), *predicates)
@@ -362,6 +374,92 @@ class Api:
                 "items": items,
             },
         )
+
+    def _watch(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        query: dict[str, str],
+        predicates: list[Predicate],
+    ) -> Response:
+        """A watch, as the API server streams it (one JSON object per line, "Efficient detection
+        of changes" in the Kubernetes API concepts): from ``resourceVersion`` N, every change
+        after N; without one (or "0"), a synthetic ADDED for each object there now, then the
+        changes. With ``allowWatchBookmarks=true``, an idle watch gets BOOKMARK events (an
+        object of the kind with only ``metadata.resourceVersion``) so the client can resume
+        from there. A resourceVersion older than the kept history is not an HTTP error: the
+        stream starts with 200 and carries one ERROR event holding a Status with code 410 and
+        reason Expired, then ends: the watch cache's "too old resource version: N (M)",
+        which the cacher returns as an ERROR event rather than an HTTP error "to match the
+        uncached watch implementation" (k8s.io/apiserver storage/cacher). Clients must relist,
+        as client-go's reflector does (kubernetes/kubernetes#83520)."""
+        store = self.sim.store
+        asked = query.get("resourceVersion", "")
+        try:
+            start = int(asked) if asked not in ("", "0") else None
+            timeout = min(
+                float(query.get("timeoutSeconds") or WATCH_TIMEOUT_MAX), WATCH_TIMEOUT_MAX
+            )
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"invalid watch parameter: {exc}") from exc
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        interval = self.sim.config.watch_bookmark_seconds
+
+        def wanted(obj: JsonObject) -> bool:
+            meta = as_dict(obj.get("metadata"))
+            if namespace is not None and meta.get("namespace") != namespace:
+                return False
+            return all(predicate(obj) for predicate in predicates)
+
+        def line(kind: str, obj: JsonObject) -> bytes:
+            return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+        def bookmark(version: int) -> bytes:
+            return line(
+                "BOOKMARK",
+                {
+                    "kind": resource.kind,
+                    "apiVersion": resource.api_version,
+                    "metadata": {"resourceVersion": str(version)},
+                },
+            )
+
+        def events() -> Iterator[bytes]:
+            deadline = time.monotonic() + timeout
+            version = start
+            if version is None:
+                with store.lock:
+                    version = int(store.resource_version)
+                    current = store.list(resource, namespace)
+                for obj in current:
+                    if wanted(obj):
+                        yield line("ADDED", obj)
+            last_sent = time.monotonic()
+            while not self.sim.stopping:
+                try:
+                    found, version_now = store.events_since(version)
+                except Expired as exc:
+                    yield line("ERROR", status_object(410, "Expired", str(exc)))
+                    return
+                sent = False
+                for event in found:
+                    if event.plural == resource.plural and wanted(event.object):
+                        yield line(event.type, event.object)
+                        sent = True
+                version = version_now
+                now = time.monotonic()
+                if sent:
+                    last_sent = now
+                elif bookmarks and now - last_sent >= interval:
+                    yield bookmark(version)
+                    last_sent = now
+                if now >= deadline:
+                    return
+                with store.changed:
+                    if int(store.resource_version) == version:
+                        store.changed.wait(min(interval, max(0.0, deadline - now), 0.5))
+
+        return Response(200, b"", JSON, stream=events())
 
     def _patch(
         self, resource: Resource, namespace: str, name: str, headers: Any, body: bytes
@@ -649,9 +747,28 @@ class _Handler(BaseHTTPRequestHandler):
             response = _json(500, status_object(500, "InternalError", "internal error"))
         self.send_response(response.code)
         self.send_header("Content-Type", response.content_type)
+        if response.stream is not None:
+            self._stream(response.stream)
+            return
         self.send_header("Content-Length", str(len(response.body)))
         self.end_headers()
         self.wfile.write(response.body)
+
+    def _stream(self, chunks: Iterator[bytes]) -> None:
+        """Write a watch as HTTP/1.1 chunks, each flushed at once; the connection closes at the
+        end (the client watches again on a new request)."""
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in chunks:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            logger.debug("a watch client went away")
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 

@@ -2,7 +2,11 @@
 patch semantics of the API server (label and field selectors, merge and JSON patches).
 
 Every write bumps one global resourceVersion, as etcd's revision does, so a list's
-``metadata.resourceVersion`` moves whenever anything changed. Objects are copied in and out:
+``metadata.resourceVersion`` moves whenever anything changed. Every write is also kept in a
+bounded event log (ADDED, MODIFIED, DELETED with the object as written) that watches read
+from: like etcd's compacted history, only the last ``watch_window`` events are kept, and a
+watch from an older resourceVersion is told it expired (server.py answers 410). Objects are
+copied in and out:
 callers never hold a reference to the stored dict, so the HTTP threads, the tick thread and
 tests cannot corrupt each other's view. Compound operations hold ``Store.lock`` (reentrant).
 """
@@ -14,6 +18,7 @@ import random
 import re
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -144,6 +149,28 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return (namespace if isinstance(namespace, str) else "", name if isinstance(name, str) else "")
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """One write as a watch reports it: the object after the write (before, for DELETED)."""
+
+    version: int
+    plural: str
+    type: str  # ADDED | MODIFIED | DELETED
+    object: JsonObject
+
+
+class Expired(Exception):
+    """The asked resourceVersion is older than the kept event log."""
+
+    def __init__(self, asked: int, oldest: int) -> None:
+        super().__init__(f"too old resource version: {asked} ({oldest})")
+        self.asked = asked
+        self.oldest = oldest
+
+
+WATCH_WINDOW = 10_000
+
+
 def _clone(obj: Any) -> Any:
     # JSON round trip: the objects are JSON by construction and this is faster than deepcopy.
     return json.loads(json.dumps(obj))
@@ -152,10 +179,16 @@ def _clone(obj: Any) -> Any:
 class Store:
     """Thread-safe map of resource -> (namespace, name) -> object."""
 
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, seed: int = 0, watch_window: int = WATCH_WINDOW) -> None:
         self.lock = threading.RLock()
+        # Watches wait on this for the next write (it shares the store's lock).
+        self.changed = threading.Condition(self.lock)
         self._objects: dict[str, dict[Key, JsonObject]] = {plural: {} for plural in RESOURCES}
         self._version = 0
+        self._events: deque[WatchEvent] = deque(maxlen=max(1, watch_window))
+        # The newest version no longer in the log: a watch from before it missed events.
+        self._compacted = 0
+        self._listeners: list[Callable[[WatchEvent], None]] = []
         # Seeded, so a simulator started twice with the same config hands out the same uids.
         self._random = random.Random(seed)  # noqa: S311 (uids, not secrets)
 
@@ -171,6 +204,36 @@ class Store:
     def _bump(self) -> str:
         self._version += 1
         return str(self._version)
+
+    def _log(self, plural: str, type_: str, obj: JsonObject) -> None:
+        """Keep the write that just bumped the version for watches, and wake them."""
+        if len(self._events) == self._events.maxlen:
+            self._compacted = self._events[0].version
+        event = WatchEvent(self._version, plural, type_, _clone(obj))
+        self._events.append(event)
+        for listener in self._listeners:
+            listener(event)
+        self.changed.notify_all()
+
+    def listen(self, listener: Callable[[WatchEvent], None]) -> None:
+        """Call ``listener`` with every write, under the store's lock: it must only queue."""
+        with self.lock:
+            self._listeners.append(listener)
+
+    def compact(self) -> None:
+        """Forget the event log, as etcd's compaction does (a test forces a 410 this way)."""
+        with self.lock:
+            if self._events:
+                self._compacted = self._events[-1].version
+            self._events.clear()
+
+    def events_since(self, version: int) -> tuple[list[WatchEvent], int]:
+        """The writes after ``version`` and the version they bring a reader to; raises
+        ``Expired`` when some of them are no longer kept."""
+        with self.lock:
+            if version < self._compacted:
+                raise Expired(version, self._compacted + 1)
+            return [e for e in self._events if e.version > version], self._version
 
     def get(self, resource: Resource, namespace: str, name: str) -> JsonObject | None:
         with self.lock:
@@ -217,6 +280,7 @@ class Store:
                     metadata["generation"] = int(old_meta.get("generation") or 0) + 1
             metadata["resourceVersion"] = self._bump()
             self._objects[resource.plural][key] = new
+            self._log(resource.plural, "ADDED" if old is None else "MODIFIED", new)
             return _clone(new)
 
     def put_raw(self, resource: Resource, obj: Mapping[str, Any]) -> JsonObject:
@@ -226,7 +290,9 @@ class Store:
             if not key[1]:
                 key = ("", f"<unnamed-{self._version + 1}>")
             self._bump()
+            added = key not in self._objects[resource.plural]
             self._objects[resource.plural][key] = _clone(dict(obj))
+            self._log(resource.plural, "ADDED" if added else "MODIFIED", dict(obj))
             return _clone(dict(obj))
 
     def mutate(
@@ -250,6 +316,7 @@ class Store:
             else:
                 self._bump()
             self._objects[resource.plural][(namespace, name)] = new
+            self._log(resource.plural, "MODIFIED", new)
             return _clone(new)
 
     def replace(self, resource: Resource, namespace: str, name: str, obj: JsonObject) -> None:
@@ -260,13 +327,21 @@ class Store:
                 metadata["resourceVersion"] = self._bump()
             else:
                 self._bump()
+            added = (namespace, name) not in self._objects[resource.plural]
             self._objects[resource.plural][(namespace, name)] = _clone(obj)
+            self._log(resource.plural, "ADDED" if added else "MODIFIED", obj)
 
     def delete(self, resource: Resource, namespace: str, name: str) -> JsonObject | None:
         with self.lock:
             obj = self._objects[resource.plural].pop((namespace, name), None)
             if obj is not None:
-                self._bump()
+                version = self._bump()
+                # The API server reports a deletion with the object as last stored, at the
+                # deletion's resourceVersion.
+                gone = _clone(obj)
+                if isinstance(gone.get("metadata"), dict):
+                    gone["metadata"]["resourceVersion"] = version
+                self._log(resource.plural, "DELETED", gone)
             return obj
 
 

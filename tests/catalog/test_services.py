@@ -452,3 +452,29 @@ def test_the_pull_request_the_portal_opened_shows_on_the_change_pages(
     assert page.status_code == 200
     assert "requested by bob" in page.content.decode()
     assert "by bob" in pam.get("/changes/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_status_event_moves_requests_on_without_the_schedule(
+    onboarded: dict[str, Any], run_jobs: Any
+) -> None:
+    """The watcher's and the Flux hook's follow-up (fleet.signals) reaches the catalog."""
+    from fleet.watch import follow_up
+
+    world = onboarded
+    request = run_jobs(
+        services.do_create_request,
+        world["alpha"],
+        acting_user=world["bob"],
+        kind="gpu-share",
+        spec=SHARE,
+    )
+    request = _approve(request, world, run_jobs)
+    _merge(request, world, run_jobs)
+    follow_up(changes=False, requests=True)
+    request.refresh_from_db()
+    assert request.state == S.MERGED
+    ChangeRequest.objects.filter(pk=request.change_id).update(apply_state="applied")
+    follow_up(changes=False, requests=True)
+    request.refresh_from_db()
+    assert request.state == S.READY

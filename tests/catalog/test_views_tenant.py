@@ -239,7 +239,7 @@ def test_creating_goes_to_the_request_page(
     page = bob.get(response["Location"]).content.decode()
     assert "New GPU share train" in page and "Submitted" in page
     assert "fine-tuning next week" in page
-    assert 'hx-trigger="every 3s"' in page  # live while not finished
+    assert 'hx-trigger="every 1s"' in page  # live while not finished
     listing = bob.get("/t/alpha/requests/").content.decode()
     assert f'id="request-{req.pk}"' in listing and 'hx-trigger="every 5s"' in listing
     fragment = bob.get("/t/alpha/requests/", **HTMX).content.decode()
@@ -309,7 +309,7 @@ def test_cancel(world: dict[str, Any], login: Callable[[str], Client]) -> None:
     assert req.state == S.CANCELLED
     assert req.resource.state == Resource.State.WITHDRAWN
     page = bob.get(f"/t/alpha/requests/{req.pk}/").content.decode()
-    assert "Cancel the request" not in page and 'hx-trigger="every 3s"' not in page
+    assert "Cancel the request" not in page and 'hx-trigger="every 1s"' not in page
     # Cancelling twice says why, and changes nothing.
     again = bob.post(f"/t/alpha/requests/{req.pk}/cancel/", follow=True)
     assert "cannot become cancelled" in again.content.decode()
@@ -380,7 +380,7 @@ def test_an_endpoint_shows_its_url_and_curl_once_ready(
     req = _request(endpoint, S.PR_OPEN, requested_by=world["bob"])
     bob = login("bob")
     page = bob.get(f"/t/alpha/requests/{req.pk}/").content.decode()
-    assert "Use the endpoint" not in page and 'hx-trigger="every 3s"' in page
+    assert "Use the endpoint" not in page and 'hx-trigger="every 1s"' in page
     ResourceRequest.objects.filter(pk=req.pk).update(state=S.READY)
     access = services.endpoint_access(endpoint)
     page = bob.get(f"/t/alpha/requests/{req.pk}/").content.decode()
@@ -389,7 +389,7 @@ def test_an_endpoint_shows_its_url_and_curl_once_ready(
     assert "/v1/chat/completions" in page and "Copy" in page
     assert "https://alpha.models.ai-factory.example.com/" in page
     assert "x-api-key: $AI_FACTORY_API_KEY" in page and access["cluster_url"] in page
-    assert 'hx-trigger="every 3s"' not in page  # ready is final: no more polling
+    assert 'hx-trigger="every 1s"' not in page  # ready is final: no more polling
     assert "Download kubeconfig" not in page
 
 

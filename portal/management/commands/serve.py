@@ -4,7 +4,9 @@ Without CELERY_BROKER_URL, jobs run on the in-process thread pool and the beat s
 timer thread in this process; with a broker, this only serves HTTP and Celery does the rest.
 With FLEET_SIMULATOR (the default when no cluster is configured) the fleet simulator serves
 its Kubernetes API at FLEET_SIMULATOR_ADDR from this process too, playing Flux on the portal's
-own repository.
+own repository, and posting Flux events, signed, to the portal's /hooks/flux/. With
+FLEET_WATCH the fleet watcher (``fleet.watch``) runs as threads here too, so status arrives as
+events; the scheduled sync stays as the fallback.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ class Command(BaseCommand):
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
 
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
-        simulator = self._start_simulator() if settings.FLEET_SIMULATOR else None
+        simulator = self._start_simulator(addrport) if settings.FLEET_SIMULATOR else None
+        watcher = None
+        if settings.FLEET_WATCH:
+            from fleet.watch import Watcher
+
+            watcher = Watcher()
+            watcher.start()
+            self.stdout.write("The fleet watcher follows the cluster from this process.")
         beat = None
         if runner_mode() == "thread":
             beat = EmbeddedBeat()
@@ -36,12 +45,14 @@ class Command(BaseCommand):
             # No autoreloader: it would fork a second process with a second schedule.
             call_command("runserver", addrport, use_reloader=False, use_threading=True)
         finally:
+            if watcher is not None:
+                watcher.stop()
             if beat is not None:
                 beat.stop()
             if simulator is not None:
                 simulator.stop()
 
-    def _start_simulator(self) -> Any:
+    def _start_simulator(self, addrport: str) -> Any:
         from fleet.simulator import Simulator
         from fleet.simulator.config import SimConfig, load_config
 
@@ -57,6 +68,10 @@ class Command(BaseCommand):
         # names another directory (crd_dir).
         if not config.crd_dir and settings.GITOPS_SCHEMA_DIR:
             config = dataclasses.replace(config, crd_dir=settings.GITOPS_SCHEMA_DIR)
+        if settings.FLUX_WEBHOOK_SECRET and not config.flux_events_address:
+            # Its notification-controller posts to this portal, as the rendered Provider would.
+            portal = addrport if ":" in addrport else f"127.0.0.1:{addrport}"
+            config = dataclasses.replace(config, flux_events_address=f"http://{portal}/hooks/flux/")
         from gitops.sources import simulator_git_options
 
         simulator = Simulator(
@@ -65,6 +80,7 @@ class Command(BaseCommand):
             branch=settings.GITOPS_MAIN_BRANCH,
             # Its Flux reads tenants' sources with their own tokens, checked as the portal's
             # Git endpoint checks them.
+            flux_events_secret=settings.FLUX_WEBHOOK_SECRET.encode(),
             **simulator_git_options(),
         )
         url = simulator.start(host or "127.0.0.1", int(port))
