@@ -6,7 +6,7 @@ import requests
 from django.conf import settings
 from django.db import transaction
 
-from gitops import sources
+from gitops import merge_queue, sources
 from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
@@ -156,3 +156,11 @@ def maintain_repository(job: Job) -> None:
         f"repository packed where needed; {count} tenant projections checked;"
         f" {pruned} old forge deliveries forgotten",
     )
+
+
+@job_task("gitops.merge_queue")
+def run_merge_queue(job: Job) -> None:
+    """Work through the merge queue in batches (``gitops.merge_queue``); a run that finds
+    another runner at work leaves the queue to it."""
+    outcome = merge_queue.run_queue(f"job {job.pk}", job.append_log)
+    job.set_progress(100, outcome)
