@@ -267,6 +267,18 @@ def open_change(
     return change
 
 
+def schedule_checks(change: ChangeRequest, acting_user: Any) -> None:
+    """Run the change's own checks after commit (one opened with ``run_checks=False`` that
+    did not go into the merge queue after all)."""
+    enqueue(
+        "gitops.run_checks",
+        title=f"Checks for change #{change.pk}",
+        created_by=acting_user,
+        change_id=change.pk,
+        sha=change.head_sha,
+    )
+
+
 def _schedule_checks(change: ChangeRequest, acting_user: Any, *, run_checks: bool = True) -> None:
     if settings.GITOPS_FORGE and not change.forge_number:
         enqueue(
@@ -275,15 +287,8 @@ def _schedule_checks(change: ChangeRequest, acting_user: Any, *, run_checks: boo
             created_by=acting_user,
             change_id=change.pk,
         )
-    if not run_checks and not settings.GITOPS_FORGE:
-        return
-    enqueue(
-        "gitops.run_checks",
-        title=f"Checks for change #{change.pk}",
-        created_by=acting_user,
-        change_id=change.pk,
-        sha=change.head_sha,
-    )
+    if run_checks or settings.GITOPS_FORGE:
+        schedule_checks(change, acting_user)
 
 
 def _locked(change: ChangeRequest) -> ChangeRequest:

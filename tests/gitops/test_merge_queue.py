@@ -351,3 +351,23 @@ def test_members_cannot_queue_their_tenants_change(
     change = _approved(world, on_commit, TenantSpec(slug="alpha"))
     assert login("alice").post(f"/changes/{change.pk}/enqueue/").status_code == 403
     assert not MergeQueueEntry.objects.exists()
+
+
+def test_the_api_queues_a_change_and_shows_it(
+    world: dict[str, Any], on_commit: Any, django_user_model: Any
+) -> None:
+    from api.tokens import do_create_token
+
+    change = _approved(world, on_commit, TenantSpec(slug="alpha"))
+    text = do_create_token(
+        acting_user=world["pam"], owner=world["pam"], name="pam", scope="admin", expires_in_days=1
+    )[1]
+    pam = Client(HTTP_AUTHORIZATION=f"Bearer {text}")
+    with on_commit(execute=False):
+        response = pam.post(f"/api/v1/changes/{change.pk}/enqueue/", "{}", "application/json")
+    assert response.status_code == 200, response.content
+    assert response.json()["merge_queue"]["state"] == "queued"
+    again = pam.post(f"/api/v1/changes/{change.pk}/enqueue/", "{}", "application/json")
+    assert again.status_code == 400 and "already in the merge queue" in again.content.decode()
+    out = pam.post(f"/api/v1/changes/{change.pk}/dequeue/", "{}", "application/json")
+    assert out.status_code == 200 and out.json()["merge_queue"]["state"] == "removed"
