@@ -371,3 +371,31 @@ def test_the_api_queues_a_change_and_shows_it(
     assert again.status_code == 400 and "already in the merge queue" in again.content.decode()
     out = pam.post(f"/api/v1/changes/{change.pk}/dequeue/", "{}", "application/json")
     assert out.status_code == 200 and out.json()["merge_queue"]["state"] == "removed"
+
+
+def test_the_queue_page_costs_the_same_queries_for_3_and_30_entries(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    pam = login("pam")
+
+    def grow(count: int) -> None:
+        for n in range(count):
+            change = ChangeRequest.objects.create(title=f"c{n}", tenant_slug="alpha")
+            state = ("queued", "checking", "merged", "failed")[n % 4]
+            batch = MergeQueueBatch.objects.create(size=1) if state != "queued" else None
+            MergeQueueEntry.objects.create(
+                change=change, enqueued_by=world["pam"], state=state, batch=batch, reason="r"
+            )
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert pam.get("/changes/queue/").status_code == 200
+        return len(captured)
+
+    grow(3)
+    small = count()
+    grow(27)
+    assert count() == small
