@@ -115,7 +115,9 @@ def run_queue(label: str, log: Log) -> str:
                 batches += 1
                 done, lost = _run_batch(batch, entries, log)
                 merged, failed = merged + done, failed + lost
-                acquire_lease(holder)  # renew
+                if not acquire_lease(holder):  # renew; lost only after a batch past the lease
+                    log("the lease expired during a batch; another runner goes on")
+                    return f"{batches} batches: {merged} changes merged, {failed} failed"
         finally:
             release_lease(holder)
         if not MergeQueueEntry.objects.filter(state=E.QUEUED).exists():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import requests
 from django.conf import settings
 from django.db import transaction
@@ -13,7 +15,7 @@ from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
 from gitops.services import do_merge_revocation, prune_forge_deliveries, repository
 from gitops.usertext import defuse_forge_references, user_text
-from portal.jobs import job_task
+from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
 
 
@@ -164,3 +166,5 @@ def run_merge_queue(job: Job) -> None:
     another runner at work leaves the queue to it."""
     outcome = merge_queue.run_queue(f"job {job.pk}", job.append_log)
     job.set_progress(100, outcome)
+    # The schedule runs it every minute: keep an hour of quiet runs.
+    prune_scheduled("gitops.merge_queue", timedelta(hours=1))
