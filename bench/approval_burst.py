@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,8 @@ def one_size(args: argparse.Namespace) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 worker.kill()
     facts["load"] = round(os.getloadavg()[0], 2)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
     return facts
 
 
@@ -383,6 +386,7 @@ def main() -> None:
     )
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the repository and logs")
     parser.add_argument("--one-size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_size:
@@ -398,8 +402,7 @@ def main() -> None:
         for flag in ("requests", "baseline", "workers", "batch", "timeout", "broker"):
             command += [f"--{flag}", str(getattr(args, flag))]
         command += ["--database-url", args.database_url]
-        if args.profile:
-            command.append("--profile")
+        command += [f"--{flag}" for flag in ("profile", "keep") if getattr(args, flag)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if result.returncode != 0:
             print(result.stderr[-4000:], file=sys.stderr)
