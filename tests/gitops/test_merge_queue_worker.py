@@ -72,6 +72,18 @@ def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[s
         except subprocess.TimeoutExpired:
             proc.kill()
         celery_app.conf.update(old)
+        _forget_broker_connections()
+
+
+def _forget_broker_connections() -> None:
+    """Drop the app's pooled connections to our broker (Redis DB 12), as Celery does after a
+    fork: a later test that points the app at another broker must not publish to ours."""
+    if celery_app._pool is not None:
+        celery_app._pool.force_close_all()
+    celery_app._pool = None
+    amqp = celery_app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
 
 
 def test_a_real_worker_merges_the_queued_changes_in_one_batch(
