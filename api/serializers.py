@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.models import ApiToken, Robot
 from catalog.models import RequestEvent, ResourceRequest
-from gitops.models import ChangeRequest, CheckRun, Review
+from gitops.models import ChangeRequest, CheckRun, MergeQueueEntry, Review
 from tenants.models import Membership, Role, Tenant
 
 
@@ -46,6 +47,11 @@ class RequiredNoteInput(StrictSerializer):
 class ApproveInput(StrictSerializer):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
     allow_overcommit = serializers.BooleanField(required=False, default=False)
+    merge = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Approve and merge: the pull request goes into the merge queue.",
+    )
 
 
 class ReviewInput(StrictSerializer):
@@ -204,10 +210,19 @@ class ChangeSerializer(serializers.ModelSerializer[ChangeRequest]):
         return _name(change.merged_by)
 
 
+class MergeQueueSerializer(serializers.ModelSerializer[MergeQueueEntry]):
+    enqueued_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = MergeQueueEntry
+        fields = ["state", "enqueued_at", "enqueued_by", "batch", "reason", "finished_at"]
+
+
 class ChangeDetailSerializer(ChangeSerializer):
     checks = serializers.SerializerMethodField()
     reviews = ReviewSerializer(many=True)
     merge_blockers = serializers.ListField(child=serializers.CharField())
+    merge_queue = serializers.SerializerMethodField()
 
     class Meta(ChangeSerializer.Meta):
         fields = [
@@ -222,6 +237,7 @@ class ChangeDetailSerializer(ChangeSerializer):
             "checks",
             "reviews",
             "merge_blockers",
+            "merge_queue",
         ]
 
     def get_checks(self, change: ChangeRequest) -> list[dict[str, Any]]:
@@ -231,6 +247,12 @@ class ChangeDetailSerializer(ChangeSerializer):
         for run in runs:
             latest.setdefault(run.name, run)
         return [dict(CheckSerializer(run).data) for run in latest.values()]
+
+    @extend_schema_field(MergeQueueSerializer(allow_null=True))
+    def get_merge_queue(self, change: ChangeRequest) -> dict[str, Any] | None:
+        """The change's latest time in the merge queue (queued, checking, or how it ended)."""
+        entry = change.queue_entries.order_by("-enqueued_at", "-id").first()
+        return dict(MergeQueueSerializer(entry).data) if entry is not None else None
 
 
 class FleetCapacitySerializer(serializers.Serializer[Any]):

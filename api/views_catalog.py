@@ -108,14 +108,19 @@ class RequestViewSet(ScopedViewSet):
     @_action_schema(
         "Approve a request (platform admins)",
         ApproveInput,
-        "Opens its pull request. Nobody approves what they asked for themselves.",
+        "Opens its pull request (with merge: true also puts it into the merge queue). Nobody "
+        "approves what they asked for themselves.",
     )
     @action(detail=True, methods=["post"], write_scope=ADMIN)
     def approve(self, request: Request, pk: str) -> Response:
         return self._act(
             ApproveInput,
             lambda r, d: catalog.do_approve(
-                r, acting_user=request.user, note=d["note"], allow_overcommit=d["allow_overcommit"]
+                r,
+                acting_user=request.user,
+                note=d["note"],
+                allow_overcommit=d["allow_overcommit"],
+                merge=d["merge"],
             ),
         )
 
@@ -207,4 +212,34 @@ class ChangeViewSet(ScopedViewSet):
         self.check_if_match(change)
         self.input(EmptyInput)
         gitops.do_merge(change, acting_user=request.user)
+        return self.detail_response(self.get_queryset().get(pk=change.pk))
+
+    @extend_schema(
+        summary="Put a change into the merge queue (platform admins)",
+        description="Merge when ready: the next batch checks it with the others and merges it. "
+        "Its own checks need not have finished; its approvals must be there.",
+        parameters=[IF_MATCH],
+        request=EmptyInput,
+        responses=write_responses(ChangeDetailSerializer),
+    )
+    @action(detail=True, methods=["post"])
+    def enqueue(self, request: Request, pk: str) -> Response:
+        change = self.get_object()
+        self.check_if_match(change)
+        self.input(EmptyInput)
+        gitops.do_enqueue_merge(change, acting_user=request.user)
+        return self.detail_response(self.get_queryset().get(pk=change.pk))
+
+    @extend_schema(
+        summary="Take a change out of the merge queue (platform admins)",
+        parameters=[IF_MATCH],
+        request=EmptyInput,
+        responses=write_responses(ChangeDetailSerializer),
+    )
+    @action(detail=True, methods=["post"])
+    def dequeue(self, request: Request, pk: str) -> Response:
+        change = self.get_object()
+        self.check_if_match(change)
+        self.input(EmptyInput)
+        gitops.do_dequeue(change, acting_user=request.user)
         return self.detail_response(self.get_queryset().get(pk=change.pk))

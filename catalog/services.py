@@ -703,9 +703,14 @@ def do_approve(
     note: str = "",
     allow_overcommit: bool = False,
     seen: str = "",
+    merge: bool = False,
 ) -> ResourceRequest:
     """Approve, then open the pull request. ``seen`` is the digest of the diff the approver
-    looked at: when main moved and the diff is no longer that, nothing happens."""
+    looked at: when main moved and the diff is no longer that, nothing happens.
+
+    ``merge`` ("approve and merge") also puts the pull request into the merge queue, which
+    checks it with the others of its batch and merges it: a burst of approvals costs a check
+    run per batch, not per request."""
     with transaction.atomic():
         request = _decide(request, acting_user)
         if request.state != S.SUBMITTED:
@@ -740,10 +745,12 @@ def do_approve(
         request.decided_by, request.decision_note = acting_user, note
         request.allow_overcommit = allow_overcommit and bool(check.overcommit)
         _move(request, S.APPROVED, actor=acting_user, note=note)
-    return open_pull_request(request, acting_user=acting_user)
+    return open_pull_request(request, acting_user=acting_user, merge=merge)
 
 
-def open_pull_request(request: ResourceRequest, *, acting_user: Any) -> ResourceRequest:
+def open_pull_request(
+    request: ResourceRequest, *, acting_user: Any, merge: bool = False
+) -> ResourceRequest:
     """Open the request's pull request (first time or retry). A failure is recorded on the
     request, which keeps its state, so an admin can retry; Git and the database agree: a
     branch written before a later step failed is deleted again."""
@@ -759,7 +766,10 @@ def open_pull_request(request: ResourceRequest, *, acting_user: Any) -> Resource
             if request.change is not None and request.change.is_open:
                 gitops.do_close(request.change, acting_user=acting_user, reason="superseded")
             # The review is the approver's, whoever clicks retry.
-            change = _open_change(request, request.decided_by or acting_user, opened)
+            queue = merge and not settings.GITOPS_FORGE
+            change = _open_change(
+                request, request.decided_by or acting_user, opened, run_checks=not queue
+            )
             request.change = change
             request.error = ""
             request.save(update_fields=["change", "error", "updated_at"])
@@ -773,6 +783,8 @@ def open_pull_request(request: ResourceRequest, *, acting_user: Any) -> Resource
                 actor=acting_user,
                 note=f"pull request #{change.pk}",
             )
+            if queue:
+                _enqueue_merge(request, change, acting_user)
     except Exception as exc:  # a failed Git write, a spec the fleet no longer accepts
         for change in opened:  # its row was rolled back; the branch must go too
             try:
@@ -796,8 +808,25 @@ def open_pull_request(request: ResourceRequest, *, acting_user: Any) -> Resource
     return request
 
 
+def _enqueue_merge(request: ResourceRequest, change: ChangeRequest, acting_user: Any) -> None:
+    """Put the request's fresh pull request into the merge queue. When it cannot go (more
+    approvals required than the approver's, say), it runs its own checks and waits for a
+    merge by hand, as without "merge"; the request says why."""
+    try:
+        with transaction.atomic():
+            gitops.do_enqueue_merge(change, acting_user=acting_user)
+    except ValidationError as exc:
+        gitops.schedule_checks(change, acting_user)
+        request.error = "Not added to the merge queue: " + " ".join(exc.messages)
+        request.save(update_fields=["error", "updated_at"])
+
+
 def _open_change(
-    request: ResourceRequest, approver: Any, opened: list[ChangeRequest] | None = None
+    request: ResourceRequest,
+    approver: Any,
+    opened: list[ChangeRequest] | None = None,
+    *,
+    run_checks: bool = True,
 ) -> ChangeRequest:
     fleet = configured_fleet()
     decommission = request.action == A.DECOMMISSION
@@ -820,6 +849,7 @@ def _open_change(
         requested_by=request.requested_by,
         description="\n\n".join(lines),
         allow_overcommit=request.allow_overcommit,
+        run_checks=run_checks,
     )
     if opened is not None:
         opened.append(change)

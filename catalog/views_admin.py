@@ -65,6 +65,8 @@ class ApproveForm(forms.Form):
         widget=forms.HiddenInput,
         error_messages={"required": "The page was out of date: look at the diff and try again."},
     )
+    # The "approve and merge" button: the pull request goes into the merge queue.
+    merge = forms.BooleanField(required=False)
 
 
 class RejectForm(forms.Form):
@@ -292,6 +294,12 @@ def approve(request: HttpRequest, request_id: int) -> HttpResponse:
         else:
             if req.error:
                 messages.warning(request, f"Approved. {req.error} Retry below.")
+            elif form.cleaned_data["merge"]:
+                messages.success(
+                    request,
+                    f"Approved: pull request #{req.change_id} is in the merge queue and merges "
+                    "with its batch.",
+                )
             else:
                 messages.success(request, f"Approved: pull request #{req.change_id} is open.")
             return _back(req)

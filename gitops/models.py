@@ -253,3 +253,102 @@ class ServedCrd(models.Model):
     @property
     def served_versions(self) -> list[str]:
         return [v["name"] for v in self.versions if v.get("served")]
+
+
+class MergeQueueBatch(models.Model):
+    """One run of the merge queue over up to ``GITOPS_MERGE_QUEUE_BATCH`` queued changes.
+
+    The changes are squashed onto main's tip one after another in memory (a chain), the checks
+    run once over the combined tree, and main moves to the chain's tip in one compare-and-swap.
+    ``check_runs`` counts how often the checks ran: once when the batch passes, a few more
+    when a failing change had to be found by bisection, again after main moved under it.
+    """
+
+    class State(models.TextChoices):
+        CHECKING = "checking", "Checking"
+        MERGED = "merged", "Merged"
+        FAILED = "failed", "Nothing merged"
+
+    state = models.CharField(max_length=8, choices=State.choices, default=State.CHECKING)
+    base_sha = models.CharField(max_length=40, blank=True)
+    tip_sha = models.CharField(max_length=40, blank=True)
+    size = models.PositiveIntegerField(default=0)
+    merged = models.PositiveIntegerField(default=0)
+    check_runs = models.PositiveIntegerField(default=0)
+    rebuilds = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"merge queue batch {self.pk} ({self.state}, {self.merged} of {self.size})"
+
+
+class MergeQueueEntry(models.Model):
+    """A change waiting in (or gone through) the merge queue.
+
+    ``queued`` until a batch takes it (``checking``), then ``merged`` or ``failed`` with the
+    reason (a conflict, its checks' findings, a missing approval); ``removed`` when someone
+    took it out first. At most one queued or checking entry per change.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        CHECKING = "checking", "Checking"
+        MERGED = "merged", "Merged"
+        FAILED = "failed", "Failed"
+        REMOVED = "removed", "Removed"
+
+    ACTIVE = (State.QUEUED, State.CHECKING)
+
+    change = models.ForeignKey(
+        ChangeRequest, on_delete=models.CASCADE, related_name="queue_entries"
+    )
+    enqueued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    enqueued_at = models.DateTimeField(default=timezone.now, db_index=True)
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    batch = models.ForeignKey(
+        MergeQueueBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="entries"
+    )
+    reason = models.TextField(blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["enqueued_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["change"],
+                condition=models.Q(state__in=["queued", "checking"]),
+                name="mergequeue_one_active_entry",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state__in=["queued", "checking", "merged", "failed", "removed"]),
+                name="mergequeue_state_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "enqueued_at"], name="mergequeue_state_idx")]
+
+    def __str__(self) -> str:
+        return f"#{self.change_id} in the merge queue ({self.state})"
+
+
+class MergeQueueLease(models.Model):
+    """Who runs the merge queue now (one row): only one batch runs at a time, across
+    processes and replicas.
+
+    A lease, not a held row lock: a batch runs checks for seconds, and a database transaction
+    held open that long would also keep its row updates invisible (the queue page could not
+    show "checking"). Taking the lease is one conditional UPDATE, atomic on every database;
+    a worker killed mid-batch leaves a lease that expires (``GITOPS_MERGE_QUEUE_LEASE_SECONDS``),
+    after which the next runner puts that batch's entries back in the queue.
+    """
+
+    holder = models.CharField(max_length=64, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"merge queue lease ({self.holder or 'free'})"

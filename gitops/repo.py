@@ -63,6 +63,8 @@ import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 
 __all__ = [
+    "Chain",
+    "ChainItem",
     "FileChange",
     "GitRepository",
     "GitRepositoryError",
@@ -215,6 +217,32 @@ class Remote:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     timeout: float = 20.0
+
+
+@dataclass(frozen=True)
+class ChainItem:
+    """One change to squash onto a chain (:meth:`GitRepository.squash_chain`): its head commit,
+    the message and identities of its squash commit, and the caller's ``key`` for it."""
+
+    key: int
+    head: str
+    message: str
+    author: Identity
+    committer: Identity
+
+
+@dataclass(frozen=True)
+class Chain:
+    """What :meth:`GitRepository.squash_chain` built on ``base``: one commit per item that
+    changed something (``commits``: key -> its commit, in order), the last one (``tip``, or
+    ``base`` when none), the items left out for clashing with those before them
+    (``conflicts``: key -> paths), and those whose changes ``base`` already had (``empty``)."""
+
+    base: str
+    tip: str
+    commits: dict[int, str] = field(default_factory=dict)
+    conflicts: dict[int, list[str]] = field(default_factory=dict)
+    empty: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -689,6 +717,68 @@ class GitRepository:
         sha = self._write_commit(tree_id, parents, message, author, committer or author)
         self._update_ref(ref, sha, ours_sha)
         return sha
+
+    def squash_chain(
+        self,
+        base: str,
+        items: Sequence[ChainItem],
+        *,
+        resolve: Callable[[ChainItem, MergeConflict, Snapshot], Changes | None] | None = None,
+    ) -> Chain:
+        """Squash each item's head onto ``base``, one after another, as :meth:`merge` would
+        one at a time, but writing commit objects only: no ref moves.
+
+        The result is the history main would have if the items merged in this order (each
+        commit's parent the one before, its tree the three-way merge of its change onto the
+        tree so far). An item whose changes clash with those before it is left out with the
+        paths, unless ``resolve`` (given the item, the conflict and a snapshot of the chain so
+        far) returns the files to write instead. Nothing is visible to anyone until the caller
+        moves a branch to the chain with :meth:`advance_branch`, once.
+        """
+        base_commit = self._commit(base)
+        tip = base_commit
+        commits: dict[int, str] = {}
+        conflicts: dict[int, list[str]] = {}
+        empty: list[int] = []
+        for item in items:
+            theirs = self._commit(item.head)
+            if self.is_ancestor(str(theirs.id), str(base_commit.id)):
+                empty.append(item.key)
+                continue
+            # The change's own base: where its branch left main (the chain descends from it).
+            fork = self.merge_base(str(base_commit.id), str(theirs.id))
+            if fork is None:
+                conflicts[item.key] = ["(no common history with main)"]
+                continue
+            try:
+                if fork == str(tip.id):
+                    tree_id = theirs.tree_id
+                else:
+                    tree_id = self._merge_trees(self._commit(fork).tree, tip.tree, theirs.tree)
+            except MergeConflict as exc:
+                files = resolve(item, exc, Snapshot(self, str(tip.id))) if resolve else None
+                if files is None:
+                    conflicts[item.key] = exc.paths
+                    continue
+                tree_id = self._build_tree(tip.tree_id, _nest(files))
+            if tree_id == tip.tree_id:
+                empty.append(item.key)
+                continue
+            sha = self._write_commit(tree_id, [tip.id], item.message, item.author, item.committer)
+            commits[item.key] = sha
+            tip = self._commit(sha)
+        return Chain(str(base_commit.id), str(tip.id), commits, conflicts, empty)
+
+    def advance_branch(self, branch: str, new: str, *, expected: str) -> str:
+        """Move ``branch`` from ``expected`` to ``new``, a descendant of it (a chain built by
+        :meth:`squash_chain`), in one compare-and-swap; :class:`RefConflict` when the branch
+        is elsewhere now. Never rewinds: ``new`` must contain ``expected``."""
+        if not self.is_ancestor(expected, new):
+            raise GitRepositoryError(f"{new} does not descend from {expected}")
+        ref = self._ref_name(branch)
+        with self._writer_queue(ref):
+            self._update_ref(ref, new, expected)
+        return new
 
     def project(
         self,

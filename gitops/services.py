@@ -26,7 +26,13 @@ from django.utils.module_loading import import_string
 from gitops.checks.cluster_access import is_bindings_file, narrows_only
 from gitops.fleet import base_fleet, flavor_mapping, with_inventory
 from gitops.forges import WebhookEvent
-from gitops.models import ChangeRequest, FleetInventory, ForgeDelivery, Review
+from gitops.models import (
+    ChangeRequest,
+    FleetInventory,
+    ForgeDelivery,
+    MergeQueueEntry,
+    Review,
+)
 from gitops.render import (
     render_cluster_bootstrap,
     render_infrastructure,
@@ -44,6 +50,7 @@ from gitops.repo import (
     Remote,
     RemoteError,
     RemoteUnavailable,
+    Snapshot,
     format_message,
 )
 from gitops.specs import Flavor, FleetSpec, PortalDeploySpec, SpecError, TenantSpec
@@ -169,7 +176,7 @@ def reconcile_merged(*, window: int = 10_000) -> list[int]:
             change = ChangeRequest.objects.select_for_update().get(pk=pk)
             if not change.is_open:
                 continue
-            _record_merged(
+            _record_merge(
                 change,
                 found[str(pk)],
                 acting_user=None,
@@ -373,8 +380,12 @@ def open_change(
     description: str = "",
     requested_by: Any = None,
     allow_overcommit: bool = False,
+    run_checks: bool = True,
 ) -> ChangeRequest:
-    """Commit ``changes`` on a new branch ``change/<id>`` from main and open it for review."""
+    """Commit ``changes`` on a new branch ``change/<id>`` from main and open it for review.
+
+    ``run_checks=False`` leaves out the change's own check run: for a change that goes into
+    the merge queue at once, whose batch runs the checks over it with the others."""
     if not changes:
         raise ValidationError("Nothing would change: the repository already matches this.")
     if kind not in ChangeRequest.Kind.values:
@@ -424,18 +435,13 @@ def open_change(
         tenant_slug=tenant_slug,
         diff={"files": [None, len(change.files_changed)], "head": [None, change.head_sha[:12]]},
     )
-    _schedule_checks(change, acting_user)
+    _schedule_checks(change, acting_user, run_checks=run_checks)
     return change
 
 
-def _schedule_checks(change: ChangeRequest, acting_user: Any) -> None:
-    if settings.GITOPS_FORGE and not change.forge_number:
-        enqueue(
-            "gitops.open_forge_pull_request",
-            title=f"Open change #{change.pk} on the forge",
-            created_by=acting_user,
-            change_id=change.pk,
-        )
+def schedule_checks(change: ChangeRequest, acting_user: Any) -> None:
+    """Run the change's own checks after commit (one opened with ``run_checks=False`` that
+    did not go into the merge queue after all)."""
     enqueue(
         "gitops.run_checks",
         title=f"Checks for change #{change.pk}",
@@ -443,6 +449,18 @@ def _schedule_checks(change: ChangeRequest, acting_user: Any) -> None:
         change_id=change.pk,
         sha=change.head_sha,
     )
+
+
+def _schedule_checks(change: ChangeRequest, acting_user: Any, *, run_checks: bool = True) -> None:
+    if settings.GITOPS_FORGE and not change.forge_number:
+        enqueue(
+            "gitops.open_forge_pull_request",
+            title=f"Open change #{change.pk} on the forge",
+            created_by=acting_user,
+            change_id=change.pk,
+        )
+    if run_checks or settings.GITOPS_FORGE:
+        schedule_checks(change, acting_user)
 
 
 def _locked(change: ChangeRequest) -> ChangeRequest:
@@ -556,10 +574,9 @@ def do_merge(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
     )
 
 
-def _merge(
-    change: ChangeRequest, *, acting_user: Any, approved_by: str, audit: dict[str, list[Any]]
-) -> ChangeRequest:
-    """Squash the locked, mergeable ``change`` onto main and publish it after commit."""
+def _merge_message(change: ChangeRequest, acting_user: Any, approved_by: str, **extra: str) -> str:
+    """The squash commit's message: the change's title and description, and trailers naming
+    the change, its requester, its approvers and who merged it."""
     trailers = {
         "Change-Request": str(change.pk),
         "Requested-by": _trailer(change.requested_by or change.author),
@@ -568,7 +585,15 @@ def _merge(
     }
     if change.tenant_slug:
         trailers["Tenant"] = change.tenant_slug
-    message = format_message(change.title, change.description, trailers)
+    trailers.update(extra)
+    return format_message(change.title, change.description, trailers)
+
+
+def _merge(
+    change: ChangeRequest, *, acting_user: Any, approved_by: str, audit: dict[str, list[Any]]
+) -> ChangeRequest:
+    """Squash the locked, mergeable ``change`` onto main and publish it after commit."""
+    message = _merge_message(change, acting_user, approved_by)
     author, committer = identity(change.requested_by or change.author), identity(acting_user)
     try:
         try:
@@ -599,12 +624,15 @@ def _merge(
             f"Waiting for the Git remote: {exc}. The change stays open and unmerged; merge it "
             "again once the remote answers."
         ) from exc
-    return _record_merged(change, sha, acting_user=acting_user, audit=audit)
+    return _record_merge(change, sha, acting_user=acting_user, audit=audit)
 
 
-def _record_merged(
+def _record_merge(
     change: ChangeRequest, sha: str, *, acting_user: Any, audit: dict[str, list[Any]]
 ) -> ChangeRequest:
+    """Mark the locked ``change`` merged as ``sha``, with its audit row, and publish it after
+    commit: what every way of merging (one change, a merge queue batch) does once main holds
+    the change's commit."""
     change.status = ChangeRequest.Status.MERGED
     change.merge_sha = sha
     change.merged_by = acting_user if getattr(acting_user, "pk", None) else None
@@ -625,6 +653,83 @@ def _record_merged(
         change_id=change.pk,
     )
     return change
+
+
+# --- the merge queue (gitops.merge_queue runs the batches) ---------------------------------
+
+
+def queue_blockers(change: ChangeRequest) -> list[str]:
+    """Why the change cannot go into the merge queue now; empty when it can.
+
+    As for a merge, except that its own checks need not have finished: the batch checks it
+    with the others. Checks that already failed on its head keep it out."""
+    pending = "Checks are still running."
+    return [reason for reason in merge_blockers(change) if reason != pending]
+
+
+def queued_entry(change: ChangeRequest) -> MergeQueueEntry | None:
+    """The change's queued or checking entry, if it is in the queue."""
+    return change.queue_entries.filter(state__in=MergeQueueEntry.ACTIVE).first()
+
+
+@transaction.atomic
+def do_enqueue_merge(change: ChangeRequest, *, acting_user: Any) -> MergeQueueEntry:
+    """Put an approved change into the merge queue ("merge when ready"): the next batch
+    squashes it onto main with the others queued before it, checks the combined tree once and
+    merges them together. Who may do it: who may merge the change."""
+    _require(acting_user, "merge", change)
+    change = _locked(change)
+    reasons = queue_blockers(change)
+    if reasons:
+        raise ValidationError(reasons)
+    if queued_entry(change) is not None:
+        raise ValidationError(f"Change #{change.pk} is already in the merge queue.")
+    entry = MergeQueueEntry.objects.create(
+        change=change, enqueued_by=acting_user if getattr(acting_user, "pk", None) else None
+    )
+    record_audit(
+        actor=acting_user,
+        action="change.enqueue",
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"merge_queue": [None, "queued"]},
+    )
+    enqueue(
+        "gitops.merge_queue",
+        title=f"Merge queue (change #{change.pk} added)",
+        created_by=acting_user,
+    )
+    return entry
+
+
+@transaction.atomic
+def do_dequeue(change: ChangeRequest, *, acting_user: Any, reason: str = "") -> MergeQueueEntry:
+    """Take a queued change out of the merge queue. A change whose batch is already being
+    checked stays: the batch decides it (a merge can no longer be half-taken back)."""
+    _require(acting_user, "merge", change)
+    entry = (
+        MergeQueueEntry.objects.select_for_update()
+        .filter(change=change, state__in=MergeQueueEntry.ACTIVE)
+        .first()
+    )
+    if entry is None:
+        raise ValidationError(f"Change #{change.pk} is not in the merge queue.")
+    if entry.state != MergeQueueEntry.State.QUEUED:
+        raise ValidationError(
+            f"Change #{change.pk} is being checked in a batch now; it can no longer be taken out."
+        )
+    entry.state = MergeQueueEntry.State.REMOVED
+    entry.reason = " ".join(reason.split())[:500] or "taken out of the queue"
+    entry.finished_at = timezone.now()
+    entry.save(update_fields=["state", "reason", "finished_at"])
+    record_audit(
+        actor=acting_user,
+        action="change.dequeue",
+        target=change,
+        tenant_slug=change.tenant_slug,
+        diff={"merge_queue": ["queued", "removed"], "reason": [None, entry.reason[:200]]},
+    )
+    return entry
 
 
 def narrowing(change: ChangeRequest) -> tuple[bool, str]:
@@ -673,6 +778,26 @@ def do_merge_revocation(change: ChangeRequest) -> ChangeRequest | None:
 TENANT_INDEX = "tenants/kustomization.yaml"
 
 
+def regenerating_index(change: ChangeRequest) -> Callable[[Snapshot], dict[str, bytes | None]]:
+    """What to write to merge ``change`` onto a tip whose only clash with it is the tenant
+    index: its own files (each untouched on the tip since the change's base, or
+    :class:`MergeConflict`) and the index rendered again from the directories that result."""
+    repo = repository()
+    before, after = _tenant_slugs(repo, change.base_sha), _tenant_slugs(repo, change.head_sha)
+    own = {p: repo.read_file(change.head_sha, p) for p in change.files_changed if p != TENANT_INDEX}
+
+    def build(tip: Snapshot) -> dict[str, bytes | None]:
+        clashes = [p for p in own if tip.read_file(p) != repo.read_file(change.base_sha, p)]
+        if clashes:
+            raise MergeConflict(clashes)
+        slugs = {d.rstrip("/") for d in tip.list_dir("tenants/") if d.endswith("/")}
+        changes: dict[str, bytes | None] = dict(own)
+        changes.update(render_tenants_index((slugs | (after - before)) - (before - after)))
+        return changes
+
+    return build
+
+
 def _merge_regenerating_index(
     change: ChangeRequest, message: str, author: Identity, committer: Identity
 ) -> str:
@@ -685,24 +810,11 @@ def _merge_regenerating_index(
     index is rendered again from the directories that result. Compare-and-swap with retry, as
     any write to main.
     """
-    repo = repository()
-    before, after = _tenant_slugs(repo, change.base_sha), _tenant_slugs(repo, change.head_sha)
-    own = {p: repo.read_file(change.head_sha, p) for p in change.files_changed if p != TENANT_INDEX}
-
-    def build(tip: Any) -> dict[str, bytes | None]:
-        clashes = [p for p in own if tip.read_file(p) != repo.read_file(change.base_sha, p)]
-        if clashes:
-            raise MergeConflict(clashes)
-        slugs = {d.rstrip("/") for d in tip.list_dir("tenants/") if d.endswith("/")}
-        changes: dict[str, bytes | None] = dict(own)
-        changes.update(render_tenants_index((slugs | (after - before)) - (before - after)))
-        return changes
-
     return write_main(
         lambda main: (
             _already_merged(main, change)
             or main.commit_with_retry(
-                build,
+                regenerating_index(change),
                 branch=settings.GITOPS_MAIN_BRANCH,
                 message=message,
                 author=author,
@@ -720,6 +832,11 @@ def do_close(change: ChangeRequest, *, acting_user: Any, reason: str = "") -> Ch
     change.status = ChangeRequest.Status.CLOSED
     change.closed_at = timezone.now()
     change.save(update_fields=["status", "closed_at", "updated_at"])
+    change.queue_entries.filter(state=MergeQueueEntry.State.QUEUED).update(
+        state=MergeQueueEntry.State.REMOVED,
+        reason="the change was closed",
+        finished_at=change.closed_at,
+    )
     record_audit(
         actor=acting_user,
         action="change.close",
@@ -784,6 +901,7 @@ def open_tenant_change(
     requested_by: Any = None,
     description: str = "",
     allow_overcommit: bool = False,
+    run_checks: bool = True,
 ) -> ChangeRequest:
     """Open a change that makes main hold ``tenant`` exactly as specified."""
     return open_change(
@@ -795,6 +913,7 @@ def open_tenant_change(
         description=description,
         requested_by=requested_by,
         allow_overcommit=allow_overcommit,
+        run_checks=run_checks,
     )
 
 

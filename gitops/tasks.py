@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import requests
 from django.conf import settings
 from django.db import transaction
 
-from gitops import sources
+from gitops import merge_queue, sources
 from gitops.checks import run_checks
 from gitops.fleet import configured_fleet
 from gitops.forges import get_forge
@@ -20,7 +22,7 @@ from gitops.services import (
     repository,
 )
 from gitops.usertext import defuse_forge_references, user_text
-from portal.jobs import job_task
+from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
 
 
@@ -164,3 +166,13 @@ def maintain_repository(job: Job) -> None:
         f"repository packed where needed; {count} tenant projections checked;"
         f" {pruned} old forge deliveries forgotten",
     )
+
+
+@job_task("gitops.merge_queue")
+def run_merge_queue(job: Job) -> None:
+    """Work through the merge queue in batches (``gitops.merge_queue``); a run that finds
+    another runner at work leaves the queue to it."""
+    outcome = merge_queue.run_queue(f"job {job.pk}", job.append_log)
+    job.set_progress(100, outcome)
+    # The schedule runs it every minute: keep an hour of quiet runs.
+    prune_scheduled("gitops.merge_queue", timedelta(hours=1))

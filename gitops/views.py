@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -15,9 +16,10 @@ from django.shortcuts import redirect, render
 
 from gitops import services
 from gitops.diffview import render_file_diff
-from gitops.models import ChangeRequest, Review
+from gitops.merge_queue import queue_position
+from gitops.models import ChangeRequest, MergeQueueBatch, MergeQueueEntry, Review
 from portal.live import POLL, unchanged, version_of
-from tenants.access import sees_all_tenants, visible_tenants
+from tenants.access import Action, may, sees_all_tenants, visible_tenants
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ def change_list(request: HttpRequest) -> HttpResponse:
             "statuses": ChangeRequest.Status.choices,
             "kinds": ChangeRequest.Kind.choices,
             "check_states": ChangeRequest.Checks.choices,
+            "queue_visible": may(request.user, Action.MERGE),
             "tenant_slugs": sorted(
                 set(visible_changes(request.user).values_list("tenant_slug", flat=True)) - {""}
             ),
@@ -102,6 +105,8 @@ def _detail_context(access: ChangeAccess) -> dict[str, Any]:
         "approvers": approvers,
         "blockers": blockers,
         "merge_blockers": services.merge_blockers(change),
+        "queue_blockers": services.queue_blockers(change),
+        "queue_entry": services.queued_entry(change),
         "review_states": Review.State.choices,
     }
 
@@ -198,3 +203,61 @@ def change_update_branch(request: HttpRequest, number: int) -> HttpResponse:
     else:
         messages.success(request, "Branch updated onto main; checks are running again.")
     return _done(request, access.change)
+
+
+@login_required
+def change_enqueue(request: HttpRequest, number: int) -> HttpResponse:
+    """ "Merge when ready": put the change into the merge queue."""
+    access = _action(request, number)
+    if isinstance(access, HttpResponse):
+        return access
+    try:
+        services.do_enqueue_merge(access.change, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Added to the merge queue; it merges with the next batch.")
+    return _done(request, access.change)
+
+
+@login_required
+def change_dequeue(request: HttpRequest, number: int) -> HttpResponse:
+    access = _action(request, number)
+    if isinstance(access, HttpResponse):
+        return access
+    try:
+        services.do_dequeue(access.change, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Taken out of the merge queue.")
+    return _done(request, access.change)
+
+
+@login_required
+def merge_queue(request: HttpRequest) -> HttpResponse:
+    """The merge queue for platform admins: what waits (with its place), what is being
+    checked, and how the last batches went, with each change's reason."""
+    if not may(request.user, Action.MERGE):
+        raise PermissionDenied("Only platform admins see the merge queue.")
+    active = list(
+        MergeQueueEntry.objects.filter(state__in=MergeQueueEntry.ACTIVE)
+        .select_related("change", "enqueued_by", "batch")
+        .order_by("enqueued_at", "id")
+    )
+    finished = (
+        MergeQueueEntry.objects.exclude(state__in=MergeQueueEntry.ACTIVE)
+        .select_related("change", "enqueued_by", "batch")
+        .order_by("-finished_at", "-id")[:50]
+    )
+    positions = queue_position(active)
+    return render(
+        request,
+        "gitops/queue.html",
+        {
+            "active": [(positions.get(e.pk), e) for e in active],
+            "finished": finished,
+            "batches": MergeQueueBatch.objects.all()[:10],
+            "batch_size": settings.GITOPS_MERGE_QUEUE_BATCH,
+        },
+    )

@@ -380,6 +380,19 @@ GITOPS_TENANT_REPOS_DIR = env("GITOPS_TENANT_REPOS_DIR")
 FLUX_RECEIVER_URL = env("FLUX_RECEIVER_URL")
 FLUX_RECEIVER_TOKEN = env("FLUX_RECEIVER_TOKEN")
 
+# --- Merge queue (gitops.merge_queue) ------------------------------------------------------
+# Approved changes put into the queue ("merge when ready") are squashed onto main together, in
+# batches of at most this many, checked once per batch and merged in one compare-and-swap.
+GITOPS_MERGE_QUEUE_BATCH = env_int("GITOPS_MERGE_QUEUE_BATCH", 100)
+# How long a runner's hold on the queue lasts without renewal: after a crash, the next runner
+# waits this long before it takes the interrupted batch's changes up again.
+GITOPS_MERGE_QUEUE_LEASE_SECONDS = env_int("GITOPS_MERGE_QUEUE_LEASE_SECONDS", 300)
+# Every change added starts a run; the schedule picks up what a lost message left behind.
+CELERY_BEAT_SCHEDULE["gitops-merge-queue"] = {
+    "task": "gitops.merge_queue",
+    "schedule": schedule(timedelta(seconds=60)),
+}
+
 # --- Fleet (the Kubernetes cluster the portal reads) ---------------------------------------
 # Where the API server is, in this order: FLEET_KUBECONFIG (a kubeconfig file, optionally a
 # context), FLEET_IN_CLUSTER (the pod's service account), FLEET_API_URL (a plain URL with an

@@ -47,11 +47,14 @@ from gitops.checks.kustomize import (
     BuildResult,
     KustomizeUnavailable,
     affected_paths,
+    aggregated_parts,
+    build_parts,
     flux_kustomizations,
     kustomize_build,
     kustomize_command,
     patched_directories,
     patches_matching_nothing,
+    touched_parts,
 )
 from gitops.checks.manifests import iter_objects
 from gitops.checks.schema import SchemaRegistry, get_registry
@@ -229,6 +232,22 @@ def _kustomize(
     details: list[str] = []
     unmatched: list[str] = []
     for path in paths:
+        if changed is not None and aggregated_parts(files, path) is not None:
+            # Only the parts the change touches (a tenant's directory of tenants/).
+            for part in build_parts(files, path, changed, command=command):
+                builds.append(part)
+                if not part.ok:
+                    owners = ", ".join(t.kustomization for t in targets if t.path == path)
+                    details.append(
+                        f"{path or '.'} (Flux Kustomization {owners}): {part.error_text}"
+                    )
+            touched = tuple(f"{t}/" for t in touched_parts(files, path, changed))
+            inside = {p: d for p, d in files.items() if p.startswith(touched)} if touched else {}
+            for directory in patched_directories(inside, path):
+                inner = kustomize_build(files, directory, command=command)
+                if inner.ok:
+                    unmatched += patches_matching_nothing(files, directory, inner.output_objects)
+            continue
         result = kustomize_build(files, path, command=command)
         builds.append(result)
         if not result.ok:

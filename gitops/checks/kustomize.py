@@ -35,10 +35,12 @@ import yaml
 from gitops.checks.findings import mapping
 from gitops.checks.manifests import (
     build_inputs,
+    is_remote_reference,
     is_yaml_path,
     iter_objects,
     kustomization_file,
     load_documents,
+    load_kustomization,
     normalise_dir,
     resolve_reference,
 )
@@ -91,7 +93,9 @@ def kustomize_build(
 
     with tempfile.TemporaryDirectory(prefix="portal-kustomize-") as tmp:
         root = Path(tmp) / "repo"
-        for path, data in files.items():
+        # Only what the build reads: at 10,000 tenants the tree is 100,000 files.
+        for path in inputs.files:
+            data = files[path]
             # Unsafe paths are the isolation check's business; they are never written.
             if resolve_reference("", path) != path:
                 continue
@@ -248,11 +252,110 @@ def affected_paths(
     changed = set(changed_files)
     affected: list[str] = []
     for path in sorted(set(flux_paths)):
-        contains = any(_is_within(c, path) for c in changed)
-        reads = files is not None and bool(changed & build_inputs(files, path).files)
-        if contains or reads:
+        # Following the references only when needed: for a directory listing every tenant
+        # that walk is the expensive part.
+        if any(_is_within(c, path) for c in changed) or (
+            files is not None and bool(changed & build_inputs(files, path).files)
+        ):
             affected.append(path)
     return affected
+
+
+# How many parts of an aggregating kustomization one ``kustomize build`` takes: kustomize's
+# time grows faster than the number of objects (200 tenants in one build: 56 s of CPU; 25:
+# 0.6 s; 1: 0.06 s plus the process), so parts are built in small groups.
+PARTS_PER_BUILD = 10
+
+
+def aggregated_parts(files: Mapping[str, bytes], directory: str) -> list[str] | None:
+    """The sub-directories that ``directory``'s kustomization only aggregates, or None.
+
+    ``tenants/kustomization.yaml`` lists every tenant's directory and does nothing else (no
+    namespace, patches or generators), so its build is the concatenation of its parts'
+    builds: what changes when one tenant changes is that tenant's part. Objects two parts
+    would both define are the duplicates check's to find (it reads the whole tree).
+    """
+    kfile = kustomization_file(files, directory)
+    if kfile is None:
+        return None
+    config = load_kustomization(files, kfile)
+    if config is None or set(config) - {"apiVersion", "kind", "resources"}:
+        return None
+    parts = []
+    for ref in config.get("resources") or []:
+        if not isinstance(ref, str) or is_remote_reference(ref):
+            return None
+        target = resolve_reference(directory, ref)
+        if target is None or target in files or target == directory:
+            return None
+        if not _is_within(target, directory):
+            return None
+        parts.append(target)
+    return parts
+
+
+def build_parts(
+    files: Mapping[str, bytes],
+    directory: str,
+    changed: set[str],
+    *,
+    command: Sequence[str] | None = None,
+) -> list[BuildResult]:
+    """Build the parts of the aggregating ``directory`` that ``changed`` touches, a few per
+    ``kustomize build``; a group that fails is built part by part to name the failing one.
+    Every result is reported as ``directory``'s (what the whole build would have been)."""
+    parts = aggregated_parts(files, directory) or []
+    present = {_top(path, directory) for path in files if _is_within(path, directory)}
+    results: list[BuildResult] = []
+    missing = [part for part in parts if part not in present]
+    if missing:
+        results.append(
+            BuildResult(False, [], f"{', '.join(missing)}: no such directory", directory)
+        )
+    touched = touched_parts(files, directory, changed)
+    for start in range(0, len(touched), PARTS_PER_BUILD):
+        group = touched[start : start + PARTS_PER_BUILD]
+        result = _build_group(files, directory, group, command)
+        if result.ok or len(group) == 1:
+            results.append(result)
+            continue
+        results.extend(_build_group(files, directory, [part], command) for part in group)
+    return results
+
+
+def touched_parts(files: Mapping[str, bytes], directory: str, changed: set[str]) -> list[str]:
+    """The parts of the aggregating ``directory`` (that exist) holding a changed file."""
+    tops = {_top(c, directory) for c in changed if _is_within(c, directory) and c != directory}
+    present = {_top(path, directory) for path in files if _is_within(path, directory)}
+    return [p for p in aggregated_parts(files, directory) or [] if p in tops and p in present]
+
+
+def _top(path: str, directory: str) -> str:
+    """The direct sub-directory of ``directory`` that holds ``path``."""
+    rest = path[len(directory) + 1 :] if directory else path
+    head = rest.split("/", 1)[0]
+    return f"{directory}/{head}" if directory else head
+
+
+def _build_group(
+    files: Mapping[str, bytes], directory: str, group: list[str], command: Sequence[str] | None
+) -> BuildResult:
+    needed: set[str] = set()
+    for part in group:
+        needed |= build_inputs(files, part).files
+    subset = {path: files[path] for path in needed}
+    config = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [posixpath.relpath(part, directory or ".") for part in group],
+    }
+    subset[f"{directory}/kustomization.yaml" if directory else "kustomization.yaml"] = (
+        yaml.safe_dump(config).encode()
+    )
+    result = kustomize_build(subset, directory, command=command)
+    if result.ok:
+        return result
+    return BuildResult(False, [], f"{', '.join(group)}: {result.error_text}", directory)
 
 
 _TARGET_FIELDS = ("group", "version", "kind", "name", "namespace")

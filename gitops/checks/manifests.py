@@ -8,7 +8,10 @@ build reads.
 
 from __future__ import annotations
 
+import marshal
 import posixpath
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,9 +50,37 @@ UNSAFE_KUSTOMIZE_FIELDS = (
 KUSTOMIZE_CONFIG_GROUP = "kustomize.config.k8s.io"
 
 
+# Parsed documents by file content, kept as ``marshal`` bytes. Every check reads the whole
+# tree (isolation, duplicates, controllers, Flux's Kustomizations), so one check run parsed
+# each file up to nine times, and a merge queue batch parses a tree that differs from the last
+# one in a few files: at 1,000 tenants YAML construction was almost all of a check run's
+# minutes. ``marshal`` gives each caller its own copy (callers may change what they get),
+# made in C. Bounded, least recently used first out.
+_PARSED: OrderedDict[bytes, bytes] = OrderedDict()
+_PARSED_MAX = 200_000
+_PARSED_LOCK = threading.Lock()
+
+
 def load_documents(data: bytes | str) -> list[Any]:
     """Every YAML document in ``data`` (empty documents dropped). Raises ``yaml.YAMLError``."""
-    return [doc for doc in yaml.load_all(data, Loader=KubeYamlLoader) if doc is not None]
+    key = data.encode() if isinstance(data, str) else data
+    with _PARSED_LOCK:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            _PARSED.move_to_end(key)
+    if hit is not None:
+        docs: list[Any] = marshal.loads(hit)  # noqa: S302 (bytes this process made)
+        return docs
+    docs = [doc for doc in yaml.load_all(data, Loader=KubeYamlLoader) if doc is not None]
+    try:
+        frozen = marshal.dumps(docs)
+    except ValueError:
+        return docs  # a type marshal cannot keep (a YAML set, say): parsed each time
+    with _PARSED_LOCK:
+        _PARSED[key] = frozen
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+    return docs
 
 
 def is_yaml_path(path: str) -> bool:

@@ -183,3 +183,44 @@ def test_affected_paths_follow_kustomization_references() -> None:
     changed = {"infrastructure/base/limits.yaml"}
     assert affected_paths(changed, paths) == ["infrastructure"]
     assert affected_paths(changed, paths, tree) == ["infrastructure", "tenants/alpha/workloads"]
+
+
+def test_an_aggregating_kustomization_is_built_by_the_parts_a_change_touches(
+    kubectl: str,
+) -> None:
+    """tenants/ only lists tenant directories: a change to one tenant builds that tenant
+    (the same objects the whole build has for it), and a broken part is named."""
+    from gitops.checks.kustomize import aggregated_parts, build_parts
+
+    tree = {**samples.fleet_tree("alpha"), **samples.fleet_tree("bravo")}
+    tree["tenants/kustomization.yaml"] = yaml.safe_dump(
+        {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": ["alpha", "bravo"],
+        }
+    ).encode()
+    assert aggregated_parts(tree, "tenants") == ["tenants/alpha", "tenants/bravo"]
+    whole = kustomize_build(tree, "tenants")
+    assert whole.ok, whole.error_text
+    [part] = build_parts(tree, "tenants", {"tenants/bravo/quota.yaml"})
+    assert part.ok and part.directory == "tenants"
+    bravo = [o for o in whole.output_objects if "bravo" in yaml.safe_dump(o)]
+    assert sorted(map(str, part.output_objects)) == sorted(map(str, bravo))
+    # A broken alpha is not built for a change to bravo alone, and is named when touched.
+    broken = {**tree, "tenants/alpha/kustomization.yaml": b"resources: [missing.yaml]\n"}
+    assert all(r.ok for r in build_parts(broken, "tenants", {"tenants/bravo/quota.yaml"}))
+    results = build_parts(broken, "tenants", {"tenants/alpha/x.yaml", "tenants/bravo/quota.yaml"})
+    failed = [r for r in results if not r.ok]
+    assert len(failed) == 1 and failed[0].error_text.startswith("tenants/alpha: ")
+    # A part listed but gone is an error of the aggregation itself.
+    gone = {p: d for p, d in tree.items() if not p.startswith("tenants/bravo/")}
+    [missing] = build_parts(gone, "tenants", {"tenants/kustomization.yaml"})
+    assert not missing.ok and "tenants/bravo: no such directory" in missing.error_text
+    # Anything more than a list of directories is built whole.
+    assert (
+        aggregated_parts(
+            {**tree, "tenants/kustomization.yaml": b"namespace: x\nresources: [alpha]\n"}, "tenants"
+        )
+        is None
+    )

@@ -1,0 +1,444 @@
+"""A burst of approvals through the portal's path: 1,000 requests approved at once, to main.
+
+Run by hand from the project root, with PostgreSQL and Redis up (about 15 minutes):
+
+    .venv/bin/python bench/approval_burst.py --tenants 1000 10000
+
+For each fleet size, in a process of its own (fresh settings, database and repository):
+
+1. a fleet of N tenants: rows in PostgreSQL (``--database-url``, dropped and created again),
+   a member who asks and a platform admin who approves, and the fleet repository with every
+   tenant rendered by the portal's own renderers (``catalog.specs.desired_tenant`` ->
+   ``render_tenant_tree``), written in one commit and packed;
+2. ``--workers`` Celery worker processes (``celery -A portal worker``) on Redis
+   (``--broker``), each with one process, on a queue of their own;
+3. ``--requests`` GPU-share requests, one per tenant, submitted (not timed);
+4. **the burst**: every request approved with "approve and merge" (``do_approve(...,
+   merge=True)``: check, render, commit the branch, review, into the merge queue) one after
+   the other as fast as the admin's process can, while the workers run the queue's batches
+   (one check run per batch over the combined tree, one compare-and-swap of main). Timed
+   from the first approval until every change is on main. Per request: its approval started
+   -> its change merged. Lost: a request whose change is not merged, or whose commit main does
+   not contain, at the end.
+5. **the baseline** in the same run, on other tenants: one request at a time approved
+   without the queue, its own check run on a worker, waited for, then merged (``do_merge``):
+   what approving a burst costs without the queue. It runs ``--baseline`` requests (fewer:
+   each one is a full check run) and the table extrapolates to ``--requests`` linearly,
+   which flatters the baseline (no queueing of checks behind each other is counted).
+
+Prints a markdown table; ``--profile`` also runs one more batch in this process under cProfile
+and prints where its time went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.django_setup import p95  # noqa: E402
+
+SHARE = {"flavor": "h200", "kind": "whole", "count": 1}
+
+
+def _database(url: str, action: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    host = url.split("@", 1)[1].split("/", 1)[0]
+    hostname, _, port = host.partition(":")
+    user = url.split("//", 1)[1].split("@", 1)[0].split(":", 1)[0]
+    base = ["-h", hostname, "-p", port or "5432", "-U", user]
+    if action == "reset":
+        subprocess.run(["dropdb", *base, "--if-exists", "--force", name], check=True)
+        subprocess.run(["createdb", *base, name], check=True)
+
+
+def _environment(args: argparse.Namespace, tmp: Path, queue: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": args.database_url,
+        "CELERY_BROKER_URL": args.broker,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "PORTAL_TASK_RUNNER": "celery",
+        "PORTAL_VAR_DIR": str(tmp),
+        "GITOPS_REPO_PATH": str(tmp / "fleet.git"),
+        "GITOPS_MERGE_QUEUE_BATCH": str(args.batch),
+        "FLEET_SIMULATOR": "0",
+        "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+        "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+
+
+# --- one fleet size, in its own process --------------------------------------------------------
+
+
+def one_size(args: argparse.Namespace) -> dict[str, Any]:
+    count = args.one_size
+    tmp = Path(tempfile.mkdtemp(prefix=f"approval-burst-{count}-"))
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    env = _environment(args, tmp, queue)
+    os.environ.update(env)
+    _database(args.database_url, "reset")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    facts: dict[str, Any] = {"tenants": count}
+    started = time.perf_counter()
+    admin, member, tenants = _fleet(count, args.requests + args.baseline + args.batch)
+    facts["fleet_s"] = round(time.perf_counter() - started, 1)
+    workers = _start_workers(args.workers, env)
+    try:
+        if args.requests > count:
+            raise SystemExit("--requests must not exceed the tenants: one request per tenant")
+        started = time.perf_counter()
+        burst = [_request(t, member, "burst") for t in tenants[: args.requests]]
+        facts["submit_s"] = round(time.perf_counter() - started, 1)
+        _drain(timeout=600)  # the submissions' notification jobs
+        facts.update(_burst(burst, admin, args.timeout))
+        _advance()
+        if args.profile:
+            facts["profile"] = _profile_batch(tenants, admin, member, args)
+            _advance()
+        # A second share on some of the same tenants, asked and merged one at a time.
+        baseline = [_request(t, member, "single") for t in tenants[: args.baseline]]
+        _drain(timeout=600)
+        facts.update(_baseline(baseline, admin, args.timeout))
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    facts["load"] = round(os.getloadavg()[0], 2)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return facts
+
+
+def _fleet(count: int, asked: int) -> tuple[Any, Any, list[Any]]:
+    """N tenants in the database and on main, rendered as the portal renders them."""
+    import dataclasses
+
+    from django.contrib.auth import get_user_model
+
+    from catalog.specs import desired_tenant
+    from gitops import services
+    from gitops.fleet import base_fleet, configured_fleet, flavor_mapping
+    from gitops.models import FleetInventory
+    from gitops.render import render_tenant_tree, render_tenants_index
+    from gitops.repo import format_message
+    from tenants.models import Membership, PlatformRole, Role, Tenant
+
+    users = get_user_model()
+    admin = users.objects.create_user("pam", "pam@example.com", "x")
+    PlatformRole.objects.create(user=admin, role=PlatformRole.Name.PLATFORM_ADMIN)
+    member = users.objects.create_user("dev", "dev@example.com", "x")
+    # A pool big enough for every request: the burst is about throughput, not capacity.
+    fleet = base_fleet()
+    flavors = [
+        dataclasses.replace(f, gpus=max(f.gpus, 4 * asked)) if f.name == "h200" else f
+        for f in fleet.flavors
+    ]
+    FleetInventory.objects.create(
+        flavors=[flavor_mapping(f) for f in flavors],
+        topology_levels=list(fleet.topology_levels),
+    )
+    tenants = Tenant.objects.bulk_create(
+        [Tenant(slug=f"t{i:05d}", display_name=f"Tenant {i}") for i in range(count)],
+        batch_size=2000,
+    )
+    Membership.objects.bulk_create(
+        [Membership(user=member, tenant=t, role=Role.MEMBER) for t in tenants], batch_size=2000
+    )
+    fleet = configured_fleet()
+    base = services.ensure_bootstrapped(fleet)
+    files: dict[str, bytes | None] = {}
+    for tenant in Tenant.objects.all():
+        files.update(render_tenant_tree(desired_tenant(tenant), fleet))
+    files.update(render_tenants_index([t.slug for t in tenants]))
+    repo = services.repository()
+    repo.commit(
+        files,
+        message=format_message("Bench fleet", f"{count} tenants"),
+        author=services.identity(None),
+        branch="main",
+        expected_parent=base,
+    )
+    subprocess.run(["git", f"--git-dir={repo.path}", "repack", "-a", "-d", "-q"], check=True)
+    return admin, member, list(Tenant.objects.order_by("slug"))
+
+
+def _start_workers(count: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    workers = []
+    log = Path(env["PORTAL_VAR_DIR"]) / "workers.log"
+    for n in range(count):
+        workers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "portal",
+                    "worker",
+                    "--pool=solo",
+                    "-n",
+                    f"bench{n}@%h",
+                    "-Q",
+                    env["CELERY_TASK_DEFAULT_QUEUE"],
+                    "--loglevel=WARNING",
+                    "--without-mingle",
+                    "--without-gossip",
+                    "--without-heartbeat",
+                ],
+                cwd=ROOT,
+                env={**os.environ, **env},
+                stdout=log.open("ab"),
+                stderr=subprocess.STDOUT,
+            )
+        )
+    return workers
+
+
+def _request(tenant: Any, member: Any, name: str) -> Any:
+    from catalog import services
+
+    return services.do_create_request(
+        tenant,
+        acting_user=member,
+        kind="gpu-share",
+        spec={**SHARE, "name": name},
+        reason="reorganisation",
+    )
+
+
+def _advance() -> None:
+    """What the catalog's schedule does every few seconds: merged requests become MERGED and
+    their shares active, so the next change of the tenant is rendered with them."""
+    from catalog import services
+
+    services.advance_requests()
+    _drain(timeout=600)
+
+
+def _drain(timeout: float) -> None:
+    """Wait until the workers have no job left (queued or running)."""
+    from portal.models import Job
+
+    deadline = time.monotonic() + timeout
+    while Job.objects.filter(status__in=["queued", "running"]).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the workers did not drain their jobs")
+        time.sleep(0.2)
+
+
+def _burst(requests: list[Any], admin: Any, timeout: float) -> dict[str, Any]:
+    from catalog import services
+    from gitops import services as gitops
+    from gitops.models import ChangeRequest, MergeQueueBatch
+
+    base = gitops.main_sha()
+    approved_at: dict[int, float] = {}
+    start_wall = time.time()
+    started = time.perf_counter()
+    changes: dict[int, int] = {}
+    for request in requests:
+        approved_at[request.pk] = time.time()
+        done = services.do_approve(request, acting_user=admin, merge=True)
+        assert done.change_id is not None, done.error
+        changes[request.pk] = done.change_id
+    approvals = time.perf_counter() - started
+    deadline = time.monotonic() + timeout
+    ids = list(changes.values())
+    while ChangeRequest.objects.filter(pk__in=ids, status="merged").count() < len(ids):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    wall = time.perf_counter() - started
+    merged = {c.pk: c for c in ChangeRequest.objects.filter(pk__in=ids, status="merged")}
+    repo = gitops.repository()
+    main = repo.head("main")
+    assert main is not None and base is not None
+    on_main = [c for c in merged.values() if repo.is_ancestor(c.merge_sha, main)]
+    latencies = [
+        merged[changes[r]].merged_at.timestamp() - approved_at[r]
+        for r in approved_at
+        if changes[r] in merged
+    ]
+    batches = list(MergeQueueBatch.objects.all())
+    commits = 0
+    sha = main
+    while sha != base:
+        commits += 1
+        sha = repo.parents(sha)[0]
+    return {
+        "burst_requests": len(requests),
+        "burst_wall_s": round(wall, 1),
+        "burst_approvals_s": round(approvals, 1),
+        "burst_on_main": len(on_main),
+        "burst_lost": len(requests) - len(on_main),
+        "burst_commits": commits,
+        "burst_p50_s": round(statistics.median(latencies), 1) if latencies else None,
+        "burst_p95_s": round(p95(latencies), 1) if latencies else None,
+        "batches": len(batches),
+        "check_runs": sum(b.check_runs for b in batches),
+        "rebuilds": sum(b.rebuilds for b in batches),
+        "batch_s": [
+            round((b.finished_at - b.started_at).total_seconds(), 1)
+            for b in batches
+            if b.finished_at
+        ],
+        "start": start_wall,
+    }
+
+
+def _baseline(requests: list[Any], admin: Any, timeout: float) -> dict[str, Any]:
+    from catalog import services
+    from gitops import services as gitops
+    from gitops.models import ChangeRequest
+
+    times = []
+    checks = []
+    for request in requests:
+        started = time.perf_counter()
+        done = services.do_approve(request, acting_user=admin)
+        assert done.change_id is not None, done.error
+        deadline = time.monotonic() + timeout
+        while True:
+            change = ChangeRequest.objects.get(pk=done.change_id)
+            if change.checks_state != "pending":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the checks of change {change.pk} did not finish")
+            time.sleep(0.05)
+        checks.append(time.perf_counter() - started)
+        assert change.checks_state == "passed", list(change.checks.values("name", "summary"))
+        gitops.do_merge(change, acting_user=admin)
+        times.append(time.perf_counter() - started)
+    return {
+        "baseline_requests": len(requests),
+        "baseline_total_s": round(sum(times), 1),
+        "baseline_p50_s": round(statistics.median(times), 2),
+        "baseline_p95_s": round(p95(times), 2),
+        "baseline_check_p50_s": round(statistics.median(checks), 2),
+    }
+
+
+def _profile_batch(tenants: list[Any], admin: Any, member: Any, args: argparse.Namespace) -> str:
+    """One more batch of ``--batch`` changes run in this process under cProfile."""
+    import cProfile
+    import io
+    import pstats
+
+    from catalog import services
+    from gitops import merge_queue
+
+    requests = [_request(t, member, "profiled") for t in tenants[: args.batch]]
+    _drain(timeout=600)
+    # Holding the queue's lease meanwhile, the workers' runs leave these changes queued: the
+    # batch runs here, under the profiler.
+    assert merge_queue.acquire_lease("bench profiler")
+    for request in requests:
+        services.do_approve(request, acting_user=admin, merge=True)
+    _drain(timeout=600)
+    merge_queue.release_lease("bench profiler")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    outcome = merge_queue.run_queue("profile", lambda line: None)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
+    return outcome + "\n" + out.getvalue()
+
+
+# --- the parent: run each size, print the table -----------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tenants", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--baseline", type=int, default=20, help="one-at-a-time requests")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=250, help="GITOPS_MERGE_QUEUE_BATCH")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--database-url", default="postgres://postgres@127.0.0.1:5432/portal_mqueue"
+    )
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the repository and logs")
+    parser.add_argument("--one-size", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one_size:
+        print(json.dumps(one_size(args)))
+        return
+    print(
+        f"Machine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
+        f"{platform.python_version()}; {args.workers} Celery workers, batch {args.batch}"
+    )
+    rows = []
+    for count in args.tenants:
+        command = [sys.executable, __file__, "--one-size", str(count)]
+        for flag in ("requests", "baseline", "workers", "batch", "timeout", "broker"):
+            command += [f"--{flag}", str(getattr(args, flag))]
+        command += ["--database-url", args.database_url]
+        command += [f"--{flag}" for flag in ("profile", "keep") if getattr(args, flag)]
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        if result.returncode != 0:
+            print(result.stderr[-4000:], file=sys.stderr)
+            raise SystemExit(f"the run at {count} tenants failed")
+        facts = json.loads(result.stdout.strip().splitlines()[-1])
+        print(json.dumps({k: v for k, v in facts.items() if k != "profile"}), file=sys.stderr)
+        if args.profile:
+            print(facts["profile"], file=sys.stderr)
+        rows.append(facts)
+    print()
+    print("| tenants | variant | requests | wall s | on main | lost | p50 s | p95 s | check runs |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for f in rows:
+        print(
+            f"| {f['tenants']:,} | approve and merge (queue, batch {args.batch}) | "
+            f"{f['burst_requests']:,} | {f['burst_wall_s']} | {f['burst_on_main']:,} | "
+            f"{f['burst_lost']} | {f['burst_p50_s']} | {f['burst_p95_s']} | {f['check_runs']} |"
+        )
+        per = f["baseline_total_s"] / max(1, f["baseline_requests"])
+        print(
+            f"| {f['tenants']:,} | one at a time (measured) | {f['baseline_requests']} | "
+            f"{f['baseline_total_s']} | {f['baseline_requests']} | 0 | {f['baseline_p50_s']} | "
+            f"{f['baseline_p95_s']} | {f['baseline_requests']} |"
+        )
+        print(
+            f"| {f['tenants']:,} | one at a time (extrapolated) | {args.requests:,} | "
+            f"{per * args.requests:.0f} | | | | | {args.requests:,} |"
+        )
+    for f in rows:
+        print(
+            f"\n{f['tenants']:,} tenants: fleet built in {f['fleet_s']} s; approvals alone took "
+            f"{f['burst_approvals_s']} s; {f['batches']} batches ({f['rebuilds']} rebuilt), "
+            f"batch times {f['batch_s']} s; {f['burst_commits']} commits on main; one-at-a-time "
+            f"check p50 {f['baseline_check_p50_s']} s; load {f['load']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,467 @@
+"""The merge queue's batches: many approved changes checked once and merged together.
+
+Merging one change at a time runs the checks once per change, over the whole tree, and a
+burst of a thousand approvals then waits for a thousand check runs. A batch instead takes up
+to ``GITOPS_MERGE_QUEUE_BATCH`` queued changes in the order they were queued and:
+
+1. squashes each change's branch onto main's tip, one after another, in memory
+   (``GitRepository.squash_chain``): one commit per change with its own message and trailers,
+   as a single merge makes; a change that clashes with those before it is taken out;
+2. runs the checks once over the combined tree, with the union of the changed files and main's
+   tip before the batch as the base;
+3. when they pass, moves main to the chain's tip in one compare-and-swap through
+   ``services.write_main`` and records every change merged as its own commit of the chain;
+4. when they fail, bisects: the first half is checked on the base, then the second half on top
+   of what passed, recursively, until each failing change is found alone; those fail with the
+   findings as their check runs, the others merge. Checking the second half on top of the
+   first (not on the base alone) catches changes that pass alone and fail together (two GPU
+   shares that each fit, but not both);
+5. when main moved meanwhile (the compare-and-swap lost), the chain is built again on the new
+   tip and checked again.
+
+Only one batch runs at a time, across processes and replicas: the runner holds the lease row
+(``MergeQueueLease``) for as long as it works through the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from gitops import services
+from gitops.checks import CheckResult, run_checks
+from gitops.fleet import configured_fleet
+from gitops.models import ChangeRequest, CheckRun, MergeQueueBatch, MergeQueueEntry, MergeQueueLease
+from gitops.repo import Chain, ChainItem, GitRepository, MergeConflict, RefConflict, Snapshot
+
+logger = logging.getLogger(__name__)
+
+E = MergeQueueEntry.State
+Log = Callable[[str], None]
+
+# How often a batch is built again when main keeps moving under it before it gives up (its
+# changes go back to the queue for the next run).
+REBUILDS = 3
+
+
+# --- the lease: one runner at a time ---------------------------------------------------------
+
+
+def new_holder(label: str) -> str:
+    return f"{label} {uuid.uuid4().hex[:8]}"[:64]
+
+
+def acquire_lease(holder: str) -> bool:
+    """Take the runner's lease when it is free or expired; False when another runner has it."""
+    now = timezone.now()
+    until = now + timedelta(seconds=settings.GITOPS_MERGE_QUEUE_LEASE_SECONDS)
+    free = Q(holder="") | Q(expires_at__lt=now) | Q(holder=holder)
+    if MergeQueueLease.objects.filter(free, pk=1).update(holder=holder, expires_at=until):
+        return True
+    try:
+        with transaction.atomic():
+            MergeQueueLease.objects.create(pk=1, holder=holder, expires_at=until)
+    except IntegrityError:
+        return False  # the row exists and someone else holds it
+    return True
+
+
+def release_lease(holder: str) -> None:
+    MergeQueueLease.objects.filter(pk=1, holder=holder).update(holder="", expires_at=None)
+
+
+def _recover_orphans(log: Log) -> None:
+    """Put back in the queue the entries of a batch whose runner died (its lease expired and we
+    hold it now, so no batch is running): nothing of theirs reached main unless it was
+    recorded, since main moves and the rows commit in one transaction."""
+    stale = MergeQueueEntry.objects.filter(state=E.CHECKING)
+    count = stale.update(state=E.QUEUED, batch=None)
+    if count:
+        MergeQueueBatch.objects.filter(state=MergeQueueBatch.State.CHECKING).update(
+            state=MergeQueueBatch.State.FAILED, finished_at=timezone.now()
+        )
+        log(f"{count} changes of an interrupted batch are queued again")
+
+
+# --- running the queue -------------------------------------------------------------------------
+
+
+def run_queue(label: str, log: Log) -> str:
+    """Work through the queue, batch after batch, while holding the lease; what it did.
+
+    After letting the lease go it looks once more: a change queued while this runner was
+    finishing found the lease taken and left the work to it."""
+    holder = new_holder(label)
+    merged = failed = batches = 0
+    while True:
+        if not acquire_lease(holder):
+            if batches:
+                break
+            return "another runner is working through the queue; it takes these changes"
+        try:
+            _recover_orphans(log)
+            while True:
+                batch, entries = _claim(holder)
+                if batch is None:
+                    break
+                batches += 1
+                done, lost = _run_batch(batch, entries, log)
+                merged, failed = merged + done, failed + lost
+                if not acquire_lease(holder):  # renew; lost only after a batch past the lease
+                    log("the lease expired during a batch; another runner goes on")
+                    return f"{batches} batches: {merged} changes merged, {failed} failed"
+        finally:
+            release_lease(holder)
+        if not MergeQueueEntry.objects.filter(state=E.QUEUED).exists():
+            break
+    return f"{batches} batches: {merged} changes merged, {failed} failed"
+
+
+def _claim(holder: str) -> tuple[MergeQueueBatch | None, list[MergeQueueEntry]]:
+    """The next batch: queued entries in order, up to the batch size. A change allowed to
+    overcommit goes alone (the capacity check's permission is per change, and the batch's check
+    must not extend it to the others)."""
+    size = max(1, settings.GITOPS_MERGE_QUEUE_BATCH)
+    with transaction.atomic():
+        # Locked so that a change taken out of the queue meanwhile (do_dequeue) is not taken.
+        queued = list(
+            MergeQueueEntry.objects.select_for_update()
+            .filter(state=E.QUEUED)
+            .order_by("enqueued_at", "id")[:size]
+        )
+        if not queued:
+            return None, []
+        changes = ChangeRequest.objects.in_bulk([e.change_id for e in queued])
+        for entry in queued:
+            entry.change = changes[entry.change_id]
+        entries = queued[:1]
+        if not queued[0].change.allow_overcommit:
+            for entry in queued[1:]:
+                if entry.change.allow_overcommit:
+                    break
+                entries.append(entry)
+        batch = MergeQueueBatch.objects.create(size=len(entries))
+        MergeQueueEntry.objects.filter(pk__in=[e.pk for e in entries]).update(
+            state=E.CHECKING, batch=batch
+        )
+        for entry in entries:
+            entry.state, entry.batch = E.CHECKING, batch
+    return batch, entries
+
+
+@dataclass
+class _Member:
+    """A change in the batch being built, with what its squash commit needs."""
+
+    entry: MergeQueueEntry
+    change: ChangeRequest
+    approved_by: str
+    item: ChainItem = field(init=False)
+
+    def __post_init__(self) -> None:
+        enqueuer = self.entry.enqueued_by
+        self.item = ChainItem(
+            key=self.entry.pk,
+            head=self.change.head_sha,
+            message=services._merge_message(
+                self.change,
+                enqueuer,
+                self.approved_by,
+                **{"Merge-Queue-Batch": str(self.entry.batch_id)},
+            ),
+            author=services.identity(self.change.requested_by or self.change.author),
+            committer=services.identity(enqueuer),
+        )
+
+
+@dataclass
+class _Verdict:
+    """A chain that was checked: whether it passed, and the results (one per check)."""
+
+    chain: Chain
+    passed: bool
+    results: list[CheckResult]
+
+
+def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log) -> tuple[int, int]:
+    """Check and merge one batch; (merged, failed)."""
+    repo = services.repository()
+    main = settings.GITOPS_MAIN_BRANCH
+    members = _admissible(entries)
+    failed = len(entries) - len(members)
+    for _attempt in range(REBUILDS):
+        base = repo.head(main)
+        if base is None or not members:
+            break
+        batch.base_sha = base
+        chain = repo.squash_chain(base, [m.item for m in members], resolve=_index_resolver(members))
+        for member in [m for m in members if m.entry.pk in chain.conflicts]:
+            paths = ", ".join(chain.conflicts[member.entry.pk])
+            _finish(member.entry, E.FAILED, f"conflicts with the changes before it in {paths}")
+            failed += 1
+        for member in [m for m in members if m.entry.pk in chain.empty]:
+            _finish(member.entry, E.FAILED, "main already has everything this change would do")
+            failed += 1
+        members = [m for m in members if m.entry.pk in chain.commits]
+        checker = _Checker(repo, base, batch)
+        accepted, verdict, rejected = _isolate(members, checker)
+        for member, bad in rejected:
+            _fail_checks(member, bad, batch)
+            failed += 1
+        if not accepted or verdict is None:
+            members = []
+            break
+        try:
+            merged = _merge_chain(batch, base, accepted, verdict)
+        except RefConflict:
+            batch.rebuilds += 1
+            log(f"batch {batch.pk}: main moved while it was checked; building it again")
+            members = [m for m in accepted if _still_open(m)]
+            continue
+        except _Moved as moved:
+            for member in accepted:
+                if member.entry.pk in moved.gone:
+                    _finish(member.entry, E.REMOVED, moved.gone[member.entry.pk])
+            members = [m for m in accepted if m.entry.pk not in moved.gone]
+            failed += len(moved.gone)
+            continue
+        log(
+            f"batch {batch.pk}: {merged} changes merged onto {base[:12]} as {batch.tip_sha[:12]}"
+            f" with {batch.check_runs} check runs"
+        )
+        return merged, failed
+    else:
+        # Main kept moving: the changes wait for the next run, in their places.
+        MergeQueueEntry.objects.filter(pk__in=[m.entry.pk for m in members]).update(
+            state=E.QUEUED, batch=None
+        )
+        log(f"batch {batch.pk}: main kept moving; {len(members)} changes queued again")
+        members = []
+    batch.state = MergeQueueBatch.State.FAILED
+    batch.finished_at = timezone.now()
+    batch.save()
+    log(f"batch {batch.pk}: nothing merged ({failed} changes failed)")
+    return 0, failed
+
+
+def _admissible(entries: list[MergeQueueEntry]) -> list[_Member]:
+    """The entries whose changes may still merge; the others fail (or are removed) with why."""
+    members = []
+    for entry in entries:
+        change = ChangeRequest.objects.select_related("requested_by", "author").get(
+            pk=entry.change_id
+        )
+        if not change.is_open:
+            _finish(entry, E.REMOVED, f"the change was {change.get_status_display().lower()}")
+            continue
+        reasons = services.queue_blockers(change)
+        if reasons:
+            _finish(entry, E.FAILED, " ".join(reasons))
+            continue
+        approvers, _ = services.review_summary(change)
+        approved_by = ", ".join(services._trailer(u) for u in approvers)
+        members.append(_Member(entry, change, approved_by))
+    return members
+
+
+def _index_resolver(
+    members: Sequence[_Member],
+) -> Callable[[ChainItem, MergeConflict, Snapshot], Mapping[str, bytes | None] | None]:
+    """Side-by-side onboardings clash only in the tenant index, which is derived: render it
+    again (as a single merge does), and treat any other clash as one."""
+    by_key = {m.entry.pk: m.change for m in members}
+
+    def resolve(
+        item: ChainItem, conflict: MergeConflict, tip: Snapshot
+    ) -> Mapping[str, bytes | None] | None:
+        if list(conflict.paths) != [services.TENANT_INDEX]:
+            return None
+        try:
+            return services.regenerating_index(by_key[item.key])(tip)
+        except MergeConflict:
+            return None
+
+    return resolve
+
+
+class _Checker:
+    """Runs the checks over chains built on one base, counting the runs on the batch.
+
+    The tree of a chain is the base's tree read once, with the files the chain changed read
+    from its tip: a batch at 10,000 tenants reads the whole tree once, not once per check."""
+
+    def __init__(self, repo: GitRepository, base: str, batch: MergeQueueBatch) -> None:
+        self.repo = repo
+        self.base = base
+        self.batch = batch
+        self.base_files = repo.read_tree(base)
+        self.fleet = configured_fleet()
+
+    def check(self, members: Sequence[_Member]) -> _Verdict:
+        chain = self.repo.squash_chain(
+            self.base, [m.item for m in members], resolve=_index_resolver(members)
+        )
+        if chain.conflicts or chain.empty:
+            # Without a change before it, a later one may clash (rare: it built on the other).
+            keys = ", ".join(f"#{k}" for k in [*chain.conflicts, *chain.empty])
+            result = CheckResult(
+                "duplicates",
+                "failed",
+                f"the changes do not squash cleanly without the others: {keys}",
+            )
+            return _Verdict(chain, False, [result])
+        changed = {p for m in members for p in m.change.files_changed}
+        files = dict(self.base_files)
+        for path in changed | {services.TENANT_INDEX}:
+            data = self.repo.read_file(chain.tip, path)
+            if data is None:
+                files.pop(path, None)
+            else:
+                files[path] = data
+        results = run_checks(
+            files,
+            fleet=self.fleet,
+            changed=changed,
+            schema_dir=settings.GITOPS_SCHEMA_DIR or None,
+            allow_overcommit=all(m.change.allow_overcommit for m in members),
+            base=self.base_files,
+        )
+        self.batch.check_runs += 1
+        MergeQueueBatch.objects.filter(pk=self.batch.pk).update(check_runs=self.batch.check_runs)
+        failed = any(r.status == "failed" for r in results)
+        return _Verdict(chain, not failed, results)
+
+
+def _isolate(
+    members: list[_Member], checker: _Checker
+) -> tuple[list[_Member], _Verdict | None, list[tuple[_Member, _Verdict]]]:
+    """The changes that pass together (and their passing verdict), and each failing change
+    with the verdict of the check that found it alone."""
+    rejected: list[tuple[_Member, _Verdict]] = []
+
+    def attempt(
+        accepted: list[_Member], verdict: _Verdict | None, todo: list[_Member]
+    ) -> tuple[list[_Member], _Verdict | None]:
+        if not todo:
+            return accepted, verdict
+        outcome = checker.check([*accepted, *todo])
+        if outcome.passed:
+            return [*accepted, *todo], outcome
+        if len(todo) == 1:
+            rejected.append((todo[0], outcome))
+            return accepted, verdict
+        half = len(todo) // 2
+        accepted, verdict = attempt(accepted, verdict, todo[:half])
+        return attempt(accepted, verdict, todo[half:])
+
+    accepted, verdict = attempt([], None, members)
+    return accepted, verdict, rejected
+
+
+class _Moved(Exception):
+    """Changes of the batch were closed or merged by someone else while it was checked."""
+
+    def __init__(self, gone: dict[int, str]) -> None:
+        super().__init__(f"{len(gone)} changes left the batch")
+        self.gone = gone  # entry id -> why
+
+
+def _still_open(member: _Member) -> bool:
+    return ChangeRequest.objects.filter(pk=member.change.pk, status="open").exists()
+
+
+def _merge_chain(
+    batch: MergeQueueBatch,
+    base: str,
+    accepted: list[_Member],
+    verdict: _Verdict,
+) -> int:
+    """Record the accepted changes merged and move main to their chain, in one transaction
+    whose last step is the compare-and-swap: a lost swap rolls the rows back."""
+    chain = verdict.chain
+    main = settings.GITOPS_MAIN_BRANCH
+    with transaction.atomic():
+        locked = {
+            c.pk: c
+            for c in ChangeRequest.objects.select_for_update().filter(
+                pk__in=[m.change.pk for m in accepted]
+            )
+        }
+        gone = {
+            m.entry.pk: f"the change was {locked[m.change.pk].get_status_display().lower()} "
+            "while its batch was checked"
+            for m in accepted
+            if locked[m.change.pk].status != ChangeRequest.Status.OPEN
+        }
+        if gone:
+            raise _Moved(gone)
+        now = timezone.now()
+        for member in accepted:
+            change = locked[member.change.pk]
+            _save_check_runs(change, verdict, batch)
+            change.checks_state = ChangeRequest.Checks.PASSED
+            services._record_merge(
+                change,
+                chain.commits[member.entry.pk],
+                acting_user=member.entry.enqueued_by,
+                audit={"merge_queue": [None, f"batch {batch.pk}"]},
+            )
+        MergeQueueEntry.objects.filter(pk__in=[m.entry.pk for m in accepted]).update(
+            state=E.MERGED, reason="", finished_at=now
+        )
+        batch.state = MergeQueueBatch.State.MERGED
+        batch.tip_sha = chain.tip
+        batch.merged = len(accepted)
+        batch.finished_at = now
+        batch.save()
+        services.write_main(lambda repo: repo.advance_branch(main, chain.tip, expected=base))
+    return len(accepted)
+
+
+def _save_check_runs(change: ChangeRequest, verdict: _Verdict, batch: MergeQueueBatch) -> None:
+    CheckRun.objects.filter(change=change, sha=change.head_sha).delete()
+    CheckRun.objects.bulk_create(
+        CheckRun(
+            change=change,
+            sha=change.head_sha,
+            name=r.name,
+            status=r.status,
+            summary=f"merge queue batch {batch.pk}: {r.summary}"[:300],
+            details=list(r.details)[:500],
+        )
+        for r in verdict.results
+    )
+
+
+def _fail_checks(member: _Member, verdict: _Verdict, batch: MergeQueueBatch) -> None:
+    with transaction.atomic():
+        _save_check_runs(member.change, verdict, batch)
+        ChangeRequest.objects.filter(pk=member.change.pk, head_sha=member.change.head_sha).update(
+            checks_state=ChangeRequest.Checks.FAILED
+        )
+        failing = [r for r in verdict.results if r.status == "failed"]
+        reason = "; ".join(f"{r.name}: {r.summary}" for r in failing) or "its checks failed"
+        _finish(member.entry, E.FAILED, f"checks failed in batch {batch.pk}: {reason}")
+
+
+def _finish(entry: MergeQueueEntry, state: str, reason: str) -> None:
+    entry.state = state
+    entry.reason = reason[:2000]
+    entry.finished_at = timezone.now()
+    MergeQueueEntry.objects.filter(pk=entry.pk).update(
+        state=state, reason=entry.reason, finished_at=entry.finished_at
+    )
+
+
+def queue_position(entries: Sequence[MergeQueueEntry]) -> dict[int, int]:
+    """Position (1 = next) of each queued entry, in the order batches take them."""
+    queued = [e for e in entries if e.state == E.QUEUED]
+    return {e.pk: n for n, e in enumerate(sorted(queued, key=lambda e: (e.enqueued_at, e.pk)), 1)}
