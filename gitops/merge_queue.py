@@ -40,7 +40,15 @@ from gitops import services
 from gitops.checks import CheckResult, run_checks
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest, CheckRun, MergeQueueBatch, MergeQueueEntry, MergeQueueLease
-from gitops.repo import Chain, ChainItem, GitRepository, MergeConflict, RefConflict, Snapshot
+from gitops.repo import (
+    Chain,
+    ChainItem,
+    GitRepository,
+    MergeConflict,
+    RefConflict,
+    RemoteUnavailable,
+    Snapshot,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +88,18 @@ def release_lease(holder: str) -> None:
 
 def _recover_orphans(log: Log) -> None:
     """Put back in the queue the entries of a batch whose runner died (its lease expired and we
-    hold it now, so no batch is running): nothing of theirs reached main unless it was
-    recorded, since main moves and the rows commit in one transaction."""
+    hold it now, so no batch is running).
+
+    Main moves as the last step of the transaction that records the batch, so a runner that
+    died between the two left main holding commits whose rows rolled back: those changes are
+    found on main by their Change-Request trailer and recorded merged first
+    (``services.reconcile_merged``), and their entries then finish as merged, not twice."""
     stale = MergeQueueEntry.objects.filter(state=E.CHECKING)
     count = stale.update(state=E.QUEUED, batch=None)
     if count:
+        recorded = services.reconcile_merged()
+        if recorded:
+            log(f"{len(recorded)} changes of an interrupted batch were on main already")
         MergeQueueBatch.objects.filter(state=MergeQueueBatch.State.CHECKING).update(
             state=MergeQueueBatch.State.FAILED, finished_at=timezone.now()
         )
@@ -221,6 +236,17 @@ def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log)
             break
         try:
             merged = _merge_chain(batch, base, accepted, verdict)
+        except RemoteUnavailable as exc:
+            # Nothing reached main (the remote never took the push): the changes wait, in their
+            # places, and the reason is on the queue page.
+            MergeQueueEntry.objects.filter(pk__in=[m.entry.pk for m in accepted]).update(
+                state=E.QUEUED, batch=None, reason=f"Waiting for the Git remote: {exc}"
+            )
+            log(f"batch {batch.pk}: waiting for the Git remote: {exc}")
+            batch.state = MergeQueueBatch.State.FAILED
+            batch.finished_at = timezone.now()
+            batch.save()
+            raise  # the job fails and is retried later; claiming again now would only wait again
         except RefConflict:
             batch.rebuilds += 1
             log(f"batch {batch.pk}: main moved while it was checked; building it again")
@@ -259,6 +285,9 @@ def _admissible(entries: list[MergeQueueEntry]) -> list[_Member]:
         change = ChangeRequest.objects.select_related("requested_by", "author").get(
             pk=entry.change_id
         )
+        if change.status == ChangeRequest.Status.MERGED:
+            _finish(entry, E.MERGED, "")
+            continue
         if not change.is_open:
             _finish(entry, E.REMOVED, f"the change was {change.get_status_display().lower()}")
             continue

@@ -3,6 +3,8 @@ onto main together, checked once, bisected when they fail, merged in one compare
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +24,7 @@ from gitops.models import (
     MergeQueueEntry,
     MergeQueueLease,
 )
-from gitops.repo import format_message
+from gitops.repo import GitRepository, format_message
 from gitops.specs import GpuShare, TenantClusterSpec, TenantSpec
 from portal.jobs import run_job
 from portal.models import AuditEvent, Job
@@ -399,3 +401,71 @@ def test_the_queue_page_costs_the_same_queries_for_3_and_30_entries(
     small = count()
     grow(27)
     assert count() == small
+
+
+# --- a runner that died after main moved, and a Git remote as the truth ------------------------
+
+
+def test_a_batch_whose_runner_died_after_main_moved_is_recorded_not_merged_twice(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    _merged(world, on_commit, TenantSpec(slug="t1"))
+    change = _approved(world, on_commit, _share("t1"))
+    with on_commit(execute=False):
+        services.do_enqueue_merge(change, acting_user=world["pam"])
+    assert merge_queue.acquire_lease("a worker that will die")
+    batch, entries = merge_queue._claim("a worker that will die")
+    assert batch is not None and [e.change_id for e in entries] == [change.pk]
+    # It moved main to its chain, then died before the rows committed.
+    repo = services.repository()
+    message = format_message(change.title, "", {"Change-Request": str(change.pk)})
+    pushed = repo.merge(change.branch, message=message, author=services.identity(None), into="main")
+    MergeQueueLease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    lines: list[str] = []
+    merge_queue.run_queue("test", lines.append)
+
+    change.refresh_from_db()
+    assert (change.status, change.merge_sha) == ("merged", pushed)
+    assert repo.head("main") == pushed  # nothing merged a second time
+    assert "1 changes of an interrupted batch were on main already" in lines
+    assert MergeQueueEntry.objects.get(change=change).state == "merged"
+
+
+def test_the_queue_writes_a_git_remote_and_waits_visibly_while_it_is_unreachable(
+    world: dict[str, Any], on_commit: Any, settings: Any, tmp_path: Path
+) -> None:
+    remote = tmp_path / "truth.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    settings.GITOPS_REMOTE_URL = str(remote)
+    settings.GITOPS_REMOTE_TIMEOUT_SECONDS = 5
+    for slug in ("t1", "t2"):
+        _merged(world, on_commit, TenantSpec(slug=slug))
+    first = [_approved(world, on_commit, _share(slug)) for slug in ("t1", "t2")]
+    _enqueue_all(world, on_commit, first)
+    on_remote = GitRepository(remote, main="main")
+    for change in first:
+        change.refresh_from_db()
+        assert change.status == "merged"
+        assert on_remote.is_ancestor(change.merge_sha, on_remote.head("main") or "")
+    tip = on_remote.head("main")
+
+    later = _approved(world, on_commit, TenantSpec(slug="t1", shares=_share("t1", 2).shares))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    settings.GITOPS_REMOTE_URL = f"git://127.0.0.1:{closed}/truth.git"
+    settings.GITOPS_REMOTE_WAIT_SECONDS = 1
+    with on_commit(execute=False):
+        services.do_enqueue_merge(later, acting_user=world["pam"])
+    job = Job.objects.filter(task="gitops.merge_queue").order_by("-pk").first()
+    assert job is not None
+    with on_commit(execute=True):
+        run_job(job.pk)
+
+    later.refresh_from_db()
+    assert later.status == "open"
+    entry = MergeQueueEntry.objects.get(change=later)
+    assert entry.state == "queued" and entry.reason.startswith("Waiting for the Git remote")
+    assert on_remote.head("main") == tip  # the remote did not move
+    assert services.repository().head("main") == tip  # and the mirror did not fork
