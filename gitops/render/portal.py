@@ -84,6 +84,7 @@ APP_NAME = "ai-factory-portal"
 VAR_DIR = "/var/lib/portal"
 # An emptyDir of the pod's own (the root filesystem is read-only), not a shared /tmp.
 TMP_DIR = "/tmp"  # noqa: S108
+METRICS_DIR = "/var/run/portal-metrics"
 POD_SECURITY = "restricted"
 # The Flux receiver the portal nudges after a merge (notification-controller's webhook
 # receiver listens on 9292, its Service webhook-receiver maps 80 to it).
@@ -101,12 +102,14 @@ _Add = Callable[[str, str], None]
 # The cluster-wide reads (and node writes) the portal makes; tenant Secrets are granted per
 # tenant (portal-access.yaml), never here. The same list as the operator's guide.
 CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("", "nodes", ("get", "list", "patch")),
-    ("", "pods", ("get", "list")),
+    ("", "nodes", ("get", "list", "watch", "patch")),
+    ("", "pods", ("get", "list", "watch")),
     ("", "pods/eviction", ("create",)),
-    ("kustomize.toolkit.fluxcd.io", "kustomizations", ("get", "list")),
-    ("helm.toolkit.fluxcd.io", "helmreleases", ("get", "list")),
-    ("serving.kserve.io", "inferenceservices", ("get", "list")),
+    ("kustomize.toolkit.fluxcd.io", "kustomizations", ("get", "list", "watch")),
+    ("helm.toolkit.fluxcd.io", "helmreleases", ("get", "list", "watch")),
+    ("serving.kserve.io", "inferenceservices", ("get", "list", "watch")),
+    # The schema check validates against the CRDs the cluster serves (gitops.schemas).
+    ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
 )
 
 
@@ -338,7 +341,8 @@ def config_data(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, str]:
         "PORTAL_BASE_URL": spec.base_url,
         "PORTAL_VAR_DIR": VAR_DIR,
         "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
-        "SECURE_REDIRECT_EXEMPT": r"^git/",
+        # Flux's notification-controller posts its events in the cluster too (/hooks/flux/).
+        "SECURE_REDIRECT_EXEMPT": r"^git/|^hooks/flux/",
         "STATIC_ROOT": spec.static_root,
     }
 
@@ -567,6 +571,13 @@ def web_deployment(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, Any]:
     container["startupProbe"] = _probe("/healthz", 2, 30)
     container["livenessProbe"] = _probe("/healthz", 10, 3)
     container["readinessProbe"] = _probe("/readyz", 5, 2)
+    # Each gunicorn worker counts its own requests; with a directory shared by the pod's
+    # workers (empty at start) whichever answers a scrape sums them all (prometheus_client's
+    # multiprocess mode, docs/operator-guide.md "Health, readiness and metrics").
+    container["env"] = [{"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR}]
+    container["volumeMounts"].append({"name": "metrics", "mountPath": METRICS_DIR})
+    template = _pod(spec, fleet, "web", [container], api_access=True)
+    template["spec"]["volumes"].append({"name": "metrics", "emptyDir": {}})
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -579,7 +590,7 @@ def web_deployment(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, Any]:
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
             },
-            "template": _pod(spec, fleet, "web", [container], api_access=True),
+            "template": template,
         },
     }
 
@@ -634,6 +645,30 @@ def beat_deployment(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, Any]:
                 "beat",
                 [_container(spec, "beat", command, spec.beat)],
                 api_access=False,
+            ),
+        },
+    }
+
+
+def watch_deployment(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, Any]:
+    """The cluster watcher (``manage.py fleet_watch``): status as events, not polls. One is
+    enough and two would only do the same writes twice; ``Recreate`` keeps a rollout from
+    running two, and the polling sync covers the seconds in between."""
+    command = ["python", "manage.py", "fleet_watch"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta("portal-watch", fleet, "watch"),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": _labels("watch")},
+            "strategy": {"type": "Recreate"},
+            "template": _pod(
+                spec,
+                fleet,
+                "watch",
+                [_container(spec, "watch", command, spec.beat)],
+                api_access=True,
             ),
         },
     }
@@ -766,6 +801,7 @@ def app_files(spec: PortalDeploySpec, fleet: FleetSpec) -> list[tuple[str, list[
             "web.yaml",
             [web_deployment(spec, fleet), service(fleet), disruption_budget("web", fleet)],
         ),
+        ("watch.yaml", [watch_deployment(spec, fleet)]),
         ("worker.yaml", [worker_deployment(spec, fleet), disruption_budget("worker", fleet)]),
     ]
 

@@ -114,6 +114,7 @@ def test_every_container_meets_pod_security_restricted() -> None:
     assert sorted(name for name, _ in pods) == [
         "portal-beat",
         "portal-migrate",
+        "portal-watch",
         "portal-web",
         "portal-worker",
     ]
@@ -158,6 +159,8 @@ def test_it_runs_the_projects_own_commands() -> None:
     assert commands["portal-web"][:2] == ["gunicorn", "portal.wsgi"]
     assert commands["portal-worker"][:4] == ["celery", "-A", "portal", "worker"]
     assert commands["portal-beat"][:4] == ["celery", "-A", "portal", "beat"]
+    assert commands["portal-watch"] == ["python", "manage.py", "fleet_watch"]
+    assert importlib.util.find_spec("fleet.management.commands.fleet_watch") is not None
     # What those names load exists: the WSGI module and the Celery app of `-A portal`.
     assert importlib.util.find_spec("portal.wsgi") is not None
     from portal.celery import app
@@ -348,3 +351,15 @@ def test_the_cluster_role_is_the_one_the_operator_guide_lists() -> None:
     (role,) = _by_name("ClusterRole").values()
     assert role["metadata"]["name"] == "ai-factory-portal"
     assert role["rules"] == listed
+
+
+def test_one_watcher_and_the_web_pods_share_a_metrics_directory() -> None:
+    deployments = _by_name("Deployment")
+    watch = deployments["portal-watch"]["spec"]
+    assert (watch["replicas"], watch["strategy"]) == (1, {"type": "Recreate"})
+    web = deployments["portal-web"]["spec"]["template"]["spec"]
+    (container,) = web["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == mounts["metrics"]
+    assert {"name": "metrics", "emptyDir": {}} in web["volumes"]
