@@ -340,8 +340,12 @@ def tenant_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | No
     wanted = render_tenant_tree(tenant, fleet)
     changes: dict[str, bytes | None] = {p: b for p, b in wanted.items() if current.get(p) != b}
     changes.update({p: None for p in current if p not in wanted})
-    index = render_tenants_index(_tenant_slugs(repo, base) | {tenant.slug})
-    changes.update({p: b for p, b in index.items() if repo.read_file(base, p) != b})
+    if not current:
+        # A new tenant: the index, derived from the tenant directories, gains it. For one main
+        # already has it stays as it is, and is not rendered again: at 10,000 tenants that
+        # costs half a second, most of an approval (docs/benchmarks.md, approval burst).
+        index = render_tenants_index(_tenant_slugs(repo, base) | {tenant.slug})
+        changes.update({p: b for p, b in index.items() if repo.read_file(base, p) != b})
     return changes
 
 
