@@ -41,6 +41,21 @@ def require_service(name: str, host: str, port: int) -> None:
     pytest.skip(message)
 
 
+def use_celery_broker(app: Any, **conf: Any) -> dict[str, Any]:
+    """Point the Celery ``app`` at another broker (``broker_url``, ``task_default_queue``...)
+    and drop its pooled connections and producers, as Celery does after a fork: a pool made
+    for the previous broker would go on publishing there (a test's worker would never see its
+    task). Returns the old values, to give back to this function afterwards."""
+    old = {key: app.conf[key] for key in conf}
+    app.conf.update(conf)
+    # Forgotten, not closed: a producer pool may still hold the old pool's connections.
+    app._pool = None
+    amqp = app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
+    return old
+
+
 def database_url() -> str:
     """The test database as a DATABASE_URL, for a process of the portal a test starts."""
     from django.db import connection

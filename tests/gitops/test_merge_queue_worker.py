@@ -19,7 +19,7 @@ from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, MergeQueueBatch
 from gitops.specs import GpuShare, TenantSpec
 from portal.celery import app as celery_app
-from tests.conftest import database_url, require_service
+from tests.conftest import database_url, require_service, use_celery_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/12"
@@ -32,8 +32,7 @@ pytestmark = pytest.mark.services
 def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[str]]:
     require_service("Redis", "127.0.0.1", 6379)
     queue = f"portal-test-{uuid.uuid4().hex[:8]}"
-    old = {k: celery_app.conf[k] for k in ("broker_url", "task_default_queue")}
-    celery_app.conf.update(broker_url=BROKER, task_default_queue=queue)
+    old = use_celery_broker(celery_app, broker_url=BROKER, task_default_queue=queue)
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
@@ -71,19 +70,7 @@ def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[s
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-        celery_app.conf.update(old)
-        _forget_broker_connections()
-
-
-def _forget_broker_connections() -> None:
-    """Drop the app's pooled connections to our broker (Redis DB 12), as Celery does after a
-    fork: a later test that points the app at another broker must not publish to ours."""
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
-    celery_app._pool = None
-    amqp = celery_app.__dict__.get("amqp")
-    if amqp is not None:
-        amqp._producer_pool = None
+        use_celery_broker(celery_app, **old)
 
 
 def test_a_real_worker_merges_the_queued_changes_in_one_batch(

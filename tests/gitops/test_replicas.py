@@ -28,7 +28,7 @@ from gitops.models import ChangeRequest, Review
 from gitops.repo import GitRepository, Identity, PushRejected, Remote, format_message
 from portal.celery import app as celery_app
 from portal.models import AuditEvent
-from tests.conftest import database_url
+from tests.conftest import database_url, use_celery_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = demo_fleet()
@@ -299,12 +299,11 @@ def _checks_left_queued(settings: Any) -> Iterator[None]:
     """Queue the jobs opening a change enqueues (its checks) on an in-memory Celery broker
     that no worker reads: they cost ~0.4 s each and are not what these tests are about."""
     settings.PORTAL_TASK_RUNNER = "celery"
-    old = celery_app.conf.broker_url
-    celery_app.conf.update(broker_url="memory://")
+    old = use_celery_broker(celery_app, broker_url="memory://")
     try:
         yield
     finally:
-        celery_app.conf.update(broker_url=old)
+        use_celery_broker(celery_app, **old)
 
 
 def _approved(world: dict[str, Any], count: int, settings: Any) -> list[ChangeRequest]:

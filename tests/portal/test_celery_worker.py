@@ -20,7 +20,7 @@ from django.utils import timezone
 from portal import jobs
 from portal.celery import app as celery_app
 from portal.models import Job
-from tests.conftest import database_url, require_service
+from tests.conftest import database_url, require_service, use_celery_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/15"
@@ -34,8 +34,7 @@ def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[s
     queue = f"portal-test-{uuid.uuid4().hex[:8]}"
     settings.PORTAL_TASK_RUNNER = "celery"
     settings.CELERY_BROKER_URL = BROKER
-    old = {k: celery_app.conf[k] for k in ("broker_url", "task_default_queue")}
-    celery_app.conf.update(broker_url=BROKER, task_default_queue=queue)
+    old = use_celery_broker(celery_app, broker_url=BROKER, task_default_queue=queue)
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
@@ -72,7 +71,7 @@ def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[s
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-        celery_app.conf.update(old)
+        use_celery_broker(celery_app, **old)
 
 
 def _wait(job_id: int, proc: subprocess.Popen[str], timeout: float = 60) -> Job:
