@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,6 +59,56 @@ def use_celery_broker(app: Any, **conf: Any) -> dict[str, Any]:
     if amqp is not None:
         amqp._producer_pool = None
     return old
+
+
+@contextmanager
+def celery_worker(broker: str, **env: str) -> Iterator[subprocess.Popen[str]]:
+    """A real Celery worker (``--pool=solo``) on ``broker``, reading a queue of its own that
+    the app in this process publishes to while it runs; ``env`` is added to its environment.
+    The worker shares the test database (``database_url``)."""
+    from portal.celery import app as celery_app
+
+    require_service("Redis", "127.0.0.1", 6379)
+    queue = f"portal-test-{uuid.uuid4().hex[:8]}"
+    old = use_celery_broker(celery_app, broker_url=broker, task_default_queue=queue)
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "CELERY_BROKER_URL": broker,
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        **env,
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "--loglevel=INFO",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        use_celery_broker(celery_app, **old)
 
 
 def database_url() -> str:

@@ -3,13 +3,9 @@ queued by the portal are checked and merged in one batch by the worker process."
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +14,8 @@ from gitops import services
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, MergeQueueBatch
 from gitops.specs import GpuShare, TenantSpec
-from portal.celery import app as celery_app
-from tests.conftest import database_url, require_service, use_celery_broker
+from tests.conftest import celery_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/12"
 FLEET = demo_fleet()
 
@@ -30,47 +24,8 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture
 def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[str]]:
-    require_service("Redis", "127.0.0.1", 6379)
-    queue = f"portal-test-{uuid.uuid4().hex[:8]}"
-    old = use_celery_broker(celery_app, broker_url=BROKER, task_default_queue=queue)
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": BROKER,
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "GITOPS_REPO_PATH": str(settings.GITOPS_REPO_PATH),
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "--pool=solo",
-            "-Q",
-            queue,
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with celery_worker(BROKER, GITOPS_REPO_PATH=str(settings.GITOPS_REPO_PATH)) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        use_celery_broker(celery_app, **old)
 
 
 def test_a_real_worker_merges_the_queued_changes_in_one_batch(

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +16,8 @@ from django.utils import timezone
 from portal import jobs
 from portal.celery import app as celery_app
 from portal.models import Job
-from tests.conftest import database_url, require_service, use_celery_broker
+from tests.conftest import celery_worker
 
-ROOT = Path(__file__).resolve().parents[2]
 BROKER = "redis://127.0.0.1:6379/15"
 
 pytestmark = pytest.mark.services
@@ -30,48 +25,10 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture
 def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[str]]:
-    require_service("Redis", "127.0.0.1", 6379)
-    queue = f"portal-test-{uuid.uuid4().hex[:8]}"
     settings.PORTAL_TASK_RUNNER = "celery"
     settings.CELERY_BROKER_URL = BROKER
-    old = use_celery_broker(celery_app, broker_url=BROKER, task_default_queue=queue)
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": BROKER,
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "--pool=solo",
-            "-Q",
-            queue,
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
+    with celery_worker(BROKER) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        use_celery_broker(celery_app, **old)
 
 
 def _wait(job_id: int, proc: subprocess.Popen[str], timeout: float = 60) -> Job:
