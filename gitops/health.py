@@ -9,9 +9,7 @@ the forge.
 
 from __future__ import annotations
 
-import base64
 import os
-import re
 import subprocess
 import threading
 import time
@@ -19,7 +17,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from gitops.repo import GitRepositoryError
+from gitops.repo import GitRepositoryError, basic_auth_env, redact
 from gitops.services import repository
 from portal.health import CheckResult, failed, not_configured, ok
 
@@ -68,7 +66,7 @@ def _list_main(url: str) -> CheckResult:
     the machine can read them from the process list.
     """
     main = settings.GITOPS_MAIN_BRANCH
-    shown = _without_userinfo(url)
+    shown = redact(url)
     timeout = settings.PORTAL_READINESS_TIMEOUT_SECONDS
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -79,13 +77,7 @@ def _list_main(url: str) -> CheckResult:
         "GIT_ASKPASS": "/bin/false",
     }
     if settings.GITOPS_REMOTE_PASSWORD and urlsplit(url).scheme in ("http", "https"):
-        pair = f"{settings.GITOPS_REMOTE_USERNAME}:{settings.GITOPS_REMOTE_PASSWORD}"
-        env |= {
-            "GIT_CONFIG_COUNT": "1",
-            "GIT_CONFIG_KEY_0": "http.extraHeader",
-            "GIT_CONFIG_VALUE_0": "Authorization: Basic "
-            + base64.b64encode(pair.encode()).decode(),
-        }
+        env |= basic_auth_env(settings.GITOPS_REMOTE_USERNAME, settings.GITOPS_REMOTE_PASSWORD)
     try:
         result = subprocess.run(
             ["git", "ls-remote", "--", url, f"refs/heads/{main}"],
@@ -99,14 +91,9 @@ def _list_main(url: str) -> CheckResult:
         return failed(f"{shown} did not answer within {timeout:g}s")
     if result.returncode != 0:
         lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-        last = _without_userinfo(lines[-1]) if lines else f"git exited {result.returncode}"
+        last = redact(lines[-1]) if lines else f"git exited {result.returncode}"
         return failed(f"{shown}: {last[:200]}")
     sha = result.stdout.split("\t", 1)[0].strip()
     if not sha:
         return ok(f"{shown} answered; it has no {main} yet")
     return ok(f"{shown} answered: {main} at {sha[:12]}")
-
-
-def _without_userinfo(text: str) -> str:
-    """A URL, or a message that quotes one, without its user:password@ part."""
-    return re.sub(r"//[^/@\s]*@", "//", text)

@@ -917,8 +917,8 @@ class GitRepository:
         try:
             remote.fetch(list(refspecs), callbacks=callbacks)
         except pygit2.GitError as exc:
-            message = _redact(str(exc))
-            raise RemoteError(f"fetch from {_redact(remote_url)} failed: {message}") from exc
+            message = redact(str(exc))
+            raise RemoteError(f"fetch from {redact(remote_url)} failed: {message}") from exc
 
     def push(
         self,
@@ -935,12 +935,12 @@ class GitRepository:
         try:
             remote.push(list(refspecs), callbacks=callbacks)
         except pygit2.GitError as exc:
-            text = _redact(str(exc))
+            text = redact(str(exc))
             if "fastforward" in text or "fast-forward" in text or "not present locally" in text:
-                raise PushRejected(f"push to {_redact(remote_url)} rejected: {text}") from exc
-            raise RemoteError(f"push to {_redact(remote_url)} failed: {text}") from exc
+                raise PushRejected(f"push to {redact(remote_url)} rejected: {text}") from exc
+            raise RemoteError(f"push to {redact(remote_url)} failed: {text}") from exc
         if callbacks.rejected:
-            raise PushRejected(f"push to {_redact(remote_url)} rejected: {callbacks.rejected}")
+            raise PushRejected(f"push to {redact(remote_url)} rejected: {callbacks.rejected}")
 
     def sync_with_remote(
         self,
@@ -1104,7 +1104,7 @@ class GitRepository:
                 if line.startswith("!") and "remote ref does not exist" not in line
             ]
             if failed or not result.stdout.strip():
-                raise RemoteError(f"push to {_redact(remote.url)} failed: {_remote_reason(result)}")
+                raise RemoteError(f"push to {redact(remote.url)} failed: {_remote_reason(result)}")
 
     def fetch_missing(self, remote: Remote, rev: str) -> bool:
         """Fetch the remote's branches when ``rev`` (a commit id or branch) is not here.
@@ -1126,7 +1126,7 @@ class GitRepository:
             )
             if result.returncode != 0:
                 raise RemoteError(
-                    f"fetch from {_redact(remote.url)} failed: {_remote_reason(result)}"
+                    f"fetch from {redact(remote.url)} failed: {_remote_reason(result)}"
                 )
             if not _HEX_SHA.fullmatch(rev):
                 sha = self._read_ref(f"refs/remotes/truth-all/{rev}")
@@ -1200,7 +1200,7 @@ class GitRepository:
         if result.returncode != 0:
             if "couldn't find remote ref" in result.stderr:
                 return None  # an empty remote: write_through seeds it
-            raise RemoteError(f"fetch from {_redact(remote.url)} failed: {_remote_reason(result)}")
+            raise RemoteError(f"fetch from {redact(remote.url)} failed: {_remote_reason(result)}")
         return self._read_ref(tracking)
 
     def _clear_stale_lock(self, ref: str) -> None:
@@ -1260,8 +1260,8 @@ class GitRepository:
             marker in result.stdout
             for marker in ("stale info", "fetch first", "non-fast-forward", "failed to update ref")
         ) or ("cannot lock ref" in result.stderr):
-            raise PushRejected(f"push to {_redact(remote.url)} rejected: {reason}")
-        raise RemoteError(f"push to {_redact(remote.url)} failed: {reason}")
+            raise PushRejected(f"push to {redact(remote.url)} rejected: {reason}")
+        raise RemoteError(f"push to {redact(remote.url)} failed: {reason}")
 
     def _wait_for(
         self,
@@ -1283,15 +1283,7 @@ class GitRepository:
     def _git_remote(self, remote: Remote, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
         if remote.password is not None:
-            # In the environment, not on the command line, where any local user could read it.
-            basic = base64.b64encode(
-                f"{remote.username or 'git'}:{remote.password}".encode()
-            ).decode()
-            env.update(
-                GIT_CONFIG_COUNT="1",
-                GIT_CONFIG_KEY_0="http.extraHeader",
-                GIT_CONFIG_VALUE_0=f"Authorization: Basic {basic}",
-            )
+            env.update(basic_auth_env(remote.username, remote.password))
         try:
             return subprocess.run(
                 ["git", f"--git-dir={self.path}", *args],
@@ -1303,7 +1295,7 @@ class GitRepository:
             )
         except subprocess.TimeoutExpired as exc:
             raise RemoteError(
-                f"{_redact(remote.url)} did not answer within {remote.timeout:g} s"
+                f"{redact(remote.url)} did not answer within {remote.timeout:g} s"
             ) from exc
 
     # --- internals -------------------------------------------------------------------------
@@ -1678,7 +1670,7 @@ class _Callbacks(pygit2.RemoteCallbacks):
         # libgit2 asks again after each 401; answering the same forever would loop.
         self._asked += 1
         if self._password is None or self._asked > 1:
-            raise RemoteError(f"authentication to {_redact(url)} failed")
+            raise RemoteError(f"authentication to {redact(url)} failed")
         return pygit2.UserPass(self._username or username_from_url or "git", self._password)
 
     def push_update_reference(self, refname: str, message: str | None) -> None:
@@ -1692,9 +1684,21 @@ def _blob(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Blob:
     return obj
 
 
-def _redact(url: str) -> str:
-    """A URL without its userinfo, for error messages."""
-    return re.sub(r"//[^/@]*@", "//", url)
+def redact(text: str) -> str:
+    """A URL, or a message that quotes one, without its user:password@ part."""
+    return re.sub(r"//[^/@\s]*@", "//", text)
+
+
+
+def basic_auth_env(username: str | None, password: str) -> dict[str, str]:
+    """Environment that makes the git command send HTTP basic credentials: in the
+    environment, not on the command line, where any local user could read them."""
+    basic = base64.b64encode(f"{username or 'git'}:{password}".encode()).decode()
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+    }
 
 
 def _trailer_lines(message: str) -> list[str]:
@@ -1708,7 +1712,7 @@ def _remote_reason(result: subprocess.CompletedProcess[str]) -> str:
     """The useful part of a failed git fetch/push: rejection lines, else its last error."""
     lines = [line for line in result.stdout.splitlines() if line.startswith("!")]
     lines += [line for line in result.stderr.splitlines() if line.strip()][-2:]
-    return _redact("; ".join(lines)) or f"git exited with {result.returncode}"
+    return redact("; ".join(lines)) or f"git exited with {result.returncode}"
 
 
 def _compose(first: dict[str, str], second: dict[str, str]) -> dict[str, str]:
