@@ -1689,7 +1689,6 @@ def redact(text: str) -> str:
     return re.sub(r"//[^/@\s]*@", "//", text)
 
 
-
 def basic_auth_env(username: str | None, password: str) -> dict[str, str]:
     """Environment that makes the git command send HTTP basic credentials: in the
     environment, not on the command line, where any local user could read them."""
