@@ -380,6 +380,11 @@ GITOPS_TENANT_REPOS_DIR = env("GITOPS_TENANT_REPOS_DIR")
 FLUX_RECEIVER_URL = env("FLUX_RECEIVER_URL")
 FLUX_RECEIVER_TOKEN = env("FLUX_RECEIVER_TOKEN")
 
+# What the whole-tree checks found in each tenant's directory, kept by the directory's content
+# (gitops.checks.partition), so a check run at 10,000 tenants reads the tenants a change
+# touches, not all of them. A SQLite file of this replica's; "memory": this process only.
+GITOPS_CHECK_CACHE = env("GITOPS_CHECK_CACHE", str(VAR_DIR / "check-cache.sqlite3"))
+
 # --- Merge queue (gitops.merge_queue) ------------------------------------------------------
 # Approved changes put into the queue ("merge when ready") are squashed onto main together, in
 # batches of at most this many, checked once per batch and merged in one compare-and-swap.

@@ -130,6 +130,9 @@ def _test_settings(settings: Any) -> None:
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     # The real hasher costs ~0.3 s a user; personas are made for every test.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # What the checks keep by tenant stays in the test process (content-addressed, so tests
+    # cannot see each other's values wrongly), not in the developer's var/.
+    settings.GITOPS_CHECK_CACHE = "memory"
 
 
 @pytest.fixture(autouse=True)

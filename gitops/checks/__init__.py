@@ -31,10 +31,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gitops.checks import cluster_access
-from gitops.checks.capacity import check_capacity
-from gitops.checks.controllers import check_controllers
-from gitops.checks.duplicates import check_duplicates
+from gitops.checks import cluster_access, partition
+from gitops.checks.capacity import capacity_findings, nominal_quotas
+from gitops.checks.controllers import (
+    immutable_spec_findings,
+    items_of,
+    local_findings,
+    quota_cover_facts,
+    quota_cover_findings,
+)
+from gitops.checks.duplicates import duplicate_findings, placements, split_placements
 from gitops.checks.findings import Finding
 from gitops.checks.isolation import (
     PlatformSource,
@@ -45,6 +51,7 @@ from gitops.checks.isolation import (
 )
 from gitops.checks.kustomize import (
     BuildResult,
+    FluxPath,
     KustomizeUnavailable,
     affected_paths,
     aggregated_parts,
@@ -89,6 +96,9 @@ def run_checks(
     platform_sources: Collection[PlatformSource] | None = None,
     allow_overcommit: bool = False,
     base: Mapping[str, bytes] | None = None,
+    parts: partition.TreeParts | None = None,
+    base_parts: partition.TreeParts | None = None,
+    stats: partition.Stats | None = None,
 ) -> list[CheckResult]:
     """Run every check on the tree ``files`` (``{path: bytes}`` at the change's head).
 
@@ -100,7 +110,14 @@ def run_checks(
 
     Schemas come from ``schema_source``, or from the directory ``schema_dir`` when no source
     is given (neither: the schema check is skipped).
+
+    The whole-tree rules run by tenant (``gitops.checks.partition``): what they found in a
+    tenant's directory is kept by its content, so only the tenants a change touches (and the
+    ones never checked before) are read. ``parts`` is ``files`` already split (the merge queue
+    splits a batch's tree from its base's, and passes ``base`` split as ``base_parts``);
+    ``stats`` counts the tenants kept and computed.
     """
+    parts = parts if parts is not None else partition.split(files)
     source = schema_source
     if source is None and schema_dir is not None:
         source = SchemaSource.from_directory(schema_dir)
@@ -113,13 +130,16 @@ def run_checks(
             registry_error = f"cannot load schemas from {source.short_label()}: {exc}"
 
     builds: list[BuildResult] = []
+    tree = _Tree(files, parts, fleet, stats)
+    if base is not None and base_parts is None:
+        base_parts = partition.split(base)
     results = [
         _guarded("schemas", lambda: _schemas(files, changed, source, registry, registry_error)),
-        _guarded("kustomize", lambda: _kustomize(files, changed, fleet, builds)),
+        _guarded("kustomize", lambda: _kustomize(tree, changed, builds)),
         _guarded(
             "isolation",
             lambda: _isolation(
-                files,
+                tree,
                 builds,
                 gateway_namespace=gateway_namespace or fleet.gateway.namespace,
                 gateway_name=fleet.gateway.name if gateway_namespace is None else None,
@@ -130,11 +150,40 @@ def run_checks(
                 tenant_source_url=fleet.tenant_git_url,
             ),
         ),
-        _guarded("capacity", lambda: _capacity(files, fleet, allow_overcommit)),
-        _guarded("controllers", lambda: _controllers(files, fleet, base)),
-        _guarded("duplicates", lambda: _duplicates(files, fleet, registry)),
+        _guarded("capacity", lambda: _capacity(tree, allow_overcommit)),
+        _guarded("controllers", lambda: _controllers(tree, base_parts)),
+        _guarded("duplicates", lambda: _duplicates(tree, registry)),
     ]
     return results
+
+
+@dataclass
+class _Tree:
+    """The tree a run checks, whole and by tenant."""
+
+    files: Mapping[str, bytes]
+    parts: partition.TreeParts
+    fleet: FleetSpec
+    stats: partition.Stats | None
+
+    def by_tenant(
+        self,
+        rule: str,
+        params: Any,
+        compute: Callable[[Mapping[str, bytes], list[str]], dict[str | None, Any]],
+    ) -> dict[str | None, Any]:
+        # The fleet is a parameter of every rule (flavors, gateway, Git URLs).
+        return partition.by_tenant(
+            rule, self.parts, repr((self.fleet, params)), compute, self.stats
+        )
+
+    def findings_by_tenant(
+        self, rule: str, params: Any, run: Callable[[Mapping[str, bytes]], list[Finding]]
+    ) -> list[Finding]:
+        values = self.by_tenant(
+            rule, params, lambda sub, slugs: partition.split_findings(run(sub), slugs)
+        )
+        return partition.flatten(values)
 
 
 def _guarded(name: CheckName, run: Callable[[], CheckResult]) -> CheckResult:
@@ -213,19 +262,22 @@ def _schemas(
     return CheckResult("schemas", "passed", f"{scope} valid{note}{against}", details)
 
 
-def _kustomize(
-    files: Mapping[str, bytes],
-    changed: set[str] | None,
-    fleet: FleetSpec,
-    builds: list[BuildResult],
-) -> CheckResult:
+def _kustomize(tree: _Tree, changed: set[str] | None, builds: list[BuildResult]) -> CheckResult:
     try:
         command = kustomize_command()
     except KustomizeUnavailable as exc:
         return CheckResult("kustomize", "skipped", str(exc))
-    targets = flux_kustomizations(files, repo_urls=_repo_urls(files, fleet))
+    files = tree.files
+    targets = _flux_targets(tree)
     all_paths = sorted({t.path for t in targets})
-    paths = all_paths if changed is None else affected_paths(changed, all_paths, files)
+    if changed is None:
+        paths = all_paths
+    else:
+        # A change reaches a tenant's Flux path only through that tenant's files (isolation
+        # keeps kustomizations inside their tenant), so other tenants' paths are not walked.
+        touched = {partition.slug_of(path) for path in changed}
+        near = [p for p in all_paths if partition.slug_of(f"{p}/x") in touched | {None}]
+        paths = affected_paths(changed, near, files)
     if not paths:
         reason = "no Flux Kustomization in the tree" if not all_paths else "no Flux path affected"
         return CheckResult("kustomize", "passed", reason)
@@ -241,8 +293,12 @@ def _kustomize(
                     details.append(
                         f"{path or '.'} (Flux Kustomization {owners}): {part.error_text}"
                     )
-            touched = tuple(f"{t}/" for t in touched_parts(files, path, changed))
-            inside = {p: d for p, d in files.items() if p.startswith(touched)} if touched else {}
+            touched_dirs = tuple(f"{t}/" for t in touched_parts(files, path, changed))
+            inside = (
+                {p: d for p, d in files.items() if p.startswith(touched_dirs)}
+                if touched_dirs
+                else {}
+            )
             for directory in patched_directories(inside, path):
                 inner = kustomize_build(files, directory, command=command)
                 if inner.ok:
@@ -273,6 +329,21 @@ def _kustomize(
     return CheckResult("kustomize", "passed", f"{built} build", [p or "." for p in paths])
 
 
+def _flux_targets(tree: _Tree) -> list[FluxPath]:
+    """Every Flux Kustomization of the tree that reads this repository or a tenant's."""
+
+    def compute(sub: Mapping[str, bytes], slugs: list[str]) -> dict[str | None, list[FluxPath]]:
+        found = flux_kustomizations(sub, repo_urls=_repo_urls(sub, tree.fleet))
+        out: dict[str | None, list[FluxPath]] = {None: [], **{slug: [] for slug in slugs}}
+        for target in found:
+            slug = partition.slug_of(target.file)
+            out[slug if slug in out else None].append(target)
+        return out
+
+    values = tree.by_tenant("flux-kustomizations", (), compute)
+    return sorted(partition.flatten(values), key=lambda f: (f.path, f.kustomization))
+
+
 def _repo_urls(files: Mapping[str, bytes], fleet: FleetSpec) -> set[str]:
     """The repositories whose Flux Kustomizations apply this tree: the fleet's, and each
     tenant's projection repository, which holds its workloads and its clusters' bindings at the
@@ -284,7 +355,7 @@ def _repo_urls(files: Mapping[str, bytes], fleet: FleetSpec) -> set[str]:
 
 
 def _isolation(
-    files: Mapping[str, bytes],
+    tree: _Tree,
     builds: list[BuildResult],
     *,
     gateway_namespace: str,
@@ -296,17 +367,31 @@ def _isolation(
     tenant_source_url: Callable[[str], str] | None = None,
 ) -> CheckResult:
     scopes = registry or get_registry(None)
-    findings = check_isolation(
-        files,
-        gateway_namespace=gateway_namespace,
-        gateway_name=gateway_name,
-        gateway_domain=gateway_domain,
-        platform_sources=(
-            platform_sources if platform_sources is not None else platform_sources_in(files)
+    sources = frozenset(
+        platform_sources if platform_sources is not None else platform_sources_in(tree.parts.shared)
+    )
+    params = (
+        gateway_namespace,
+        gateway_name,
+        gateway_domain,
+        sorted(sources),
+        scopes.scopes_digest(),
+        portal_subject,
+        tenant_source_url("{slug}") if tenant_source_url else None,
+    )
+    findings = tree.findings_by_tenant(
+        "isolation",
+        params,
+        lambda sub: check_isolation(
+            sub,
+            gateway_namespace=gateway_namespace,
+            gateway_name=gateway_name,
+            gateway_domain=gateway_domain,
+            platform_sources=sources,
+            registry=scopes,
+            portal_subject=portal_subject,
+            tenant_source_url=tenant_source_url,
         ),
-        registry=scopes,
-        portal_subject=portal_subject,
-        tenant_source_url=tenant_source_url,
     )
     seen = {(f.object, f.rule) for f in findings}
     for build in builds:
@@ -336,25 +421,76 @@ def _isolation(
     return _from_findings("isolation", findings, "no isolation rule broken")
 
 
-def _capacity(files: Mapping[str, bytes], fleet: FleetSpec, allow_overcommit: bool) -> CheckResult:
+def _capacity(tree: _Tree, allow_overcommit: bool) -> CheckResult:
+    fleet = tree.fleet
     if not fleet.flavors:
         return CheckResult("capacity", "skipped", "the fleet has no GPU flavors configured")
-    findings = check_capacity(files, fleet, allow_overcommit=allow_overcommit)
+
+    def compute(sub: Mapping[str, bytes], slugs: list[str]) -> dict[str | None, Any]:
+        quotas, problems = nominal_quotas(sub)
+        out: dict[str | None, tuple[list[Any], list[Finding]]] = {
+            part: ([], []) for part in [None, *slugs]
+        }
+        for quota in quotas:
+            out[_part(quota.path, out)][0].append(quota)
+        for finding in problems:
+            out[_part(finding.path, out)][1].append(finding)
+        return out
+
+    values = tree.by_tenant("capacity", (), compute)
+    quotas = [q for _, (part, _) in _in_order(values) for q in part]
+    problems = [f for _, (_, part) in _in_order(values) for f in part]
+    findings = capacity_findings(quotas, problems, fleet, allow_overcommit=allow_overcommit)
     return _from_findings("capacity", findings, "guaranteed quota fits in every GPU pool")
 
 
-def _controllers(
-    files: Mapping[str, bytes], fleet: FleetSpec, base: Mapping[str, bytes] | None
-) -> CheckResult:
-    findings = check_controllers(files, fleet, base=base)
+def _controllers(tree: _Tree, base_parts: partition.TreeParts | None) -> CheckResult:
+    fleet = tree.fleet
+
+    def compute(sub: Mapping[str, bytes], slugs: list[str]) -> dict[str | None, Any]:
+        items = items_of(sub)
+        local = partition.split_findings(local_findings(items, fleet), slugs)
+        grouped: dict[str | None, list[tuple[str, Any]]] = {part: [] for part in local}
+        for path, obj in items:
+            grouped[_part(path, local)].append((path, obj))
+        return {part: (local[part], quota_cover_facts(grouped[part], fleet)) for part in local}
+
+    values = tree.by_tenant("controllers", (), compute)
+    findings = [f for _, (part, _) in _in_order(values) for f in part]
+    findings += quota_cover_findings(facts for _, (_, facts) in _in_order(values))
+    if base_parts is not None:
+        # An update the API server refuses: only where the change differs from its base.
+        changed = sorted(
+            slug
+            for slug in set(tree.parts.digests) | set(base_parts.digests)
+            if tree.parts.digests.get(slug) != base_parts.digests.get(slug)
+        )
+        findings += immutable_spec_findings(
+            items_of(tree.parts.subtree(changed)), items_of(base_parts.subtree(changed))
+        )
     return _from_findings("controllers", findings, "Kueue, KServe and the namespace quotas agree")
 
 
-def _duplicates(
-    files: Mapping[str, bytes], fleet: FleetSpec, registry: SchemaRegistry | None
-) -> CheckResult:
-    findings = check_duplicates(files, registry=registry, repo_urls=_repo_urls(files, fleet))
+def _duplicates(tree: _Tree, registry: SchemaRegistry | None) -> CheckResult:
+    scopes = registry or get_registry(None)
+
+    def compute(sub: Mapping[str, bytes], slugs: list[str]) -> dict[str | None, Any]:
+        placed = placements(sub, registry=scopes, repo_urls=_repo_urls(sub, tree.fleet))
+        out = split_placements(placed, partition.slug_of)
+        return {part: out.get(part, {}) for part in [None, *slugs]}
+
+    values = tree.by_tenant("duplicates", scopes.scopes_digest(), compute)
+    findings = duplicate_findings(part for _, part in _in_order(values))
     return _from_findings("duplicates", findings, "no two documents define the same object")
+
+
+def _part(path: str, parts: Mapping[str | None, Any]) -> str | None:
+    slug = partition.slug_of(path)
+    return slug if slug in parts else None
+
+
+def _in_order(values: Mapping[str | None, Any]) -> list[tuple[str | None, Any]]:
+    return [(None, values[None]), *((k, values[k]) for k in sorted(k for k in values if k))]
 
 
 def _from_findings(name: CheckName, findings: list[Finding], ok: str) -> CheckResult:

@@ -82,7 +82,7 @@ def flavor_pools(flavor: Flavor) -> list[Pool]:
 
 
 @dataclass(frozen=True)
-class _Quota:
+class Quota:
     path: str
     queue: str
     flavor: str
@@ -102,7 +102,16 @@ def check_capacity(
     With ``allow_overcommit`` (an admin's explicit decision on the change) an overcommit is a
     warning, still listed for the reviewer.
     """
-    quotas, findings = _nominal_quotas(source)
+    quotas, findings = nominal_quotas(source)
+    return capacity_findings(quotas, findings, fleet, allow_overcommit=allow_overcommit)
+
+
+def capacity_findings(
+    quotas: list[Quota], findings: list[Finding], fleet: FleetSpec, *, allow_overcommit: bool
+) -> list[Finding]:
+    """``check_capacity`` on quotas already collected (``nominal_quotas``), with the findings
+    collecting them gave."""
+    findings = list(findings)
     pools = [pool for flavor in fleet.flavors for pool in flavor_pools(flavor)]
     covered = {(pool.flavor, name) for pool in pools for name in pool.resources}
     flavors = {flavor.name for flavor in fleet.flavors}
@@ -150,16 +159,16 @@ def check_capacity(
     return findings
 
 
-def _nominal_quotas(
+def nominal_quotas(
     source: Mapping[str, bytes] | Iterable[Mapping[str, Any]],
-) -> tuple[list[_Quota], list[Finding]]:
+) -> tuple[list[Quota], list[Finding]]:
     items: list[tuple[str, Mapping[str, Any]]]
     if isinstance(source, Mapping):
         objects, _ = iter_objects(source)
         items = [(item.path, item.obj) for item in objects]
     else:
         items = [("", obj) for obj in source]
-    quotas: list[_Quota] = []
+    quotas: list[Quota] = []
     findings: list[Finding] = []
     for path, obj in items:
         if str(obj.get("kind")) not in QUOTA_KINDS:
@@ -179,7 +188,7 @@ def _nominal_quotas(
                         findings.append(Finding(path, queue, "quantity", f"nominalQuota: {exc}"))
                         continue
                     quotas.append(
-                        _Quota(
+                        Quota(
                             path,
                             queue,
                             str(flavor.get("name")),

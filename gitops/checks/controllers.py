@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -81,18 +82,21 @@ def check_controllers(
     ``base``, in the same form, is what the change starts from (what the cluster runs), for the
     rules about updates.
     """
-    items = _items(source)
-    findings: list[Finding] = []
-    findings += _topology(items, fleet)
-    findings += _fair_sharing(items, fleet)
-    findings += _quota_covers_queues(items, fleet)
-    findings += _rollouts(items)
+    items = items_of(source)
+    findings = local_findings(items, fleet)
+    findings += quota_cover_findings([quota_cover_facts(items, fleet)])
     if base is not None:
-        findings += _immutable_specs(items, _items(base))
+        findings += immutable_spec_findings(items, items_of(base))
     return findings
 
 
-def _items(source: Mapping[str, bytes] | Iterable[Mapping[str, Any]]) -> list[Item]:
+def local_findings(items: list[Item], fleet: FleetSpec) -> list[Finding]:
+    """The rules that look at one object at a time (with the fleet's Topology and
+    ResourceFlavor objects, which only the platform's part of a tree may hold)."""
+    return [*_topology(items, fleet), *_fair_sharing(items, fleet), *_rollouts(items)]
+
+
+def items_of(source: Mapping[str, bytes] | Iterable[Mapping[str, Any]]) -> list[Item]:
     if isinstance(source, Mapping):
         objects, _ = iter_objects(source)
         return [(item.path, item.obj) for item in objects]
@@ -243,33 +247,86 @@ def _admissible(
     return dict(amounts), origin
 
 
-def _selects(selector: Mapping[str, Any], namespace: Mapping[str, Any]) -> bool | None:
-    """Whether a ClusterQueue's namespaceSelector selects the Namespace (None: cannot tell)."""
-    if selector.get("matchExpressions"):
-        return None
-    meta = mapping(namespace.get("metadata"))
-    labels = {**mapping(meta.get("labels")), NAMESPACE_NAME_LABEL: meta.get("name")}
-    return all(labels.get(k) == v for k, v in mapping(selector.get("matchLabels")).items())
+@dataclass(frozen=True)
+class QueueFacts:
+    """What a ClusterQueue may admit per quota key, and which namespaces it selects."""
+
+    ref: str
+    selector: Mapping[str, Any]
+    admissible: dict[str, Decimal | None]
+    origin: dict[str, str]
 
 
-def _quota_covers_queues(items: list[Item], fleet: FleetSpec) -> list[Finding]:
-    findings: list[Finding] = []
-    namespaces = [obj for _, obj in _core(items, "Namespace")]
-    quotas: dict[str, list[Item]] = defaultdict(list)
+@dataclass
+class QuotaCoverFacts:
+    """The ClusterQueues, Namespaces and ResourceQuotas of (part of) a tree: a tenant's part
+    may be kept and the rule run over all parts (``gitops.checks.partition``)."""
+
+    queues: list[QueueFacts] = field(default_factory=list)
+    # (name, labels with the name label the API server adds)
+    namespaces: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # namespace -> (path, quota ref, spec.hard)
+    quotas: dict[str, list[tuple[str, str, dict[str, Any]]]] = field(default_factory=dict)
+
+
+def quota_cover_facts(items: list[Item], fleet: FleetSpec) -> QuotaCoverFacts:
+    facts = QuotaCoverFacts()
+    for _, obj in _core(items, "Namespace"):
+        meta = mapping(obj.get("metadata"))
+        labels = {**mapping(meta.get("labels")), NAMESPACE_NAME_LABEL: meta.get("name")}
+        facts.namespaces.append((str(meta.get("name")), labels))
     for path, obj in _core(items, "ResourceQuota"):
-        quotas[str(mapping(obj.get("metadata")).get("namespace"))].append((path, obj))
+        namespace = str(mapping(obj.get("metadata")).get("namespace"))
+        hard = dict(mapping(mapping(obj.get("spec")).get("hard")))
+        facts.quotas.setdefault(namespace, []).append((path, object_ref(obj), hard))
     for _, queue in _of(items, KUEUE, "ClusterQueue"):
-        selector = mapping(mapping(queue.get("spec")).get("namespaceSelector"))
         admissible, origin = _admissible(queue, fleet)
         if not admissible:
             continue
-        for namespace in namespaces:
-            if not _selects(selector, namespace):
+        selector = dict(mapping(mapping(queue.get("spec")).get("namespaceSelector")))
+        facts.queues.append(QueueFacts(object_ref(queue), selector, admissible, origin))
+    return facts
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool | None:
+    """Whether a ClusterQueue's namespaceSelector selects a Namespace with these labels
+    (None: cannot tell)."""
+    if selector.get("matchExpressions"):
+        return None
+    return all(labels.get(k) == v for k, v in mapping(selector.get("matchLabels")).items())
+
+
+def quota_cover_findings(parts: Iterable[QuotaCoverFacts]) -> list[Finding]:
+    """A namespace quota below what a ClusterQueue selecting the namespace may admit."""
+    queues: list[QueueFacts] = []
+    namespaces: list[tuple[str, dict[str, Any]]] = []
+    quotas: dict[str, list[tuple[str, str, dict[str, Any]]]] = defaultdict(list)
+    for part in parts:
+        queues += part.queues
+        namespaces += part.namespaces
+        for namespace, listed in part.quotas.items():
+            quotas[namespace] += listed
+    # Namespaces by one label each selector asks for: a queue per tenant would otherwise
+    # compare every queue with every namespace (10^8 pairs at 10,000 tenants).
+    by_label: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for name, labels in namespaces:
+        for key, value in labels.items():
+            by_label[(str(key), repr(value))].append((name, labels))
+    findings: list[Finding] = []
+    for queue in queues:
+        wanted = mapping(queue.selector.get("matchLabels"))
+        if queue.selector.get("matchExpressions"):
+            continue
+        if wanted:
+            key, value = next(iter(wanted.items()))
+            candidates = by_label.get((str(key), repr(value)), [])
+        else:
+            candidates = namespaces
+        for name, labels in candidates:
+            if not _selects(queue.selector, labels):
                 continue
-            name = str(mapping(namespace.get("metadata")).get("name"))
-            for path, quota in quotas.get(name, []):
-                hard = mapping(mapping(quota.get("spec")).get("hard"))
-                for key, needed in sorted(admissible.items()):
+            for path, quota_ref, hard in quotas.get(name, []):
+                for key, needed in sorted(queue.admissible.items()):
                     if key not in hard:
                         continue  # a key a quota does not list is unlimited
                     allowed = _quantity(hard[key])
@@ -278,11 +335,11 @@ def _quota_covers_queues(items: list[Item], fleet: FleetSpec) -> list[Finding]:
                         findings.append(
                             Finding(
                                 path,
-                                object_ref(quota),
+                                quota_ref,
                                 "quota-covers-queue",
-                                f"{key} is {_fmt(allowed)} but {object_ref(queue)} may admit "
-                                f"{shown} ({origin[key]}); pods of a borrowing workload would "
-                                "be refused at creation",
+                                f"{key} is {_fmt(allowed)} but {queue.ref} may admit "
+                                f"{shown} ({queue.origin[key]}); pods of a borrowing workload "
+                                "would be refused at creation",
                             )
                         )
     return findings
@@ -351,7 +408,7 @@ def _identity(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
-def _immutable_specs(items: list[Item], base: list[Item]) -> list[Finding]:
+def immutable_spec_findings(items: list[Item], base: list[Item]) -> list[Finding]:
     before = {_identity(obj): obj for _, obj in _of(base, DRA, "ResourceClaimTemplate")}
     findings: list[Finding] = []
     for path, obj in _of(items, DRA, "ResourceClaimTemplate"):

@@ -47,7 +47,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,10 +163,24 @@ def check_duplicates(
     """Every identity that more than one document of the tree would apply (see the module
     docstring). ``repo_urls`` limits the Flux Kustomizations whose ``targetNamespace`` counts
     to those reading this repository (None: every one with a GitRepository source)."""
+    return duplicate_findings([placements(files, registry=registry, repo_urls=repo_urls)])
+
+
+Placements = dict[Identity, set[_Placement]]
+
+
+def placements(
+    files: Mapping[str, bytes],
+    *,
+    registry: SchemaRegistry | None = None,
+    repo_urls: Iterable[str] | None = None,
+) -> Placements:
+    """Which documents of the tree would apply each identity (the first half of
+    ``check_duplicates``: a tenant's part can be kept and the rule run over all parts)."""
     registry = registry or get_registry(None)
     objects, _ = iter_objects(files)  # unreadable files are the schema check's findings
     parents, layers = _include_graph(files, objects, repo_urls)
-    placed: dict[Identity, set[_Placement]] = defaultdict(set)
+    placed: Placements = defaultdict(set)
     chains: dict[str, list[tuple[str, ...]]] = {}
     for item in objects:
         if item.path not in chains:
@@ -176,21 +190,45 @@ def check_duplicates(
             if (identity.group, identity.kind) == (HELM_GROUP, "HelmRelease"):
                 for derived, via in _helm_release_objects(identity, item.obj):
                     placed[derived].add(_Placement(item.path, item.index, via))
+    return dict(placed)
+
+
+def split_placements(
+    placed: Placements, part_of: Callable[[str], str | None]
+) -> dict[str | None, Placements]:
+    """The placements by the part (``part_of(path)``) each document is in."""
+    out: dict[str | None, Placements] = defaultdict(lambda: defaultdict(set))
+    for identity, where in placed.items():
+        for placement in where:
+            out[part_of(placement.path)][identity].add(placement)
+    return {part: dict(value) for part, value in out.items()}
+
+
+def duplicate_findings(parts: Iterable[Placements]) -> list[Finding]:
+    """Every identity more than one document is placed on, over all ``parts``."""
+    placed: dict[Identity, set[_Placement]] = {}
+    for part in parts:
+        for identity, where in part.items():
+            if identity in placed:
+                placed[identity] = placed[identity] | where
+            else:
+                placed[identity] = where
+    shared = {i: p for i, p in placed.items() if len({(x.path, x.index) for x in p}) > 1}
     findings: list[Finding] = []
     reported: set[frozenset[tuple[str, int]]] = set()
     # Objects as written first: a derived duplicate of the same documents says nothing new.
-    for identity in sorted(placed, key=lambda i: (all(p.via for p in placed[i]), i)):
-        placements = sorted(placed[identity], key=lambda p: (p.path, p.index, p.via))
-        documents = frozenset((p.path, p.index) for p in placements)
-        if len(documents) < 2 or documents in reported:
+    for identity in sorted(shared, key=lambda i: (all(p.via for p in shared[i]), i)):
+        placements_of = sorted(shared[identity], key=lambda p: (p.path, p.index, p.via))
+        documents = frozenset((p.path, p.index) for p in placements_of)
+        if documents in reported:
             continue
         reported.add(documents)
         findings.append(
             Finding(
-                placements[0].path,
+                placements_of[0].path,
                 str(identity),
                 "duplicate-object",
-                f"defined {len(documents)} times: {'; '.join(str(p) for p in placements)}. "
+                f"defined {len(documents)} times: {'; '.join(str(p) for p in placements_of)}. "
                 "The cluster holds one such object, so each apply overwrites the other; "
                 "rename one of them.",
             )

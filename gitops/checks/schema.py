@@ -26,6 +26,7 @@ does for fields that are not ``nullable``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -554,6 +555,12 @@ class SchemaRegistry:
 
     def kinds(self) -> set[tuple[str, str]]:
         return {key for key, entry in self._kinds.items() if entry.served}
+
+    def scopes_digest(self) -> str:
+        """A digest of every kind's scope: what the isolation and duplicates rules read from
+        the registry (``gitops.checks.partition`` keeps their values under it)."""
+        table = sorted(f"{av}\0{k}\0{e.scope}\0{e.served}" for (av, k), e in self._kinds.items())
+        return hashlib.blake2b("\n".join(table).encode(), digest_size=16).hexdigest()
 
     def helm_charts(self) -> set[str]:
         return set(self._helm_values)

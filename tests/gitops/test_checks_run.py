@@ -179,7 +179,7 @@ def test_a_crashing_check_does_not_hide_the_others(monkeypatch: pytest.MonkeyPat
     def explode(*args: object, **kwargs: object) -> list[object]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(checks, "check_capacity", explode)
+    monkeypatch.setattr(checks, "capacity_findings", explode)
     monkeypatch.setenv("PATH", "/nonexistent")
     results = by_name(run_checks(samples.fleet_tree("alpha"), fleet=FLEET, schema_dir=None))
     assert (results["capacity"].status, results["capacity"].details) == ("failed", ["boom"])
