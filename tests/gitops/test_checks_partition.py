@@ -309,3 +309,35 @@ def test_flux_kustomizations_are_kept_by_tenant_and_the_build_summary_counts_all
     assert total == 5  # infrastructure, tenants and three tenants' workloads
     assert again["kustomize"].status == "passed"
     assert again["kustomize"].summary == f"1 Flux path of {total} build"
+
+
+@pytest.mark.django_db
+def test_check_main_keeps_every_tenant_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from gitops import services
+    from gitops.fleet import configured_fleet
+
+    with pytest.raises(CommandError, match="no main yet"):
+        call_command("check_main", stdout=StringIO())
+    services.ensure_bootstrapped(configured_fleet())
+    files = dict(services.repository().read_tree(services.main_sha()))
+    tenants = _demo_fleet(rich_tenant(), dedicated_tenant())
+    services.repository().commit(
+        {p: d for p, d in tenants.items() if p.startswith("tenants/")},
+        message="two tenants",
+        author=services.identity(None),
+        branch="main",
+        expected_parent=services.main_sha(),
+    )
+    assert files  # bootstrap wrote the platform's part
+    out = StringIO()
+    call_command("check_main", stdout=out)
+    text = out.getvalue()
+    assert "isolation: passed" in text and "duplicates: passed" in text
+    assert f"values kept 0, computed {2 * PER_TENANT}" in text
+    out = StringIO()
+    call_command("check_main", stdout=out)
+    assert f"values kept {2 * PER_TENANT}, computed 0" in out.getvalue()
