@@ -341,3 +341,6 @@ def test_check_main_keeps_every_tenant_and_says_so(monkeypatch: pytest.MonkeyPat
     out = StringIO()
     call_command("check_main", stdout=out)
     assert f"values kept {2 * PER_TENANT}, computed 0" in out.getvalue()
+    out = StringIO()
+    call_command("check_main", "--all", stdout=out)
+    assert "schemas: " in out.getvalue() and " objects in " in out.getvalue()
