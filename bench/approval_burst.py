@@ -14,12 +14,13 @@ For each fleet size, in a process of its own (fresh settings, database and repos
    (``--broker``), each with one process, on a queue of their own;
 3. ``--requests`` GPU-share requests, one per tenant, submitted (not timed);
 4. **the burst**: every request approved with "approve and merge" (``do_approve(...,
-   merge=True)``: check, render, commit the branch, review, into the merge queue) one after
-   the other as fast as the admin's process can, while the workers run the queue's batches
-   (one check run per batch over the combined tree, one compare-and-swap of main). Timed
-   from the first approval until every change is on main. Per request: its approval started
-   -> its change merged. Lost: a request whose change is not merged, or whose commit main does
-   not contain, at the end.
+   merge=True)``: check, render, commit the branch, review, into the merge queue) by
+   ``--approvers`` processes side by side (each its own Django, every Nth request, one after
+   the other as fast as it can; set up before the clock starts), while the workers run the
+   queue's batches (one check run per batch over the combined tree, one compare-and-swap of
+   main). Timed from the first approval until every change is on main. Per request: its
+   approval started -> its change merged. Lost: a request whose change is not merged, or
+   whose commit main does not contain, at the end.
 5. **the baseline** in the same run, on other tenants: one request at a time approved
    without the queue, its own check run on a worker, waited for, then merged (``do_merge``):
    what approving a burst costs without the queue. It runs ``--baseline`` requests (fewer:
@@ -117,7 +118,7 @@ def one_size(args: argparse.Namespace) -> dict[str, Any]:
         burst = [_request(t, member, "burst") for t in tenants[: args.requests]]
         facts["submit_s"] = round(time.perf_counter() - started, 1)
         _drain(timeout=600)  # the submissions' notification jobs
-        facts.update(_burst(burst, admin, args.timeout))
+        facts.update(_burst(burst, admin, args.timeout, args.approvers))
         _advance()
         if args.profile:
             facts["profile"] = _profile_batch(tenants, admin, member, args)
@@ -257,22 +258,86 @@ def _drain(timeout: float) -> None:
         time.sleep(0.2)
 
 
-def _burst(requests: list[Any], admin: Any, timeout: float) -> dict[str, Any]:
+def _approve_all(pks: list[int], admin_pk: int) -> dict[int, tuple[float, int]]:
+    """Approve and merge each request, one after the other: request -> (started, change)."""
+    from django.contrib.auth import get_user_model
+
     from catalog import services
+    from catalog.models import ResourceRequest
+
+    admin = get_user_model().objects.get(pk=admin_pk)
+    out: dict[int, tuple[float, int]] = {}
+    for request in ResourceRequest.objects.filter(pk__in=pks).order_by("pk"):
+        started = time.time()
+        done = services.do_approve(request, acting_user=admin, merge=True)
+        assert done.change_id is not None, done.error
+        out[request.pk] = (started, done.change_id)
+    return out
+
+
+def approve_slice(args: argparse.Namespace) -> None:
+    """One approver process of the burst: set up Django, say "ready", wait for "go" on stdin,
+    approve the requests whose ids come on the command line, print what it did as JSON."""
+    import django
+
+    django.setup()
+    pks = [int(pk) for pk in args.approve_slice]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    done = _approve_all(pks, args.admin)
+    print(json.dumps({str(pk): list(v) for pk, v in done.items()}), flush=True)
+
+
+def _approve_in_processes(pks: list[int], admin_pk: int, approvers: int) -> dict[int, Any]:
+    """The burst's approvals split over ``approvers`` processes (every Nth request each), all
+    started and set up before the clock starts, then let go at once."""
+    procs = []
+    for n in range(approvers):
+        share = [str(pk) for pk in pks[n::approvers]]
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, "--admin", str(admin_pk), "--approve-slice", *share],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for proc in procs:
+        assert proc.stdout is not None
+        while (line := proc.stdout.readline()) and line.strip() != "ready":
+            pass
+        if not line:
+            raise RuntimeError(f"an approver died while starting (exit {proc.wait()})")
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    done: dict[int, Any] = {}
+    for proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"an approver failed (exit {proc.returncode})")
+        done.update({int(pk): v for pk, v in json.loads(out.strip().splitlines()[-1]).items()})
+    return done
+
+
+def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> dict[str, Any]:
     from gitops import services as gitops
     from gitops.models import ChangeRequest, MergeQueueBatch
 
     base = gitops.main_sha()
-    approved_at: dict[int, float] = {}
+    pks = [r.pk for r in requests]
     start_wall = time.time()
     started = time.perf_counter()
-    changes: dict[int, int] = {}
-    for request in requests:
-        approved_at[request.pk] = time.time()
-        done = services.do_approve(request, acting_user=admin, merge=True)
-        assert done.change_id is not None, done.error
-        changes[request.pk] = done.change_id
+    if approvers > 1:
+        done = _approve_in_processes(pks, admin.pk, approvers)
+    else:
+        done = _approve_all(pks, admin.pk)
     approvals = time.perf_counter() - started
+    approved_at = {pk: at for pk, (at, _) in done.items()}
+    changes = {pk: change for pk, (_, change) in done.items()}
+    assert len(set(changes.values())) == len(requests), "a change for each request, once"
     deadline = time.monotonic() + timeout
     ids = list(changes.values())
     while ChangeRequest.objects.filter(pk__in=ids, status="merged").count() < len(ids):
@@ -298,6 +363,8 @@ def _burst(requests: list[Any], admin: Any, timeout: float) -> dict[str, Any]:
         sha = repo.parents(sha)[0]
     return {
         "burst_requests": len(requests),
+        "approvers": approvers,
+        "burst_approvals_per_s": round(len(requests) / approvals, 1),
         "burst_wall_s": round(wall, 1),
         "burst_approvals_s": round(approvals, 1),
         "burst_on_main": len(on_main),
@@ -385,6 +452,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--baseline", type=int, default=20, help="one-at-a-time requests")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--approvers", type=int, default=2, help="processes approving the burst side by side"
+    )
     parser.add_argument("--batch", type=int, default=250, help="GITOPS_MERGE_QUEUE_BATCH")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument(
@@ -394,18 +464,24 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the repository and logs")
     parser.add_argument("--one-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--approve-slice", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--admin", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.approve_slice:
+        approve_slice(args)
+        return
     if args.one_size:
         print(json.dumps(one_size(args)))
         return
     print(
         f"Machine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
-        f"{platform.python_version()}; {args.workers} Celery workers, batch {args.batch}"
+        f"{platform.python_version()}; {args.workers} Celery workers, batch {args.batch}, "
+        f"{args.approvers} approver processes"
     )
     rows = []
     for count in args.tenants:
         command = [sys.executable, __file__, "--one-size", str(count)]
-        for flag in ("requests", "baseline", "workers", "batch", "timeout", "broker"):
+        for flag in ("requests", "baseline", "workers", "approvers", "batch", "timeout", "broker"):
             command += [f"--{flag}", str(getattr(args, flag))]
         command += ["--database-url", args.database_url]
         command += [f"--{flag}" for flag in ("profile", "keep") if getattr(args, flag)]
@@ -441,7 +517,9 @@ def main() -> None:
         print(
             f"\n{f['tenants']:,} tenants: fleet built in {f['fleet_s']} s, main checked once "
             f"in {f['check_main_s']} s (every tenant computed); approvals alone took "
-            f"{f['burst_approvals_s']} s; {f['batches']} batches ({f['rebuilds']} rebuilt), "
+            f"{f['burst_approvals_s']} s ({f['approvers']} processes, "
+            f"{f['burst_approvals_per_s']} a second); {f['batches']} batches "
+            f"({f['rebuilds']} rebuilt), "
             f"batch times {f['batch_s']} s; {f['burst_commits']} commits on main; one-at-a-time "
             f"check p50 {f['baseline_check_p50_s']} s; load {f['load']}"
         )

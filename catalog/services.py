@@ -745,15 +745,25 @@ def do_approve(
         request.decided_by, request.decision_note = acting_user, note
         request.allow_overcommit = allow_overcommit and bool(check.overcommit)
         _move(request, S.APPROVED, actor=acting_user, note=note)
-    return open_pull_request(request, acting_user=acting_user, merge=merge)
+    return open_pull_request(
+        request, acting_user=acting_user, merge=merge, fleet=fleet, tenant=check.tenant
+    )
 
 
 def open_pull_request(
-    request: ResourceRequest, *, acting_user: Any, merge: bool = False
+    request: ResourceRequest,
+    *,
+    acting_user: Any,
+    merge: bool = False,
+    fleet: FleetSpec | None = None,
+    tenant: TenantSpec | None = None,
 ) -> ResourceRequest:
     """Open the request's pull request (first time or retry). A failure is recorded on the
     request, which keeps its state, so an admin can retry; Git and the database agree: a
-    branch written before a later step failed is deleted again."""
+    branch written before a later step failed is deleted again.
+
+    ``fleet`` and ``tenant``: what the approval just checked the request against (and the
+    approver's diff was rendered from); a retry reads both again."""
     request.refresh_from_db()
     if request.state not in (S.APPROVED, S.FAILED):
         raise ValidationError("Only an approved or failed request gets a new pull request.")
@@ -768,7 +778,12 @@ def open_pull_request(
             # The review is the approver's, whoever clicks retry.
             queue = merge and not settings.GITOPS_FORGE
             change = _open_change(
-                request, request.decided_by or acting_user, opened, run_checks=not queue
+                request,
+                request.decided_by or acting_user,
+                opened,
+                run_checks=not queue,
+                fleet=fleet,
+                tenant=tenant,
             )
             request.change = change
             request.error = ""
@@ -827,10 +842,12 @@ def _open_change(
     opened: list[ChangeRequest] | None = None,
     *,
     run_checks: bool = True,
+    fleet: FleetSpec | None = None,
+    tenant: TenantSpec | None = None,
 ) -> ChangeRequest:
-    fleet = configured_fleet()
+    fleet = fleet or configured_fleet()
     decommission = request.action == A.DECOMMISSION
-    tenant = request_tenant(request)
+    tenant = tenant or request_tenant(request)
     # No "#" before the number: on a forge "#12" would link issue 12, not this request. What
     # people typed is quoted and defused (gitops.usertext) so it can pose as no trailer and
     # trigger no forge action.

@@ -87,7 +87,7 @@ def enqueue(
         request_id=current_request_id(),
         max_attempts=settings.PORTAL_JOB_MAX_ATTEMPTS,
     )
-    transaction.on_commit(lambda: dispatch(job.pk))
+    transaction.on_commit(lambda: dispatch(job.pk, task=task))
     return job
 
 
@@ -103,12 +103,13 @@ def prune_scheduled(task: str, keep: timedelta) -> int:
     return deleted
 
 
-def dispatch(job_id: int, countdown: float = 0) -> None:
+def dispatch(job_id: int, countdown: float = 0, *, task: str = "") -> None:
+    """Hand the job to the runner; ``task`` is its task's name when the caller knows it."""
     mode = runner_mode()
     if mode == "celery":
         from portal.celery import app
 
-        task = Job.objects.values_list("task", flat=True).get(pk=job_id)
+        task = task or Job.objects.values_list("task", flat=True).get(pk=job_id)
         app.send_task(task, kwargs={"job_id": job_id}, countdown=countdown or None)
     elif mode == "eager":
         run_job(job_id)

@@ -10,11 +10,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gitops.fleet import demo_fleet
-from gitops.render import render_tenant_tree
-from gitops.render.yamlio import dump_documents, dump_value, load_documents
-from tests.gitops.render_samples import rich_tenant
+from gitops.render import render_repository, render_tenant_tree, yamlio
+from gitops.render.yamlio import (
+    canonical,
+    canonical_object,
+    dump_documents,
+    dump_value,
+    load_documents,
+)
+from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 
 NASTY = [
     "yes",
@@ -183,3 +191,98 @@ def test_it_renders_the_same_bytes_in_every_process() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1
+
+
+# --- libyaml writes what PyYAML writes (gitops/render/yamlio.py) -------------------------------
+
+_PYTHON_DUMP = {
+    "sort_keys": False,
+    "default_flow_style": False,
+    "allow_unicode": True,
+    "width": yamlio._WIDTH,
+}
+
+
+def _python_bytes(value: object) -> str:
+    # The reference: PyYAML's pure-Python emitter, whatever yamlio picks.
+    text: str = yaml.dump(value, Dumper=yamlio._Dumper, **_PYTHON_DUMP)
+    return text
+
+
+def _documents(files: dict[str, bytes]) -> list[object]:
+    return [doc for data in files.values() for doc in yaml.safe_load_all(data) if doc is not None]
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: Python only")
+def test_it_writes_the_python_emitters_bytes_for_a_whole_repository() -> None:
+    fleet = demo_fleet()
+    files = render_repository(fleet, [rich_tenant(), dedicated_tenant()])
+    documents = _documents(files)
+    assert len(documents) > 50
+    fast = 0
+    for doc in documents:
+        value = canonical_object(doc) if isinstance(doc, dict) else canonical(doc)
+        assert yamlio._dump(value) == _python_bytes(value)
+        fast += not yamlio._python_only(value)
+    assert fast == len(documents)  # the rendered fleet never needs the slow path
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: Python only")
+@pytest.mark.parametrize(
+    "value",
+    [
+        *NASTY,
+        "x" * 70_000,
+        ("y " * 40_000) + "\x7f",
+        "a😀b\nc\n",
+        "x\x85y",
+        "a\u2028b",
+        "lone \ud800",
+        "kept\n\n",
+        "\n",
+        "  lead\ntrail \n\ttab\n",
+        "é" * 100,
+    ],
+)
+def test_it_writes_the_python_emitters_bytes_for_awkward_text(value: str) -> None:
+    for tree in ({"k": value}, [value], {value: 1}, {"a": [{"b": value, value: [value]}]}):
+        assert yamlio._dump(tree) == _python_bytes(tree)
+    assert dump_value(value) == _python_bytes(value)
+
+
+_AWKWARD = [
+    *NASTY,
+    "\n",
+    "\n\n",
+    "\r\n",
+    "\t",
+    "\x0b",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\ufeff",
+    "\x00",
+    "😀",
+    "\ud800",
+    " ",
+    "é" * 70,
+    "x" * 130,
+    "x" * 5000,
+]
+_text = st.one_of(
+    st.text(max_size=20),
+    st.lists(st.sampled_from(_AWKWARD), max_size=5).map("".join),
+)
+_scalars = st.one_of(_text, st.integers(), st.booleans(), st.none(), st.floats())
+_trees = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_text, inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML without libyaml: Python only")
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_trees)
+def test_it_writes_the_python_emitters_bytes_for_any_tree(value: object) -> None:
+    assert yamlio._dump(value) == _python_bytes(value)
