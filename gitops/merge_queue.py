@@ -50,6 +50,7 @@ from gitops.repo import (
     Snapshot,
 )
 from gitops.schemas import schema_source
+from portal.jobs import enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -474,6 +475,7 @@ def _merge_chain(
                 chain.commits[member.entry.pk],
                 acting_user=member.entry.enqueued_by,
                 audit={"merge_queue": [None, f"batch {batch.pk}"]},
+                publish=False,
             )
         MergeQueueEntry.objects.filter(pk__in=[m.entry.pk for m in accepted]).update(
             state=E.MERGED, reason="", finished_at=now
@@ -484,6 +486,12 @@ def _merge_chain(
         batch.finished_at = now
         batch.save()
         services.write_main(lambda repo: repo.advance_branch(main, chain.tip, expected=base))
+        # One publication for the batch: its tenants projected once, Flux nudged once.
+        enqueue(
+            "gitops.after_merge",
+            title=f"Publish merge queue batch {batch.pk}",
+            change_ids=[m.change.pk for m in accepted],
+        )
     return len(accepted)
 
 

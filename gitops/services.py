@@ -57,6 +57,7 @@ from gitops.specs import Flavor, FleetSpec, PortalDeploySpec, SpecError, TenantS
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
+from portal.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -632,11 +633,16 @@ def _merge(
 
 
 def _record_merge(
-    change: ChangeRequest, sha: str, *, acting_user: Any, audit: dict[str, list[Any]]
+    change: ChangeRequest,
+    sha: str,
+    *,
+    acting_user: Any,
+    audit: dict[str, list[Any]],
+    publish: bool = True,
 ) -> ChangeRequest:
     """Mark the locked ``change`` merged as ``sha``, with its audit row, and publish it after
     commit: what every way of merging (one change, a merge queue batch) does once main holds
-    the change's commit."""
+    the change's commit. A batch publishes its changes together (``publish=False`` here)."""
     change.status = ChangeRequest.Status.MERGED
     change.merge_sha = sha
     change.merged_by = acting_user if getattr(acting_user, "pk", None) else None
@@ -650,12 +656,13 @@ def _record_merge(
         tenant_slug=change.tenant_slug,
         diff={"status": ["open", "merged"], "merge": [None, sha[:12]], **audit},
     )
-    enqueue(
-        "gitops.after_merge",
-        title=f"Publish change #{change.pk}",
-        created_by=acting_user,
-        change_id=change.pk,
-    )
+    if publish:
+        enqueue(
+            "gitops.after_merge",
+            title=f"Publish change #{change.pk}",
+            created_by=acting_user,
+            change_id=change.pk,
+        )
     return change
 
 
@@ -698,12 +705,21 @@ def do_enqueue_merge(change: ChangeRequest, *, acting_user: Any) -> MergeQueueEn
         tenant_slug=change.tenant_slug,
         diff={"merge_queue": [None, "queued"]},
     )
-    enqueue(
-        "gitops.merge_queue",
-        title=f"Merge queue (change #{change.pk} added)",
-        created_by=acting_user,
-    )
+    # One waiting run is enough: it claims whatever is queued when it starts. Looked at after
+    # commit, so a run seen waiting starts after this entry is visible (a burst of a thousand
+    # approvals made a thousand runs, all but a few with nothing to do).
+    transaction.on_commit(lambda: _kick_merge_queue(change.pk, acting_user))
     return entry
+
+
+def _kick_merge_queue(change_id: int, acting_user: Any) -> None:
+    waiting = Job.objects.filter(task="gitops.merge_queue", status=Job.Status.QUEUED)
+    if not waiting.exists():
+        enqueue(
+            "gitops.merge_queue",
+            title=f"Merge queue (change #{change_id} added)",
+            created_by=acting_user,
+        )
 
 
 @transaction.atomic

@@ -82,8 +82,11 @@ def publish_merge(job: Job) -> None:
     With a remote the merge is on it already: ``write_main`` pushed it before the change was
     recorded as merged, so the merge commit's id is final.
     """
-    change = ChangeRequest.objects.get(pk=job.kwargs["change_id"])
-    slugs = sources.slugs_in(change.files_changed)
+    ids = job.kwargs.get("change_ids") or [job.kwargs["change_id"]]
+    changes = list(ChangeRequest.objects.filter(pk__in=ids).order_by("merged_at", "pk"))
+    # A merge queue batch is published once: its changes' tenants together.
+    change = changes[-1]
+    slugs = {slug for c in changes for slug in sources.slugs_in(c.files_changed)}
     if slugs:
         # Before Flux is nudged, so the tenants' sources find the new revision at once.
         job.set_progress(40, f"projecting main for {', '.join(sorted(slugs))}")
@@ -95,13 +98,18 @@ def publish_merge(job: Job) -> None:
             headers["Authorization"] = f"Bearer {settings.FLUX_RECEIVER_TOKEN}"
         response = requests.post(
             settings.FLUX_RECEIVER_URL,
-            json={"change": change.pk, "revision": change.merge_sha},
+            json={
+                "change": change.pk,
+                "changes": [c.pk for c in changes],
+                "revision": change.merge_sha,
+            },
             headers=headers,
             timeout=10,
         )
         response.raise_for_status()
         job.append_log(f"Flux receiver answered {response.status_code}")
-    job.set_progress(100, f"change #{change.pk} published at {change.merge_sha[:12]}")
+    shown = ", ".join(f"#{c.pk}" for c in changes[:5]) + (" …" if len(changes) > 5 else "")
+    job.set_progress(100, f"change {shown} published at {change.merge_sha[:12]}")
 
 
 @job_task("gitops.open_forge_pull_request")

@@ -67,8 +67,11 @@ def _enqueue_all(world: dict[str, Any], on_commit: Any, changes: list[ChangeRequ
         for change in changes:
             services.do_enqueue_merge(change, acting_user=world["pam"])
     assert len(callbacks) == len(changes)
-    first = Job.objects.filter(task="gitops.merge_queue").order_by("pk").first()
-    assert first is not None
+    with on_commit(execute=False):  # each enqueue's kick, the run's dispatch held back
+        for kick in callbacks:
+            kick()
+    # One waiting run is enough for all of them.
+    first = Job.objects.get(task="gitops.merge_queue", status="queued")
     with on_commit(execute=True):
         run_job(first.pk)
 
@@ -116,7 +119,12 @@ def test_a_batch_merges_one_commit_per_change_in_order_with_one_check_run(
         assert b"h200" in (repo.read_file("main", f"tenants/{slug}/queues.yaml") or b"")
     assert set(MergeQueueEntry.objects.values_list("state", flat=True)) == {"merged"}
     assert AuditEvent.objects.filter(action="change.merge").count() == 3 + 3
-    assert Job.objects.filter(task="gitops.after_merge", status="succeeded").count() == 3 + 3
+    # The batch is published once (its tenants projected together), not once per change.
+    publish = Job.objects.filter(task="gitops.after_merge", status="succeeded")
+    assert publish.count() == 3 + 1
+    batch_publish = publish.get(title=f"Publish merge queue batch {batch.pk}")
+    assert sorted(batch_publish.kwargs["change_ids"]) == sorted(c.pk for c in changes)
+    assert "published at" in batch_publish.log or batch_publish.progress == 100
 
 
 def test_side_by_side_onboardings_merge_in_one_batch_with_the_index_rendered_again(
@@ -456,10 +464,12 @@ def test_the_queue_writes_a_git_remote_and_waits_visibly_while_it_is_unreachable
         closed = probe.getsockname()[1]
     settings.GITOPS_REMOTE_URL = f"git://127.0.0.1:{closed}/truth.git"
     settings.GITOPS_REMOTE_WAIT_SECONDS = 1
-    with on_commit(execute=False):
+    with on_commit(execute=False) as kicks:
         services.do_enqueue_merge(later, acting_user=world["pam"])
-    job = Job.objects.filter(task="gitops.merge_queue").order_by("-pk").first()
-    assert job is not None
+    with on_commit(execute=False):
+        for kick in kicks:
+            kick()
+    job = Job.objects.get(task="gitops.merge_queue", status="queued")
     with on_commit(execute=True):
         run_job(job.pk)
 
@@ -469,3 +479,31 @@ def test_the_queue_writes_a_git_remote_and_waits_visibly_while_it_is_unreachable
     assert entry.state == "queued" and entry.reason.startswith("Waiting for the Git remote")
     assert on_remote.head("main") == tip  # the remote did not move
     assert services.repository().head("main") == tip  # and the mirror did not fork
+
+
+def test_a_burst_of_enqueues_makes_one_waiting_run(world: dict[str, Any], on_commit: Any) -> None:
+    for slug in ("t1", "t2", "t3"):
+        _merged(world, on_commit, TenantSpec(slug=slug))
+    changes = [_approved(world, on_commit, _share(slug)) for slug in ("t1", "t2", "t3")]
+    before = Job.objects.filter(task="gitops.merge_queue").count()
+    with on_commit(execute=False) as kicks:
+        for change in changes:
+            services.do_enqueue_merge(change, acting_user=world["pam"])
+    with on_commit(execute=False):
+        for kick in kicks:
+            kick()
+    assert Job.objects.filter(task="gitops.merge_queue").count() == before + 1
+    run = Job.objects.get(task="gitops.merge_queue", status="queued")
+    with on_commit(execute=True):
+        run_job(run.pk)
+    assert {c.status for c in ChangeRequest.objects.filter(pk__in=[c.pk for c in changes])} == {
+        "merged"
+    }
+    # Once that run has started, the next change makes a run of its own.
+    later = _approved(world, on_commit, TenantSpec(slug="t1", shares=_share("t1", 2).shares))
+    with on_commit(execute=False) as kicks:
+        services.do_enqueue_merge(later, acting_user=world["pam"])
+    with on_commit(execute=False):
+        for kick in kicks:
+            kick()
+    assert Job.objects.filter(task="gitops.merge_queue", status="queued").count() == 1
