@@ -288,29 +288,38 @@ def approve_slice(args: argparse.Namespace) -> None:
     print(json.dumps({str(pk): list(v) for pk, v in done.items()}), flush=True)
 
 
-def _approve_in_processes(pks: list[int], admin_pk: int, approvers: int) -> dict[int, Any]:
-    """The burst's approvals split over ``approvers`` processes (every Nth request each), all
-    started and set up before the clock starts, then let go at once."""
-    procs = []
-    for n in range(approvers):
-        share = [str(pk) for pk in pks[n::approvers]]
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, "--admin", str(admin_pk), "--approve-slice", *share],
-                cwd=ROOT,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+def _start_approvers(pks: list[int], admin_pk: int, approvers: int) -> list[Any]:
+    """``approvers`` processes, each with every Nth request of the burst, set up and waiting
+    for "go" (so that their start-up is not timed)."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for n in range(approvers):
+            share = [str(pk) for pk in pks[n::approvers]]
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--admin", str(admin_pk), "--approve-slice", *share],
+                    cwd=ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
             )
-        )
+        for proc in procs:
+            assert proc.stdout is not None
+            while (line := proc.stdout.readline()) and line.strip() != "ready":
+                pass
+            if not line:
+                raise RuntimeError(f"an approver died while starting (exit {proc.wait()})")
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
+    return procs
+
+
+def _run_approvers(procs: list[Any]) -> dict[int, Any]:
+    """Let the approvers go at once; what each approved (request -> (started, change))."""
     for proc in procs:
-        assert proc.stdout is not None
-        while (line := proc.stdout.readline()) and line.strip() != "ready":
-            pass
-        if not line:
-            raise RuntimeError(f"an approver died while starting (exit {proc.wait()})")
-    for proc in procs:
-        assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
     done: dict[int, Any] = {}
@@ -328,12 +337,10 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
 
     base = gitops.main_sha()
     pks = [r.pk for r in requests]
+    procs = _start_approvers(pks, admin.pk, approvers) if approvers > 1 else []
     start_wall = time.time()
     started = time.perf_counter()
-    if approvers > 1:
-        done = _approve_in_processes(pks, admin.pk, approvers)
-    else:
-        done = _approve_all(pks, admin.pk)
+    done = _run_approvers(procs) if procs else _approve_all(pks, admin.pk)
     approvals = time.perf_counter() - started
     approved_at = {pk: at for pk, (at, _) in done.items()}
     changes = {pk: change for pk, (_, change) in done.items()}
