@@ -7,7 +7,13 @@ whole, HAMi, MIG and DRA shares, with every scaling mode. Tests change one field
 
 from __future__ import annotations
 
-from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+from gitops.render import (
+    render_cluster_bootstrap,
+    render_infrastructure,
+    render_tenant_tree,
+    render_tenants_index,
+)
+from gitops.specs import EndpointSpec, FleetSpec, GpuShare, TenantClusterSpec, TenantSpec
 
 TRAIN = GpuShare(
     name="train",
@@ -81,3 +87,14 @@ def dedicated_tenant() -> TenantSpec:
         ),
         endpoints=(EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="serving"),),
     )
+
+
+def rendered_fleet(fleet: FleetSpec, *tenants: TenantSpec) -> dict[str, bytes]:
+    """The repository as the portal writes it, one tenant directory at a time (as every
+    change request renders it), so nothing checks the tenants against each other first."""
+    files = render_cluster_bootstrap(fleet)
+    files.update(render_infrastructure(fleet))
+    files.update(render_tenants_index(tenant.slug for tenant in tenants))
+    for tenant in tenants:
+        files.update(render_tenant_tree(tenant, fleet))
+    return files

@@ -21,7 +21,7 @@ from gitops.render import (
 )
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from tests.gitops import checks_samples as samples
-from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+from tests.gitops.render_samples import dedicated_tenant, rendered_fleet, rich_tenant
 
 FLEET = demo_fleet()
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -35,14 +35,7 @@ def _config_map(name: str, namespace: str = "") -> dict[str, Any]:
 
 
 def _fleet_with(*tenants: TenantSpec) -> dict[str, bytes]:
-    """The repository as the portal writes it, one tenant directory at a time (as every
-    change request renders it), so nothing checks the tenants against each other first."""
-    files = render_cluster_bootstrap(FLEET)
-    files.update(render_infrastructure(FLEET))
-    files.update(render_tenants_index(tenant.slug for tenant in tenants))
-    for tenant in tenants:
-        files.update(render_tenant_tree(tenant, FLEET))
-    return files
+    return rendered_fleet(FLEET, *tenants)
 
 
 def test_tenant_and_cluster_names_that_join_to_one_release_are_found() -> None:

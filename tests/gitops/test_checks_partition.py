@@ -19,16 +19,10 @@ from gitops.checks.duplicates import check_duplicates
 from gitops.checks.isolation import check_isolation, platform_sources_in
 from gitops.checks.schema import get_registry
 from gitops.fleet import demo_fleet
-from gitops.render import (
-    render_cluster_bootstrap,
-    render_infrastructure,
-    render_tenant_tree,
-    render_tenants_index,
-)
 from gitops.specs import FleetSpec, TenantClusterSpec, TenantSpec
 from tests.gitops import checks_samples as samples
 from tests.gitops.checks_support import require_kubectl
-from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+from tests.gitops.render_samples import dedicated_tenant, rendered_fleet, rich_tenant
 
 KUBECTL_DIR = str(Path(found).parent) if (found := shutil.which("kubectl")) else ""
 RULES = ("isolation", "capacity", "controllers", "duplicates")
@@ -88,13 +82,7 @@ def _same(files: dict[str, bytes], fleet: FleetSpec, base: dict[str, bytes] | No
 
 
 def _demo_fleet(*tenants: TenantSpec) -> dict[str, bytes]:
-    fleet = demo_fleet()
-    files = render_cluster_bootstrap(fleet)
-    files.update(render_infrastructure(fleet))
-    files.update(render_tenants_index(t.slug for t in tenants))
-    for tenant in tenants:
-        files.update(render_tenant_tree(tenant, fleet))
-    return files
+    return rendered_fleet(demo_fleet(), *tenants)
 
 
 def _with_files(tree: dict[str, bytes], slug: str, added: dict[str, bytes]) -> None:
