@@ -395,6 +395,7 @@ class _Checker:
             parts=parts,
             base_parts=self.base_parts,
             stats=self.stats,
+            cache=settings.GITOPS_CHECK_CACHE,
         )
         self.batch.check_runs += 1
         MergeQueueBatch.objects.filter(pk=self.batch.pk).update(check_runs=self.batch.check_runs)

@@ -45,6 +45,7 @@ def run_change_checks(job: Job) -> None:
         schema_source=schema_source(),
         allow_overcommit=change.allow_overcommit,
         base=base,
+        cache=settings.GITOPS_CHECK_CACHE,
     )
     with transaction.atomic():
         CheckRun.objects.filter(change=change, sha=sha).delete()

@@ -99,6 +99,7 @@ def run_checks(
     parts: partition.TreeParts | None = None,
     base_parts: partition.TreeParts | None = None,
     stats: partition.Stats | None = None,
+    cache: str | None = None,
 ) -> list[CheckResult]:
     """Run every check on the tree ``files`` (``{path: bytes}`` at the change's head).
 
@@ -115,7 +116,8 @@ def run_checks(
     tenant's directory is kept by its content, so only the tenants a change touches (and the
     ones never checked before) are read. ``parts`` is ``files`` already split (the merge queue
     splits a batch's tree from its base's, and passes ``base`` split as ``base_parts``);
-    ``stats`` counts the tenants kept and computed.
+    ``stats`` counts the tenants kept and computed; ``cache`` is the SQLite file they are kept
+    in besides this process (the portal's ``GITOPS_CHECK_CACHE``; None: this process only).
     """
     parts = parts if parts is not None else partition.split(files)
     source = schema_source
@@ -130,7 +132,7 @@ def run_checks(
             registry_error = f"cannot load schemas from {source.short_label()}: {exc}"
 
     builds: list[BuildResult] = []
-    tree = _Tree(files, parts, fleet, stats)
+    tree = _Tree(files, parts, fleet, stats, cache)
     if base is not None and base_parts is None:
         base_parts = partition.split(base)
     results = [
@@ -165,6 +167,7 @@ class _Tree:
     parts: partition.TreeParts
     fleet: FleetSpec
     stats: partition.Stats | None
+    cache: str | None = None
 
     def by_tenant(
         self,
@@ -174,7 +177,7 @@ class _Tree:
     ) -> dict[str | None, Any]:
         # The fleet is a parameter of every rule (flavors, gateway, Git URLs).
         return partition.by_tenant(
-            rule, self.parts, repr((self.fleet, params)), compute, self.stats
+            rule, self.parts, repr((self.fleet, params)), compute, self.stats, self.cache
         )
 
     def findings_by_tenant(

@@ -29,8 +29,9 @@ quotas a ClusterQueue may select, the Flux Kustomizations), never from cached ve
 isolation fails, the change fails anyway, and a finding between two tenants that breaks it may
 be reported by fewer checks than on a whole-tree run.
 
-Values are kept in this process (bounded) and in a SQLite file beside the portal's data
-(``GITOPS_CHECK_CACHE``; empty: this process only), so a new worker starts warm. They are
+Values are kept in this process (bounded) and in a SQLite file beside the portal's data (the
+caller names it: the portal's ``GITOPS_CHECK_CACHE``; none: this process only), so a new
+worker starts warm. They are
 pickled: the file is the portal's own, like its Git store, and nothing else writes it.
 """
 
@@ -316,17 +317,14 @@ _STORES: dict[str, _Store] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def store() -> _Store:
-    """The store of the configured ``GITOPS_CHECK_CACHE`` (one per path in this process)."""
-    from django.conf import settings
-
-    path = str(getattr(settings, "GITOPS_CHECK_CACHE", "") or "")
-    if path == "memory":
-        path = ""
+def store(path: str | None = None) -> _Store:
+    """The store kept in the SQLite file ``path`` (one per path in this process); None, ""
+    or "memory": this process only. The portal passes ``GITOPS_CHECK_CACHE``."""
+    key = "" if path in (None, "", "memory") else str(path)
     with _STORES_LOCK:
-        if path not in _STORES:
-            _STORES[path] = _Store(path)
-        return _STORES[path]
+        if key not in _STORES:
+            _STORES[key] = _Store(key)
+        return _STORES[key]
 
 
 # --- running a rule by parts --------------------------------------------------------------------
@@ -346,22 +344,23 @@ def by_tenant(
     params: str,
     compute: Callable[[Mapping[str, bytes], list[str]], dict[str | None, T]],
     stats: Stats | None = None,
+    cache: str | None = None,
 ) -> dict[str | None, T]:
     """The rule's value for the shared part (key None, computed on every run) and for every
     tenant (kept, or computed with the others that are not kept, in one run of ``compute``
     on the shared part plus those tenants). ``compute(files, slugs)`` returns the value for
-    None and for each of ``slugs``."""
+    None and for each of ``slugs``. ``cache`` is the store's file (see ``store``)."""
     prefix = hashlib.blake2b(
         f"{rule}\0{CODE_DIGEST}\0{params}\0{parts.context}".encode(), digest_size=16
     ).hexdigest()
     keys = {slug: f"{prefix}:{slug}:{parts.key(slug)}" for slug in parts.tenants}
-    kept = store().get_many(list(keys.values()))
+    kept = store(cache).get_many(list(keys.values()))
     missing = sorted(slug for slug, key in keys.items() if key not in kept)
     computed = compute(parts.subtree(missing), missing)
     values: dict[str | None, T] = {None: computed[None]}
     for slug, key in keys.items():
         values[slug] = kept[key] if key in kept else computed[slug]
-    store().put_many({keys[slug]: computed[slug] for slug in missing})
+    store(cache).put_many({keys[slug]: computed[slug] for slug in missing})
     if stats is not None:
         stats.kept += len(keys) - len(missing)
         stats.computed += len(missing)

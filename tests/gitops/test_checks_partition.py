@@ -235,35 +235,40 @@ def test_a_new_tenant_leaves_the_others_values_kept() -> None:
     _same(after, fleet)
 
 
-def test_values_kept_on_disk_serve_a_new_process(tmp_path: Path, settings: Any) -> None:
-    settings.GITOPS_CHECK_CACHE = str(tmp_path / "check-cache.sqlite3")
+def test_values_kept_on_disk_serve_a_new_process(tmp_path: Path) -> None:
+    cache = str(tmp_path / "check-cache.sqlite3")
     fleet = samples.FLEET
     files = _cross_tenant_duplicates()
-    first = run_checks(files, fleet=fleet)
+    first = run_checks(files, fleet=fleet, cache=cache)
     # A new worker: nothing in its memory, the file from the run before.
     partition._STORES.clear()
     stats = partition.Stats()
-    again = run_checks(files, fleet=fleet, stats=stats)
+    again = run_checks(files, fleet=fleet, stats=stats, cache=cache)
     assert (stats.computed, stats.kept) == (0, 3 * PER_TENANT)
     assert [r.to_dict() for r in again] == [r.to_dict() for r in first]
-    rows = sqlite3.connect(settings.GITOPS_CHECK_CACHE).execute("SELECT count(*) FROM check_values")
+    rows = sqlite3.connect(cache).execute("SELECT count(*) FROM check_values")
     assert rows.fetchone()[0] == 3 * PER_TENANT
+    # Without the file, a new process computes them again.
+    partition._STORES.clear()
+    stats = partition.Stats()
+    run_checks(files, fleet=fleet, stats=stats)
+    assert (stats.computed, stats.kept) == (3 * PER_TENANT, 0)
 
 
-def test_an_unusable_cache_file_only_costs_time(tmp_path: Path, settings: Any) -> None:
+def test_an_unusable_cache_file_only_costs_time(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("x")
-    settings.GITOPS_CHECK_CACHE = str(blocker / "check-cache.sqlite3")
-    partition._STORES.clear()
     files = _cross_tenant_duplicates()
-    results = {r.name: r for r in run_checks(files, fleet=samples.FLEET)}
-    assert results["duplicates"].status == "failed"
-    garbage = tmp_path / "garbage.sqlite3"
-    garbage.write_bytes(b"this is not a database" * 100)
-    settings.GITOPS_CHECK_CACHE = str(garbage)
-    partition._STORES.clear()
-    results = {r.name: r for r in run_checks(files, fleet=samples.FLEET)}
-    assert results["duplicates"].status == "failed"
+    for cache in (blocker / "check-cache.sqlite3", tmp_path / "garbage.sqlite3"):
+        if cache.parent == tmp_path:
+            cache.write_bytes(b"this is not a database" * 100)
+        partition._STORES.clear()
+        stats = partition.Stats()
+        results = {
+            r.name: r for r in run_checks(files, fleet=samples.FLEET, stats=stats, cache=str(cache))
+        }
+        assert results["duplicates"].status == "failed"
+        assert stats.computed == 3 * PER_TENANT
 
 
 def test_paths_that_are_no_tenant_directory_belong_to_the_shared_part() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from gitops.checks import partition, run_checks
@@ -43,6 +44,7 @@ class Command(BaseCommand):
             changed=None if options["all"] else set(),
             schema_source=schema_source(),
             stats=stats,
+            cache=settings.GITOPS_CHECK_CACHE,
         )
         for result in results:
             self.stdout.write(f"{result.name}: {result.status} — {result.summary}")
