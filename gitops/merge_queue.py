@@ -25,6 +25,7 @@ Only one batch runs at a time, across processes and replicas: the runner holds t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -229,6 +230,9 @@ def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log)
             failed += 1
         members = [m for m in members if m.entry.pk in chain.commits]
         checker = _Checker(repo, base, batch)
+        # The chain of exactly these members is the one just built (the items it left out
+        # changed nothing on it): the first check needs no second squash.
+        checker.remember(members, dataclasses.replace(chain, conflicts={}, empty=[]))
         accepted, verdict, rejected = _isolate(members, checker)
         for member, bad in rejected:
             _fail_checks(member, bad, batch)
@@ -354,14 +358,20 @@ class _Checker:
             self.base_files = repo.read_tree(base)
             self.base_parts = partition.split(self.base_files)
         self.trees: dict[str, tuple[dict[str, bytes], partition.TreeParts]] = {}
+        self.chains: dict[tuple[int, ...], Chain] = {}
         self.fleet = configured_fleet()
         self.schemas = schema_source()
         self.stats = partition.Stats()
 
+    def remember(self, members: Sequence[_Member], chain: Chain) -> None:
+        self.chains[tuple(m.entry.pk for m in members)] = chain
+
     def check(self, members: Sequence[_Member]) -> _Verdict:
-        chain = self.repo.squash_chain(
-            self.base, [m.item for m in members], resolve=_index_resolver(members)
-        )
+        chain = self.chains.pop(tuple(m.entry.pk for m in members), None)
+        if chain is None:
+            chain = self.repo.squash_chain(
+                self.base, [m.item for m in members], resolve=_index_resolver(members)
+            )
         if chain.conflicts or chain.empty:
             # Without a change before it, a later one may clash (rare: it built on the other).
             keys = ", ".join(f"#{k}" for k in [*chain.conflicts, *chain.empty])

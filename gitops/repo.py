@@ -51,11 +51,12 @@ import subprocess
 import threading
 import time
 import zlib
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -354,11 +355,27 @@ class _TreeEntries:
     ``keys`` holds exactly that sort key, so ``bisect`` finds an entry or its insertion point.
     """
 
-    __slots__ = ("entries", "keys")
+    __slots__ = ("_offsets", "_raw", "entries", "keys")
 
-    def __init__(self, keys: list[bytes], entries: list[bytes]) -> None:
+    def __init__(self, keys: list[bytes], entries: list[bytes], raw: bytes | None = None) -> None:
         self.keys = keys
         self.entries = entries
+        self._raw = raw
+        self._offsets: list[int] | None = None
+
+    @property
+    def raw(self) -> bytes:
+        """The serialised tree (what git stores)."""
+        if self._raw is None:
+            self._raw = b"".join(self.entries)
+        return self._raw
+
+    @property
+    def offsets(self) -> list[int]:
+        """Where each entry starts in ``raw``, and the length of ``raw`` last."""
+        if self._offsets is None:
+            self._offsets = [0, *accumulate(len(e) for e in self.entries)]
+        return self._offsets
 
     @classmethod
     def parse(cls, raw: bytes) -> _TreeEntries:
@@ -372,7 +389,7 @@ class _TreeEntries:
             keys.append(name + b"/" if raw[position:space] == b"40000" else name)
             entries.append(raw[position : nul + 21])
             position = nul + 21
-        return cls(keys, entries)
+        return cls(keys, entries, raw)
 
     def copy(self) -> _TreeEntries:
         return _TreeEntries(list(self.keys), list(self.entries))
@@ -392,15 +409,90 @@ class _TreeEntries:
     def remove(self, name: bytes) -> None:
         index = self.find(name)
         if index is not None:
+            self._raw = self._offsets = None
             del self.keys[index]
             del self.entries[index]
 
     def put(self, name: bytes, mode: int, oid: bytes) -> None:
         self.remove(name)
+        self._raw = self._offsets = None
         key = name + b"/" if mode == _TREE_MODE else name
         index = bisect_left(self.keys, key)
         self.keys.insert(index, key)
         self.entries.insert(index, b"%o %s\0%s" % (mode, name, oid))
+
+
+class _Unsupported(Exception):
+    """A tree this module's own diff does not handle (a submodule): libgit2 diffs it."""
+
+
+def _common_prefix(a: bytes, b: bytes, limit: int) -> int:
+    """Length of the common prefix of ``a`` and ``b``, at most ``limit``; compared 4 KiB at a
+    time in C, then byte by byte."""
+    step, i = 4096, 0
+    while i + step <= limit and a[i : i + step] == b[i : i + step]:
+        i += step
+    while i < limit and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+    step, i, la, lb = 4096, 0, len(a), len(b)
+    while i + step <= limit and a[la - i - step : la - i] == b[lb - i - step : lb - i]:
+        i += step
+    while i < limit and a[la - i - 1] == b[lb - i - 1]:
+        i += 1
+    return i
+
+
+def _differing_entries(
+    old: _TreeEntries, b: bytes
+) -> tuple[dict[str, tuple[int, bytes]], dict[str, tuple[int, bytes]]]:
+    """The entries of the tree ``old`` that the tree serialised as ``b`` does not have as they
+    are, and those of ``b`` that ``old`` does not have: name -> (mode, raw id).
+
+    Entries lying whole in the bytes both trees start with are the same in both (parsed from
+    the same bytes, from the start), and so are the entries from a position that starts an
+    entry in both and lies in the bytes both end with. Only ``b``'s entries in between are
+    parsed, and compared with ``old``'s."""
+    a = old.raw
+    limit = min(len(a), len(b))
+    head = _common_prefix(a, b, limit)
+    tail = _common_suffix(a, b, limit - head)
+    offsets = old.offsets
+    # old's entries before ``first`` end within the common prefix; b has them too.
+    first = bisect_right(offsets, head) - 1
+    shift = len(a) - len(b)
+    position = offsets[first]
+    added_entries: dict[bytes, bytes] = {}
+    while True:
+        if position >= len(b) - tail:
+            # Where old has an entry start at the same distance from the end, the rest is the
+            # same entries.
+            last = bisect_left(offsets, position + shift)
+            if last < len(offsets) and offsets[last] == position + shift and last >= first:
+                break
+        nul = b.index(b"\0", position)
+        space = b.index(b" ", position, nul)
+        name = b[space + 1 : nul]
+        key = name + b"/" if b[position:space] == b"40000" else name
+        added_entries[key] = b[position : nul + 21]
+        position = nul + 21
+    removed: dict[str, tuple[int, bytes]] = {}
+    added: dict[str, tuple[int, bytes]] = {}
+    kept: set[bytes] = set()
+    for i in range(first, last):
+        key = old.keys[i]
+        if added_entries.get(key) == old.entries[i]:
+            kept.add(key)
+        else:
+            removed[key.rstrip(b"/").decode("utf-8", "surrogateescape")] = old.entry(i)
+    for key, data in added_entries.items():
+        if key not in kept:
+            mode = int(data[: data.index(b" ")], 8)
+            added[key.rstrip(b"/").decode("utf-8", "surrogateescape")] = (mode, data[-20:])
+    return removed, added
 
 
 # --- the repository --------------------------------------------------------------------------
@@ -1493,6 +1585,16 @@ class GitRepository:
         self._remember(key, entries)
         return entries
 
+    def _raw_tree(self, oid: pygit2.Oid) -> bytes:
+        """A tree's serialised entries (from the cache of parsed trees when it is there)."""
+        cached = self._tree_cache.get(oid.raw)
+        if cached is not None:
+            return cached.raw
+        kind, raw = self._repo.odb.read(oid)
+        if kind != pygit2.enums.ObjectType.TREE:
+            raise GitRepositoryError(f"{oid} is not a tree")
+        return bytes(raw)
+
     def _write_tree(self, entries: _TreeEntries) -> pygit2.Oid:
         """Store a tree as a loose object and return its id.
 
@@ -1565,8 +1667,70 @@ class GitRepository:
     def _changed(self, old: pygit2.Tree, new: pygit2.Tree) -> dict[str, _Entry | None]:
         """Files that differ between two trees: path -> new entry, or None when deleted.
 
-        libgit2 skips subtrees whose ids are equal, so this costs O(changed paths) per level.
+        What libgit2's tree diff says (``_changed_by_libgit2``, kept as the reference), found
+        faster: libgit2 skips subtrees whose ids are equal, but still walks every entry of a
+        level, and at 10,000 tenants a batch of 250 changes spent 10 s walking ``tenants/``
+        once per change. Two versions of a large tree share most of their bytes, so only the
+        entries between their common prefix and common suffix are compared
+        (``_differing_entries``).
         """
+        changed: dict[str, _Entry | None] = {}
+        try:
+            self._diff_level(old.id, new.id, "", changed)
+        except _Unsupported:
+            return self._changed_by_libgit2(old, new)
+        return changed
+
+    def _diff_level(
+        self, old: pygit2.Oid, new: pygit2.Oid, prefix: str, out: dict[str, _Entry | None]
+    ) -> None:
+        if old == new:
+            return
+        removed, added = _differing_entries(self._tree_entries(old), self._raw_tree(new))
+        for name, (mode, oid) in removed.items():
+            again = added.get(name)
+            if again is not None and again[0] == mode == _TREE_MODE:
+                continue  # a directory on both sides: compared below
+            if mode == _TREE_MODE:
+                self._all_files(oid, f"{prefix}{name}/", out, None)
+            elif mode == _GITLINK_MODE:
+                raise _Unsupported
+            else:
+                out.setdefault(f"{prefix}{name}", None)
+        for name, (mode, oid) in added.items():
+            path = f"{prefix}{name}"
+            before = removed.get(name)
+            if mode == _TREE_MODE:
+                if before is not None and before[0] == _TREE_MODE:
+                    self._diff_level(
+                        pygit2.Oid(raw=before[1]), pygit2.Oid(raw=oid), f"{path}/", out
+                    )
+                else:
+                    self._all_files(oid, f"{path}/", out, True)
+            elif mode == _GITLINK_MODE:
+                raise _Unsupported
+            else:
+                out[path] = _Entry(pygit2.Oid(raw=oid), mode)
+
+    def _all_files(
+        self, tree: bytes, prefix: str, out: dict[str, _Entry | None], added: bool | None
+    ) -> None:
+        """Every file below ``tree`` into ``out``: added (its entry) or deleted (None)."""
+        entries = self._tree_entries(pygit2.Oid(raw=tree))
+        for index in range(len(entries.entries)):
+            mode, oid = entries.entry(index)
+            name = entries.keys[index].rstrip(b"/").decode("utf-8", "surrogateescape")
+            if mode == _TREE_MODE:
+                self._all_files(oid, f"{prefix}{name}/", out, added)
+            elif mode == _GITLINK_MODE:
+                raise _Unsupported
+            elif added:
+                out[f"{prefix}{name}"] = _Entry(pygit2.Oid(raw=oid), mode)
+            else:
+                out.setdefault(f"{prefix}{name}", None)
+
+    def _changed_by_libgit2(self, old: pygit2.Tree, new: pygit2.Tree) -> dict[str, _Entry | None]:
+        """``_changed`` as libgit2 computes it (submodules included)."""
         changed: dict[str, _Entry | None] = {}
         for delta in old.diff_to_tree(new).deltas:
             if delta.status == DeltaStatus.DELETED:
