@@ -186,6 +186,28 @@ class Notification(models.Model):
         return self.title
 
 
+class OutgoingMail(models.Model):
+    """A mail to send, written in the transaction that decided it and sent after it commits.
+
+    A burst of a thousand approvals tells people about three thousand times: one job per
+    mail made the workers spend more time on mail than on the merge queue. The rows are sent
+    by one outbox job (``catalog.tasks.send_outbox``) over one connection, and a job is only
+    queued when none is waiting."""
+
+    tenant_slug = models.CharField(max_length=63, blank=True)
+    to = models.JSONField(default=list)
+    subject = models.CharField(max_length=200)
+    body = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.subject
+
+
 class GatewayKey(models.Model):
     """The key a tenant's clients send (``x-api-key``) to reach its model endpoints.
 

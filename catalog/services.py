@@ -25,7 +25,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from catalog import outbound, states
-from catalog.models import Kind, Notification, RequestEvent, Resource, ResourceRequest
+from catalog.models import (
+    Kind,
+    Notification,
+    OutgoingMail,
+    RequestEvent,
+    Resource,
+    ResourceRequest,
+)
 from catalog.specs import (
     desired_tenant,
     errors_for,
@@ -48,6 +55,7 @@ from gitops.specs import Flavor, FleetSpec, GpuShare, SpecError, TenantClusterSp
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue
+from portal.models import Job
 from tenants import access
 from tenants.access import Action
 from tenants.models import Tenant
@@ -432,14 +440,21 @@ def notify(
         if person.email:
             recipients.append(person.email)
     if recipients:
-        enqueue(
-            "catalog.email",
-            title=f"Mail: {title[:80]}",
-            tenant=tenant,
+        OutgoingMail.objects.create(
+            tenant_slug=tenant.slug,
             to=sorted(recipients),
             subject=f"[{tenant.slug}] {title}"[:200],
             body=f"{body}\n\n{settings.PORTAL_BASE_URL.rstrip('/')}{url}\n",
         )
+        transaction.on_commit(send_outbox_soon)
+
+
+def send_outbox_soon() -> None:
+    """Queue the outbox job unless one is waiting already (it sends every mail unsent when it
+    runs, this one included). Two callers racing may queue two: the second finds less or
+    nothing to do."""
+    if not Job.objects.filter(task="catalog.send_outbox", status=Job.Status.QUEUED).exists():
+        enqueue("catalog.send_outbox", title="Mail: send the outbox")
 
 
 # --- creating and editing -----------------------------------------------------------------

@@ -34,13 +34,20 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from gitops import services
 from gitops.checks import CheckResult, partition, run_checks
 from gitops.fleet import configured_fleet
-from gitops.models import ChangeRequest, CheckRun, MergeQueueBatch, MergeQueueEntry, MergeQueueLease
+from gitops.models import (
+    ChangeRequest,
+    CheckRun,
+    MergeQueueBatch,
+    MergeQueueEntry,
+    MergeQueueLease,
+    Review,
+)
 from gitops.repo import (
     Chain,
     ChainItem,
@@ -289,10 +296,14 @@ def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log)
 def _admissible(entries: list[MergeQueueEntry]) -> list[_Member]:
     """The entries whose changes may still merge; the others fail (or are removed) with why."""
     members = []
+    # Every change and its reviews in two queries (a batch holds hundreds).
+    changes = (
+        ChangeRequest.objects.select_related("requested_by", "author")
+        .prefetch_related(Prefetch("reviews", queryset=Review.objects.select_related("reviewer")))
+        .in_bulk([e.change_id for e in entries])
+    )
     for entry in entries:
-        change = ChangeRequest.objects.select_related("requested_by", "author").get(
-            pk=entry.change_id
-        )
+        change = changes[entry.change_id]
         if change.status == ChangeRequest.Status.MERGED:
             _finish(entry, E.MERGED, "")
             continue
@@ -477,9 +488,9 @@ def _merge_chain(
         if gone:
             raise _Moved(gone)
         now = timezone.now()
+        _save_check_runs([locked[m.change.pk] for m in accepted], verdict, batch)
         for member in accepted:
             change = locked[member.change.pk]
-            _save_check_runs(change, verdict, batch)
             change.checks_state = ChangeRequest.Checks.PASSED
             services._record_merge(
                 change,
@@ -506,24 +517,36 @@ def _merge_chain(
     return len(accepted)
 
 
-def _save_check_runs(change: ChangeRequest, verdict: _Verdict, batch: MergeQueueBatch) -> None:
-    CheckRun.objects.filter(change=change, sha=change.head_sha).delete()
+def _save_check_runs(
+    changes: Sequence[ChangeRequest], verdict: _Verdict, batch: MergeQueueBatch
+) -> None:
+    """The verdict as each change's check runs on its head (replacing those it had there)."""
+    if not changes:
+        return
+    heads = Q()
+    for change in changes:
+        heads |= Q(change=change, sha=change.head_sha)
+    CheckRun.objects.filter(heads).delete()
     CheckRun.objects.bulk_create(
-        CheckRun(
-            change=change,
-            sha=change.head_sha,
-            name=r.name,
-            status=r.status,
-            summary=f"merge queue batch {batch.pk}: {r.summary}"[:300],
-            details=list(r.details)[:500],
-        )
-        for r in verdict.results
+        [
+            CheckRun(
+                change=change,
+                sha=change.head_sha,
+                name=r.name,
+                status=r.status,
+                summary=f"merge queue batch {batch.pk}: {r.summary}"[:300],
+                details=list(r.details)[:500],
+            )
+            for change in changes
+            for r in verdict.results
+        ],
+        batch_size=500,
     )
 
 
 def _fail_checks(member: _Member, verdict: _Verdict, batch: MergeQueueBatch) -> None:
     with transaction.atomic():
-        _save_check_runs(member.change, verdict, batch)
+        _save_check_runs([member.change], verdict, batch)
         ChangeRequest.objects.filter(pk=member.change.pk, head_sha=member.change.head_sha).update(
             checks_state=ChangeRequest.Checks.FAILED
         )

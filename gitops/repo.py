@@ -422,6 +422,9 @@ class _TreeEntries:
         self.entries.insert(index, b"%o %s\0%s" % (mode, name, oid))
 
 
+_UNKNOWN: Any = object()
+
+
 class _Unsupported(Exception):
     """A tree this module's own diff does not handle (a submodule): libgit2 diffs it."""
 
@@ -838,6 +841,9 @@ class GitRepository:
         # it, "what changed from a change's fork to the tip" needs no diff of the whole tree
         # per change (at 10,000 tenants each diff walks the 10,000 entries of tenants/).
         applied: dict[str, _Entry | None] = {}
+        # The entries of the applied paths on each fork, looked up once (a fork of main is
+        # shared by most changes of a burst, and each change compares every applied path).
+        forks: dict[bytes, dict[str, _Entry | None]] = {}
         for item in items:
             theirs = self._commit(item.head)
             if self.is_ancestor(str(theirs.id), str(base_commit.id)):
@@ -855,7 +861,12 @@ class GitRepository:
                     touched.update(self._changed_memo(tip.tree, theirs.tree))
                 else:
                     fork_tree = self._commit(fork).tree
-                    mine = self._changed_since(fork_tree, base_commit.tree, applied)
+                    mine = self._changed_since(
+                        fork_tree,
+                        base_commit.tree,
+                        applied,
+                        forks.setdefault(fork_tree.id.raw, {}),
+                    )
                     tree_id = self._merge_trees(
                         fork_tree, tip.tree, theirs.tree, mine=mine, touched=touched
                     )
@@ -1756,15 +1767,24 @@ class GitRepository:
         return changed
 
     def _changed_since(
-        self, fork: pygit2.Tree, base: pygit2.Tree, applied: Mapping[str, _Entry | None]
+        self,
+        fork: pygit2.Tree,
+        base: pygit2.Tree,
+        applied: Mapping[str, _Entry | None],
+        known: dict[str, _Entry | None] | None = None,
     ) -> dict[str, _Entry | None]:
         """``_changed(fork, tip)`` for a tip that is ``base`` with ``applied`` on it: what
         base changed since the fork (one diff per distinct fork, kept) except the applied
-        paths, and the applied paths whose entry differs from the fork's."""
+        paths, and the applied paths whose entry differs from the fork's (``known``: the
+        fork's entries looked up so far, filled in)."""
+        known = {} if known is None else known
         since = {} if fork.id == base.id else self._changed_memo(fork, base)
         mine = {path: entry for path, entry in since.items() if path not in applied}
         for path, entry in applied.items():
-            if entry != self._entry_at(fork, path):
+            before = known.get(path, _UNKNOWN)
+            if before is _UNKNOWN:
+                before = known[path] = self._entry_at(fork, path)
+            if entry != before:
                 mine[path] = entry
         return mine
 

@@ -534,7 +534,12 @@ def do_review(change: ChangeRequest, *, acting_user: Any, state: str, body: str 
 def review_summary(change: ChangeRequest) -> tuple[list[Any], list[Any]]:
     """(approvers, blockers) among the latest verdict of each reviewer on the current head."""
     latest: dict[int, Review] = {}
-    for review in change.reviews.filter(sha=change.head_sha).select_related("reviewer"):
+    if "reviews" in getattr(change, "_prefetched_objects_cache", {}):
+        # Read with the change (the merge queue's batch of hundreds), in the same order.
+        reviews = [r for r in change.reviews.all() if r.sha == change.head_sha]
+    else:
+        reviews = list(change.reviews.filter(sha=change.head_sha).select_related("reviewer"))
+    for review in reviews:
         if review.state != Review.State.COMMENT:
             latest[review.reviewer_id] = review
     approvers = [r.reviewer for r in latest.values() if r.state == Review.State.APPROVE]
