@@ -36,6 +36,69 @@ KubeYamlLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
+_STR, _MAP, _SEQ = (f"tag:yaml.org,2002:{t}" for t in ("str", "map", "seq"))
+_PLAIN_SCALARS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool", "null"))
+# What a plain scalar resolves to depends only on its text: most are keys and values met
+# thousands of times (apiVersion, metadata, name). Bounded; cleared when full.
+_RESOLVED: dict[str, str] = {}
+_RESOLVED_MAX = 100_000
+
+
+class _Fallback(Exception):
+    """A document the fast path leaves to PyYAML's constructor (merge keys, explicit tags,
+    recursive aliases, unhashable keys): it builds it, or raises its own error."""
+
+
+class FastKubeYamlLoader(KubeYamlLoader):
+    """``KubeYamlLoader`` with the same results, built faster: plain scalars' tags resolved
+    once per text, and documents of maps, lists and plain scalars built by direct recursion
+    instead of PyYAML's generic constructor (its state machine was most of a check run's
+    parsing). Anything else goes to the generic constructor, so the results and errors stay
+    PyYAML's; tests compare the two on every fixture and sample."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:
+            tag = _RESOLVED.get(value)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(_RESOLVED) >= _RESOLVED_MAX:
+                    _RESOLVED.clear()
+                _RESOLVED[value] = tag
+            return tag
+        return super().resolve(kind, value, implicit)
+
+    def construct_document(self, node: Any) -> Any:
+        try:
+            return self._build(node, set())
+        except _Fallback:
+            return super().construct_document(node)
+
+    def _build(self, node: Any, active: set[int]) -> Any:
+        kind, tag = node.__class__, node.tag
+        if kind is yaml.ScalarNode:
+            if tag == _STR:
+                return node.value
+            if tag in _PLAIN_SCALARS:
+                return self.yaml_constructors[tag](self, node)
+            raise _Fallback
+        if id(node) in active or tag not in (_MAP, _SEQ):
+            raise _Fallback
+        active.add(id(node))
+        if kind is yaml.MappingNode and tag == _MAP:
+            out = {}
+            for key_node, value_node in node.value:
+                key = self._build(key_node, active)
+                if key.__class__ in (dict, list):
+                    raise _Fallback  # unhashable: PyYAML's error
+                out[key] = self._build(value_node, active)
+        elif kind is yaml.SequenceNode and tag == _SEQ:
+            out = [self._build(item, active) for item in node.value]  # type: ignore[assignment]
+        else:
+            raise _Fallback
+        active.discard(id(node))
+        return out
+
+
 KUSTOMIZATION_FILE_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 # Fields a check refuses to build: plugin configs can name any file of the machine running
 # the build (e.g. a PatchTransformer's ``path``), and Flux does not inflate Helm charts.
@@ -71,7 +134,7 @@ def load_documents(data: bytes | str) -> list[Any]:
     if hit is not None:
         docs: list[Any] = marshal.loads(hit)  # noqa: S302 (bytes this process made)
         return docs
-    docs = [doc for doc in yaml.load_all(data, Loader=KubeYamlLoader) if doc is not None]
+    docs = [doc for doc in yaml.load_all(data, Loader=FastKubeYamlLoader) if doc is not None]
     try:
         frozen = marshal.dumps(docs)
     except ValueError:
