@@ -351,6 +351,37 @@ def _remember_tree(sha: str, tree: tuple[dict[str, bytes], partition.TreeParts] 
         _LAST_TREE[sha] = tree
 
 
+def warm(log: Log) -> str:
+    """Fill this process with what a batch reads: the schema registry, main's tree and its
+    split (the next batch's base, unless main moves first), and every tenant's kept check
+    values, read from the check cache into memory (computed where missing). A worker does it
+    when it starts (``portal.celery``), so its first batch is not the one that waits."""
+    sha = services.main_sha()
+    if sha is None:
+        return "no main yet: nothing to warm"
+    repo = services.repository()
+    files = repo.read_tree(sha)
+    parts = partition.split(files)
+    stats = partition.Stats()
+    run_checks(
+        files,
+        fleet=configured_fleet(),
+        changed=set(),  # as a change that touches nothing: no file's schema, no build
+        schema_source=schema_source(),
+        parts=parts,
+        stats=stats,
+        cache=settings.GITOPS_CHECK_CACHE,
+    )
+    if services.main_sha() == sha:
+        _remember_tree(sha, (files, parts))
+    message = (
+        f"warm: main {sha[:12]}, {len(parts.tenants)} tenants; check values kept "
+        f"{stats.kept}, computed {stats.computed}"
+    )
+    log(message)
+    return message
+
+
 class _Checker:
     """Runs the checks over chains built on one base, counting the runs on the batch.
 

@@ -384,6 +384,9 @@ FLUX_RECEIVER_TOKEN = env("FLUX_RECEIVER_TOKEN")
 # (gitops.checks.partition), so a check run at 10,000 tenants reads the tenants a change
 # touches, not all of them. A SQLite file of this replica's; "memory": this process only.
 GITOPS_CHECK_CACHE = env("GITOPS_CHECK_CACHE", str(VAR_DIR / "check-cache.sqlite3"))
+# A Celery worker process warms those values, main's tree and the schemas in the background
+# when it starts (gitops.merge_queue.warm), so its first batch does not pay for them.
+GITOPS_WARM_WORKERS = env_bool("GITOPS_WARM_WORKERS", True)
 
 # --- Merge queue (gitops.merge_queue) ------------------------------------------------------
 # Approved changes put into the queue ("merge when ready") are squashed onto main together, in

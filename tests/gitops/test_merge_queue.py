@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from gitops import merge_queue, services
+from gitops.checks import partition
 from gitops.fleet import demo_fleet
 from gitops.models import (
     ChangeRequest,
@@ -507,3 +508,31 @@ def test_a_burst_of_enqueues_makes_one_waiting_run(world: dict[str, Any], on_com
         for kick in kicks:
             kick()
     assert Job.objects.filter(task="gitops.merge_queue", status="queued").count() == 1
+
+
+def test_warming_keeps_mains_tree_and_every_tenants_values(
+    world: dict[str, Any], on_commit: Any, schema_dir: Path
+) -> None:
+    """What a worker does when it starts: the next batch finds main's tree at hand and every
+    tenant's check values kept, and computes only the tenants its changes touch."""
+    assert merge_queue.warm(lambda line: None) == "no main yet: nothing to warm"
+    for slug in ("t1", "t2", "t3"):
+        _merged(world, on_commit, TenantSpec(slug=slug))
+    partition.store("memory").clear_memory()
+    merge_queue._LAST_TREE.clear()
+    said = merge_queue.warm(lambda line: None)
+    main = services.main_sha()
+    assert main is not None and said.startswith(f"warm: main {main[:12]}, 3 tenants")
+    assert set(merge_queue._LAST_TREE) == {main}
+    assert "computed 0" not in said  # nothing was kept before: every value computed
+    assert "kept 0," not in merge_queue.warm(lambda line: None)  # kept now
+
+    change = _approved(world, on_commit, _share("t2"))
+    with on_commit(execute=True):  # the queue's run follows, here
+        services.do_enqueue_merge(change, acting_user=world["pam"])
+    change.refresh_from_db()
+    assert change.status == "merged"
+    # Only t2 computed (its five rules), the other tenants' values kept.
+    log = Job.objects.filter(task="gitops.merge_queue").latest("pk").log
+    [line] = [line for line in log.splitlines() if "merged onto" in line]
+    assert "computed 5)" in line and "kept 10," in line, line
