@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Prefetch, Q
 from django.utils import timezone
@@ -296,13 +297,18 @@ def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log)
 def _admissible(entries: list[MergeQueueEntry]) -> list[_Member]:
     """The entries whose changes may still merge; the others fail (or are removed) with why."""
     members = []
-    # Every change and its reviews in two queries (a batch holds hundreds).
+    # Every change, its reviews and who queued it in three queries (a batch holds hundreds).
     changes = (
         ChangeRequest.objects.select_related("requested_by", "author")
         .prefetch_related(Prefetch("reviews", queryset=Review.objects.select_related("reviewer")))
         .in_bulk([e.change_id for e in entries])
     )
+    enqueuers = get_user_model().objects.in_bulk(
+        {e.enqueued_by_id for e in entries if e.enqueued_by_id is not None}
+    )
     for entry in entries:
+        if entry.enqueued_by_id is not None:
+            entry.enqueued_by = enqueuers[entry.enqueued_by_id]
         change = changes[entry.change_id]
         if change.status == ChangeRequest.Status.MERGED:
             _finish(entry, E.MERGED, "")

@@ -412,6 +412,32 @@ def test_the_queue_page_costs_the_same_queries_for_3_and_30_entries(
     assert count() == small
 
 
+def test_a_batch_reads_its_changes_and_reviews_in_the_same_queries_for_2_and_6(
+    world: dict[str, Any], on_commit: Any, settings: Any
+) -> None:
+    """Who may still merge is decided for the whole batch at once, not a query per change."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for slug in ("t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"):
+        _merged(world, on_commit, TenantSpec(slug=slug))
+    changes = [_approved(world, on_commit, _share(f"t{n}")) for n in range(1, 9)]
+    with on_commit(execute=False):  # queued, no run started
+        for change in changes:
+            services.do_enqueue_merge(change, acting_user=world["pam"])
+
+    def admit(size: int) -> tuple[int, int]:
+        settings.GITOPS_MERGE_QUEUE_BATCH = size
+        _, entries = merge_queue._claim("test")
+        with CaptureQueriesContext(connection) as captured:
+            members = merge_queue._admissible(entries)
+        assert [m.change.pk for m in members] == [e.change_id for e in entries]
+        assert all(m.approved_by == "pam <pam@example.com>" for m in members)
+        return len(members), len(captured)
+
+    assert admit(2)[1] == admit(6)[1] == 3
+
+
 # --- a runner that died after main moved, and a Git remote as the truth ------------------------
 
 
