@@ -61,6 +61,7 @@ from gitops.checks.kustomize import (
     kustomize_command,
     patched_directories,
     patches_matching_nothing,
+    top_part,
     touched_parts,
 )
 from gitops.checks.manifests import iter_objects
@@ -279,7 +280,8 @@ def _kustomize(tree: _Tree, changed: set[str] | None, builds: list[BuildResult])
         # A change reaches a tenant's Flux path only through that tenant's files (isolation
         # keeps kustomizations inside their tenant), so other tenants' paths are not walked.
         touched = {partition.slug_of(path) for path in changed}
-        near = [p for p in all_paths if partition.slug_of(f"{p}/x") in touched | {None}]
+        reach = touched | {None}
+        near = [p for p in all_paths if partition.slug_of(f"{p}/x") in reach]
         paths = affected_paths(changed, near, files)
     if not paths:
         reason = "no Flux Kustomization in the tree" if not all_paths else "no Flux path affected"
@@ -296,10 +298,17 @@ def _kustomize(tree: _Tree, changed: set[str] | None, builds: list[BuildResult])
                     details.append(
                         f"{path or '.'} (Flux Kustomization {owners}): {part.error_text}"
                     )
-            touched_dirs = tuple(f"{t}/" for t in touched_parts(files, path, changed))
+            # The touched parts' files, found by each file's part (a prefix test against every
+            # touched part cost 2.3 s for 1,000 parts at 10,000 tenants).
+            touched_set = set(touched_parts(files, path, changed))
+            within = f"{path}/" if path else ""
             inside = (
-                {p: d for p, d in files.items() if p.startswith(touched_dirs)}
-                if touched_dirs
+                {
+                    p: d
+                    for p, d in files.items()
+                    if p.startswith(within) and top_part(p, path) in touched_set
+                }
+                if touched_set
                 else {}
             )
             for directory in patched_directories(inside, path):
