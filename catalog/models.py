@@ -8,6 +8,7 @@ move is a ``RequestEvent`` and an audit row. ``Notification`` is the in-app inbo
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django.conf import settings
@@ -184,6 +185,43 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class ShareVersion(models.Model):
+    """A token changed in the transaction of every change to a GPU share resource (the signal
+    receivers below). A process that keeps every tenant's shares for the capacity what-if
+    (``catalog.services._share_totals``) reads this one row to know whether what it keeps is
+    current, instead of reading every share on every check.
+
+    A random token, not a counter: a rolled-back transaction's number would be handed out
+    again by the next change, and a process that read the shares inside the rolled-back
+    transaction would take them for current. Writes that send no signals (``bulk_create``,
+    ``QuerySet.update``) must call ``bump_share_version`` themselves."""
+
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"GPU shares version {self.value}"
+
+
+def bump_share_version() -> None:
+    """Mark the GPU shares changed, in the caller's transaction (the row lock orders
+    concurrent changes)."""
+    token = secrets.randbits(63)
+    if not ShareVersion.objects.filter(pk=1).update(value=token):
+        ShareVersion.objects.get_or_create(pk=1)
+        ShareVersion.objects.filter(pk=1).update(value=token)
+
+
+def _share_changed(sender: Any, instance: Resource, **kwargs: Any) -> None:
+    if instance.kind == Kind.GPU_SHARE:
+        bump_share_version()
+
+
+# A tenant deleted deletes its resources through the cascade, which sends these signals too
+# (Django only skips them on fast deletes, when no receiver is connected).
+models.signals.post_save.connect(_share_changed, sender=Resource, dispatch_uid="share_version")
+models.signals.post_delete.connect(_share_changed, sender=Resource, dispatch_uid="share_version_d")
 
 
 class OutgoingMail(models.Model):

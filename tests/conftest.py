@@ -133,6 +133,11 @@ def _test_settings(settings: Any) -> None:
     # What the checks keep by tenant stays in the test process (content-addressed, so tests
     # cannot see each other's values wrongly), not in the developer's var/.
     settings.GITOPS_CHECK_CACHE = "memory"
+    # The capacity what-if's shares kept in the process are kept by a version row that each
+    # test's rolled-back database forgets: each test starts with none kept.
+    from catalog import services as catalog_services
+
+    catalog_services._SHARE_TOTALS = None
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalog import services
-from catalog.models import Resource
+from catalog.models import Resource, bump_share_version
 from gitops.fleet import demo_fleet
 from tenants.models import Tenant
 
@@ -38,6 +38,7 @@ def _grow(count: int, start: int) -> None:
             ("eval", "h200-mig", "mig", {"mig_profile": "1g.18gb"}),
         )
     )
+    bump_share_version()  # bulk_create sends no signals
 
 
 def _check_queries(tenant: Tenant) -> int:
@@ -51,10 +52,79 @@ def _check_queries(tenant: Tenant) -> int:
 def test_a_requests_check_costs_the_same_queries_at_3_and_30_tenants(
     world: dict[str, Any],
 ) -> None:
-    """docs/benchmarks.md, catalog check: "a constant 6 queries whatever the fleet's size"
-    (``_other_shares`` reads every other tenant's shares in one query)."""
+    """docs/benchmarks.md, catalog check: "a constant 6 queries whatever the fleet's size when
+    nothing changed, 7 when a share did" (the version row, then every share in one query)."""
     _grow(3, 0)
     small = _check_queries(world["alpha"])
     _grow(27, 3)
     assert Resource.objects.filter(state="active").count() == 60
-    assert _check_queries(world["alpha"]) == small == 6
+    # The version row and, the shares having changed, all of them in one query.
+    assert _check_queries(world["alpha"]) == small == 7
+    # Nothing changed since: the version row only.
+    assert _check_queries(world["alpha"]) == 6
+
+
+def _promised_h200(tenant: Tenant) -> Any:
+    check = services.check_request(tenant, "gpu-share", "new", dict(SHARE), fleet=demo_fleet())
+    [row] = [r for r in check.capacity if r.flavor == "h200"]
+    return row.before
+
+
+def test_the_kept_shares_follow_every_change_and_forget_a_rolled_back_one(
+    world: dict[str, Any],
+) -> None:
+    """The what-if keeps every tenant's shares in the process by ShareVersion: a share made,
+    changed or removed shows at the next check, and one made in a transaction that rolled
+    back (whose view a check inside it read) does not. ``before`` is what all tenants are
+    promised, the checked tenant's own shares counted once."""
+    from django.db import transaction
+
+    alpha, bravo = world["alpha"], world["bravo"]
+    assert _promised_h200(alpha) == 0
+    share = Resource.objects.create(
+        tenant=bravo,
+        kind="gpu-share",
+        name="train",
+        state="active",
+        spec={"name": "train", "flavor": "h200", "kind": "whole", "count": 3},
+    )
+    assert _promised_h200(alpha) == 3
+    share.spec = {**share.spec, "count": 5}
+    share.save()
+    assert _promised_h200(alpha) == 5
+    Resource.objects.create(
+        tenant=alpha,
+        kind="gpu-share",
+        name="own",
+        state="active",
+        spec={"name": "own", "flavor": "h200", "kind": "whole", "count": 2},
+    )
+    assert _promised_h200(alpha) == _promised_h200(bravo) == 7
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic():
+        share.spec = {**share.spec, "count": 7}
+        share.save()
+        assert _promised_h200(alpha) == 9  # the transaction's own view, kept meanwhile
+        raise Undo
+    # One more change before anyone checks again: a counter would hand it the rolled-back
+    # change's number, and the view kept under that number would pass for current.
+    share.refresh_from_db()
+    share.spec = {**share.spec, "count": 4}
+    share.save()
+    assert _promised_h200(alpha) == 6
+    share.state = "decommissioned"
+    share.save()
+    assert _promised_h200(alpha) == 2
+    Resource.objects.create(
+        tenant=bravo,
+        kind="gpu-share",
+        name="again",
+        state="active",
+        spec={"name": "again", "flavor": "h200", "kind": "whole", "count": 1},
+    )
+    assert _promised_h200(alpha) == 3
+    bravo.delete()  # its resources go through the cascade
+    assert _promised_h200(alpha) == 2
