@@ -55,8 +55,7 @@ from gitops.render.vcluster import release_name
 from gitops.specs import Flavor, FleetSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
-from portal.jobs import enqueue
-from portal.models import Job
+from portal.jobs import enqueue_unless_waiting
 from tenants import access
 from tenants.access import Action
 from tenants.models import Tenant
@@ -487,10 +486,8 @@ def notify(
 
 def send_outbox_soon() -> None:
     """Queue the outbox job unless one is waiting already (it sends every mail unsent when it
-    runs, this one included). Two callers racing may queue two: the second finds less or
-    nothing to do."""
-    if not Job.objects.filter(task="catalog.send_outbox", status=Job.Status.QUEUED).exists():
-        enqueue("catalog.send_outbox", title="Mail: send the outbox")
+    runs, this one included)."""
+    enqueue_unless_waiting("catalog.send_outbox", title="Mail: send the outbox")
 
 
 # --- creating and editing -----------------------------------------------------------------

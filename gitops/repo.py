@@ -348,6 +348,20 @@ def _nest(changes: Mapping[str, _Leaf], *, validate: bool = True) -> _Nested:
     return root
 
 
+def _entry_from(raw: bytes, position: int) -> tuple[bytes, bytes, int]:
+    """The tree entry starting at ``position`` of a serialised tree: its sort key (a
+    directory's name ends in ``/``), its bytes, and where the next entry starts."""
+    # Mode and name never contain NUL, so the first NUL ends the name; 20 id bytes follow.
+    nul = raw.index(b"\0", position)
+    space = raw.index(b" ", position, nul)
+    name = raw[space + 1 : nul]
+    return (
+        (name + b"/" if raw[position:space] == b"40000" else name),
+        raw[position : nul + 21],
+        nul + 21,
+    )
+
+
 class _TreeEntries:
     """A tree's entries as serialised bytes, kept in git's order, for cheap copy-and-edit.
 
@@ -382,13 +396,9 @@ class _TreeEntries:
         keys, entries = [], []
         position, end = 0, len(raw)
         while position < end:
-            # Mode and name never contain NUL, so the first NUL ends the name; 20 id bytes follow.
-            nul = raw.index(b"\0", position)
-            space = raw.index(b" ", position, nul)
-            name = raw[space + 1 : nul]
-            keys.append(name + b"/" if raw[position:space] == b"40000" else name)
-            entries.append(raw[position : nul + 21])
-            position = nul + 21
+            key, entry, position = _entry_from(raw, position)
+            keys.append(key)
+            entries.append(entry)
         return cls(keys, entries, raw)
 
     def copy(self) -> _TreeEntries:
@@ -476,12 +486,7 @@ def _differing_entries(
             last = bisect_left(offsets, position + shift)
             if last < len(offsets) and offsets[last] == position + shift and last >= first:
                 break
-        nul = b.index(b"\0", position)
-        space = b.index(b" ", position, nul)
-        name = b[space + 1 : nul]
-        key = name + b"/" if b[position:space] == b"40000" else name
-        added_entries[key] = b[position : nul + 21]
-        position = nul + 21
+        key, added_entries[key], position = _entry_from(b, position)
     removed: dict[str, tuple[int, bytes]] = {}
     added: dict[str, tuple[int, bytes]] = {}
     kept: set[bytes] = set()

@@ -56,8 +56,7 @@ from gitops.repo import (
 from gitops.specs import Flavor, FleetSpec, PortalDeploySpec, SpecError, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
-from portal.jobs import enqueue
-from portal.models import Job
+from portal.jobs import enqueue, enqueue_unless_waiting
 
 logger = logging.getLogger(__name__)
 
@@ -718,13 +717,11 @@ def do_enqueue_merge(change: ChangeRequest, *, acting_user: Any) -> MergeQueueEn
 
 
 def _kick_merge_queue(change_id: int, acting_user: Any) -> None:
-    waiting = Job.objects.filter(task="gitops.merge_queue", status=Job.Status.QUEUED)
-    if not waiting.exists():
-        enqueue(
-            "gitops.merge_queue",
-            title=f"Merge queue (change #{change_id} added)",
-            created_by=acting_user,
-        )
+    enqueue_unless_waiting(
+        "gitops.merge_queue",
+        title=f"Merge queue (change #{change_id} added)",
+        created_by=acting_user,
+    )
 
 
 @transaction.atomic

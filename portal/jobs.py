@@ -91,6 +91,16 @@ def enqueue(
     return job
 
 
+def enqueue_unless_waiting(task: str, **kwargs: Any) -> Job | None:
+    """``enqueue`` unless a job of ``task`` is queued and not started: for a task that works
+    through whatever is pending when it runs (the merge queue, the mail outbox), one waiting
+    job is enough. Called after commit, so a job seen waiting starts after the caller's rows
+    are visible. Two callers racing may queue two; the second finds less or nothing to do."""
+    if Job.objects.filter(task=task, status=Job.Status.QUEUED).exists():
+        return None
+    return enqueue(task, **kwargs)
+
+
 def prune_scheduled(task: str, keep: timedelta) -> int:
     """Delete the succeeded scheduled runs of ``task`` older than ``keep``: a task the beat
     runs every few seconds would otherwise fill the jobs list. Failures are kept."""

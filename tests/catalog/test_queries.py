@@ -64,6 +64,17 @@ def test_a_requests_check_costs_the_same_queries_at_3_and_30_tenants(
     assert _check_queries(world["alpha"]) == 6
 
 
+def _h200_share(tenant: Tenant, name: str, count: int) -> Resource:
+    """An active whole-GPU share of ``tenant`` on main, saved as the portal saves it."""
+    return Resource.objects.create(
+        tenant=tenant,
+        kind="gpu-share",
+        name=name,
+        state="active",
+        spec={"name": name, "flavor": "h200", "kind": "whole", "count": count},
+    )
+
+
 def _promised_h200(tenant: Tenant) -> Any:
     check = services.check_request(tenant, "gpu-share", "new", dict(SHARE), fleet=demo_fleet())
     [row] = [r for r in check.capacity if r.flavor == "h200"]
@@ -81,24 +92,12 @@ def test_the_kept_shares_follow_every_change_and_forget_a_rolled_back_one(
 
     alpha, bravo = world["alpha"], world["bravo"]
     assert _promised_h200(alpha) == 0
-    share = Resource.objects.create(
-        tenant=bravo,
-        kind="gpu-share",
-        name="train",
-        state="active",
-        spec={"name": "train", "flavor": "h200", "kind": "whole", "count": 3},
-    )
+    share = _h200_share(bravo, "train", 3)
     assert _promised_h200(alpha) == 3
     share.spec = {**share.spec, "count": 5}
     share.save()
     assert _promised_h200(alpha) == 5
-    Resource.objects.create(
-        tenant=alpha,
-        kind="gpu-share",
-        name="own",
-        state="active",
-        spec={"name": "own", "flavor": "h200", "kind": "whole", "count": 2},
-    )
+    _h200_share(alpha, "own", 2)
     assert _promised_h200(alpha) == _promised_h200(bravo) == 7
 
     class Undo(Exception):
@@ -118,13 +117,7 @@ def test_the_kept_shares_follow_every_change_and_forget_a_rolled_back_one(
     share.state = "decommissioned"
     share.save()
     assert _promised_h200(alpha) == 2
-    Resource.objects.create(
-        tenant=bravo,
-        kind="gpu-share",
-        name="again",
-        state="active",
-        spec={"name": "again", "flavor": "h200", "kind": "whole", "count": 1},
-    )
+    _h200_share(bravo, "again", 1)
     assert _promised_h200(alpha) == 3
     bravo.delete()  # its resources go through the cascade
     assert _promised_h200(alpha) == 2
