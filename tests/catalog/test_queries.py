@@ -121,3 +121,36 @@ def test_the_kept_shares_follow_every_change_and_forget_a_rolled_back_one(
     assert _promised_h200(alpha) == 3
     bravo.delete()  # its resources go through the cascade
     assert _promised_h200(alpha) == 2
+
+
+def _approval_queries(tenant: Tenant, world: dict[str, Any], name: str) -> int:
+    request = services.do_create_request(
+        tenant,
+        acting_user=world["bob"] if tenant.slug == "alpha" else world["charlie"],
+        kind="gpu-share",
+        spec={**SHARE, "name": name, "count": 1},
+    )
+    with CaptureQueriesContext(connection) as captured:
+        done = services.do_approve(request, acting_user=world["pam"], merge=True)
+    assert done.state == "pr_open" and done.change is not None, done.error
+    assert done.change.queue_entries.filter(state="queued").exists()
+    return len(captured)
+
+
+def test_an_approval_costs_the_same_queries_at_3_and_30_tenants(
+    onboarded: dict[str, Any],
+) -> None:
+    """An approval ("approve and merge": check, render, branch, review, merge queue) reads the
+    request with its resource, tenant and people in one locked query and costs the same
+    number of queries whatever the fleet's size (docs/benchmarks.md, approval burst)."""
+    world = onboarded
+    _approval_queries(world["alpha"], world, "warm")  # the approver's roles, read once
+    _grow(3, 0)
+    small = _approval_queries(world["alpha"], world, "small")
+    _grow(27, 3)
+    large = _approval_queries(world["alpha"], world, "large")
+    assert small == large
+    # Before the people came with the request and the refusal was read under its lock, it was
+    # 50 on PostgreSQL: 6 of them the people again, a second read of the request and a
+    # savepoint of its own around the merge queue's.
+    assert large <= 44, large

@@ -218,6 +218,15 @@ def test_a_failed_git_write_leaves_a_retryable_request(
     settings.GITOPS_REPO_PATH = real
     request = run_jobs(services.open_pull_request, request, acting_user=world["pam"])
     assert request.state == S.PR_OPEN and request.error == ""
+    # A second retry from a page opened before the first (its copy still says "approved"):
+    # the state is read under the request's lock, so it is refused and records nothing.
+    stale = ResourceRequest.objects.get(pk=request.pk)
+    stale.state = S.APPROVED
+    with pytest.raises(ValidationError, match="Only an approved or failed request"):
+        services.open_pull_request(stale, acting_user=world["pam"])
+    request.refresh_from_db()
+    assert request.state == S.PR_OPEN and request.error == ""
+    assert ChangeRequest.objects.filter(kind="gpu-share").count() == 1
 
 
 @pytest.mark.django_db
