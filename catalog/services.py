@@ -19,7 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -55,7 +55,8 @@ from gitops.render.vcluster import release_name
 from gitops.specs import Flavor, FleetSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
 from gitops.usertext import user_text
 from portal.audit import record_audit
-from portal.jobs import enqueue_unless_waiting
+from portal.jobs import enqueue, enqueue_unless_waiting
+from portal.models import Job
 from tenants import access
 from tenants.access import Action
 from tenants.models import Tenant
@@ -799,6 +800,91 @@ def do_approve(
     return open_pull_request(
         request, acting_user=acting_user, merge=merge, fleet=fleet, tenant=check.tenant
     )
+
+
+# How many requests one "approve selected" takes at most: a reorganisation's worth.
+APPROVE_MANY_MAX = 1000
+
+
+def do_approve_many(
+    request_ids: Iterable[int], *, acting_user: Any, note: str = "", merge: bool = True
+) -> Job:
+    """Approve the selected requests in a background job, one after the other, each exactly as
+    ``do_approve`` (its check, its own pull request and review; with ``merge``, into the merge
+    queue, whose batches check and merge them together). The job shows its progress and a
+    line per request.
+
+    Refused whole, with nothing queued, when a request does not exist, no longer waits for a
+    decision or was asked for by the approver. One that fails its check when its turn comes
+    (capacity the ones before it took, a request that overcommits: those are approved one by
+    one, on their page) stays waiting, and the job's log says why."""
+    _require_admin(acting_user)
+    ids = list(dict.fromkeys(request_ids))
+    if not ids:
+        raise ValidationError("Select at least one request to approve.")
+    if len(ids) > APPROVE_MANY_MAX:
+        raise ValidationError(
+            f"{len(ids)} requests selected; approve at most {APPROVE_MANY_MAX} at once."
+        )
+    found = ResourceRequest.objects.in_bulk(ids)
+    problems = []
+    missing = [pk for pk in ids if pk not in found]
+    if missing:
+        problems.append(f"No such request: {_numbers(missing)}.")
+    decided = [pk for pk in ids if pk in found and found[pk].state != S.SUBMITTED]
+    if decided:
+        problems.append(f"No longer waiting for a decision: {_numbers(decided)}.")
+    own = [pk for pk in ids if pk in found and found[pk].requested_by_id == acting_user.pk]
+    if own:
+        problems.append(f"You asked for these; another platform admin decides: {_numbers(own)}.")
+    if problems:
+        raise ValidationError(problems)
+    return enqueue(
+        "catalog.approve_many",
+        title=f"Approve {len(ids)} request{'' if len(ids) == 1 else 's'}"
+        + (" and merge" if merge else ""),
+        created_by=acting_user,
+        request_ids=ids,
+        note=note,
+        merge=merge,
+    )
+
+
+def _numbers(pks: list[int]) -> str:
+    shown = ", ".join(f"#{pk}" for pk in pks[:20])
+    return shown + (f" and {len(pks) - 20} more" if len(pks) > 20 else "")
+
+
+def run_approve_many(job: Job) -> tuple[int, int]:
+    """The job of ``do_approve_many``: (approved, left waiting). Its approver is who queued it,
+    and must still be a platform admin when each request's turn comes (``do_approve`` checks)."""
+    ids: list[int] = [int(pk) for pk in job.kwargs["request_ids"]]
+    note = str(job.kwargs.get("note", ""))
+    merge = bool(job.kwargs.get("merge", True))
+    approver = job.created_by
+    if approver is None:  # the account was deleted since: nobody to approve as
+        job.append_log("the approver's account no longer exists: nothing approved")
+        return 0, len(ids)
+    approved = left = 0
+    for number, pk in enumerate(ids, 1):
+        request = ResourceRequest.objects.filter(pk=pk).first()
+        if request is None:
+            left += 1
+            line = f"#{pk}: no longer exists"
+        else:
+            try:
+                done = do_approve(request, acting_user=approver, note=note, merge=merge)
+            except (ValidationError, PermissionDenied) as exc:
+                left += 1
+                reason = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+                line = f"#{pk} {request.title}: not approved: {reason}"
+            else:
+                approved += 1
+                line = f"#{pk} {request.title}: approved, pull request #{done.change_id}"
+                if done.error:
+                    line += f" ({done.error})"
+        job.set_progress(number * 100 // len(ids) if number < len(ids) else 99, line)
+    return approved, left
 
 
 def open_pull_request(

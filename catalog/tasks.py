@@ -37,6 +37,13 @@ def expire_reservations(job: Job) -> None:
     job.set_progress(100, f"{len(opened)} reservations ended")
 
 
+@job_task("catalog.approve_many")
+def approve_many(job: Job) -> None:
+    """ "Approve selected": each request approved in turn (``services.do_approve_many``)."""
+    approved, left = services.run_approve_many(job)
+    job.set_progress(100, f"{approved} approved, {left} left waiting")
+
+
 # How many mails one pass of the outbox job locks and sends over one connection.
 OUTBOX_CHUNK = 200
 SENT_KEEP = timedelta(days=7)

@@ -13,6 +13,7 @@ app_name = "approvals"
 
 urlpatterns = [
     path("approvals/", views.queue, name="queue"),
+    path("approvals/approve-selected/", views.approve_many, name="approve_many"),
     path("approvals/<int:request_id>/", views.detail, name="detail"),
     path("approvals/<int:request_id>/approve/", views.approve, name="approve"),
     path("approvals/<int:request_id>/reject/", views.reject, name="reject"),

@@ -87,6 +87,24 @@ class ChangesForm(forms.Form):
     )
 
 
+class ApproveManyForm(forms.Form):
+    requests = forms.TypedMultipleChoiceField(
+        coerce=int, error_messages={"required": "Select at least one request to approve."}
+    )
+    note = forms.CharField(required=False, max_length=2000)
+    merge = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, waiting: Sequence[int] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Any id is taken here; the service says which are not waiting, yours or unknown.
+        field = self.fields["requests"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [(str(pk), str(pk)) for pk in waiting]
+
+    def clean_requests(self) -> list[int]:
+        return list(self.cleaned_data["requests"])
+
+
 def _add_errors(form: forms.Form, error: ValidationError) -> None:
     """A service's refusal on the form: on its field when the form has one, else above it."""
     if not hasattr(error, "error_dict"):
@@ -266,14 +284,44 @@ def _back(request: ResourceRequest) -> HttpResponse:
 
 @platform_admin_page
 def queue(request: HttpRequest) -> HttpResponse:
+    return _queue_page(request)
+
+
+def _queue_page(request: HttpRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
     requests = ResourceRequest.objects.select_related(
         "tenant", "resource", "requested_by", "change"
     )
     context = {
         "waiting": requests.filter(state__in=states.AWAITING_DECISION).order_by("submitted_at"),
         "in_flight": requests.filter(state__in=states.IN_FLIGHT).order_by("-updated_at"),
+        "bulk_form": ApproveManyForm(),
+        "bulk_max": services.APPROVE_MANY_MAX,
+        **extra,
     }
-    return render(request, "catalog/admin_queue.html", context)
+    return render(request, "catalog/admin_queue.html", context, status=status)
+
+
+@platform_admin_page
+@require_POST
+def approve_many(request: HttpRequest) -> HttpResponse:
+    """ "Approve selected" on the queue: one background job approves them in turn; its page
+    shows the progress and a line per request."""
+    chosen = request.POST.getlist("requests")
+    form = ApproveManyForm(request.POST, waiting=[int(v) for v in chosen if v.isdigit()])
+    if form.is_valid():
+        try:
+            job = services.do_approve_many(
+                form.cleaned_data["requests"],
+                acting_user=request.user,
+                note=form.cleaned_data["note"],
+                merge=form.cleaned_data["merge"],
+            )
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        else:
+            messages.success(request, f"{job.title}: each request is approved in turn.")
+            return redirect("job_detail", job_id=job.pk)
+    return _queue_page(request, status=422, bulk_form=form)
 
 
 @platform_admin_page

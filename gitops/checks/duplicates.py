@@ -209,11 +209,13 @@ def duplicate_findings(parts: Iterable[Placements]) -> list[Finding]:
     placed: dict[Identity, set[_Placement]] = {}
     for part in parts:
         for identity, where in part.items():
-            if identity in placed:
-                placed[identity] = placed[identity] | where
-            else:
-                placed[identity] = where
-    shared = {i: p for i, p in placed.items() if len({(x.path, x.index) for x in p}) > 1}
+            before = placed.get(identity)
+            placed[identity] = where if before is None else before | where
+    # One placement is one document: most identities (about 190,000 at 10,000 tenants) are
+    # told apart without a set of their documents.
+    shared = {
+        i: p for i, p in placed.items() if len(p) > 1 and len({(x.path, x.index) for x in p}) > 1
+    }
     findings: list[Finding] = []
     reported: set[frozenset[tuple[str, int]]] = set()
     # Objects as written first: a derived duplicate of the same documents says nothing new.

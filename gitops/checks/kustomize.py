@@ -17,6 +17,7 @@ from a temporary copy of the tree, the way Flux does:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -299,7 +300,18 @@ def aggregated_parts(files: Mapping[str, bytes], directory: str) -> list[str] | 
     kfile = kustomization_file(files, directory)
     if kfile is None:
         return None
-    config = load_kustomization(files, kfile)
+    parts = _listed_parts(directory, files[kfile])
+    if parts is None or any(target in files for target in parts):
+        return None  # a file among them: not only directories
+    return list(parts)
+
+
+@functools.lru_cache(maxsize=64)
+def _listed_parts(directory: str, data: bytes) -> tuple[str, ...] | None:
+    """The directories the kustomization ``data`` of ``directory`` lists when it does nothing
+    but list directories inside it, else None. By content: a check run asks four times, and
+    at 10,000 tenants reading the list cost 0.05 s each time."""
+    config = load_kustomization({"kustomization.yaml": data}, "kustomization.yaml")
     if config is None or set(config) - {"apiVersion", "kind", "resources"}:
         return None
     parts = []
@@ -307,12 +319,10 @@ def aggregated_parts(files: Mapping[str, bytes], directory: str) -> list[str] | 
         if not isinstance(ref, str) or is_remote_reference(ref):
             return None
         target = resolve_reference(directory, ref)
-        if target is None or target in files or target == directory:
-            return None
-        if not _is_within(target, directory):
+        if target is None or target == directory or not _is_within(target, directory):
             return None
         parts.append(target)
-    return parts
+    return tuple(parts)
 
 
 def build_parts(

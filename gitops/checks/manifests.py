@@ -306,20 +306,42 @@ def build_inputs(files: Mapping[str, bytes], directory: str) -> BuildInputs:
     return BuildInputs(files=frozenset(read), problems=tuple(problems))
 
 
+# What one kustomization file reads as patches or data, by its path and content: every check
+# of a merge queue batch asks for the whole tree's (10,000 kustomizations at 10,000 tenants,
+# all but a few the same as in the batch before), and loading each again cost 0.05 s a call.
+_INPUTS_OF: OrderedDict[tuple[str, bytes], tuple[str, ...]] = OrderedDict()
+_INPUTS_MAX = 100_000
+
+
+def _kustomization_inputs(path: str, data: bytes) -> tuple[str, ...]:
+    key = (path, data)
+    with _PARSED_LOCK:
+        hit = _INPUTS_OF.get(key)
+    if hit is not None:
+        return hit
+    kustomization = load_kustomization({path: data}, path)
+    targets: tuple[str, ...] = ()
+    if kustomization is not None:
+        directory = posixpath.dirname(path)
+        resolved = (
+            resolve_reference(directory, ref) for ref in kustomization_refs(kustomization).inputs
+        )
+        targets = tuple(t for t in resolved if t is not None)
+    with _PARSED_LOCK:
+        _INPUTS_OF[key] = targets
+        while len(_INPUTS_OF) > _INPUTS_MAX:
+            _INPUTS_OF.popitem(last=False)
+    return targets
+
+
 def non_object_files(files: Mapping[str, bytes]) -> set[str]:
     """Files that kustomizations read as patches or data rather than as objects."""
     skipped: set[str] = set()
-    for path in files:
-        if not is_kustomization_path(path):
+    for path, data in files.items():
+        # endswith first (in C): a tenth of the time of a basename for every file of the tree.
+        if not path.endswith(KUSTOMIZATION_FILE_NAMES) or not is_kustomization_path(path):
             continue
-        kustomization = load_kustomization(files, path)
-        if kustomization is None:
-            continue
-        directory = posixpath.dirname(path)
-        for ref in kustomization_refs(kustomization).inputs:
-            target = resolve_reference(directory, ref)
-            if target is not None:
-                skipped.add(target)
+        skipped.update(_kustomization_inputs(path, data))
     return skipped
 
 

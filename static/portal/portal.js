@@ -35,6 +35,15 @@ document.addEventListener("change", function (event) {
   if (event.target.matches("[data-autosubmit]")) {
     event.target.form.submit();
   }
+  // A header checkbox that ticks (or clears) every enabled checkbox of its name in its form.
+  var name = event.target.getAttribute("data-select-all");
+  if (name && event.target.form) {
+    event.target.form.querySelectorAll('input[type="checkbox"][name="' + name + '"]').forEach(
+      function (box) {
+        if (!box.disabled) box.checked = event.target.checked;
+      }
+    );
+  }
 });
 document.addEventListener("click", function (event) {
   var button = event.target.closest("[data-copy]");

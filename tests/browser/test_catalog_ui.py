@@ -147,3 +147,42 @@ def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
     assert request.state == "ready"
     admin.context.close()
     assert not admin_violations, f"Content-Security-Policy violations: {admin_violations}"
+
+
+def test_a_platform_admin_approves_the_selected_requests_at_once(
+    page: Page,
+    sign_in: Callable[[Page, str], None],
+    world: dict[str, Any],
+    merged_change: Callable[..., Any],
+) -> None:
+    """The queue's header box ticks every request pam may decide (not her own), "Approve
+    selected" starts the job, and its page shows each request's pull request when it is done."""
+    merged_change(tenant_spec(world["alpha"]))
+    merged_change(tenant_spec(world["bravo"]))
+    theirs = [
+        catalog.do_create_request(
+            world[tenant], acting_user=world[by], kind="gpu-share", spec={**SHARE, "name": name}
+        )
+        for tenant, by, name in [("alpha", "bob", "train"), ("bravo", "charlie", "eval")]
+    ]
+    mine = catalog.do_create_request(
+        world["alpha"], acting_user=world["pam"], kind="gpu-share", spec={**SHARE, "name": "mine"}
+    )
+    sign_in(page, "pam")
+    page.goto("/approvals/")
+    page.get_by_label("Select every request you may decide").check()
+    for request in theirs:
+        expect(page.get_by_label(f"Select request {request.pk}")).to_be_checked()
+    expect(page.get_by_label("Yours: another platform admin decides")).not_to_be_checked()
+    expect(page.get_by_label("Yours: another platform admin decides")).to_be_disabled()
+    page.get_by_label("Approval note (for every selected request)").fill("reorganisation")
+    page.get_by_role("button", name="Approve selected").click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    body = page.locator("body")
+    expect(body).to_contain_text("2 approved, 0 left waiting")
+    for request in theirs:
+        request.refresh_from_db()
+        assert request.change is not None and request.decision_note == "reorganisation"
+        expect(body).to_contain_text(f"pull request #{request.change_id}")
+    mine.refresh_from_db()
+    assert mine.state == "submitted"
