@@ -490,8 +490,13 @@ def notify(
 
 def send_outbox_soon() -> None:
     """Queue the outbox job unless one is waiting already (it sends every mail unsent when it
-    runs, this one included)."""
-    enqueue_unless_waiting("catalog.send_outbox", title="Mail: send the outbox")
+    runs, this one included). It waits ``CATALOG_OUTBOX_DELAY_SECONDS`` first, so the mails of
+    a burst go out together rather than one job each."""
+    enqueue_unless_waiting(
+        "catalog.send_outbox",
+        title="Mail: send the outbox",
+        delay=settings.CATALOG_OUTBOX_DELAY_SECONDS,
+    )
 
 
 # --- creating and editing -----------------------------------------------------------------

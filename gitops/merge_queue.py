@@ -93,6 +93,13 @@ def acquire_lease(holder: str) -> bool:
     return True
 
 
+def lease_held() -> bool:
+    """Whether a runner holds the lease now (not expired): it is working through the queue."""
+    return MergeQueueLease.objects.filter(
+        pk=1, expires_at__gte=timezone.now()
+    ).exclude(holder="").exists()
+
+
 def release_lease(holder: str) -> None:
     MergeQueueLease.objects.filter(pk=1, holder=holder).update(holder="", expires_at=None)
 

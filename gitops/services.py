@@ -717,6 +717,13 @@ def do_enqueue_merge(change: ChangeRequest, *, acting_user: Any) -> MergeQueueEn
 
 
 def _kick_merge_queue(change_id: int, acting_user: Any) -> None:
+    # A runner working through the queue takes this change too: it claims batch after batch
+    # while anything is queued and looks once more after letting the lease go. A run queued
+    # now would only find the lease taken (in a burst, one per approval, each a worker's time).
+    from gitops.merge_queue import lease_held  # the queue's module builds on this one
+
+    if lease_held():
+        return
     enqueue_unless_waiting(
         "gitops.merge_queue",
         title=f"Merge queue (change #{change_id} added)",

@@ -72,9 +72,11 @@ def enqueue(
     tenant: Any = None,
     created_by: Any = None,
     trigger: str = Job.Trigger.USER,
+    delay: float = 0,
     **kwargs: Any,
 ) -> Job:
-    """Persist a Job for ``task`` and dispatch it when the current transaction commits."""
+    """Persist a Job for ``task`` and dispatch it when the current transaction commits;
+    ``delay`` seconds later when given (it stays queued meanwhile)."""
     if task not in _registry:
         raise KeyError(f"unknown job task {task!r}")
     job = Job.objects.create(
@@ -87,18 +89,21 @@ def enqueue(
         request_id=current_request_id(),
         max_attempts=settings.PORTAL_JOB_MAX_ATTEMPTS,
     )
-    transaction.on_commit(lambda: dispatch(job.pk, task=task))
+    transaction.on_commit(lambda: dispatch(job.pk, delay, task=task))
     return job
 
 
-def enqueue_unless_waiting(task: str, **kwargs: Any) -> Job | None:
+def enqueue_unless_waiting(task: str, *, delay: float = 0, **kwargs: Any) -> Job | None:
     """``enqueue`` unless a job of ``task`` is queued and not started: for a task that works
     through whatever is pending when it runs (the merge queue, the mail outbox), one waiting
     job is enough. Called after commit, so a job seen waiting starts after the caller's rows
-    are visible. Two callers racing may queue two; the second finds less or nothing to do."""
+    are visible. Two callers racing may queue two; the second finds less or nothing to do.
+
+    ``delay`` gathers: the job waits that long, queued, and whatever arrives meanwhile finds
+    it waiting (a burst of 1,000 approvals made 1,800 outbox jobs of 36 ms each without)."""
     if Job.objects.filter(task=task, status=Job.Status.QUEUED).exists():
         return None
-    return enqueue(task, **kwargs)
+    return enqueue(task, delay=delay, **kwargs)
 
 
 def prune_scheduled(task: str, keep: timedelta) -> int:

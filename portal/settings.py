@@ -298,6 +298,9 @@ EMAIL_HOST_USER = env("EMAIL_HOST_USER")
 EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "portal@localhost")
+# Mail goes through the outbox (catalog.OutgoingMail): its job waits this long after the first
+# unsent mail, so a burst of decisions is sent by a few jobs rather than one job per mail.
+CATALOG_OUTBOX_DELAY_SECONDS = env_int("CATALOG_OUTBOX_DELAY_SECONDS", 2)
 # How the portal is reached from outside: links in e-mails point here.
 PORTAL_BASE_URL = env("PORTAL_BASE_URL", "http://127.0.0.1:8000")
 

@@ -96,3 +96,29 @@ class Refusing:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_job_waits_so_that_separate_decisions_share_it(
+    world: dict[str, Any], settings: Any
+) -> None:
+    """With the embedded runner: each notice commits on its own (as a burst of approvals does),
+    the job waits CATALOG_OUTBOX_DELAY_SECONDS, queued, and sends them all in one go. Without
+    the wait the runner would send each before the next arrived: a job per mail."""
+    import time
+
+    settings.PORTAL_TASK_RUNNER = "thread"
+    settings.CATALOG_OUTBOX_DELAY_SECONDS = 1
+    started = time.monotonic()
+    for n in range(3):
+        with transaction.atomic():
+            _tell(world, f"notice {n}")
+    assert time.monotonic() - started < 1, "the notices took longer than the job's wait"
+    [job] = Job.objects.filter(task="catalog.send_outbox")
+    assert job.status == Job.Status.QUEUED and mail.outbox == []
+    deadline = time.monotonic() + 30
+    while Job.objects.get(pk=job.pk).status != Job.Status.SUCCEEDED:
+        assert time.monotonic() < deadline, Job.objects.get(pk=job.pk).log
+        time.sleep(0.1)
+    assert sorted(m.subject for m in mail.outbox) == [f"[alpha] notice {n}" for n in range(3)]
+    assert Job.objects.filter(task="catalog.send_outbox").count() == 1

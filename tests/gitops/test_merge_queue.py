@@ -536,6 +536,55 @@ def test_a_burst_of_enqueues_makes_one_waiting_run(world: dict[str, Any], on_com
     assert Job.objects.filter(task="gitops.merge_queue", status="queued").count() == 1
 
 
+def test_a_change_queued_while_a_runner_works_starts_no_run_and_the_runner_takes_it(
+    world: dict[str, Any], on_commit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a runner holds the lease an enqueue queues no run of its own (in a burst each
+    would only find the lease taken); the runner looks at the queue once more after letting
+    the lease go, so a change that arrived as it finished is merged by it."""
+    _merged(world, on_commit, TenantSpec(slug="t1"))
+    first = _approved(world, on_commit, _share("t1"))
+    late = _approved(world, on_commit, TenantSpec(slug="t2"))
+    with on_commit(execute=False):
+        services.do_enqueue_merge(first, acting_user=world["pam"])
+    runs_before = Job.objects.filter(task="gitops.merge_queue").count()
+    real_release = merge_queue.release_lease
+    arrived: list[int] = []
+
+    def release(holder: str) -> None:
+        if not arrived:  # an approval lands just as the runner finishes its last batch
+            assert merge_queue.lease_held()
+            with on_commit(execute=True):
+                services.do_enqueue_merge(late, acting_user=world["pam"])
+            arrived.append(late.pk)
+        real_release(holder)
+
+    monkeypatch.setattr(merge_queue, "release_lease", release)
+    outcome = merge_queue.run_queue("test", lambda line: None)
+    assert outcome == "2 batches: 2 changes merged, 0 failed", outcome
+    assert arrived == [late.pk]
+    assert Job.objects.filter(task="gitops.merge_queue").count() == runs_before
+    late.refresh_from_db()
+    assert late.status == "merged"
+    assert not merge_queue.lease_held()
+
+
+def test_a_lease_expired_with_its_runner_does_not_hold_back_a_run(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    _merged(world, on_commit, TenantSpec(slug="t1"))
+    change = _approved(world, on_commit, _share("t1"))
+    assert merge_queue.acquire_lease("a worker that died")
+    MergeQueueLease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert not merge_queue.lease_held()
+    with on_commit(execute=False) as kicks:
+        services.do_enqueue_merge(change, acting_user=world["pam"])
+    with on_commit(execute=False):
+        for kick in kicks:
+            kick()
+    assert Job.objects.filter(task="gitops.merge_queue", status="queued").count() == 1
+
+
 def test_warming_keeps_mains_tree_and_every_tenants_values(
     world: dict[str, Any], on_commit: Any, schema_dir: Path
 ) -> None:
