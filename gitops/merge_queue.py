@@ -95,9 +95,11 @@ def acquire_lease(holder: str) -> bool:
 
 def lease_held() -> bool:
     """Whether a runner holds the lease now (not expired): it is working through the queue."""
-    return MergeQueueLease.objects.filter(
-        pk=1, expires_at__gte=timezone.now()
-    ).exclude(holder="").exists()
+    return (
+        MergeQueueLease.objects.filter(pk=1, expires_at__gte=timezone.now())
+        .exclude(holder="")
+        .exists()
+    )
 
 
 def release_lease(holder: str) -> None:
