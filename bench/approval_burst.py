@@ -332,8 +332,11 @@ def _run_approvers(procs: list[Any]) -> dict[int, Any]:
 
 
 def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> dict[str, Any]:
+    from django.db.models import Count, F, Sum
+
     from gitops import services as gitops
     from gitops.models import ChangeRequest, MergeQueueBatch
+    from portal.models import Job
 
     base = gitops.main_sha()
     pks = [r.pk for r in requests]
@@ -363,6 +366,15 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
         if changes[r] in merged
     ]
     batches = list(MergeQueueBatch.objects.all())
+    # What the workers ran from the first approval to the end, by task: the burst's own work
+    # (batches, mail, publication) and what competes with it for the cores.
+    jobs = {
+        row["task"]: [row["n"], round(row["s"].total_seconds(), 1) if row["s"] else 0.0]
+        for row in Job.objects.filter(started_at__gte=_aware(start_wall))
+        .values("task")
+        .annotate(n=Count("id"), s=Sum(F("finished_at") - F("started_at")))
+        .order_by("task")
+    }
     commits = 0
     sha = main
     while sha != base:
@@ -388,7 +400,14 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
             if b.finished_at
         ],
         "start": start_wall,
+        "jobs": jobs,
     }
+
+
+def _aware(timestamp: float) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, tz=UTC)
 
 
 def _baseline(requests: list[Any], admin: Any, timeout: float) -> dict[str, Any]:
@@ -528,7 +547,9 @@ def main() -> None:
             f"{f['burst_approvals_per_s']} a second); {f['batches']} batches "
             f"({f['rebuilds']} rebuilt), "
             f"batch times {f['batch_s']} s; {f['burst_commits']} commits on main; one-at-a-time "
-            f"check p50 {f['baseline_check_p50_s']} s; load {f['load']}"
+            f"check p50 {f['baseline_check_p50_s']} s; load {f['load']}; worker jobs during "
+            "the burst (task: count, seconds): "
+            + ", ".join(f"{task}: {n}, {secs} s" for task, (n, secs) in f["jobs"].items())
         )
 
 
