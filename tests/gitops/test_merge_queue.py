@@ -62,15 +62,21 @@ def _merged(world: dict[str, Any], on_commit: Any, spec: TenantSpec) -> ChangeRe
         return services.do_merge(change, acting_user=world["pam"])
 
 
-def _enqueue_all(world: dict[str, Any], on_commit: Any, changes: list[ChangeRequest]) -> None:
-    """Queue every change first (their runs held back), then let the first run take them."""
+def _enqueue_and_kick(world: dict[str, Any], on_commit: Any, changes: list[ChangeRequest]) -> None:
+    """Queue every change first, then run each enqueue's kick after all of them committed
+    (as a burst's approvals do), the runs the kicks queue held back (not dispatched)."""
     with on_commit(execute=False) as callbacks:
         for change in changes:
             services.do_enqueue_merge(change, acting_user=world["pam"])
     assert len(callbacks) == len(changes)
-    with on_commit(execute=False):  # each enqueue's kick, the run's dispatch held back
+    with on_commit(execute=False):
         for kick in callbacks:
             kick()
+
+
+def _enqueue_all(world: dict[str, Any], on_commit: Any, changes: list[ChangeRequest]) -> None:
+    """Queue every change first (their runs held back), then let the first run take them."""
+    _enqueue_and_kick(world, on_commit, changes)
     # One waiting run is enough for all of them.
     first = Job.objects.get(task="gitops.merge_queue", status="queued")
     with on_commit(execute=True):
@@ -513,12 +519,7 @@ def test_a_burst_of_enqueues_makes_one_waiting_run(world: dict[str, Any], on_com
         _merged(world, on_commit, TenantSpec(slug=slug))
     changes = [_approved(world, on_commit, _share(slug)) for slug in ("t1", "t2", "t3")]
     before = Job.objects.filter(task="gitops.merge_queue").count()
-    with on_commit(execute=False) as kicks:
-        for change in changes:
-            services.do_enqueue_merge(change, acting_user=world["pam"])
-    with on_commit(execute=False):
-        for kick in kicks:
-            kick()
+    _enqueue_and_kick(world, on_commit, changes)
     assert Job.objects.filter(task="gitops.merge_queue").count() == before + 1
     run = Job.objects.get(task="gitops.merge_queue", status="queued")
     with on_commit(execute=True):
@@ -528,11 +529,7 @@ def test_a_burst_of_enqueues_makes_one_waiting_run(world: dict[str, Any], on_com
     }
     # Once that run has started, the next change makes a run of its own.
     later = _approved(world, on_commit, TenantSpec(slug="t1", shares=_share("t1", 2).shares))
-    with on_commit(execute=False) as kicks:
-        services.do_enqueue_merge(later, acting_user=world["pam"])
-    with on_commit(execute=False):
-        for kick in kicks:
-            kick()
+    _enqueue_and_kick(world, on_commit, [later])
     assert Job.objects.filter(task="gitops.merge_queue", status="queued").count() == 1
 
 
@@ -577,11 +574,7 @@ def test_a_lease_expired_with_its_runner_does_not_hold_back_a_run(
     assert merge_queue.acquire_lease("a worker that died")
     MergeQueueLease.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     assert not merge_queue.lease_held()
-    with on_commit(execute=False) as kicks:
-        services.do_enqueue_merge(change, acting_user=world["pam"])
-    with on_commit(execute=False):
-        for kick in kicks:
-            kick()
+    _enqueue_and_kick(world, on_commit, [change])
     assert Job.objects.filter(task="gitops.merge_queue", status="queued").count() == 1
 
 
