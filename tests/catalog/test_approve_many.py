@@ -234,8 +234,8 @@ def test_the_queue_page_selects_and_approves_and_shows_the_job(
 
 @pytest.mark.parametrize(
     "posted",
-    [{}, {"requests": ["abc"]}, {"requests": ["99999"]}],
-    ids=["none", "not a number", "unknown"],
+    [{}, {"requests": ["abc"]}, {"requests": ["99999"]}, {"requests": ["9" * 30]}],
+    ids=["none", "not a number", "unknown", "too big for any column"],
 )
 def test_the_queue_page_refuses_a_bad_selection_with_a_reason(
     posted: dict[str, Any],
