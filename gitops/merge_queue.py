@@ -243,7 +243,12 @@ def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log)
             _finish(member.entry, E.FAILED, f"conflicts with the changes before it in {paths}")
             failed += 1
         for member in [m for m in members if m.entry.pk in chain.empty]:
-            _finish(member.entry, E.FAILED, "main already has everything this change would do")
+            _finish(
+                member.entry,
+                E.FAILED,
+                "nothing to merge: main, with the changes before it in this batch, already "
+                "holds every file this change writes",
+            )
             failed += 1
         members = [m for m in members if m.entry.pk in chain.commits]
         checker = _Checker(repo, base, batch)

@@ -160,6 +160,24 @@ def test_a_conflicting_change_is_taken_out_and_the_others_merge(
     assert "tenants/alpha/quota.yaml" in entry.reason
 
 
+def test_a_change_writing_what_one_before_it_wrote_is_taken_out_as_nothing_to_merge(
+    world: dict[str, Any], on_commit: Any
+) -> None:
+    """Two changes rendered from the same main to the same files (two requests of one tenant
+    whose files come out alike): the first merges; the second would change nothing, and says
+    so without claiming that it is on main."""
+    _merged(world, on_commit, TenantSpec(slug="alpha"))
+    first = _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=10))
+    same = _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=10))
+    _enqueue_all(world, on_commit, [first, same])
+    first.refresh_from_db()
+    same.refresh_from_db()
+    assert first.status == "merged" and same.status == "open"
+    entry = MergeQueueEntry.objects.get(change=same)
+    assert entry.state == "failed"
+    assert entry.reason.startswith("nothing to merge: main, with the changes before it in this")
+
+
 def test_a_failing_change_is_found_by_bisection_and_the_others_merge(
     world: dict[str, Any], on_commit: Any
 ) -> None:
