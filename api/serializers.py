@@ -11,6 +11,7 @@ from rest_framework import serializers
 from api.models import ApiToken, Robot
 from catalog.models import RequestEvent, ResourceRequest
 from gitops.models import ChangeRequest, CheckRun, MergeQueueEntry, Review
+from portal.models import Job
 from tenants.models import Membership, Role, Tenant
 
 
@@ -52,6 +53,42 @@ class ApproveInput(StrictSerializer):
         default=False,
         help_text="Approve and merge: the pull request goes into the merge queue.",
     )
+
+
+class ApproveManyInput(StrictSerializer):
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        min_length=1,
+        max_length=1000,
+        help_text="The requests to approve, in the order to approve them (each waiting for a "
+        "decision, none the caller's own).",
+    )
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
+    merge = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="Approve and merge: each pull request goes into the merge queue.",
+    )
+
+
+class JobSerializer(serializers.ModelSerializer[Job]):
+    """A background job: its progress and the lines it logged."""
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "task",
+            "title",
+            "status",
+            "progress",
+            "attempts",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "log",
+        ]
+        read_only_fields = fields
 
 
 class ReviewInput(StrictSerializer):

@@ -6,7 +6,7 @@ from rest_framework.routers import SimpleRouter
 
 from api import token_views
 from api.base import ApiViewMixin
-from api.views_catalog import ChangeViewSet, RequestViewSet
+from api.views_catalog import ChangeViewSet, JobViewSet, RequestViewSet
 from api.views_tenants import CapacityView, InvoiceViewSet, MemberViewSet, TenantViewSet, UsageView
 
 app_name = "api"
@@ -28,6 +28,7 @@ router.register("tenants", TenantViewSet, basename="tenant")
 router.register("requests", RequestViewSet, basename="request")
 router.register("changes", ChangeViewSet, basename="change")
 router.register("invoices", InvoiceViewSet, basename="invoice")
+router.register("jobs", JobViewSet, basename="job")
 
 members = MemberViewSet.as_view({"get": "list", "post": "create"})
 member = MemberViewSet.as_view({"get": "retrieve", "patch": "partial_update", "delete": "destroy"})

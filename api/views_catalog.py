@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.viewsets import GenericViewSet
 
-from api.base import IF_MATCH, ScopedViewSet, read_responses, write_responses
+from api.base import IF_MATCH, ApiViewMixin, ScopedViewSet, read_responses, write_responses
 from api.permissions import ADMIN, REQUEST
 from api.serializers import (
     ApproveInput,
+    ApproveManyInput,
     ChangeDetailSerializer,
     ChangeSerializer,
     EmptyInput,
+    JobSerializer,
     NoteInput,
     RequestDetailSerializer,
     RequestSerializer,
@@ -27,6 +31,8 @@ from catalog import services as catalog
 from catalog.models import Kind, ResourceRequest
 from gitops import services as gitops
 from gitops.models import ChangeRequest
+from portal.models import Job
+from portal.views import visible_jobs
 
 
 class RequestQuery(serializers.Serializer[Any]):
@@ -122,6 +128,28 @@ class RequestViewSet(ScopedViewSet):
                 allow_overcommit=d["allow_overcommit"],
                 merge=d["merge"],
             ),
+        )
+
+    @extend_schema(
+        summary="Approve many requests at once (platform admins)",
+        description="Queues one background job that approves each request in turn as "
+        "approve does (each its own pull request; with merge: true, the default, into the "
+        "merge queue). Refused whole, with nothing queued, when a request does not exist, "
+        "no longer waits for a decision or is the caller's own. The job's progress and a "
+        "line per request: GET /api/v1/jobs/{id}/.",
+        request=ApproveManyInput,
+        responses=write_responses(JobSerializer, code=202, if_match=False),
+    )
+    @action(detail=False, methods=["post"], write_scope=ADMIN, url_path="approve-many")
+    def approve_many(self, request: Request) -> Response:
+        data = self.input(ApproveManyInput)
+        job = catalog.do_approve_many(
+            data["ids"], acting_user=request.user, note=data["note"], merge=data["merge"]
+        )
+        return Response(
+            JobSerializer(job).data,
+            status=202,
+            headers={"Location": f"/api/v1/jobs/{job.pk}/"},
         )
 
     @_action_schema("Reject a request (platform admins)", RequiredNoteInput)
@@ -243,3 +271,24 @@ class ChangeViewSet(ScopedViewSet):
         self.input(EmptyInput)
         gitops.do_dequeue(change, acting_user=request.user)
         return self.detail_response(self.get_queryset().get(pk=change.pk))
+
+
+@extend_schema_view(
+    retrieve=extend_schema(
+        summary="One background job: its status, progress and log (approve-many's, say)",
+        responses=read_responses(JobSerializer, detail=True),
+    ),
+)
+class JobViewSet(ApiViewMixin, GenericViewSet):  # type: ignore[type-arg]
+    """Jobs the caller started, those of tenants whose audit log they may read, and every one
+    for those who operate the fleet (as the job pages); 404 for any other."""
+
+    serializer_class = JobSerializer
+
+    def get_queryset(self) -> QuerySet[Job]:
+        if getattr(self, "swagger_fake_view", False):  # the OpenAPI document, no caller
+            return Job.objects.none()
+        return visible_jobs(self.request.user)
+
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(JobSerializer(self.get_object()).data)

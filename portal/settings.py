@@ -630,5 +630,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RequestStateEnum": "catalog.models.ResourceRequest.State",
         "ReviewStateEnum": "gitops.models.Review.State",
+        "JobStatusEnum": "portal.models.Job.Status",
+        # A change's status kept its name when jobs (with a status of their own) joined.
+        "StatusEnum": "gitops.models.ChangeRequest.Status",
     },
 }

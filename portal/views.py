@@ -75,7 +75,9 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     return redirect("tenants:detail", tenant=access.tenant.slug)
 
 
-def _jobs_for(user: Any) -> QuerySet[Job]:
+def visible_jobs(user: Any) -> QuerySet[Job]:
+    """The jobs ``user`` may look at: every one for those who operate the fleet, else the ones
+    they started and those of tenants whose audit log they may read (page and API alike)."""
     if may(user, Action.OPERATE_FLEET):
         return Job.objects.all()
     audited = tenants_where(user, Action.VIEW_AUDIT).values("pk")
@@ -98,7 +100,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job: Job = get_object_or_404(_jobs_for(request.user), pk=job_id)
+    job: Job = get_object_or_404(visible_jobs(request.user), pk=job_id)
     template = "portal/job.html#job" if request.htmx else "portal/job.html"  # type: ignore[attr-defined]
     return render(request, template, {"job": job, "poll_url": reverse("job_detail", args=[job.pk])})
 

@@ -17,6 +17,7 @@ from drf_spectacular.generators import SchemaGenerator
 from billing.models import Invoice
 from catalog import services as catalog
 from catalog.models import Resource
+from portal.models import Job
 from tenants.specs import tenant_spec
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +31,9 @@ LISTS = {
 }
 # Not about one tenant's things (the caller's own documents, the fleet's totals).
 NOT_TENANT_SCOPED = {"/api/v1/apply/", "/api/v1/fleet/capacity/"}
+# Platform admins' operations across tenants: a 403 for anyone else, whose body is not read
+# before the role (tests/api/test_approve_many_api.py).
+NOT_TENANT_SCOPED |= {"/api/v1/requests/approve-many/"}
 
 
 def _paths() -> dict[str, list[str]]:
@@ -59,7 +63,16 @@ def alphas(world: dict[str, Any], merged_change: Callable[..., Any]) -> dict[str
         currency="EUR",
         status="issued",
     )
-    ids = {"/requests/": request.pk, "/changes/": change.pk, "/invoices/": invoice.pk}
+    # A job bob started in alpha: his to read, and alpha's admins' (its audit log).
+    job = Job.objects.create(
+        task="catalog.advance", title="alpha's job", tenant=world["alpha"], created_by=world["bob"]
+    )
+    ids = {
+        "/requests/": request.pk,
+        "/changes/": change.pk,
+        "/invoices/": invoice.pk,
+        "/jobs/": job.pk,
+    }
     return {"slug": "alpha", "tenant": "alpha", "username": "alice", "ids": json.dumps(ids)}
 
 
