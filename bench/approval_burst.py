@@ -20,7 +20,9 @@ For each fleet size, in a process of its own (fresh settings, database and repos
    queue's batches (one check run per batch over the combined tree, one compare-and-swap of
    main). Timed from the first approval until every change is on main. Per request: its
    approval started -> its change merged. Lost: a request whose change is not merged, or
-   whose commit main does not contain, at the end.
+   whose commit main does not contain, at the end. ``--approvers 0``: the admin's "approve
+   selected" instead, one ``catalog.approve_many`` job on the workers approving every request
+   in turn (per request from the moment its approval was decided).
 5. **the baseline** in the same run, on other tenants: one request at a time approved
    without the queue, its own check run on a worker, waited for, then merged (``do_merge``):
    what approving a burst costs without the queue. It runs ``--baseline`` requests (fewer:
@@ -317,6 +319,26 @@ def _start_approvers(pks: list[int], admin_pk: int, approvers: int) -> list[Any]
     return procs
 
 
+def _approve_selected(pks: list[int], admin: Any, timeout: float) -> dict[int, Any]:
+    """ "Approve selected" (``--approvers 0``): one ``catalog.approve_many`` job on a worker
+    approves every request in turn; request -> (its approval's start, its change). The start
+    is the moment its approval was decided (``decided_at``), read back when the job is done."""
+    from catalog import services
+    from catalog.models import ResourceRequest
+    from portal.models import Job
+
+    job = services.do_approve_many(pks, acting_user=admin, note="reorganisation", merge=True)
+    deadline = time.monotonic() + timeout
+    while Job.objects.get(pk=job.pk).status not in (Job.Status.SUCCEEDED, Job.Status.FAILED):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the approve-selected job did not finish")
+        time.sleep(0.1)
+    rows = ResourceRequest.objects.filter(pk__in=pks).values_list("pk", "decided_at", "change_id")
+    done = {pk: (at.timestamp(), change) for pk, at, change in rows if change is not None}
+    assert len(done) == len(pks), Job.objects.get(pk=job.pk).log[-2000:]
+    return done
+
+
 def _run_approvers(procs: list[Any]) -> dict[int, Any]:
     """Let the approvers go at once; what each approved (request -> (started, change))."""
     for proc in procs:
@@ -343,7 +365,10 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
     procs = _start_approvers(pks, admin.pk, approvers) if approvers > 1 else []
     start_wall = time.time()
     started = time.perf_counter()
-    done = _run_approvers(procs) if procs else _approve_all(pks, admin.pk)
+    if approvers == 0:
+        done = _approve_selected(pks, admin, timeout)
+    else:
+        done = _run_approvers(procs) if procs else _approve_all(pks, admin.pk)
     approvals = time.perf_counter() - started
     approved_at = {pk: at for pk, (at, _) in done.items()}
     changes = {pk: change for pk, (_, change) in done.items()}
@@ -479,7 +504,11 @@ def main() -> None:
     parser.add_argument("--baseline", type=int, default=20, help="one-at-a-time requests")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
-        "--approvers", type=int, default=2, help="processes approving the burst side by side"
+        "--approvers",
+        type=int,
+        default=2,
+        help='processes approving the burst side by side; 0: one "approve selected" job '
+        "(catalog.approve_many) on the workers",
     )
     parser.add_argument("--batch", type=int, default=250, help="GITOPS_MERGE_QUEUE_BATCH")
     parser.add_argument("--timeout", type=float, default=1800)
@@ -502,7 +531,11 @@ def main() -> None:
     print(
         f"Machine: {os.cpu_count()} CPUs ({platform.machine()}), Python "
         f"{platform.python_version()}; {args.workers} Celery workers, batch {args.batch}, "
-        f"{args.approvers} approver processes"
+        + (
+            f"{args.approvers} approver processes"
+            if args.approvers
+            else 'approved by one "approve selected" job on a worker'
+        )
     )
     rows = []
     for count in args.tenants:
@@ -523,9 +556,10 @@ def main() -> None:
     print()
     print("| tenants | variant | requests | wall s | on main | lost | p50 s | p95 s | check runs |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    how = "approve and merge" if args.approvers else "approve selected, one job"
     for f in rows:
         print(
-            f"| {f['tenants']:,} | approve and merge (queue, batch {args.batch}) | "
+            f"| {f['tenants']:,} | {how} (queue, batch {args.batch}) | "
             f"{f['burst_requests']:,} | {f['burst_wall_s']} | {f['burst_on_main']:,} | "
             f"{f['burst_lost']} | {f['burst_p50_s']} | {f['burst_p95_s']} | {f['check_runs']} |"
         )
