@@ -128,6 +128,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }
+elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # libpq waits for ever by default: a database host that drops packets, or a port something
+    # else listens on without answering, would hang every request, worker and readiness probe.
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].setdefault(
+        "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5)
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- authentication -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -288,22 +289,23 @@ def test_an_unreachable_remote_fails_within_the_timeout(db: None, main: str, set
 # --- the database down, in a real portal process ------------------------------------------------
 
 
-@pytest.fixture
-def portal_without_database(settings: Any) -> Iterator[str]:
-    """The portal under gunicorn with its database on a closed port; yields its URL."""
-    port = closed_port()
+@contextmanager
+def _portal_with_database_at(port: int, settings: Any, **env_extra: str) -> Iterator[str]:
+    """The portal under gunicorn with its database at ``127.0.0.1:port``; yields its URL."""
+    port_http = closed_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": f"postgres://portal@127.0.0.1:{closed_port()}/portal",
+        "DATABASE_URL": f"postgres://portal@127.0.0.1:{port}/portal",
         "GITOPS_REPO_PATH": str(settings.GITOPS_REPO_PATH),
         "FLEET_SIMULATOR": "false",
         "FLEET_API_URL": f"http://127.0.0.1:{closed_port()}",
         "PORTAL_READINESS_TIMEOUT_SECONDS": "1",
+        **env_extra,
     }
     env.pop("CELERY_BROKER_URL", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "portal.wsgi"],
+        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port_http}", "portal.wsgi"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -313,17 +315,52 @@ def portal_without_database(settings: Any) -> Iterator[str]:
         deadline = time.monotonic() + 30
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection(("127.0.0.1", port_http), timeout=1).close()
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
                     _, errors = server.communicate(timeout=5)
                     pytest.fail(f"gunicorn did not start: {errors.decode()[-2000:]}")
                 time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port_http}"
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture
+def portal_without_database(settings: Any) -> Iterator[str]:
+    """The portal under gunicorn with its database on a closed port; yields its URL."""
+    with _portal_with_database_at(closed_port(), settings) as url:
+        yield url
+
+
+@pytest.fixture
+def portal_with_a_silent_database(settings: Any) -> Iterator[str]:
+    """The portal with its database at a port that takes connections and never answers (a
+    host that drops packets, or another program on the port), DATABASE_CONNECT_TIMEOUT 2."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = int(silent.getsockname()[1])
+        with _portal_with_database_at(port, settings, DATABASE_CONNECT_TIMEOUT="2") as url:
+            yield url
+
+
+def test_a_database_that_never_answers_fails_readiness_within_the_connect_timeout(
+    portal_with_a_silent_database: str, main: str
+) -> None:
+    """Without a connect timeout libpq waits for ever: the probe (and every request) hung
+    until gunicorn killed its worker, and the kubelet saw a timeout instead of the reason."""
+    started = time.monotonic()
+    readiness = requests.get(
+        f"{portal_with_a_silent_database}/readyz", headers={"Host": POD_IP}, timeout=25
+    )
+    assert readiness.status_code == 503
+    assert time.monotonic() - started < 20
+    database = readiness.json()["checks"]["database"]
+    assert database["status"] == "failed"
+    assert "OperationalError" in database["reason"] and "timeout" in database["reason"].lower()
 
 
 def test_the_database_down_fails_readiness_but_not_liveness(
