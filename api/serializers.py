@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from api.models import ApiToken, Robot
 from catalog.models import RequestEvent, ResourceRequest
+from catalog.services import APPROVE_MANY_MAX
 from gitops.models import ChangeRequest, CheckRun, MergeQueueEntry, Review
 from portal.models import Job
 from tenants.models import Membership, Role, Tenant
@@ -59,7 +60,7 @@ class ApproveManyInput(StrictSerializer):
     ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
         min_length=1,
-        max_length=1000,
+        max_length=APPROVE_MANY_MAX,
         help_text="The requests to approve, in the order to approve them (each waiting for a "
         "decision, none the caller's own).",
     )

@@ -87,22 +87,20 @@ class ChangesForm(forms.Form):
     )
 
 
+class _RequestIds(forms.TypedMultipleChoiceField):
+    """Request numbers: any made of digits is taken here; the service says which are not
+    waiting, yours or unknown."""
+
+    def valid_value(self, value: Any) -> bool:
+        return str(value).isdigit()
+
+
 class ApproveManyForm(forms.Form):
-    requests = forms.TypedMultipleChoiceField(
+    requests = _RequestIds(
         coerce=int, error_messages={"required": "Select at least one request to approve."}
     )
     note = forms.CharField(required=False, max_length=2000)
     merge = forms.BooleanField(required=False, initial=True)
-
-    def __init__(self, *args: Any, waiting: Sequence[int] = (), **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Any id is taken here; the service says which are not waiting, yours or unknown.
-        field = self.fields["requests"]
-        assert isinstance(field, forms.TypedMultipleChoiceField)
-        field.choices = [(str(pk), str(pk)) for pk in waiting]
-
-    def clean_requests(self) -> list[int]:
-        return list(self.cleaned_data["requests"])
 
 
 def _add_errors(form: forms.Form, error: ValidationError) -> None:
@@ -306,8 +304,7 @@ def _queue_page(request: HttpRequest, *, status: int = 200, **extra: Any) -> Htt
 def approve_many(request: HttpRequest) -> HttpResponse:
     """ "Approve selected" on the queue: one background job approves them in turn; its page
     shows the progress and a line per request."""
-    chosen = request.POST.getlist("requests")
-    form = ApproveManyForm(request.POST, waiting=[int(v) for v in chosen if v.isdigit()])
+    form = ApproveManyForm(request.POST)
     if form.is_valid():
         try:
             job = services.do_approve_many(

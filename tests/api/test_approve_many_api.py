@@ -19,6 +19,16 @@ pytestmark = pytest.mark.django_db
 URL = "/api/v1/requests/approve-many/"
 
 
+def _share_request(world: dict[str, Any], tenant: str, by: str, name: str) -> ResourceRequest:
+    """A submitted request for one whole h200 of ``tenant``, asked by ``by``."""
+    return catalog.do_create_request(
+        world[tenant],
+        acting_user=world[by],
+        kind="gpu-share",
+        spec={"name": name, "flavor": "h200", "kind": "whole", "count": 1},
+    )
+
+
 def _post(client: Client, body: Any) -> Any:
     return client.post(URL, body, content_type="application/json")
 
@@ -30,12 +40,7 @@ def test_a_platform_admin_approves_a_selection_and_follows_the_job(
     token: Callable[..., str],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    other = catalog.do_create_request(
-        onboarded["bravo"],
-        acting_user=onboarded["charlie"],
-        kind="gpu-share",
-        spec={"name": "eval", "flavor": "h200", "kind": "whole", "count": 1},
-    )
+    other = _share_request(onboarded, "bravo", "charlie", "eval")
     pam = api(token("pam", "admin"))
     with django_capture_on_commit_callbacks(execute=True):
         response = _post(pam, {"ids": [waiting.pk, other.pk], "note": "reorg"})
@@ -93,12 +98,7 @@ def test_own_or_decided_requests_refuse_the_whole_selection(
     api: Callable[[str], Client],
     token: Callable[..., str],
 ) -> None:
-    mine = catalog.do_create_request(
-        onboarded["alpha"],
-        acting_user=onboarded["pam"],
-        kind="gpu-share",
-        spec={"name": "mine", "flavor": "h200", "kind": "whole", "count": 1},
-    )
+    mine = _share_request(onboarded, "alpha", "pam", "mine")
     response = _post(api(token("pam", "admin")), {"ids": [waiting.pk, mine.pk]})
     assert response.status_code == 400
     assert f"another platform admin decides: #{mine.pk}" in str(response.json())

@@ -145,17 +145,27 @@ def test_side_by_side_onboardings_merge_in_one_batch_with_the_index_rendered_aga
     assert ChangeRequest.objects.filter(status="merged").count() == 2
 
 
+def _second_of_two_on_alpha(
+    world: dict[str, Any], on_commit: Any, *, cpu_quotas: tuple[int, int]
+) -> MergeQueueEntry:
+    """Two changes of alpha from the same main, with these CPU quotas, queued together: the
+    first merges, the second stays open; the second's queue entry."""
+    _merged(world, on_commit, TenantSpec(slug="alpha"))
+    first, second = (
+        _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=quota))
+        for quota in cpu_quotas
+    )
+    _enqueue_all(world, on_commit, [first, second])
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.status == "merged" and second.status == "open"
+    return MergeQueueEntry.objects.get(change=second)
+
+
 def test_a_conflicting_change_is_taken_out_and_the_others_merge(
     world: dict[str, Any], on_commit: Any
 ) -> None:
-    _merged(world, on_commit, TenantSpec(slug="alpha"))
-    first = _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=10))
-    clash = _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=20))
-    _enqueue_all(world, on_commit, [first, clash])
-    first.refresh_from_db()
-    clash.refresh_from_db()
-    assert first.status == "merged" and clash.status == "open"
-    entry = MergeQueueEntry.objects.get(change=clash)
+    entry = _second_of_two_on_alpha(world, on_commit, cpu_quotas=(10, 20))
     assert entry.state == "failed" and "conflicts" in entry.reason
     assert "tenants/alpha/quota.yaml" in entry.reason
 
@@ -166,14 +176,7 @@ def test_a_change_writing_what_one_before_it_wrote_is_taken_out_as_nothing_to_me
     """Two changes rendered from the same main to the same files (two requests of one tenant
     whose files come out alike): the first merges; the second would change nothing, and says
     so without claiming that it is on main."""
-    _merged(world, on_commit, TenantSpec(slug="alpha"))
-    first = _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=10))
-    same = _approved(world, on_commit, TenantSpec(slug="alpha", cpu_quota=10))
-    _enqueue_all(world, on_commit, [first, same])
-    first.refresh_from_db()
-    same.refresh_from_db()
-    assert first.status == "merged" and same.status == "open"
-    entry = MergeQueueEntry.objects.get(change=same)
+    entry = _second_of_two_on_alpha(world, on_commit, cpu_quotas=(10, 10))
     assert entry.state == "failed"
     assert entry.reason.startswith("nothing to merge: main, with the changes before it in this")
 
