@@ -62,6 +62,7 @@ from gitops.checks.kustomize import (
     patched_directories,
     patches_matching_nothing,
     present_parts,
+    tool_label,
     top_part,
     touched_parts,
 )
@@ -272,6 +273,10 @@ def _kustomize(tree: _Tree, changed: set[str] | None, builds: list[BuildResult])
         command = kustomize_command()
     except KustomizeUnavailable as exc:
         return CheckResult("kustomize", "skipped", str(exc))
+    tool = tool_label(command)
+    # Which binary and version built the tree, first, as the schema check names its schemas.
+    used = f"built with {tool}"
+    with_tool = f"; {tool.split(' from ')[0]}"
     files = tree.files
     targets = _flux_targets(tree)
     all_paths = sorted({t.path for t in targets})
@@ -286,7 +291,7 @@ def _kustomize(tree: _Tree, changed: set[str] | None, builds: list[BuildResult])
         paths = affected_paths(changed, near, files)
     if not paths:
         reason = "no Flux Kustomization in the tree" if not all_paths else "no Flux path affected"
-        return CheckResult("kustomize", "passed", reason)
+        return CheckResult("kustomize", "passed", reason, [used])
     details: list[str] = []
     unmatched: list[str] = []
     for path in paths:
@@ -334,13 +339,18 @@ def _kustomize(tree: _Tree, changed: set[str] | None, builds: list[BuildResult])
     built = f"{_plural(len(paths), 'Flux path')} of {len(all_paths)}"
     if failed:
         return CheckResult(
-            "kustomize", "failed", f"{failed} of {built} do not build", details + unmatched
+            "kustomize",
+            "failed",
+            f"{failed} of {built} do not build{with_tool}",
+            [used, *details, *unmatched],
         )
     if unmatched:
         count = len(unmatched)
-        summary = f"{count} patch{'' if count == 1 else 'es'} in {built} match nothing"
-        return CheckResult("kustomize", "failed", summary, unmatched)
-    return CheckResult("kustomize", "passed", f"{built} build", [p or "." for p in paths])
+        summary = f"{count} patch{'' if count == 1 else 'es'} in {built} match nothing{with_tool}"
+        return CheckResult("kustomize", "failed", summary, [used, *unmatched])
+    return CheckResult(
+        "kustomize", "passed", f"{built} build{with_tool}", [used, *(p or "." for p in paths)]
+    )
 
 
 def _flux_targets(tree: _Tree) -> list[FluxPath]:

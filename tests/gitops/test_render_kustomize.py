@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from gitops.render.flux import CROSS_NAMESPACE_CONTROLLERS, lockdown_patches
 from gitops.render.meta import kustomization
 from gitops.render.yamlio import dump_documents
 from gitops.specs import TenantSpec
+from tests.gitops.checks_support import require_kubectl
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 
 FLEET = demo_fleet()
@@ -26,12 +25,7 @@ FLEET = demo_fleet()
 
 @pytest.fixture
 def kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail("kubectl is not installed (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("kubectl is not installed")
-    return found
+    return require_kubectl()
 
 
 def _write(files: dict[str, bytes], root: Path) -> None:

@@ -5,8 +5,6 @@ and refuses a bad spec."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from gitops.fleet import demo_fleet
 from gitops.render import load_documents, objects_for, render_portal_deployment, render_repository
 from gitops.render.portal import APP_DIR, SETUP_DIR
 from gitops.specs import PortalDeploySpec, PortalEgress, PortalResources, SpecError
+from tests.gitops.checks_support import require_kubectl
 from tests.gitops.render_samples import rich_tenant
 
 SPEC = PortalDeploySpec(
@@ -38,12 +37,7 @@ SPEC = PortalDeploySpec(
 
 @pytest.fixture
 def kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail("kubectl is not installed (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("kubectl is not installed")
-    return found
+    return require_kubectl()
 
 
 def _tree(spec: PortalDeploySpec = SPEC) -> dict[str, bytes]:
