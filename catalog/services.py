@@ -1182,8 +1182,16 @@ def advance_requests() -> int:
                     if request.resource.state == Resource.State.DECOMMISSIONING:
                         request.resource.state = Resource.State.ACTIVE
                         request.resource.save(update_fields=["state", "updated_at"])
-                elif change.checks_state == ChangeRequest.Checks.FAILED:
-                    error = f"The checks of pull request #{change.pk} failed; see the change."
+                elif change.checks_state == ChangeRequest.Checks.FAILED or (
+                    change.checks_state == ChangeRequest.Checks.PARTIAL
+                    and not change.checks_mergeable
+                ):
+                    verdict = (
+                        "failed"
+                        if change.checks_state == ChangeRequest.Checks.FAILED
+                        else "are partial, which this portal does not merge"
+                    )
+                    error = f"The checks of pull request #{change.pk} {verdict}; see the change."
                     if request.error != error:
                         request.error = error
                         request.save(update_fields=["error", "updated_at"])

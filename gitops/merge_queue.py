@@ -48,6 +48,7 @@ from gitops.models import (
     MergeQueueEntry,
     MergeQueueLease,
     Review,
+    checks_may_merge,
 )
 from gitops.repo import (
     Chain,
@@ -471,8 +472,8 @@ class _Checker:
         )
         self.batch.check_runs += 1
         MergeQueueBatch.objects.filter(pk=self.batch.pk).update(check_runs=self.batch.check_runs)
-        failed = any(r.status == "failed" for r in results)
-        return _Verdict(chain, not failed, results)
+        state = ChangeRequest.checks_state_of(r.status for r in results)
+        return _Verdict(chain, checks_may_merge(state), results)
 
 
 def _isolate(
@@ -542,7 +543,7 @@ def _merge_chain(
         _save_check_runs([locked[m.change.pk] for m in accepted], verdict, batch)
         for member in accepted:
             change = locked[member.change.pk]
-            change.checks_state = ChangeRequest.Checks.PASSED
+            change.checks_state = ChangeRequest.checks_state_of(r.status for r in verdict.results)
             services._record_merge(
                 change,
                 chain.commits[member.entry.pk],
@@ -598,10 +599,21 @@ def _save_check_runs(
 def _fail_checks(member: _Member, verdict: _Verdict, batch: MergeQueueBatch) -> None:
     with transaction.atomic():
         _save_check_runs([member.change], verdict, batch)
+        state = ChangeRequest.checks_state_of(r.status for r in verdict.results)
         ChangeRequest.objects.filter(pk=member.change.pk, head_sha=member.change.head_sha).update(
-            checks_state=ChangeRequest.Checks.FAILED
+            checks_state=state
         )
         failing = [r for r in verdict.results if r.status == "failed"]
+        if not failing and state == ChangeRequest.Checks.PARTIAL:
+            partial = [r for r in verdict.results if r.status in ("partial", "skipped")]
+            reason = "; ".join(f"{r.name}: {r.summary}" for r in partial)
+            _finish(
+                member.entry,
+                E.FAILED,
+                f"checks partial in batch {batch.pk}, and partial checks may not merge here "
+                f"(GITOPS_ALLOW_PARTIAL_CHECKS): {reason}",
+            )
+            return
         reason = "; ".join(f"{r.name}: {r.summary}" for r in failing) or "its checks failed"
         _finish(member.entry, E.FAILED, f"checks failed in batch {batch.pk}: {reason}")
 

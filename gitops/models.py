@@ -36,8 +36,9 @@ class ChangeRequest(models.Model):
         PENDING = "pending", "Checks running"
         PASSED = "passed", "Checks passed"
         FAILED = "failed", "Checks failed"
-        # None failed but at least one was skipped: shown apart from passed, never green.
-        PARTIAL = "partial", "Checks incomplete (skipped)"
+        # None failed but one validated only part of what it read, or could not run: shown
+        # apart from passed, never green; it merges only under GITOPS_ALLOW_PARTIAL_CHECKS.
+        PARTIAL = "partial", "Checks partial"
 
     class Apply(models.TextChoices):
         # Filled in by the fleet status sync once the change is merged.
@@ -102,13 +103,25 @@ class ChangeRequest(models.Model):
     @classmethod
     def checks_state_of(cls, statuses: Iterable[str]) -> ChangeRequest.Checks:
         """The change's checks state from its check runs' statuses: any failed is failed, any
-        skipped (none failed) is partial, and only all passed is passed."""
+        partial or skipped (none failed) is partial, and only all passed is passed."""
         seen = set(statuses)
         if "failed" in seen:
             return cls.Checks.FAILED
-        if "skipped" in seen:
+        if seen & {"partial", "skipped"}:
             return cls.Checks.PARTIAL
         return cls.Checks.PASSED
+
+    @property
+    def checks_mergeable(self) -> bool:
+        """Its checks let it merge: passed, or partial where partial checks may merge."""
+        return checks_may_merge(self.checks_state)
+
+
+def checks_may_merge(state: str) -> bool:
+    """Whether a change in checks ``state`` may merge under ``GITOPS_ALLOW_PARTIAL_CHECKS``."""
+    if state == ChangeRequest.Checks.PASSED:
+        return True
+    return state == ChangeRequest.Checks.PARTIAL and bool(settings.GITOPS_ALLOW_PARTIAL_CHECKS)
 
 
 class CheckRun(models.Model):
@@ -117,6 +130,8 @@ class CheckRun(models.Model):
     class Status(models.TextChoices):
         PASSED = "passed", "Passed"
         FAILED = "failed", "Failed"
+        # It validated only part of what it read (custom resources without a schema).
+        PARTIAL = "partial", "Partial"
         SKIPPED = "skipped", "Skipped"
 
     change = models.ForeignKey(ChangeRequest, on_delete=models.CASCADE, related_name="checks")

@@ -7,14 +7,19 @@ the database so every replica validates against the same set. A CRD whose
 last read that saw it.
 
 ``schema_source()`` turns the setting ``GITOPS_SCHEMA_SOURCE`` into the plain-data
-``SchemaSource`` that ``gitops.checks.run_checks`` receives:
+``SchemaSource`` that ``gitops.checks.run_checks`` receives. Built-in kinds are always validated
+(``kubernetes-validate``, at the fleet's Kubernetes version); custom resources:
 
 - ``cluster``: the cached CRDs (with the vCluster chart's values schema from
-  ``GITOPS_SCHEMA_DIR``: no cluster serves a chart's values schema); none cached yet: the
-  schema check is skipped with that reason;
-- ``directory``: everything from ``GITOPS_SCHEMA_DIR`` (the offline option);
+  ``GITOPS_SCHEMA_DIR``: no cluster serves a chart's values schema);
+- ``directory``: everything from ``GITOPS_SCHEMA_DIR`` (by default ``var/schemas``, what
+  ``manage.py fetch_schemas`` downloads: the offline option);
 - ``auto``: the cluster's CRDs when read within ``GITOPS_SCHEMA_MAX_AGE_SECONDS``, else the
   directory, and the result says why.
+
+Where the chosen source has no CRDs (nothing read from the cluster yet, an empty directory),
+the source is ``builtin`` with the reason, and a change holding custom resources gets a
+``partial`` schema check.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -124,7 +130,7 @@ def cluster_source() -> SchemaSource | None:
     fetched_at = ServedCrd.objects.aggregate(at=Max("fetched_at"))["at"]
     return SchemaSource(
         "cluster",
-        directory=settings.GITOPS_SCHEMA_DIR or None,
+        directory=directory_with_crds(),
         cluster=settings.GITOPS_FLEET_NAME,
         fetched_at=fetched_at.astimezone(UTC) if fetched_at is not None else None,
         # Names the set: a registry is built once per set, in each process.
@@ -133,20 +139,43 @@ def cluster_source() -> SchemaSource | None:
     )
 
 
-def schema_source() -> SchemaSource | None:
-    """The schema source ``GITOPS_SCHEMA_SOURCE`` selects now (None: nothing configured)."""
+def directory_with_crds() -> str | None:
+    """``GITOPS_SCHEMA_DIR`` when it exists and holds a CRD file, else None."""
+    directory = settings.GITOPS_SCHEMA_DIR
+    if not directory:
+        return None
+    root = Path(directory)
+    if not root.is_dir() or not any(
+        p.suffix in (".yaml", ".yml") or p.name == "values.schema.json" for p in root.rglob("*")
+    ):
+        return None
+    return str(root)
+
+
+def _no_directory_reason() -> str:
+    directory = settings.GITOPS_SCHEMA_DIR
+    if not directory:
+        return "no GITOPS_SCHEMA_DIR is set"
+    return (
+        f"GITOPS_SCHEMA_DIR ({Path(directory).name}) holds no CRDs yet: run "
+        "manage.py fetch_schemas, or point it at a folder of CRD files"
+    )
+
+
+def schema_source() -> SchemaSource:
+    """The schema source ``GITOPS_SCHEMA_SOURCE`` selects now. Built-in kinds are validated
+    whatever it is; with no CRDs anywhere the source is ``builtin``, and says why."""
     mode = settings.GITOPS_SCHEMA_SOURCE
-    directory = settings.GITOPS_SCHEMA_DIR or None
+    directory = directory_with_crds()
     if mode == "directory":
-        return SchemaSource.from_directory(directory) if directory else None
+        if directory is None:
+            return SchemaSource.builtin(note=_no_directory_reason())
+        return SchemaSource.from_directory(directory)
     cluster = cluster_source()
     if mode == "cluster":
         if cluster is None:
-            return SchemaSource(
-                "cluster",
-                directory=directory,
-                cluster=settings.GITOPS_FLEET_NAME,
-                unavailable="no CRDs have been read from the cluster yet (see the fleet sync)",
+            return SchemaSource.builtin(
+                note="no CRDs have been read from the cluster yet (see the fleet sync)"
             )
         return cluster
     if cluster is not None and cluster.fetched_at is not None:
@@ -157,5 +186,7 @@ def schema_source() -> SchemaSource | None:
     else:
         reason = "no CRDs read from the cluster yet"
     if directory is None:
-        return cluster
+        if cluster is not None:
+            return cluster
+        return SchemaSource.builtin(note=f"auto: {reason}; {_no_directory_reason()}")
     return SchemaSource.from_directory(directory, note=f"auto: {reason}")

@@ -546,6 +546,13 @@ def review_summary(change: ChangeRequest) -> tuple[list[Any], list[Any]]:
     return approvers, blockers
 
 
+PARTIAL_REFUSED = (
+    "Checks are partial (something was not validated) and this portal merges only changes "
+    "whose checks passed (GITOPS_ALLOW_PARTIAL_CHECKS is off): give the checks the CRDs "
+    "(manage.py fetch_schemas, or the cluster's) and run them again."
+)
+
+
 def merge_blockers(change: ChangeRequest) -> list[str]:
     """Why the change cannot be merged now; empty when it can."""
     if not change.is_open:
@@ -555,6 +562,8 @@ def merge_blockers(change: ChangeRequest) -> list[str]:
         reasons.append("Checks are still running.")
     elif change.checks_state == ChangeRequest.Checks.FAILED:
         reasons.append("Checks failed.")
+    elif not change.checks_mergeable:
+        reasons.append(PARTIAL_REFUSED)
     approvers, blockers = review_summary(change)
     needed = settings.GITOPS_REQUIRED_APPROVALS
     if len(approvers) < needed:
@@ -791,7 +800,7 @@ def do_merge_revocation(change: ChangeRequest) -> ChangeRequest | None:
     if not settings.GITOPS_AUTO_MERGE_REVOCATIONS or settings.GITOPS_FORGE:
         return None
     change = _locked(change)
-    if not change.is_open or change.checks_state != ChangeRequest.Checks.PASSED:
+    if not change.is_open or not change.checks_mergeable:
         return None
     narrows, summary = narrowing(change)
     if not narrows:

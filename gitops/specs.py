@@ -128,6 +128,10 @@ class FleetSpec:
     name: str = "ai-factory"
     flavors: tuple[Flavor, ...] = ()
     cohort: str = "gpu-fleet"
+    # The host cluster's Kubernetes minor version: built-in kinds are validated against its
+    # upstream schemas (kubernetes-validate ships 1.25 to 1.37), so a field a newer release
+    # added is caught before the API server prunes or refuses it.
+    kubernetes_version: str = "1.34"
     topology_levels: tuple[str, ...] = (
         "network.topology.kubernetes.io/block",
         "network.topology.kubernetes.io/rack",

@@ -108,6 +108,7 @@ def _detail_context(access: ChangeAccess) -> dict[str, Any]:
         "queue_blockers": services.queue_blockers(change),
         "queue_entry": services.queued_entry(change),
         "review_states": Review.State.choices,
+        "partial_may_merge": settings.GITOPS_ALLOW_PARTIAL_CHECKS,
     }
 
 

@@ -338,10 +338,16 @@ GITOPS_MAIN_BRANCH = env("GITOPS_MAIN_BRANCH", "main")
 GITOPS_FLEET_NAME = env("GITOPS_FLEET_NAME", "ai-factory")
 # A YAML file describing the fleet's GPU flavors; empty = the built-in demo fleet.
 GITOPS_FLEET_FILE = env("GITOPS_FLEET_FILE")
-# Upstream CRD schemas (and the vCluster chart's values schema) used by the checks. Unset: the
-# shared/crds folder beside the checkout when present.
-_shared_crds = BASE_DIR.parent / "shared" / "crds"
-GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(_shared_crds) if _shared_crds.is_dir() else "")
+# Upstream CRD schemas (and the vCluster chart's values schema) used by the checks: what
+# `manage.py fetch_schemas` downloads (the pinned releases in gitops/upstream.py), or any folder
+# of CRD files. Built-in kinds need none of it (kubernetes-validate, at the fleet's version).
+GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(VAR_DIR / "schemas"))
+# Where fetch_schemas downloads from: a mirror laid out as <base>/<owner>/<repo>/<commit>/<path>
+# (an air-gapped fleet's); empty: raw.githubusercontent.com.
+GITOPS_SCHEMA_BASE_URL = env("GITOPS_SCHEMA_BASE_URL", "")
+# Whether a change whose checks are partial (custom resources without a schema, a check that
+# could not run) may merge. The demo allows it (DEBUG); a deployment refuses it unless told.
+GITOPS_ALLOW_PARTIAL_CHECKS = env_bool("GITOPS_ALLOW_PARTIAL_CHECKS", DEBUG)
 
 # --- Schemas from the cluster (issue 13, point 4) ---
 # Where the schema check takes custom resource schemas from: "cluster" (the CRDs the cluster

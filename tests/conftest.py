@@ -133,6 +133,11 @@ def _test_settings(settings: Any) -> None:
     # What the checks keep by tenant stays in the test process (content-addressed, so tests
     # cannot see each other's values wrongly), not in the developer's var/.
     settings.GITOPS_CHECK_CACHE = "memory"
+    # Schemas as a newcomer's clone has them: the built-in kinds the install ships, no CRDs
+    # (not the developer's var/schemas, not ../shared); partial checks merge, as in the demo.
+    # Tests about CRDs set GITOPS_SCHEMA_DIR themselves (tests/gitops/conftest.py schema_dir).
+    settings.GITOPS_SCHEMA_DIR = ""
+    settings.GITOPS_ALLOW_PARTIAL_CHECKS = True
     # The capacity what-if's shares kept in the process are kept by a version row that each
     # test's rolled-back database forgets: each test starts with none kept.
     from catalog import services as catalog_services

@@ -16,10 +16,12 @@
 - ``duplicates``: two documents anywhere in the tree that would be one object in the cluster,
   with the namespace and name kustomize and Flux give them (``gitops.checks.duplicates``).
 
-A check that cannot run here (no schema source configured, no kubectl) is ``skipped`` with
-the reason, and so is the schema check when an object's kind has no schema anywhere (the
-object is named); whether a skipped check may merge is the caller's decision, but a skipped
-check is never a passed one. The schema check names its source and the versions it used
+A check that cannot run here (no kubectl) is ``skipped`` with the reason. The schema check
+always validates the built-in kinds (offline, at the fleet's Kubernetes version); when some
+objects' kinds have no schema anywhere (no CRD for them in the source), it is ``partial``:
+"N objects validated, M custom resources without a schema: <kinds>". Whether a skipped or
+partial check may merge is the caller's decision (the portal's ``GITOPS_ALLOW_PARTIAL_CHECKS``),
+but neither is ever a passed one. The schema check names its source and the versions it used
 (``gitops.checks.schema_source``).
 """
 
@@ -68,13 +70,13 @@ from gitops.checks.kustomize import (
 )
 from gitops.checks.manifests import iter_objects
 from gitops.checks.schema import SchemaRegistry, get_registry
-from gitops.checks.schema_source import SchemaSource
+from gitops.checks.schema_source import LABEL_KINDS, SchemaSource
 from gitops.specs import FleetSpec
 
 logger = logging.getLogger(__name__)
 
 CheckName = Literal["schemas", "kustomize", "isolation", "capacity", "controllers", "duplicates"]
-CheckStatus = Literal["passed", "failed", "skipped"]
+CheckStatus = Literal["passed", "failed", "partial", "skipped"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def run_checks(
     rules about updates the API server refuses (None: those rules are not run).
 
     Schemas come from ``schema_source``, or from the directory ``schema_dir`` when no source
-    is given (neither: the schema check is skipped).
+    is given (neither: the built-in kinds only); the built-in kinds are those of
+    ``fleet.kubernetes_version``.
 
     The whole-tree rules run by tenant (``gitops.checks.partition``): what they found in a
     tenant's directory is kept by its content, so only the tenants a change touches (and the
@@ -124,15 +127,18 @@ def run_checks(
     """
     parts = parts if parts is not None else partition.split(files)
     source = schema_source
-    if source is None and schema_dir is not None:
-        source = SchemaSource.from_directory(schema_dir)
+    if source is None:
+        source = (
+            SchemaSource.from_directory(schema_dir)
+            if schema_dir is not None
+            else SchemaSource.builtin()
+        )
     registry: SchemaRegistry | None = None
     registry_error = ""
-    if source is not None and not source.unavailable:
-        try:
-            registry = source.registry()
-        except (OSError, ValueError) as exc:
-            registry_error = f"cannot load schemas from {source.short_label()}: {exc}"
+    try:
+        registry = source.registry(fleet.kubernetes_version)
+    except (OSError, ValueError) as exc:
+        registry_error = f"cannot load schemas from {source.short_label()}: {exc}"
 
     builds: list[BuildResult] = []
     tree = _Tree(files, parts, fleet, stats, cache)
@@ -150,14 +156,17 @@ def run_checks(
                 gateway_name=fleet.gateway.name if gateway_namespace is None else None,
                 gateway_domain=fleet.gateway.hostname,
                 platform_sources=platform_sources,
-                registry=registry,
+                registry=registry or get_registry(None, fleet.kubernetes_version),
                 portal_subject=(fleet.portal_namespace, fleet.portal_service_account),
                 tenant_source_url=fleet.tenant_git_url,
             ),
         ),
         _guarded("capacity", lambda: _capacity(tree, allow_overcommit)),
         _guarded("controllers", lambda: _controllers(tree, base_parts)),
-        _guarded("duplicates", lambda: _duplicates(tree, registry)),
+        _guarded(
+            "duplicates",
+            lambda: _duplicates(tree, registry or get_registry(None, fleet.kubernetes_version)),
+        ),
     ]
     return results
 
@@ -208,16 +217,10 @@ def _plural(count: int, word: str) -> str:
 def _schemas(
     files: Mapping[str, bytes],
     changed: set[str] | None,
-    source: SchemaSource | None,
+    source: SchemaSource,
     registry: SchemaRegistry | None,
     registry_error: str,
 ) -> CheckResult:
-    if source is None:
-        return CheckResult("schemas", "skipped", "no schema source is configured")
-    if source.unavailable:
-        return CheckResult(
-            "schemas", "skipped", f"{source.unavailable}; schemas: {source.short_label()}"
-        )
     if registry is None:
         return CheckResult("schemas", "failed", registry_error)
     paths = sorted(files if changed is None else changed & set(files))
@@ -225,6 +228,7 @@ def _schemas(
     details = [f"{p.path}: {p.message}" for p in problems]
     errors = warnings = 0
     unvalidated: list[str] = []
+    unknown_kinds: set[str] = set()
     used: set[tuple[str, str]] = set()
     for item in objects:
         obj = item.obj
@@ -234,6 +238,7 @@ def _schemas(
             details.append(f"{item.path}: {error}")
             if error.unvalidated:
                 unvalidated.append(f"{item.path}: {error.kind}/{error.name}")
+                unknown_kinds.add(error.kind)
             elif error.severity == "error":
                 errors += 1
             else:
@@ -241,7 +246,7 @@ def _schemas(
     errors += len(problems)
     label = source.label(registry, used)
     # The source first, so a reader sees what the verdict rests on before the findings.
-    details.insert(0, label)
+    details[0:0] = [label, *(f"schema source: {line}" for line in registry.skipped)]
     scope = (
         f"{_plural(len(objects), 'object')} in {_plural(len({o.path for o in objects}), 'file')}"
     )
@@ -257,12 +262,17 @@ def _schemas(
         )
     note = f" ({_plural(warnings, 'warning')})" if warnings else ""
     if unvalidated:
-        # Not validated is not valid: the check is skipped for those objects, and says so.
+        # Not validated is not valid: the check is partial, and names what it could not read.
+        kinds = sorted(unknown_kinds)
+        named = ", ".join(kinds[:LABEL_KINDS]) + (
+            f", {len(kinds) - LABEL_KINDS} more" if len(kinds) > LABEL_KINDS else ""
+        )
         return CheckResult(
             "schemas",
-            "skipped",
-            f"{_plural(len(unvalidated), 'object')} not validated (no schema for the kind), "
-            f"the other {len(objects) - len(unvalidated)} valid{note}{against}",
+            "partial",
+            f"{_plural(len(objects) - len(unvalidated), 'object')} validated{note}, "
+            f"{len(unvalidated)} custom resource{'' if len(unvalidated) == 1 else 's'} "
+            f"without a schema: {named}{against}",
             details,
         )
     return CheckResult("schemas", "passed", f"{scope} valid{note}{against}", details)
@@ -385,12 +395,12 @@ def _isolation(
     gateway_namespace: str,
     gateway_name: str | None,
     platform_sources: Collection[PlatformSource] | None,
-    registry: SchemaRegistry | None,
+    registry: SchemaRegistry,
     portal_subject: tuple[str, str] | None = None,
     gateway_domain: str | None = None,
     tenant_source_url: Callable[[str], str] | None = None,
 ) -> CheckResult:
-    scopes = registry or get_registry(None)
+    scopes = registry
     sources = frozenset(
         platform_sources if platform_sources is not None else platform_sources_in(tree.parts.shared)
     )
@@ -495,8 +505,8 @@ def _controllers(tree: _Tree, base_parts: partition.TreeParts | None) -> CheckRe
     return _from_findings("controllers", findings, "Kueue, KServe and the namespace quotas agree")
 
 
-def _duplicates(tree: _Tree, registry: SchemaRegistry | None) -> CheckResult:
-    scopes = registry or get_registry(None)
+def _duplicates(tree: _Tree, registry: SchemaRegistry) -> CheckResult:
+    scopes = registry
 
     def compute(sub: Mapping[str, bytes], slugs: list[str]) -> dict[str | None, Any]:
         placed = placements(sub, registry=scopes, repo_urls=_repo_urls(sub, tree.fleet))

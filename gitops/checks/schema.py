@@ -8,9 +8,10 @@ any other field. Sources:
 - custom resources: the ``openAPIV3Schema`` of every served version of the upstream CRDs in a
   schema directory (``SchemaRegistry.from_dir``) or fetched from a cluster
   (``SchemaRegistry.from_crds``);
-- built-in kinds (Namespace, RBAC, quota, NetworkPolicy, DRA, ...): schemas derived from the
-  models of the official ``kubernetes`` Python client, which are generated from the Kubernetes
-  OpenAPI document (no OpenAPI file is needed on disk);
+- built-in kinds (Namespace, RBAC, quota, NetworkPolicy, DRA, ...): the upstream Kubernetes
+  OpenAPI document of the fleet's Kubernetes minor version, as strict JSON Schema, from the
+  pinned ``kubernetes-validate`` package (``core_schemas``): always there, offline, whatever
+  else is configured;
 - Helm values: a chart's ``values.schema.json`` (the vCluster chart's) checks ``spec.values`` of
   a Flux HelmRelease of that chart.
 
@@ -27,6 +28,8 @@ does for fields that are not ``nullable``.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.resources
 import json
 import re
 import threading
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jsonschema
-import kubernetes.client
+import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
@@ -46,70 +49,62 @@ from gitops.checks.manifests import load_documents
 
 Scope = Literal["Namespaced", "Cluster"]
 
-# Built-in kinds the portal writes (or may meet in a fleet repository), with the client model
-# each is derived from. The scope is not in the client models, so it is listed here.
-CORE_KINDS: dict[tuple[str, str], tuple[str, Scope]] = {
-    ("v1", "Namespace"): ("V1Namespace", "Cluster"),
-    ("v1", "ServiceAccount"): ("V1ServiceAccount", "Namespaced"),
-    ("v1", "ConfigMap"): ("V1ConfigMap", "Namespaced"),
-    ("v1", "Secret"): ("V1Secret", "Namespaced"),
-    ("v1", "ResourceQuota"): ("V1ResourceQuota", "Namespaced"),
-    ("v1", "LimitRange"): ("V1LimitRange", "Namespaced"),
-    ("v1", "Service"): ("V1Service", "Namespaced"),
-    ("v1", "PersistentVolumeClaim"): ("V1PersistentVolumeClaim", "Namespaced"),
-    ("rbac.authorization.k8s.io/v1", "Role"): ("V1Role", "Namespaced"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("V1RoleBinding", "Namespaced"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): ("V1ClusterRole", "Cluster"),
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): ("V1ClusterRoleBinding", "Cluster"),
-    ("networking.k8s.io/v1", "NetworkPolicy"): ("V1NetworkPolicy", "Namespaced"),
-    ("apps/v1", "Deployment"): ("V1Deployment", "Namespaced"),
-    ("apps/v1", "StatefulSet"): ("V1StatefulSet", "Namespaced"),
-    ("apps/v1", "DaemonSet"): ("V1DaemonSet", "Namespaced"),
-    ("batch/v1", "Job"): ("V1Job", "Namespaced"),
-    ("policy/v1", "PodDisruptionBudget"): ("V1PodDisruptionBudget", "Namespaced"),
-    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("V1ResourceClaimTemplate", "Namespaced"),
-    # The client names this one after its package: core v1 has a different ResourceClaim.
-    ("resource.k8s.io/v1", "ResourceClaim"): ("ResourceV1ResourceClaim", "Namespaced"),
-    ("resource.k8s.io/v1", "DeviceClass"): ("V1DeviceClass", "Cluster"),
-    ("scheduling.k8s.io/v1", "PriorityClass"): ("V1PriorityClass", "Cluster"),
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): (
-        "V1CustomResourceDefinition",
-        "Cluster",
-    ),
-}
+# The Kubernetes minor version whose built-in schemas are used when none is given: the fleet
+# spec's default (``FleetSpec.kubernetes_version``), the version the fleet simulator serves.
+DEFAULT_KUBERNETES_VERSION = "1.34"
 
-# resource.Quantity fields. The client types them as plain strings, but the API server also
-# takes a JSON number (``cpu: 2``), so they accept both, and a string must be a quantity.
-QUANTITY_FIELDS = frozenset(
+# Built-in kinds are namespaced unless listed here (by API group and kind): the OpenAPI
+# document does not say, discovery does (``kubectl api-resources --namespaced=false``).
+CLUSTER_SCOPED: frozenset[tuple[str, str]] = frozenset(
     {
-        ("V1ResourceRequirements", "limits"),
-        ("V1ResourceRequirements", "requests"),
-        ("V1VolumeResourceRequirements", "limits"),
-        ("V1VolumeResourceRequirements", "requests"),
-        ("V1ResourceQuotaSpec", "hard"),
-        ("V1ResourceQuotaStatus", "hard"),
-        ("V1ResourceQuotaStatus", "used"),
-        ("V1LimitRangeItem", "default"),
-        ("V1LimitRangeItem", "default_request"),
-        ("V1LimitRangeItem", "max"),
-        ("V1LimitRangeItem", "min"),
-        ("V1LimitRangeItem", "max_limit_request_ratio"),
-        ("V1EmptyDirVolumeSource", "size_limit"),
-        ("V1PodSpec", "overhead"),
-        ("V1Overhead", "pod_fixed"),
-        ("V1ResourceFieldSelector", "divisor"),
-        ("V1PersistentVolumeClaimStatus", "capacity"),
-        ("V1PersistentVolumeClaimStatus", "allocated_resources"),
-        ("V1ContainerStatus", "allocated_resources"),
-        ("V1CapacityRequirements", "requests"),
-        ("V1DeviceCapacity", "value"),
-        ("V1CapacityRequestPolicy", "default"),
-        ("V1CapacityRequestPolicy", "valid_values"),
-        ("V1CapacityRequestPolicyRange", "min"),
-        ("V1CapacityRequestPolicyRange", "max"),
-        ("V1CapacityRequestPolicyRange", "step"),
+        ("", "Namespace"),
+        ("", "Node"),
+        ("", "PersistentVolume"),
+        ("", "ComponentStatus"),
+        ("rbac.authorization.k8s.io", "ClusterRole"),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+        ("storage.k8s.io", "StorageClass"),
+        ("storage.k8s.io", "CSIDriver"),
+        ("storage.k8s.io", "CSINode"),
+        ("storage.k8s.io", "VolumeAttachment"),
+        ("storage.k8s.io", "VolumeAttributesClass"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiregistration.k8s.io", "APIService"),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding"),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding"),
+        ("scheduling.k8s.io", "PriorityClass"),
+        ("node.k8s.io", "RuntimeClass"),
+        ("networking.k8s.io", "IngressClass"),
+        ("networking.k8s.io", "IPAddress"),
+        ("networking.k8s.io", "ServiceCIDR"),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema"),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration"),
+        ("certificates.k8s.io", "CertificateSigningRequest"),
+        ("certificates.k8s.io", "ClusterTrustBundle"),
+        ("resource.k8s.io", "DeviceClass"),
+        ("resource.k8s.io", "ResourceSlice"),
+        ("resource.k8s.io", "DeviceTaintRule"),
+        ("storagemigration.k8s.io", "StorageVersionMigration"),
+        ("internal.apiserver.k8s.io", "StorageVersion"),
+        ("authentication.k8s.io", "TokenReview"),
+        ("authentication.k8s.io", "SelfSubjectReview"),
+        ("authorization.k8s.io", "SubjectAccessReview"),
+        ("authorization.k8s.io", "SelfSubjectAccessReview"),
+        ("authorization.k8s.io", "SelfSubjectRulesReview"),
     }
 )
+# Kinds of the OpenAPI document that are no objects one writes to a repository.
+_NOT_OBJECTS = frozenset({"DeleteOptions", "WatchEvent", "Status", "Scale", "Eviction"})
+
+# Definitions every schema shares, by their OpenAPI names.
+_OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+_QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+
 # k8s.io/apimachinery/pkg/api/resource: the documented Quantity syntax.
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)\Z"
 _QUANTITY_SCHEMA: dict[str, Any] = {"type": ["string", "number"], "pattern": QUANTITY_PATTERN}
@@ -161,98 +156,110 @@ class SchemaError:
         return f"{prefix}{where}: {self.message}"
 
 
-# --- schemas of built-in kinds, from the kubernetes client's models -------------------------
+# --- schemas of built-in kinds, from kubernetes-validate ----------------------------------------
 
 
-class _CoreSchemas:
-    """JSON schemas for client models, shared in one ``$defs`` table.
+@dataclass(frozen=True)
+class CoreSchemas:
+    """The built-in kinds of one Kubernetes minor version and the definitions they share.
 
-    Each model becomes one definition, referenced with ``$ref``, so recursive models (for
-    example ``JSONSchemaProps`` in a CRD) terminate and every model is converted once.
+    From the ``kubernetes-validate`` package, which ships the upstream OpenAPI document of
+    each Kubernetes release as strict JSON Schema (``additionalProperties: false`` on every
+    object): ``kubernetes-json-schema/v<minor>.0-local-strict/_definitions.json``. Kinds are
+    the definitions that carry ``x-kubernetes-group-version-kind``. Two definitions are
+    replaced: Quantity (a string must then be a quantity) and IntOrString (one type list, so
+    a mistake is reported once, not once per ``oneOf`` branch).
     """
 
-    def __init__(self) -> None:
-        self.defs: dict[str, Any] = {}
+    version: str  # "1.34"
+    package: str  # "kubernetes-validate 1.37.0"
+    defs: dict[str, Any]
+    # (apiVersion, kind) -> (definition name, scope)
+    kinds: dict[tuple[str, str], tuple[str, Scope]]
 
-    def ref(self, model_name: str) -> dict[str, Any]:
-        if model_name not in self.defs:
-            self.defs[model_name] = {}  # placeholder: a model that contains itself
-            self.defs[model_name] = self._model(model_name)
-        return {"$ref": _DEF_PREFIX + model_name}
-
-    def _model(self, model_name: str) -> dict[str, Any]:
-        model = getattr(kubernetes.client, model_name)
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        model_fields = getattr(model, "model_fields", {})
-        for attribute, type_name in model.openapi_types.items():
-            json_name = model.attribute_map[attribute]
-            info = model_fields.get(attribute)
-            annotation = str(info.annotation) if info is not None else ""
-            if (model_name, attribute) in QUANTITY_FIELDS:
-                properties[json_name] = self._quantity(type_name)
-            else:
-                properties[json_name] = self._type(type_name, annotation)
-            if info is not None and info.is_required():
-                required.append(json_name)
-        schema: dict[str, Any] = {
-            "type": "object",
-            "properties": properties,
-            "additionalProperties": False,
-        }
-        if required:
-            schema["required"] = required
-        return schema
-
-    def _quantity(self, type_name: str) -> dict[str, Any]:
-        if _dict_value_type(type_name) is not None:
-            return {"type": "object", "additionalProperties": _QUANTITY_SCHEMA}
-        return dict(_QUANTITY_SCHEMA)
-
-    def _type(self, type_name: str, annotation: str = "") -> dict[str, Any]:
-        item = _list_item_type(type_name)
-        if item is not None:
-            return {"type": "array", "items": self._type(item)}
-        value = _dict_value_type(type_name)
-        if value is not None:
-            return {"type": "object", "additionalProperties": self._type(value)}
-        primitive = _PRIMITIVES.get(type_name)
-        if primitive is not None:
-            return dict(primitive)
-        if type_name == "object":
-            # The client says "object" for IntOrString and for free-form JSON; its pydantic
-            # annotation tells them apart.
-            if _INT.search(annotation) and _STR.search(annotation):
-                return {"type": ["integer", "string"]}
-            if "Dict" in annotation and "List" not in annotation:
-                return {"type": "object"}
-            return {}
-        return self.ref(type_name)
+    def label(self) -> str:
+        return f"built-in kinds of Kubernetes {self.version} from {self.package}"
 
 
-_PRIMITIVES: dict[str, dict[str, Any]] = {
-    "str": {"type": "string"},
-    "int": {"type": "integer"},
-    "float": {"type": "number"},
-    "bool": {"type": "boolean"},
-    "datetime": {"type": "string"},
-    "date": {"type": "string"},
-    "bytes": {"type": "string"},  # base64 in JSON
-}
-_INT = re.compile(r"\bint\b")
-_STR = re.compile(r"\bstr\b")
-_LIST_TYPE = re.compile(r"(?:List|list)\[(.+)\]")
-_DICT_TYPE = re.compile(r"(?:Dict\[str, (.+)\]|dict\(str, (.+)\))")
+class UnsupportedKubernetesVersion(ValueError):
+    """The installed kubernetes-validate has no schemas for that Kubernetes version."""
 
 
-def _list_item_type(type_name: str) -> str | None:
-    match = _LIST_TYPE.fullmatch(type_name)
-    return match.group(1) if match else None
+def _schema_root() -> Any:
+    return importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
 
 
-def _dict_value_type(type_name: str) -> str | None:
-    match = _DICT_TYPE.fullmatch(type_name)
-    return (match.group(1) or match.group(2)) if match else None
+def supported_kubernetes_versions() -> list[str]:
+    """The minor versions the installed kubernetes-validate has schemas for, oldest first."""
+    found = {
+        match.group(1)
+        for entry in _schema_root().iterdir()
+        if (match := re.fullmatch(r"v(\d+\.\d+)\.\d+-local-strict", entry.name))
+    }
+    return sorted(found, key=lambda v: tuple(int(p) for p in v.split(".")))
+
+
+_core_cache: dict[str, CoreSchemas] = {}
+_core_lock = threading.Lock()
+
+
+def core_schemas(version: str = DEFAULT_KUBERNETES_VERSION) -> CoreSchemas:
+    """The built-in schemas of Kubernetes ``version`` ("1.34"), read once per process."""
+    with _core_lock:
+        cached = _core_cache.get(version)
+        if cached is None:
+            cached = _core_cache[version] = _load_core(version)
+        return cached
+
+
+def _load_core(version: str) -> CoreSchemas:
+    if not re.fullmatch(r"\d+\.\d+", version):
+        raise UnsupportedKubernetesVersion(f"{version!r} is not a Kubernetes minor version")
+    folder = _schema_root() / f"v{version}.0-local-strict"
+    if not folder.is_dir():
+        known = ", ".join(supported_kubernetes_versions())
+        raise UnsupportedKubernetesVersion(
+            f"kubernetes-validate has no schemas for Kubernetes {version} (it has {known})"
+        )
+    document = json.loads((folder / "_definitions.json").read_text(encoding="utf-8"))
+    defs: dict[str, Any] = {name: _lean(node) for name, node in document["$defs"].items()}
+    defs[_QUANTITY] = dict(_QUANTITY_SCHEMA)
+    defs[_INT_OR_STRING] = {"type": ["integer", "string"]}
+    kinds: dict[tuple[str, str], tuple[str, Scope]] = {}
+    for name, node in document["$defs"].items():
+        gvks = node.get("x-kubernetes-group-version-kind") or []
+        if len(gvks) != 1:
+            continue  # DeleteOptions, WatchEvent: one definition for every group
+        group, api, kind = gvks[0]["group"], gvks[0]["version"], gvks[0]["kind"]
+        if kind.endswith("List") or kind in _NOT_OBJECTS:
+            continue
+        scope: Scope = "Cluster" if (group, kind) in CLUSTER_SCOPED else "Namespaced"
+        kinds[(f"{group}/{api}" if group else api, kind)] = (name, scope)
+    package = f"kubernetes-validate {importlib.metadata.version('kubernetes-validate')}"
+    return CoreSchemas(version, package, defs, kinds)
+
+
+def _lean(node: Any) -> Any:
+    """A schema node without its prose (half the document's size), otherwise as it is."""
+    if isinstance(node, list):
+        return [_lean(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _PROSE:
+            continue
+        if key in ("properties", "patternProperties", "$defs"):
+            # Field names, not keywords: a field may be called "description" or "format".
+            out[key] = {name: _lean(child) for name, child in value.items()}
+        elif key in ("enum", "required", "default"):
+            out[key] = value
+        else:
+            out[key] = _lean(value)
+    return out
+
+
+_PROSE = frozenset({"description", "format", "x-kubernetes-group-version-kind"})
 
 
 # --- CRD openAPIV3Schema -> strict JSON Schema ------------------------------------------------
@@ -274,7 +281,7 @@ _DROPPED_KEYS = frozenset(
         "x-kubernetes-map-type",
     }
 )
-_META_REF = {"$ref": _DEF_PREFIX + "V1ObjectMeta"}
+_META_REF = {"$ref": _DEF_PREFIX + _OBJECT_META}
 
 
 # Go RE2 syntax seen in upstream CRDs that Python's ``re`` spells differently.
@@ -442,7 +449,7 @@ class _KindVersion:
     warning: str = ""
     storage_version: str = ""
     open_api: Mapping[str, Any] | None = None
-    model: str = ""  # client model name for built-in kinds
+    definition: str = ""  # the OpenAPI definition of a built-in kind
     validator: Any = None
 
 
@@ -456,8 +463,12 @@ class SchemaRegistry:
 
     _kinds: dict[tuple[str, str], _KindVersion] = field(default_factory=dict)
     _helm_values: dict[str, Any] = field(default_factory=dict)
-    _core: _CoreSchemas = field(default_factory=_CoreSchemas)
+    # The Kubernetes minor version of the built-in kinds (kubernetes-validate's schemas).
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    core: CoreSchemas = field(init=False, repr=False)
     notes: list[str] = field(default_factory=list)
+    # CRD files or documents that could not be used, with why (malformed ones are skipped).
+    skipped: list[str] = field(default_factory=list)
     # What to do about a kind with no schema, for its warning.
     missing_hint: str = "add its CRD to the schema directory"
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -465,15 +476,16 @@ class SchemaRegistry:
     def __post_init__(self) -> None:
         # All built-in definitions are made up front (a few milliseconds), so the shared
         # $defs table never changes while another thread validates against it.
-        self._core.ref("V1ObjectMeta")
-        for key, (model, scope) in CORE_KINDS.items():
-            self._core.ref(model)
-            self._kinds[key] = _KindVersion(scope=scope, served=True, model=model)
+        self.core = core_schemas(self.kubernetes_version)
+        for key, (definition, scope) in self.core.kinds.items():
+            self._kinds[key] = _KindVersion(scope=scope, served=True, definition=definition)
 
     # Construction ---------------------------------------------------------------------------
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> SchemaRegistry:
+    def from_dir(
+        cls, path: str | Path, *, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    ) -> SchemaRegistry:
         """Every CRD (``*.yaml``/``*.yml``, recursively) and Helm values schema under ``path``.
 
         A ``values.schema.json`` is registered for the chart named by its directory
@@ -482,12 +494,22 @@ class SchemaRegistry:
         root = Path(path)
         if not root.is_dir():
             raise FileNotFoundError(f"schema directory {root} does not exist")
-        registry = cls()
+        registry = cls(kubernetes_version=kubernetes_version)
         for file in sorted(root.rglob("*")):
-            if file.suffix in (".yaml", ".yml"):
-                for doc in load_documents(file.read_bytes()):
-                    if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+            if file.suffix not in (".yaml", ".yml") or file.name.startswith("."):
+                continue
+            # A malformed file or CRD is reported (in ``skipped``) and left out; the rest count.
+            try:
+                docs = load_documents(file.read_bytes())
+            except (OSError, ValueError, yaml.YAMLError) as exc:
+                registry.skipped.append(f"{file.relative_to(root)}: not read: {exc}")
+                continue
+            for doc in docs:
+                if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                    try:
                         registry.add_crd(doc)
+                    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                        registry.skipped.append(f"{file.relative_to(root)}: skipped: {exc}")
         for chart, schema in helm_values_schemas(root).items():
             registry.add_helm_values_schema(chart, schema)
         return registry
@@ -499,10 +521,11 @@ class SchemaRegistry:
         *,
         helm_values_schemas: Mapping[str, Mapping[str, Any]] | None = None,
         missing_hint: str = "the cluster serves no CRD for it",
+        kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     ) -> SchemaRegistry:
         """From CustomResourceDefinition objects, e.g. the items of the list the API server
         returns for ``apiextensions.k8s.io/v1`` ``customresourcedefinitions``."""
-        registry = cls(missing_hint=missing_hint)
+        registry = cls(missing_hint=missing_hint, kubernetes_version=kubernetes_version)
         for crd in crds:
             registry.add_crd(crd)
         for chart, schema in (helm_values_schemas or {}).items():
@@ -533,6 +556,11 @@ class SchemaRegistry:
         self._helm_values[chart] = Draft202012Validator(schema)
 
     # Queries -----------------------------------------------------------------------------------
+
+    def is_builtin(self, api_version: str, kind: str) -> bool:
+        """A kind of Kubernetes itself (not of a CRD)."""
+        entry = self._kinds.get((api_version, kind))
+        return entry is not None and bool(entry.definition)
 
     def knows(self, api_version: str, kind: str) -> bool:
         entry = self._kinds.get((api_version, kind))
@@ -570,15 +598,18 @@ class SchemaRegistry:
         if entry.validator is None:
             with self._lock:
                 if entry.validator is None:
-                    if entry.model:
+                    if entry.definition:
+                        root = self.core.defs[entry.definition]
                         schema = {
-                            "$defs": self._core.defs,
-                            **self._core.ref(entry.model),
-                            "required": ["apiVersion", "kind", "metadata"],
+                            "$defs": self.core.defs,
+                            **root,
+                            "required": sorted(
+                                {*root.get("required", []), "apiVersion", "kind", "metadata"}
+                            ),
                         }
                     else:
                         schema = crd_root_schema(
-                            entry.open_api or {"type": "object"}, self._core.defs, self.notes
+                            entry.open_api or {"type": "object"}, self.core.defs, self.notes
                         )
                     entry.validator = KubeValidator(schema)
         return entry.validator
@@ -628,6 +659,13 @@ class SchemaRegistry:
                 )
             ]
         errors: list[SchemaError] = []
+        if entry.definition and "alpha" in api_version.rpartition("/")[2]:
+            # In the OpenAPI document, but off unless the cluster enables its feature gate.
+            message = (
+                f"{api_version} {kind} is an alpha API of Kubernetes "
+                f"{self.kubernetes_version}: served only where its feature gate is on"
+            )
+            errors.append(error("apiVersion", message, "warning"))
         if entry.deprecated:
             # Still accepted, so a warning: the change applies today, but will break when
             # the operator stops serving the version.
@@ -788,22 +826,40 @@ def _metadata_problems(
 
 # --- module-level entry points with a cached registry per directory -----------------------------
 
-_registries: dict[str, SchemaRegistry] = {}
+_registries: dict[tuple[str, str, str], SchemaRegistry] = {}
 _registries_lock = threading.Lock()
 
 
-def get_registry(schema_dir: str | Path | None = None) -> SchemaRegistry:
-    """The registry for ``schema_dir``, loaded once per process.
+def get_registry(
+    schema_dir: str | Path | None = None,
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+) -> SchemaRegistry:
+    """The registry for ``schema_dir`` and the built-in kinds of ``kubernetes_version``,
+    loaded once per process.
 
     ``None`` gives the built-in kinds only: every custom resource is then unknown.
     """
     key = str(Path(schema_dir).resolve()) if schema_dir is not None else ""
+    # A directory replaced in place (fetch_schemas renames a new one there) is another set.
+    identity = _identity(key) if key else ""
     with _registries_lock:
-        registry = _registries.get(key)
+        registry = _registries.get((key, identity, kubernetes_version))
         if registry is None:
-            registry = SchemaRegistry.from_dir(key) if key else SchemaRegistry()
-            _registries[key] = registry
+            registry = (
+                SchemaRegistry.from_dir(key, kubernetes_version=kubernetes_version)
+                if key
+                else SchemaRegistry(kubernetes_version=kubernetes_version)
+            )
+            _registries[(key, identity, kubernetes_version)] = registry
     return registry
+
+
+def _identity(directory: str) -> str:
+    try:
+        stat = Path(directory).stat()
+    except OSError:
+        return ""
+    return f"{stat.st_ino}:{stat.st_mtime_ns}"
 
 
 def validate_object(obj: Any, schema_dir: str | Path | None = None) -> list[SchemaError]:
@@ -836,12 +892,17 @@ def load_crd_file(path: str | Path) -> list[dict[str, Any]]:
 
 
 __all__ = [
-    "CORE_KINDS",
+    "CLUSTER_SCOPED",
+    "DEFAULT_KUBERNETES_VERSION",
+    "CoreSchemas",
     "SchemaError",
     "SchemaRegistry",
+    "UnsupportedKubernetesVersion",
+    "core_schemas",
     "get_registry",
     "helm_values_schemas",
     "load_crd_file",
+    "supported_kubernetes_versions",
     "validate_object",
     "validate_objects",
 ]

@@ -1,18 +1,21 @@
 """Where one check run's schemas come from, and how its results name them.
 
 A ``SchemaSource`` is plain data (this package imports no Django): the portal builds it
-(``fleet.schemas.schema_source``) and ``run_checks`` receives it.
+(``gitops.schemas.schema_source``) and ``run_checks`` receives it.
 
-- ``cluster``: custom resources are validated against the CRDs the cluster serves, as last
-  read into the portal's database (``load_crds`` returns them; ``fingerprint`` names that set,
-  so a registry is built once per set and kept). A chart's values schema is not served by any
-  cluster, so the vCluster chart's still comes from ``directory`` when one is configured.
-- ``directory``: CRDs and chart values schemas from ``directory`` (the offline option).
+Built-in kinds (Namespace, RBAC, quota, DRA, ...) are always validated, offline, against the
+upstream OpenAPI schemas of the fleet's Kubernetes version that the pinned
+``kubernetes-validate`` package ships (``gitops.checks.schema.core_schemas``). Custom
+resources come from one of:
 
-Built-in kinds (Namespace, RBAC, quota, ...) are validated against schemas derived from the
-official ``kubernetes`` client's models in both cases (``gitops.checks.schema``): the fleet
-simulator does not serve ``/openapi/v3``, and the client's models are generated from that
-document for one Kubernetes minor version, which the label names.
+- ``cluster``: the CRDs the cluster serves, as last read into the portal's database
+  (``load_crds`` returns them; ``fingerprint`` names that set, so a registry is built once per
+  set and kept). A chart's values schema is not served by any cluster, so the vCluster
+  chart's still comes from ``directory`` when one is configured;
+- ``directory``: CRDs and chart values schemas from ``directory`` (what ``manage.py
+  fetch_schemas`` downloads, or any folder of CRD files: the offline option);
+- ``builtin``: none at all. Custom resources are then not validated, and the schema check
+  says so as ``partial`` (never ``passed``), naming the kinds it could not validate.
 """
 
 from __future__ import annotations
@@ -25,16 +28,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import kubernetes
-
-from gitops.checks.schema import CORE_KINDS, SchemaRegistry, get_registry, helm_values_schemas
+from gitops.checks.schema import (
+    DEFAULT_KUBERNETES_VERSION,
+    SchemaRegistry,
+    get_registry,
+    helm_values_schemas,
+)
 from gitops.render.vcluster import CHART_VERSION
 
-Origin = Literal["cluster", "directory"]
+Origin = Literal["cluster", "directory", "builtin"]
 
 # Registries built from cluster CRDs, newest last. Two are enough: the set in use and the one
 # a refresh just replaced (a check run that started before the refresh may still need it).
-_CLUSTER_REGISTRIES: OrderedDict[tuple[str, str], SchemaRegistry] = OrderedDict()
+_CLUSTER_REGISTRIES: OrderedDict[tuple[str, str, str], SchemaRegistry] = OrderedDict()
 _CLUSTER_KEEP = 2
 _cluster_lock = threading.Lock()
 # At most this many custom kinds are named in a label; the rest are counted.
@@ -53,22 +59,28 @@ class SchemaSource:
     load_crds: Callable[[], Iterable[Mapping[str, Any]]] | None = field(
         default=None, compare=False, repr=False
     )
-    # Why this source was chosen over the configured one (``auto`` falling back), for the label.
+    # Why this source was chosen over the configured one (a fallback), for the label.
     note: str = ""
-    # Why the configured source has no schemas to give (the schema check is then skipped).
-    unavailable: str = ""
 
     @classmethod
     def from_directory(cls, directory: str | Path, *, note: str = "") -> SchemaSource:
         return cls("directory", directory=str(directory), note=note)
 
-    def registry(self) -> SchemaRegistry:
-        """The registry of this source; ``OSError``/``ValueError`` when it cannot be loaded."""
+    @classmethod
+    def builtin(cls, *, note: str = "") -> SchemaSource:
+        """Built-in kinds only: no CRDs anywhere (custom resources are not validated)."""
+        return cls("builtin", note=note)
+
+    def registry(self, kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> SchemaRegistry:
+        """The registry of this source with the built-in kinds of ``kubernetes_version``;
+        ``OSError``/``ValueError`` when it cannot be loaded."""
+        if self.origin == "builtin":
+            return get_registry(None, kubernetes_version)
         if self.origin == "directory":
             if self.directory is None:
                 raise ValueError("a directory schema source needs a directory")
-            return get_registry(self.directory)
-        key = (self.fingerprint, self.directory or "")
+            return get_registry(self.directory, kubernetes_version)
+        key = (self.fingerprint, self.directory or "", kubernetes_version)
         with _cluster_lock:
             registry = _CLUSTER_REGISTRIES.get(key)
             if registry is not None:
@@ -79,6 +91,7 @@ class SchemaSource:
         registry = SchemaRegistry.from_crds(
             self.load_crds(),
             helm_values_schemas=helm_values_schemas(self.directory) if self.directory else None,
+            kubernetes_version=kubernetes_version,
         )
         with _cluster_lock:
             _CLUSTER_REGISTRIES[key] = registry
@@ -87,20 +100,25 @@ class SchemaSource:
         return registry
 
     def short_label(self) -> str:
-        """``cluster ai-factory CRDs as of 12:03 UTC`` or ``directory crds``."""
+        """``cluster ai-factory CRDs as of 12:03 UTC``, ``directory schemas`` or ``built-in
+        kinds only``."""
         if self.origin == "cluster":
             when = f" as of {self.fetched_at:%Y-%m-%d %H:%M} UTC" if self.fetched_at else ""
             return f"cluster {self.cluster} CRDs{when}"
+        if self.origin == "builtin":
+            return "built-in kinds only, no CRDs"
         return f"directory {Path(self.directory or '').name}"
 
     def label(self, registry: SchemaRegistry, used: Iterable[tuple[str, str]] = ()) -> str:
         """Which source and versions validated the kinds ``used`` ((apiVersion, kind) pairs)."""
-        custom = sorted({key for key in used if key not in CORE_KINDS and registry.knows(*key)})
+        custom = sorted(
+            {key for key in used if not registry.is_builtin(*key) and registry.knows(*key)}
+        )
         named = ", ".join(f"{api_version} {kind}" for api_version, kind in custom[:LABEL_KINDS])
         if len(custom) > LABEL_KINDS:
             named += f", {len(custom) - LABEL_KINDS} more"
         parts = [f"{self.short_label()}" + (f" ({named})" if named else "")]
-        parts.append(f"built-in kinds from the kubernetes client {kubernetes.__version__} models")
+        parts.append(registry.core.label())
         if "vcluster" in registry.helm_charts():
             parts.append(
                 f"vCluster chart {CHART_VERSION} values from directory "

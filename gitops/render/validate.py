@@ -264,6 +264,18 @@ def _duplicates(errors: _Errors, items: Sequence[Any], field: str, what: str) ->
 # --- the fleet -------------------------------------------------------------------------------
 
 
+def _validate_kubernetes_version(errors: _Errors, version: Any) -> None:
+    from gitops.checks.schema import supported_kubernetes_versions
+
+    known = supported_kubernetes_versions()
+    if version not in known:
+        errors.add(
+            "kubernetes_version",
+            f"{version!r} is not a Kubernetes minor version the checks have schemas for "
+            f"(one of {', '.join(known)}).",
+        )
+
+
 def validate_fleet(fleet: FleetSpec) -> None:
     """Raise ``SpecError`` unless the fleet description can be rendered."""
     errors = _Errors()
@@ -276,6 +288,7 @@ def validate_fleet(fleet: FleetSpec) -> None:
         for index, flavor in enumerate(fleet.flavors):
             _validate_flavor(errors, f"flavors[{index}]", flavor)
     _validate_topology(errors, fleet.topology_levels)
+    _validate_kubernetes_version(errors, fleet.kubernetes_version)
     if fleet.node_local_dns:
         try:
             ipaddress.ip_address(fleet.node_local_dns)

@@ -151,10 +151,15 @@ def test_isolation_also_checks_what_a_patch_builds(crds_dir: Path, kubectl: str)
     ]
 
 
-def test_without_a_schema_dir_the_schema_check_is_skipped() -> None:
+def test_without_a_schema_dir_built_in_kinds_are_still_validated() -> None:
     results = by_name(run_checks(samples.fleet_tree("alpha"), fleet=FLEET, schema_dir=None))
-    assert results["schemas"].status == "skipped"
-    assert results["schemas"].summary == "no schema source is configured"
+    assert results["schemas"].status == "partial"
+    assert results["schemas"].summary == (
+        "8 objects validated, 15 custom resources without a schema: ClusterQueue, GitRepository, "
+        "HTTPRoute, HelmRelease, HelmRepository, InferenceService, Kustomization, LocalQueue, "
+        "3 more; "
+        "schemas: built-in kinds only, no CRDs"
+    )
 
 
 def test_a_missing_schema_dir_fails(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet.simulator import SimConfig, Simulator, load_config
 from fleet.simulator.config import ConfigError
+from gitops.schemas import directory_with_crds
 from gitops.sources import simulator_git_options
 
 
@@ -54,10 +55,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         # The simulated Flux reconciles clusters/<fleet>, the fleet the portal renders.
         config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
-        # Its API server serves the CRDs the portal validates against, unless the fleet YAML
-        # names another directory (crd_dir).
-        if not config.crd_dir and settings.GITOPS_SCHEMA_DIR:
-            config = dataclasses.replace(config, crd_dir=settings.GITOPS_SCHEMA_DIR)
+        # Its API server serves the CRDs the portal has (what fetch_schemas downloaded), unless
+        # the fleet YAML names another directory (crd_dir); none yet: it serves no CRDs.
+        if not config.crd_dir and (crds := directory_with_crds()):
+            config = dataclasses.replace(config, crd_dir=crds)
         simulator = Simulator(
             config,
             repo_path=options["repo"] or settings.GITOPS_REPO_PATH,

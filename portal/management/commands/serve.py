@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from gitops.schemas import directory_with_crds
 from portal.jobs import EmbeddedBeat, runner_mode
 
 
@@ -64,10 +65,10 @@ class Command(BaseCommand):
         )
         # The simulated Flux reconciles clusters/<fleet>, the portal's own fleet.
         config = dataclasses.replace(config, fleet_name=settings.GITOPS_FLEET_NAME)
-        # Its API server serves the CRDs the portal validates against, unless the fleet YAML
-        # names another directory (crd_dir).
-        if not config.crd_dir and settings.GITOPS_SCHEMA_DIR:
-            config = dataclasses.replace(config, crd_dir=settings.GITOPS_SCHEMA_DIR)
+        # Its API server serves the CRDs the portal has (what fetch_schemas downloaded), unless
+        # the fleet YAML names another directory (crd_dir); none yet: it serves no CRDs.
+        if not config.crd_dir and (crds := directory_with_crds()):
+            config = dataclasses.replace(config, crd_dir=crds)
         if settings.FLUX_WEBHOOK_SECRET and not config.flux_events_address:
             # Its notification-controller posts to this portal, as the rendered Provider would.
             portal = addrport if ":" in addrport else f"127.0.0.1:{addrport}"
