@@ -31,6 +31,9 @@ $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 demo: $(VENV)/.installed-app
 	$(MANAGE) migrate --noinput -v0
 	$(MANAGE) createcachetable
+	@# The pinned upstream CRDs, so the demo's checks validate custom resources too (and its
+	@# simulator serves them); offline it goes on with the built-in kinds only.
+	$(MANAGE) fetch_schemas --offline-ok
 	$(MANAGE) seed_demo
 	@echo "Portal on http://$(ADDR)/  (sign in as platform, alice, carol, erin, ... with demo-password-1)"
 	$(MANAGE) serve $(ADDR)

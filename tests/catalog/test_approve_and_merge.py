@@ -13,6 +13,7 @@ from catalog.models import ResourceRequest
 from gitops import services as gitops
 from gitops.models import CheckRun, MergeQueueBatch, MergeQueueEntry
 from portal.models import Job
+from tests.gitops.checks_support import FLOW_CHECKS, FLOW_CHECKS_STATE, flow_check_statuses
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -48,7 +49,7 @@ def test_approve_and_merge_takes_the_request_to_main_through_the_queue(
     entry = MergeQueueEntry.objects.get(change=change)
     assert entry.state == "merged" and entry.enqueued_by == world["pam"]
     assert MergeQueueBatch.objects.get().check_runs == 1
-    assert {r.status for r in CheckRun.objects.filter(change=change)} == {"passed"}
+    assert flow_check_statuses(CheckRun.objects.filter(change=change)) == FLOW_CHECKS
     services.advance_requests()
     request.refresh_from_db()
     assert request.state == S.MERGED
@@ -62,7 +63,7 @@ def test_plain_approval_still_opens_a_pull_request_with_its_own_checks(
     request = run_jobs(services.do_approve, request, acting_user=world["pam"])
     assert request.change is not None
     request.change.refresh_from_db()
-    assert request.change.status == "open" and request.change.checks_state == "passed"
+    assert request.change.status == "open" and request.change.checks_state == FLOW_CHECKS_STATE
     assert not MergeQueueEntry.objects.exists()
 
 
@@ -77,7 +78,7 @@ def test_a_request_that_cannot_be_queued_waits_with_its_own_checks(
     assert request.error == "Not added to the merge queue: 1 of 2 required approvals."
     assert request.change is not None
     request.change.refresh_from_db()
-    assert request.change.status == "open" and request.change.checks_state == "passed"
+    assert request.change.status == "open" and request.change.checks_state == FLOW_CHECKS_STATE
 
 
 def test_the_approval_page_approves_and_merges(

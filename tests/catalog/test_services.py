@@ -33,7 +33,8 @@ def _merge(request: ResourceRequest, world: dict[str, Any], run_jobs: Any) -> Ch
     assert request.change is not None, request.error
     change = request.change
     change.refresh_from_db()
-    assert change.checks_state == "passed", list(change.checks.values("name", "summary"))
+    # Passed, or partial where its custom resources have no CRD here (tests' settings).
+    assert change.checks_mergeable, list(change.checks.values("name", "summary"))
     return run_jobs(gitops.do_merge, change, acting_user=world["pam"])
 
 

@@ -19,6 +19,7 @@ from gitops.repo import GitRepository
 from gitops.usertext import WORD_JOINER
 from portal.models import Job
 from tenants.services import do_create_tenant
+from tests.gitops.checks_support import FLOW_CHECKS_STATE
 from tests.gitops.forge_support import recording, replay_server
 from tests.gitops.test_usertext import active_forge_actions
 
@@ -65,7 +66,7 @@ def test_user_text_forges_no_trailer_of_the_merge_commit(
     change = request.change
     assert change is not None, request.error
     change.refresh_from_db()
-    assert change.checks_state == "passed", list(change.checks.values("name", "summary"))
+    assert change.checks_state == FLOW_CHECKS_STATE, list(change.checks.values("name", "summary"))
     merged = run_jobs(gitops.do_merge, change, acting_user=world["pam"])
 
     repo = gitops.repository()

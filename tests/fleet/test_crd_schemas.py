@@ -23,25 +23,25 @@ from gitops import schemas as gitops_schemas
 from gitops.checks import run_checks
 from gitops.models import ServedCrd
 from tests.gitops import checks_samples as samples
-from tests.gitops.conftest import SHARED_CRDS
+from tests.gitops.checks_support import require_crds
 
 CLUSTER_QUEUES = "clusterqueues.kueue.x-k8s.io"
 
 
 @pytest.fixture
 def shared_crds(settings: Any) -> Path:
-    if not SHARED_CRDS.is_dir():
-        pytest.fail(f"{SHARED_CRDS} is missing")
-    settings.GITOPS_SCHEMA_DIR = str(SHARED_CRDS)
-    return SHARED_CRDS
+    """../shared/crds as GITOPS_SCHEMA_DIR (skipped without it, failed in CI)."""
+    path = require_crds()
+    settings.GITOPS_SCHEMA_DIR = str(path)
+    return path
 
 
 @pytest.fixture
-def kueue_without_stop_policy(tmp_path: Path) -> Path:
+def kueue_without_stop_policy(tmp_path: Path, shared_crds: Path) -> Path:
     """Kueue's CRDs, but the cluster's ClusterQueue has no ``spec.stopPolicy`` in any version
     (as an older Kueue release would serve)."""
     target = tmp_path / "crds"
-    shutil.copytree(SHARED_CRDS / "kueue", target / "kueue")
+    shutil.copytree(shared_crds / "kueue", target / "kueue")
     path = target / "kueue" / "kueue.x-k8s.io_clusterqueues.yaml"
     crd = yaml.safe_load(path.read_text())
     for version in crd["spec"]["versions"]:
@@ -168,7 +168,7 @@ def test_in_cluster_mode_the_clusters_crd_wins_over_the_directory(
     label, *problems = by_cluster.details
     assert label.startswith("schemas: cluster ai-factory CRDs as of ")
     assert "(kueue.x-k8s.io/v1beta2 ClusterQueue, kueue.x-k8s.io/v1beta2 LocalQueue)" in label
-    assert "built-in kinds from the kubernetes client" in label
+    assert "built-in kinds of Kubernetes 1.34 from kubernetes-validate 1.37.0" in label
     # A chart's values schema is not served by a cluster: it still comes from the directory.
     assert "vCluster chart 0.35.3 values from directory crds" in label
     assert problems == [
@@ -203,7 +203,7 @@ def test_auto_uses_fresh_cluster_crds_else_the_directory_and_says_why(
 
 
 @pytest.mark.django_db
-def test_cluster_mode_without_cached_crds_skips_the_schema_check(
+def test_cluster_mode_without_cached_crds_validates_the_built_in_kinds_only(
     shared_crds: Path, settings: Any
 ) -> None:
     settings.GITOPS_SCHEMA_SOURCE = "cluster"
@@ -211,10 +211,13 @@ def test_cluster_mode_without_cached_crds_skips_the_schema_check(
     [result, *_] = run_checks(
         files, fleet=samples.FLEET, changed=changed, schema_source=gitops_schemas.schema_source()
     )
-    assert result.status == "skipped"
+    assert result.status == "partial"
     assert result.summary == (
-        "no CRDs have been read from the cluster yet (see the fleet sync); "
-        "schemas: cluster ai-factory CRDs"
+        "0 objects validated, 2 custom resources without a schema: ClusterQueue, LocalQueue; "
+        "schemas: built-in kinds only, no CRDs"
+    )
+    assert result.details[0].endswith(
+        "(no CRDs have been read from the cluster yet (see the fleet sync))"
     )
 
 
@@ -238,3 +241,34 @@ def test_a_missing_crd_dir_is_a_configuration_error(
 ) -> None:
     with pytest.raises(ConfigError, match=r"crd_dir: .* is not a directory"):
         start_fleet(crd_dir=str(tmp_path / "nope"))
+
+
+@pytest.mark.django_db
+def test_with_no_crds_anywhere_the_source_is_the_built_in_kinds_and_says_why(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.GITOPS_SCHEMA_DIR = str(tmp_path / "schemas")  # nothing fetched yet
+    settings.GITOPS_SCHEMA_SOURCE = "auto"
+    source = gitops_schemas.schema_source()
+    assert source.origin == "builtin"
+    assert source.note == (
+        "auto: no CRDs read from the cluster yet; GITOPS_SCHEMA_DIR (schemas) holds no CRDs "
+        "yet: run manage.py fetch_schemas, or point it at a folder of CRD files"
+    )
+    settings.GITOPS_SCHEMA_SOURCE = "cluster"
+    assert gitops_schemas.schema_source().note == (
+        "no CRDs have been read from the cluster yet (see the fleet sync)"
+    )
+    settings.GITOPS_SCHEMA_SOURCE = "directory"
+    settings.GITOPS_SCHEMA_DIR = ""
+    assert gitops_schemas.schema_source().note == "no GITOPS_SCHEMA_DIR is set"
+    files, changed = _stopped_queue_tree()
+    [schemas_result, *_] = run_checks(
+        files, fleet=samples.FLEET, changed=changed, schema_source=gitops_schemas.schema_source()
+    )
+    assert schemas_result.status == "partial"
+    assert schemas_result.summary == (
+        "0 objects validated, 2 custom resources without a schema: ClusterQueue, LocalQueue; "
+        "schemas: built-in kinds only, no CRDs"
+    )
+    assert schemas_result.details[0].endswith("(no GITOPS_SCHEMA_DIR is set)")

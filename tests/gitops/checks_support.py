@@ -8,7 +8,9 @@ CI (``PORTAL_TEST_REQUIRE_SERVICES`` set) they fail instead, so a green run mean
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO_ROOT / ".." / "shared" / "crds"
 
 
-def _missing(message: str) -> None:
+def missing(message: str) -> None:
+    """Skip (a developer's machine) or fail (CI: PORTAL_TEST_REQUIRE_SERVICES)."""
     if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
         pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
     pytest.skip(message)
@@ -27,7 +30,7 @@ def _missing(message: str) -> None:
 def require_crds() -> Path:
     """The shared CRD folder, read in place (never copied into the project)."""
     if not SHARED_CRDS.is_dir():
-        _missing(f"the upstream CRDs are not at {SHARED_CRDS.resolve()}")
+        missing(f"the upstream CRDs are not at {SHARED_CRDS.resolve()}")
     return SHARED_CRDS.resolve()
 
 
@@ -45,3 +48,26 @@ def require_kubectl() -> str:
     path = kubectl_path()
     assert path is not None, "kubectl is missing from the install (pip install -e . again)"
     return path
+
+
+# What the checks of a change come to in the tests' settings (tests/conftest.py), as in a
+# clone with nothing beside it: built-in kinds validated (kubernetes-validate), custom
+# resources not (no CRDs), so the schema check is partial and a change's checks state is
+# "partial", which merges there (GITOPS_ALLOW_PARTIAL_CHECKS, as in the demo). Tests of the
+# schemas themselves use ../shared/crds (the schema_dir fixture).
+FLOW_CHECKS_STATE = "partial"
+
+
+def flow_check_statuses(runs: Iterable[Any]) -> dict[str, str]:
+    """``{check: status}`` of check runs, for comparing with ``FLOW_CHECKS``."""
+    return {run.name: run.status for run in runs}
+
+
+FLOW_CHECKS = {
+    "schemas": "partial",
+    "kustomize": "passed",
+    "isolation": "passed",
+    "capacity": "passed",
+    "controllers": "passed",
+    "duplicates": "passed",
+}

@@ -78,7 +78,6 @@ def test_a_revocation_merges_once_its_checks_pass_and_a_grant_waits(
     fleet: FleetSpec,
     world: dict[str, Any],
     django_capture_on_commit_callbacks: Any,
-    schema_dir: Path,
 ) -> None:
     on_commit = django_capture_on_commit_callbacks
     removal = open_access_change(world, on_commit, fleet, spec(ann="admin"))
@@ -104,7 +103,6 @@ def test_revocations_wait_when_the_setting_is_off_or_a_forge_merges(
     world: dict[str, Any],
     django_capture_on_commit_callbacks: Any,
     settings: Any,
-    schema_dir: Path,
 ) -> None:
     settings.GITOPS_AUTO_MERGE_REVOCATIONS = False
     change = open_access_change(world, django_capture_on_commit_callbacks, fleet, spec(ann="admin"))

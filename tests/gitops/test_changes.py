@@ -21,6 +21,7 @@ from gitops.repo import GitRepository
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from portal.models import AuditEvent, Job
 from tenants.models import PlatformRole
+from tests.gitops.checks_support import FLOW_CHECKS, FLOW_CHECKS_STATE
 
 FLEET = demo_fleet()
 
@@ -55,7 +56,7 @@ RICH = TenantSpec(
 
 
 def test_it_opens_a_change_with_checks_on_its_own_branch(
-    world: dict[str, Any], on_commit: Any, schema_dir: Path
+    world: dict[str, Any], on_commit: Any
 ) -> None:
     change = _open(world["bob"], on_commit, RICH)
     repo = services.repository()
@@ -68,15 +69,10 @@ def test_it_opens_a_change_with_checks_on_its_own_branch(
     assert f"Change-Request: {change.pk}" in message
     assert "Requested-by: bob <bob@example.com>" in message
     checks = {c.name: c.status for c in CheckRun.objects.filter(change=change)}
-    assert checks == {
-        "schemas": "passed",
-        "kustomize": "passed",
-        "isolation": "passed",
-        "capacity": "passed",
-        "controllers": "passed",
-        "duplicates": "passed",
-    }, CheckRun.objects.filter(change=change).values("name", "summary", "details")
-    assert change.checks_state == "passed"
+    assert checks == FLOW_CHECKS, CheckRun.objects.filter(change=change).values(
+        "name", "summary", "details"
+    )
+    assert change.checks_state == FLOW_CHECKS_STATE
     assert AuditEvent.objects.filter(action="change.open", tenant_slug="alpha").exists()
 
 

@@ -29,6 +29,7 @@ from gitops.repo import GitRepository, format_message
 from gitops.specs import GpuShare, TenantClusterSpec, TenantSpec
 from portal.jobs import run_job
 from portal.models import AuditEvent, Job
+from tests.gitops.checks_support import FLOW_CHECKS, FLOW_CHECKS_STATE, flow_check_statuses
 
 FLEET = demo_fleet()
 
@@ -90,7 +91,7 @@ def _share(slug: str, count: int = 1) -> TenantSpec:
 
 
 def test_a_batch_merges_one_commit_per_change_in_order_with_one_check_run(
-    world: dict[str, Any], on_commit: Any, schema_dir: Path
+    world: dict[str, Any], on_commit: Any
 ) -> None:
     for slug in ("t1", "t2", "t3"):
         _merged(world, on_commit, TenantSpec(slug=slug))
@@ -107,7 +108,7 @@ def test_a_batch_merges_one_commit_per_change_in_order_with_one_check_run(
     shas = []
     for change in changes:
         change.refresh_from_db()
-        assert change.status == "merged" and change.checks_state == "passed"
+        assert change.status == "merged" and change.checks_state == FLOW_CHECKS_STATE
         shas.append(change.merge_sha)
         message = repo.commit_message(change.merge_sha)
         assert f"Change-Request: {change.pk}" in message
@@ -115,7 +116,7 @@ def test_a_batch_merges_one_commit_per_change_in_order_with_one_check_run(
         assert "Merged-by: pam <pam@example.com>" in message
         assert f"Merge-Queue-Batch: {batch.pk}" in message
         runs = CheckRun.objects.filter(change=change, sha=change.head_sha)
-        assert {r.status for r in runs} == {"passed"}, [(r.name, r.summary) for r in runs]
+        assert flow_check_statuses(runs) == FLOW_CHECKS, [(r.name, r.summary) for r in runs]
         assert all(r.summary.startswith(f"merge queue batch {batch.pk}:") for r in runs)
     # A chain on the old tip, in the order queued, and main at its end.
     assert repo.parents(shas[0]) == [before]
@@ -600,7 +601,7 @@ def test_a_lease_expired_with_its_runner_does_not_hold_back_a_run(
 
 
 def test_warming_keeps_mains_tree_and_every_tenants_values(
-    world: dict[str, Any], on_commit: Any, schema_dir: Path
+    world: dict[str, Any], on_commit: Any
 ) -> None:
     """What a worker does when it starts: the next batch finds main's tree at hand and every
     tenant's check values kept, and computes only the tenants its changes touch."""
