@@ -20,7 +20,9 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from tests.conftest import PASSWORD, database_url, require_service
+from tests.conftest import PASSWORD
+from tests.support import require_service
+from tests.support.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS = "redis://127.0.0.1:6379/14"
