@@ -130,17 +130,26 @@ def merged_change(
     """Open a change as bob, pass its checks, have pam approve and merge it; returns it.
 
     ``spec`` re-renders a tenant; ``remove`` decommissions one; ``changes`` writes raw files
-    (for a change Flux cannot build)."""
+    (for a change Flux cannot build). It sets a scene: the checks are marked passed without
+    running, as they cost about half a second a change (tests/gitops tests them);
+    ``run_checks=True`` runs them too, as a job, for a test about that job."""
     from gitops import services
     from gitops.fleet import configured_fleet
     from gitops.models import ChangeRequest
 
-    def run(spec: Any = None, *, remove: str = "", changes: Any = None) -> Any:
+    def run(
+        spec: Any = None, *, remove: str = "", changes: Any = None, run_checks: bool = False
+    ) -> Any:
         fleet = configured_fleet()
         with django_capture_on_commit_callbacks(execute=True):
             if spec is not None:
                 change = services.open_tenant_change(
-                    acting_user=world["bob"], tenant=spec, fleet=fleet, title="t", kind="tenant"
+                    acting_user=world["bob"],
+                    tenant=spec,
+                    fleet=fleet,
+                    title="t",
+                    kind="tenant",
+                    run_checks=run_checks,
                 )
             else:
                 services.ensure_bootstrapped(fleet)
@@ -150,6 +159,7 @@ def merged_change(
                     changes=changes or services.tenant_removal_changes(remove, fleet),
                     kind=ChangeRequest.Kind.DECOMMISSION if remove else ChangeRequest.Kind.PLATFORM,
                     tenant_slug=remove,
+                    run_checks=run_checks,
                 )
         ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
         change.refresh_from_db()

@@ -113,7 +113,7 @@ def test_changes_opened_merged_and_check_durations_follow_the_rows(
         assert value(before, "portal_changes_opened_total", kind=kind) == 0
     assert buckets(before, "portal_check_duration_seconds")["+Inf"] == 0
 
-    merged_change(TenantSpec(slug="alpha"))
+    merged_change(TenantSpec(slug="alpha"), run_checks=True)
     after = series()
     assert value(after, "portal_changes_opened_total", kind="tenant") == 1
     assert value(after, "portal_changes_merged_total", kind="tenant") == 1
