@@ -20,6 +20,9 @@ from tenants.models import Membership, PlatformRole, Role, Tenant
 from tenants.specs import tenant_spec
 from tests.support.processes import ROOT, database_url, portal_env
 
+# Two processes locking the same rows (select_for_update; SQLite locks the whole database).
+pytestmark = pytest.mark.db_engine
+
 APPROVER = """
 import sys
 import django

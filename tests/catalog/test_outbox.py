@@ -16,7 +16,8 @@ from portal.jobs import run_job
 from portal.models import Job
 from tests.support import wait_until
 
-pytestmark = pytest.mark.django_db
+# Mail claimed with select_for_update(skip_locked=True), committed one by one.
+pytestmark = [pytest.mark.django_db, pytest.mark.db_engine]
 
 
 @pytest.fixture

@@ -26,6 +26,9 @@ from tests.support.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS = "redis://127.0.0.1:6379/14"
+# Every test here counts alice's failures in one Redis database (and clears it): under
+# pytest-xdist they run one after the other, on one worker.
+pytestmark = pytest.mark.xdist_group("login-throttle-redis")
 REFUSED = "Too many failed login attempts"
 WRONG = "The username and/or password you specified are not correct."
 

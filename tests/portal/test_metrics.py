@@ -242,6 +242,7 @@ def _fill(n: int) -> None:
     )
 
 
+@pytest.mark.db_engine
 def test_a_scrape_costs_a_fixed_number_of_queries(db: None) -> None:
     for source in SyncState.Source.values:
         SyncState.objects.create(source=source, last_success=timezone.now())
