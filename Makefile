@@ -5,13 +5,16 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip --disable-pip-version-check
 MANAGE := $(BIN)/python manage.py
 ADDR   ?= 127.0.0.1:8000
+# pytest-xdist processes: one per core (CI has two); PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-python lint format worker system-deps node-deps clean
+.PHONY: demo test test-sqlite-subset lint format worker system-deps node-deps clean
 
 # The demo and the checks are local runs: DEBUG=true lets the settings use the embedded
 # SECRET_KEY, which they refuse anywhere else (a deployment sets its own; docs/operator-guide.md).
-demo test lint format: export DEBUG := true
+demo test test-sqlite-subset lint format: export DEBUG := true
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -57,13 +60,15 @@ tests/oidc/node_modules/.installed: tests/oidc/package.json tests/oidc/package-l
 	cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-## test: install what the tests need and run the whole suite
-test: $(VENV)/.installed-test system-deps node-deps
+## test: install what the tests need, check and lint, and run the whole suite on DATABASE_URL (SQLite without it)
+test: lint system-deps node-deps
 	$(MANAGE) check
 	$(MANAGE) makemigrations --check --dry-run
-	$(BIN)/ruff check .
-	$(BIN)/mypy portal tenants gitops fleet catalog billing api portalctl
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
+
+## test-sqlite-subset: only the tests that depend on the database engine (marked db_engine), on SQLite
+test-sqlite-subset: $(VENV)/.installed-test system-deps node-deps
+	DATABASE_URL= $(PYTEST) -m db_engine $(PYTEST_ARGS)
 
 ## lint: ruff (lint and format check) and mypy
 lint: $(VENV)/.installed-test

@@ -7,15 +7,8 @@ admin, fiona is finance, nora has no tenant at all.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,103 +17,40 @@ from django.test import Client
 
 from portal.middleware import LAST_ACTIVITY_KEY
 from tenants.models import Membership, PlatformRole, Role, Tenant
+from tests.support.skips import REQUIRE_SERVICES, services_required, skip_reason, unexpected_skips
 
 PASSWORD = "correct-horse-battery"
 
+# --- a CI run shows no skip it did not agree to (tests/support/skips.py) ---------------------
 
-def service_available(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+_skipped: list[tuple[str, str]] = []
 
 
-def require_service(name: str, host: str, port: int) -> None:
-    """Skip when a real service is absent on a developer's machine; fail in CI, where it must be."""
-    if service_available(host, port):
-        return
-    message = f"{name} is not reachable at {host}:{port}"
-    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
-    pytest.skip(message)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Under pytest-xdist the controller sees every worker's reports here too.
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append((report.nodeid, skip_reason(report.longrepr)))
 
 
-def use_celery_broker(app: Any, **conf: Any) -> dict[str, Any]:
-    """Point the Celery ``app`` at another broker (``broker_url``, ``task_default_queue``...)
-    and drop its pooled connections and producers, as Celery does after a fork: a pool made
-    for the previous broker would go on publishing there (a test's worker would never see its
-    task). Returns the old values, to give back to this function afterwards."""
-    old = {key: app.conf[key] for key in conf}
-    app.conf.update(conf)
-    # Forgotten, not closed: a producer pool may still hold the old pool's connections.
-    app._pool = None
-    amqp = app.__dict__.get("amqp")
-    if amqp is not None:
-        amqp._producer_pool = None
-    return old
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _skipped.append((report.nodeid, skip_reason(report.longrepr)))
 
 
-@contextmanager
-def celery_worker(broker: str, **env: str) -> Iterator[subprocess.Popen[str]]:
-    """A real Celery worker (``--pool=solo``) on ``broker``, reading a queue of its own that
-    the app in this process publishes to while it runs; ``env`` is added to its environment.
-    The worker shares the test database (``database_url``)."""
-    from portal.celery import app as celery_app
-
-    require_service("Redis", "127.0.0.1", 6379)
-    queue = f"portal-test-{uuid.uuid4().hex[:8]}"
-    old = use_celery_broker(celery_app, broker_url=broker, task_default_queue=queue)
-    environment = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": broker,
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        **env,
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "--pool=solo",
-            "-Q",
-            queue,
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-        ],
-        cwd=Path(__file__).resolve().parents[1],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        use_celery_broker(celery_app, **old)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller decides
+    if services_required() and unexpected_skips(_skipped) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def database_url() -> str:
-    """The test database as a DATABASE_URL, for a process of the portal a test starts."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    host = db.get("HOST") or "127.0.0.1"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    unexpected = unexpected_skips(_skipped) if services_required() else []
+    if unexpected:
+        terminalreporter.section(f"skips not allowed with {REQUIRE_SERVICES} set", red=True)
+        for test_id, reason in unexpected:
+            terminalreporter.line(f"{test_id}: {reason}")
+        terminalreporter.line("Make them run, or allow them in tests/support/skips.py.")
 
 
 @pytest.fixture(autouse=True)
@@ -205,17 +135,26 @@ def merged_change(
     """Open a change as bob, pass its checks, have pam approve and merge it; returns it.
 
     ``spec`` re-renders a tenant; ``remove`` decommissions one; ``changes`` writes raw files
-    (for a change Flux cannot build)."""
+    (for a change Flux cannot build). It sets a scene: the checks are marked passed without
+    running, as they cost about half a second a change (tests/gitops tests them);
+    ``run_checks=True`` runs them too, as a job, for a test about that job."""
     from gitops import services
     from gitops.fleet import configured_fleet
     from gitops.models import ChangeRequest
 
-    def run(spec: Any = None, *, remove: str = "", changes: Any = None) -> Any:
+    def run(
+        spec: Any = None, *, remove: str = "", changes: Any = None, run_checks: bool = False
+    ) -> Any:
         fleet = configured_fleet()
         with django_capture_on_commit_callbacks(execute=True):
             if spec is not None:
                 change = services.open_tenant_change(
-                    acting_user=world["bob"], tenant=spec, fleet=fleet, title="t", kind="tenant"
+                    acting_user=world["bob"],
+                    tenant=spec,
+                    fleet=fleet,
+                    title="t",
+                    kind="tenant",
+                    run_checks=run_checks,
                 )
             else:
                 services.ensure_bootstrapped(fleet)
@@ -225,6 +164,7 @@ def merged_change(
                     changes=changes or services.tenant_removal_changes(remove, fleet),
                     kind=ChangeRequest.Kind.DECOMMISSION if remove else ChangeRequest.Kind.PLATFORM,
                     tenant_slug=remove,
+                    run_checks=run_checks,
                 )
         ChangeRequest.objects.filter(pk=change.pk).update(checks_state="passed")
         change.refresh_from_db()

@@ -415,6 +415,7 @@ def test_a_document_follows_its_request_to_main(
     assert modified.status_code == 202, modified.json()
 
 
+@pytest.mark.db_engine
 def test_listing_costs_the_same_queries_for_more_shares(
     login: Callable[[str], Client], world: dict[str, Any]
 ) -> None:

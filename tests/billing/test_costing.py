@@ -19,7 +19,8 @@ from billing.costing import (
 from billing.models import FleetDay, GpuPrice, Source, UsageDay, UsageHour, UsageMonth
 from billing.services import rollup_days
 
-pytestmark = pytest.mark.django_db
+# Raw SQL (UNION ALL of compiled querysets) and sums that SQLite returns as floats.
+pytestmark = [pytest.mark.django_db, pytest.mark.db_engine]
 
 H200 = "NVIDIA-H200"
 

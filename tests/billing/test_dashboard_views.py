@@ -171,6 +171,7 @@ def test_unpriced_hours_are_flagged_on_both_pages(login: Login, world: dict[str,
     assert "no price</span>" in tenant
 
 
+@pytest.mark.db_engine
 def test_the_tenant_page_lists_idle_workloads_and_efficiency(
     login: Login, priced_usage: None
 ) -> None:
@@ -188,6 +189,7 @@ def _queries(client: Client, url: str) -> int:
     return len(captured)
 
 
+@pytest.mark.db_engine
 def test_the_number_of_queries_does_not_grow_with_tenants_or_rows(
     login: Login, priced_usage: None, world: dict[str, Any], django_assert_num_queries: Any
 ) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,8 +18,8 @@ from billing.ingest import (
     workload_labels,
 )
 from fleet.simulator.dcgm import GpuSample, render_exposition
+from tests.support import shared_dir
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 H200_MIB = 143771
 NODES = {
     "h200-01": NodeInfo("h200", "whole", H200_MIB, 8, "NVIDIA-H200"),
@@ -32,11 +31,7 @@ HOUR = 1_767_225_600  # 2026-01-01 00:00 UTC
 
 @pytest.fixture
 def dcgm_fixtures() -> Path:
-    if not SHARED_FIXTURES.is_dir():
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(f"{SHARED_FIXTURES} is missing (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("../shared/fixtures is not beside the checkout")
-    return SHARED_FIXTURES / "dcgm"
+    return shared_dir("fixtures") / "dcgm"
 
 
 def test_it_parses_a_real_exporters_scrape(dcgm_fixtures: Path) -> None:

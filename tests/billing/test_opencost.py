@@ -4,14 +4,12 @@ attribution by namespace, and bad answers over real HTTP."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,20 +27,15 @@ from billing.opencost import (
     parse_response,
 )
 from fleet.services import platform_namespaces
+from tests.support import shared_dir
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 JSON = "application/json"
 
 
 @pytest.fixture
 def example() -> bytes:
     """OpenCost's published ``/allocation?window=7d&aggregate=namespace`` answer."""
-    path = SHARED_FIXTURES / "opencost" / "allocation-example-output.json"
-    if not path.is_file():
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(f"{path} is missing (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("../shared/fixtures is not beside the checkout")
-    return path.read_bytes()
+    return (shared_dir("fixtures") / "opencost" / "allocation-example-output.json").read_bytes()
 
 
 def line(name: str, **fields: Any) -> dict[str, Any]:

@@ -10,20 +10,14 @@ exporter's to ``exported_namespace``/``exported_pod``. The ledger must be the sa
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from billing import services
 from billing.ingest import workload_labels
@@ -32,97 +26,48 @@ from billing.prometheus import MAX_POINTS, Prometheus, PrometheusError
 from fleet import services as fleet_services
 from fleet.simulator import Simulator
 from tenants.models import Tenant
+from tests.support import free_port, wait_until
+from tests.support.prometheus import RunningPrometheus, run_prometheus
 
-START_TIMEOUT = 60
 HOUR = timedelta(hours=1)
 JOBS = ("dcgm-honor", "dcgm-target")
+SAMPLES = 'DCGM_FI_DEV_GPU_TEMP{job="dcgm-honor"}'
 
 
-@dataclass
-class RunningPrometheus:
-    url: str
-    log_file: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def run_prometheus(workdir: Path, target: str) -> Iterator[RunningPrometheus]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        message = "Debian's prometheus is not installed (make system-deps)"
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip(message)
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "dcgm-honor",
-                "honor_labels": True,
-                "static_configs": [{"targets": [target]}],
-            },
-            {
-                # The chart's ServiceMonitor: the target's namespace and pod are the
-                # exporter's own, so the exporter's labels come out as exported_*.
-                "job_name": "dcgm-target",
-                "honor_labels": False,
-                "static_configs": [
-                    {
-                        "targets": [target],
-                        "labels": {
-                            "namespace": "gpu-operator",
-                            "pod": "nvidia-dcgm-exporter-7xk2p",
-                            "container": "nvidia-dcgm-exporter",
-                        },
-                    }
-                ],
-            },
-        ],
-    }
-    config_file = workdir / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(config))
-    port = _free_port()
-    log_file = workdir / "prometheus.log"
-    with log_file.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config_file}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
+def _scrape_configs(target: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_name": "dcgm-honor",
+            "honor_labels": True,
+            "static_configs": [{"targets": [target]}],
+        },
+        {
+            # The chart's ServiceMonitor: the target's namespace and pod are the
+            # exporter's own, so the exporter's labels come out as exported_*.
+            "job_name": "dcgm-target",
+            "honor_labels": False,
+            "static_configs": [
+                {
+                    "targets": [target],
+                    "labels": {
+                        "namespace": "gpu-operator",
+                        "pod": "nvidia-dcgm-exporter-7xk2p",
+                        "container": "nvidia-dcgm-exporter",
+                    },
+                }
             ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited ({proc.returncode}):\n{log_file.read_text()}")
-            try:
-                ready = Prometheus(url, timeout=2).query('count(up{job=~"dcgm-.*"} == 1)')
-            except PrometheusError:
-                ready = None
-            if ready and ready.series and ready.series[0].points[0][1] == len(JOBS):
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"prometheus did not scrape in {START_TIMEOUT}s:\n{log_file.read_text()}"
-                )
-            time.sleep(0.2)
-        yield RunningPrometheus(url, log_file)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        },
+    ]
+
+
+def _value(prometheus: RunningPrometheus, promql: str) -> float | None:
+    """The value of a query that gives one series, or None while it gives none."""
+    series = prometheus.query(promql)
+    return float(series[0]["value"][1]) if series else None
+
+
+def _both_jobs_up(prometheus: RunningPrometheus) -> bool:
+    return _value(prometheus, 'count(up{job=~"dcgm-.*"} == 1)') == len(JOBS)
 
 
 @pytest.fixture
@@ -138,21 +83,29 @@ def fleet(start_fleet: Callable[..., Simulator], db: None) -> Simulator:
 @pytest.fixture
 def prometheus(fleet: Simulator, tmp_path: Path, settings: Any) -> Iterator[RunningPrometheus]:
     target = fleet.url.removeprefix("http://")
-    for running in run_prometheus(tmp_path, target):
+    with run_prometheus(tmp_path, _scrape_configs(target), ready=_both_jobs_up) as running:
         settings.BILLING_PROMETHEUS_URL = running.url
         settings.BILLING_PROMETHEUS_TIMEOUT = 10
         yield running
 
 
-def _wait_for_window(client: Prometheus, seconds: int) -> tuple[int, int]:
+def _wait_for_window(prometheus: RunningPrometheus, seconds: int) -> tuple[int, int]:
     """A window of ``seconds`` whose every step both jobs have samples for: it starts two
     seconds after the first sample (the baseline step before it must be covered too) and
-    ends no later than now (a range query repeats the last sample into the future)."""
-    first = client.query('min(timestamp(DCGM_FI_DEV_GPU_TEMP{job=~"dcgm-.*"}))')
-    start = int(first.series[0].points[0][1]) + 3
+    ends before both jobs' latest sample (a range query repeats the last sample into the
+    future)."""
+    first = _value(prometheus, 'min(timestamp(DCGM_FI_DEV_GPU_TEMP{job=~"dcgm-.*"}))')
+    assert first is not None
+    start = int(first) + 3
     end = start + seconds
-    while time.time() < end + 2:
-        time.sleep(0.5)
+    latest = 'min(max by (job) (timestamp(DCGM_FI_DEV_GPU_TEMP{job=~"dcgm-.*"})))'
+    wait_until(
+        lambda: (_value(prometheus, latest) or 0) >= end + 1,
+        seconds + 30,
+        f"both jobs to have samples past {end}",
+        details=prometheus.log,
+        interval=0.5,
+    )
     return start, end
 
 
@@ -163,7 +116,7 @@ def test_it_ingests_prometheus_to_the_gpu_second(
 ) -> None:
     settings.BILLING_PROMETHEUS_SELECTOR = f'{{job="{job}"}}'
     client = services.prometheus()
-    start, end = _wait_for_window(client, 8)
+    start, end = _wait_for_window(prometheus, 8)
     if job == "dcgm-target":
         # The chart's shape: the exporter's pod labels renamed, the plain ones the target's.
         result = client.query(f'DCGM_FI_DEV_GPU_UTIL{{job="{job}",exported_pod!=""}}', end)
@@ -215,9 +168,15 @@ def test_it_ingests_whole_hours_from_prometheus(
 @pytest.mark.django_db
 def test_it_chunks_a_range_past_the_point_limit(prometheus: RunningPrometheus) -> None:
     client = Prometheus(prometheus.url)
-    time.sleep(2)  # a few samples in, so the last seconds have points
+    wait_until(  # a few samples in, so the last seconds have points
+        lambda: (_value(prometheus, f"min(count_over_time({SAMPLES}[1m]))") or 0) >= 3,
+        30,
+        "three samples of each series",
+        details=prometheus.log,
+        interval=0.2,
+    )
     now = int(time.time())
-    query = 'count(DCGM_FI_DEV_GPU_TEMP{job="dcgm-honor"})'
+    query = f"count({SAMPLES})"
     # Prometheus itself refuses more than 11,000 points in one request...
     with pytest.raises(PrometheusError, match="exceeded maximum resolution") as refused:
         client._get(
@@ -252,7 +211,7 @@ def test_it_surfaces_prometheus_errors_and_changes_nothing(
         used_gpu_seconds=1,
     )
     # Prometheus down: the run fails visibly and the hour keeps its rows.
-    settings.BILLING_PROMETHEUS_URL = f"http://127.0.0.1:{_free_port()}"
+    settings.BILLING_PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
     run = services.do_ingest_hours(hour, hour + HOUR, acting_user=None, source="prometheus")
     assert run.status == IngestRun.Status.FAILED
     assert "could not be reached" in run.error

@@ -315,6 +315,7 @@ def test_a_stale_or_gone_recommendation_creates_nothing(
     assert b"No right-sizing for train any more" in bob.get("/t/alpha/rightsizing/").content
 
 
+@pytest.mark.db_engine
 def test_it_reads_the_ledger_once_whatever_the_shares(
     world: dict[str, Any], django_assert_num_queries: Any
 ) -> None:

@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.conftest import PASSWORD
+from tests.support import skip_or_fail
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Root in a container needs --no-sandbox; the rest keep Chromium from reaching for a network
@@ -36,12 +37,10 @@ TIMEOUT_MS = 10_000
 
 def require_chromium() -> None:
     """Skip without Chromium on a developer's machine; fail in CI, where it must be installed."""
-    if CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK):
-        return
-    message = f"{CHROMIUM} is not installed (apt-get install chromium, or `make system-deps`)"
-    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
-    pytest.skip(message)
+    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+        skip_or_fail(
+            f"{CHROMIUM} is not installed (apt-get install chromium, or `make system-deps`)"
+        )
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ the change on, and the page's live region re-renders on its next cheap poll."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from fleet.simulator import Simulator
 from fleet.simulator.store import NAMESPACES
 from gitops.models import ChangeRequest
 from gitops.specs import TenantSpec
+from tests.support import wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -43,9 +43,11 @@ def test_a_merged_change_shows_applied_without_a_reload(
     onboarding = merged_change(TenantSpec(slug="alpha"))
     # Flux creates the tenant's namespace; its own Kustomization waits for the Git Secret the
     # portal writes, so the change stays pending until the test lets it apply.
-    deadline = time.monotonic() + 20
-    while cluster.store.get(NAMESPACES, "", "alpha") is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(
+        lambda: cluster.store.get(NAMESPACES, "", "alpha") is not None,
+        20,
+        "Flux to create the tenant's namespace",
+    )
     onboarding.refresh_from_db()
     assert onboarding.apply_state == "pending"
 

@@ -4,7 +4,6 @@ queue then merges every one of them exactly once."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +18,10 @@ from gitops import services as gitops
 from gitops.models import ChangeRequest, MergeQueueEntry
 from tenants.models import Membership, PlatformRole, Role, Tenant
 from tenants.specs import tenant_spec
-from tests.conftest import database_url
+from tests.support.processes import ROOT, database_url, portal_env
 
-ROOT = Path(__file__).resolve().parents[2]
+# Two processes locking the same rows (select_for_update; SQLite locks the whole database).
+pytestmark = pytest.mark.db_engine
 
 APPROVER = """
 import sys
@@ -46,15 +46,13 @@ for pk in sys.argv[2:]:
 
 
 def _approver(admin: str, pks: list[int], settings: Any, var: Path) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": database_url(),
-        "PORTAL_VAR_DIR": str(var),
-        "GITOPS_REPO_PATH": str(settings.GITOPS_REPO_PATH),
-        "PORTAL_TASK_RUNNER": "eager",
-        "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
-    }
+    env = portal_env(
+        DATABASE_URL=database_url(),
+        PORTAL_VAR_DIR=str(var),
+        GITOPS_REPO_PATH=str(settings.GITOPS_REPO_PATH),
+        PORTAL_TASK_RUNNER="eager",
+        EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend",
+    )
     return subprocess.Popen(
         [sys.executable, "-c", APPROVER, admin, *map(str, pks)],
         cwd=ROOT,

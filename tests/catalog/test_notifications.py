@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.test import Client
 from django.utils import timezone
 
@@ -158,6 +159,7 @@ def test_a_submitted_request_reaches_the_admins_inbox_with_a_way_to_decide(
     assert not Notification.objects.filter(user=world["bob"]).exists()
 
 
+@pytest.mark.db_engine
 def test_the_navigation_counts_cost_one_query_and_only_when_shown(
     world: dict[str, Any], rf: Any, django_assert_num_queries: Any
 ) -> None:

@@ -14,7 +14,8 @@ from catalog.models import Resource, bump_share_version
 from gitops.fleet import demo_fleet
 from tenants.models import Tenant
 
-pytestmark = pytest.mark.django_db
+# Query counts.
+pytestmark = [pytest.mark.django_db, pytest.mark.db_engine]
 
 SHARE = {"name": "new", "flavor": "h200", "kind": "whole", "count": 2}
 

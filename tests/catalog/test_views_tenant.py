@@ -248,6 +248,7 @@ def test_creating_goes_to_the_request_page(
     assert "<html" not in live and 'id="live"' in live
 
 
+@pytest.mark.db_engine
 @pytest.mark.django_db
 def test_the_request_list_stays_cheap(
     world: dict[str, Any],

@@ -406,6 +406,7 @@ def test_a_delivery_is_claimed_once(
     assert len(outbound.claim_due(now=now + outbound.LEASE)) == 1
 
 
+@pytest.mark.db_engine
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_claiming_at_once_send_once(
     world: dict[str, Any], receiver: Receiver, hook: WebhookEndpoint

@@ -3,7 +3,6 @@ compared with a real exporter's scrape in ``../shared/fixtures/dcgm``."""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import replace
 from itertools import pairwise
@@ -14,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleet.simulator.dcgm import GpuSample, render_exposition, utilisation
+from tests.support import shared_dir
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 NOW = 1_767_225_600.0
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 FAMILIES = {
@@ -41,11 +40,7 @@ POD_LABELS = ["namespace", "pod", "container"]
 def dcgm_fixtures() -> Path:
     """The upstream dcgm-exporter scrapes beside the checkout; skipped without them, failed
     in CI."""
-    if not SHARED_FIXTURES.is_dir():
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(f"{SHARED_FIXTURES} is missing (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("../shared/fixtures is not beside the checkout")
-    return SHARED_FIXTURES / "dcgm"
+    return shared_dir("fixtures") / "dcgm"
 
 
 def gpu(index: int = 0, **fields: Any) -> GpuSample:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -22,19 +21,15 @@ from fleet.inventory import (
     revision_sha,
     xid_description,
 )
+from tests.support import shared_dir
 
-SHARED_FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 SHA = "0647aea75b85755411b007a290b9321668370be5"
 
 
 @pytest.fixture
 def k8s() -> Path:
     """The upstream Kubernetes captures beside the checkout; skipped without them, failed in CI."""
-    if not SHARED_FIXTURES.is_dir():
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(f"{SHARED_FIXTURES} is missing (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("../shared/fixtures is not beside the checkout")
-    return SHARED_FIXTURES / "k8s"
+    return shared_dir("fixtures") / "k8s"
 
 
 def node(

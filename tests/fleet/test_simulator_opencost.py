@@ -32,6 +32,7 @@ from fleet.simulator.opencost import (
     pod_requests,
     to_json,
 )
+from tests.support import wait_until
 
 GIB = 2**30
 PRICES = Prices()
@@ -234,8 +235,15 @@ def life(simulator: Simulator) -> str:
 
 
 def test_the_portals_client_reads_the_simulators_costs(simulator: Simulator) -> None:
-    time.sleep(0.2)
-    [step] = OpenCostClient(simulator.url).allocation(life(simulator))
+    [step] = wait_until(  # some time run, so that the averages below have hours to divide
+        lambda: [
+            step
+            for step in OpenCostClient(simulator.url).allocation(life(simulator))
+            if step.lines["vision"].minutes > Decimal("0.002")
+        ],
+        10,
+        "vision's pods to have run for a moment",
+    )
     assert set(step.lines) == {"vision", "llm-platform", IDLE}
     vision = step.lines["vision"]
     hours = vision.minutes / 60
@@ -305,8 +313,7 @@ def test_a_label_never_moves_cost_in_the_simulator(simulator: Simulator) -> None
 def wait_a_second() -> int:
     """A whole unix second from which on nothing changes, and half a second of it passed."""
     after = int(time.time()) + 1
-    while time.time() < after + 0.5:
-        time.sleep(0.05)
+    wait_until(lambda: time.time() >= after + 0.5, 5, f"half of the unix second {after}")
     return after
 
 

@@ -33,7 +33,7 @@ from gitops.render.yamlio import dump_documents, load_documents
 from gitops.repo import GitRepository, Identity
 from gitops.specs import ClusterMember, GpuShare, TenantClusterSpec, TenantSpec
 from tests.cluster_oidc import ISSUER, fleet_with_oidc
-from tests.oidc_fixtures import (
+from tests.support.oidc import (
     CLUSTER_CLIENT_ID,
     OidcServer,
     ServerCa,

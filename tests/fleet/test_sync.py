@@ -20,6 +20,9 @@ from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from portal.jobs import enqueue
 from portal.models import AuditEvent, Job
 
+# Bulk upserts (update_conflicts, ignore_conflicts) and row locks.
+pytestmark = pytest.mark.db_engine
+
 SHARE = GpuShare(name="infer", flavor="h200", kind="whole", count=2)
 ENDPOINT = EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="infer")
 CLUSTER = TenantClusterSpec(name="dev", node_pools=("h200",), gpu_quota=2)

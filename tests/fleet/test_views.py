@@ -412,6 +412,7 @@ def test_it_serves_the_node_table_as_a_fragment_to_htmx(
     assert b"<html" not in response.content
 
 
+@pytest.mark.db_engine
 def test_it_lists_nodes_in_a_fixed_number_of_queries(
     fleet_rows: dict[str, Any], login: Callable[[str], Client], django_assert_max_num_queries: Any
 ) -> None:
@@ -461,6 +462,7 @@ def test_it_refreshes_the_overview_as_a_fragment(
     assert b"<script" not in response.content
 
 
+@pytest.mark.db_engine
 def test_it_builds_the_overview_in_a_bounded_number_of_queries(
     fleet_rows: dict[str, Any], login: Callable[[str], Client], django_assert_max_num_queries: Any
 ) -> None:

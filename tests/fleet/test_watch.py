@@ -22,6 +22,7 @@ from fleet.simulator import Simulator
 from fleet.simulator.store import KUSTOMIZATIONS
 from gitops.models import ChangeRequest
 from gitops.specs import TenantSpec
+from tests.support import wait_until
 
 NODES = next(w for w in watch.WATCHED if w.name == "nodes")
 KUSTOMIZATIONS_WATCH = next(w for w in watch.WATCHED if w.name == "kustomizations")
@@ -105,18 +106,22 @@ def test_the_watcher_lists_again_after_410_and_goes_on(still: Simulator) -> None
     runner = threading.Thread(target=watch.run, args=(NODES, stop))
     runner.start()
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _state("nodes").relists < 1:
-            time.sleep(0.05)
-        while time.monotonic() < deadline and not Node.objects.filter(name=node.name).exists():
-            time.sleep(0.05)
+        wait_until(lambda: _state("nodes").relists >= 1, 10, "the watcher to list again")
+        wait_until(
+            lambda: Node.objects.filter(name=node.name).exists(),
+            10,
+            "the relist to write the node back",
+        )
         # The relist wrote the node back, with the state it has now.
         assert Node.objects.get(name=node.name).ready is None
         assert _state("nodes").relists == 1
         # And the watch goes on from the relist's version: a later change arrives.
         still.set_node_ready(node.name, True)
-        while time.monotonic() < deadline and not Node.objects.get(name=node.name).ready:
-            time.sleep(0.05)
+        wait_until(
+            lambda: Node.objects.get(name=node.name).ready,
+            10,
+            "the watch to bring the node's readiness",
+        )
         assert Node.objects.get(name=node.name).ready is True
     finally:
         stop.set()
@@ -187,17 +192,21 @@ def test_the_running_watcher_moves_a_merged_change_to_applied(
     watcher = watch.Watcher()
     watcher.start()
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and WatchState.objects.filter(connected=True).count() < 5:
-            time.sleep(0.05)
+        wait_until(
+            lambda: WatchState.objects.filter(connected=True).count() >= 5,
+            20,
+            "the five watches to connect",
+        )
         onboarding.refresh_from_db()
         assert onboarding.apply_state == "pending"
         _reconcile(still)  # no sync from here on: only the watches can tell the portal
-        while time.monotonic() < deadline:
-            onboarding.refresh_from_db()
-            if onboarding.apply_state == "applied":
-                break
-            time.sleep(0.05)
+        wait_until(
+            lambda: ChangeRequest.objects.get(pk=onboarding.pk).apply_state == "applied",
+            20,
+            "the watches to mark the change applied",
+            details=lambda: ChangeRequest.objects.get(pk=onboarding.pk).apply_message,
+        )
+        onboarding.refresh_from_db()
     finally:
         watcher.stop()
     assert onboarding.apply_state == "applied", onboarding.apply_message

@@ -10,10 +10,7 @@ from __future__ import annotations
 import base64
 import gzip
 import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import pytest
 from django.test import Client
 
 from gitops.repo import GitRepository, Identity, RemoteError
+from tests.support.processes import gunicorn, portal_env
 
 TOKEN = "flux-read-token-0123456789"
 ALICE = Identity("Alice Admin", "alice@example.com")
@@ -137,59 +135,32 @@ def test_it_accepts_a_bearer_token(fleet: GitRepository, live_server: Any, tmp_p
 
 
 @pytest.fixture
-def gunicorn(fleet: GitRepository, settings: Any) -> Iterator[str]:
-    """The portal under gunicorn, the production server, serving ``fleet``; yields its URL.
+def portal(fleet: GitRepository, settings: Any, tmp_path: Path) -> Iterator[str]:
+    """The portal under gunicorn, the production server, serving ``fleet``; yields the
+    repository's URL.
 
     libgit2 (pygit2) needs it: it cannot read a streamed body that ends with the connection,
     which is what Django's development server sends; gunicorn sends it chunked.
     """
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    root = Path(__file__).resolve().parents[2]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-        "GITOPS_REPO_PATH": str(settings.GITOPS_REPO_PATH),
-        "GITOPS_HTTP_TOKENS": ",".join(settings.GITOPS_HTTP_TOKENS),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "portal.wsgi"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    env = portal_env(
+        PORTAL_VAR_DIR=str(tmp_path / "var"),
+        GITOPS_REPO_PATH=str(settings.GITOPS_REPO_PATH),
+        GITOPS_HTTP_TOKENS=",".join(settings.GITOPS_HTTP_TOKENS),
     )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    _, errors = server.communicate(timeout=5)
-                    pytest.fail(f"gunicorn did not start: {errors.decode()[-2000:]}")
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/git/fleet.git"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with gunicorn(env, log_file=tmp_path / "gunicorn.log") as url:
+        yield f"{url}/git/fleet.git"
 
 
 def test_it_lets_pygit2_fetch_with_credentials(
-    fleet: GitRepository, gunicorn: str, tmp_path: Path
+    fleet: GitRepository, portal: str, tmp_path: Path
 ) -> None:
     mirror = GitRepository.open_or_init(tmp_path / "mirror.git")
-    mirror.fetch(gunicorn, ["+refs/heads/main:refs/heads/main"], username="flux", password=TOKEN)
+    mirror.fetch(portal, ["+refs/heads/main:refs/heads/main"], username="flux", password=TOKEN)
     assert mirror.head("main") == fleet.head("main")
     assert mirror.read_file("main", "tenants/alpha/quota.yaml") == b"gpu: 4\n"
     # A wrong password fails once, instead of libgit2 asking again forever.
     with pytest.raises(RemoteError, match="authentication"):
-        mirror.fetch(
-            gunicorn, ["+refs/heads/main:refs/heads/main"], username="flux", password="nope"
-        )
+        mirror.fetch(portal, ["+refs/heads/main:refs/heads/main"], username="flux", password="nope")
 
 
 def test_it_rejects_a_wrong_or_missing_token(

@@ -412,6 +412,7 @@ def test_the_api_queues_a_change_and_shows_it(
     assert out.status_code == 200 and out.json()["merge_queue"]["state"] == "removed"
 
 
+@pytest.mark.db_engine
 def test_the_queue_page_costs_the_same_queries_for_3_and_30_entries(
     world: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
@@ -440,6 +441,7 @@ def test_the_queue_page_costs_the_same_queries_for_3_and_30_entries(
     assert count() == small
 
 
+@pytest.mark.db_engine
 def test_a_batch_reads_its_changes_and_reviews_in_the_same_queries_for_2_and_6(
     world: dict[str, Any], on_commit: Any, settings: Any
 ) -> None:

@@ -3,9 +3,8 @@ queued by the portal are checked and merged in one batch by the worker process."
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +13,8 @@ from gitops import services
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, MergeQueueBatch
 from gitops.specs import GpuShare, TenantSpec
-from tests.conftest import celery_worker
+from tests.support import wait_until
+from tests.support.processes import Started, celery_worker
 
 BROKER = "redis://127.0.0.1:6379/12"
 FLEET = demo_fleet()
@@ -23,13 +23,15 @@ pytestmark = pytest.mark.services
 
 
 @pytest.fixture
-def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[str]]:
-    with celery_worker(BROKER, GITOPS_REPO_PATH=str(settings.GITOPS_REPO_PATH)) as proc:
-        yield proc
+def worker(transactional_db: None, settings: Any, tmp_path: Path) -> Iterator[Started]:
+    with celery_worker(
+        BROKER, log_file=tmp_path / "worker.log", GITOPS_REPO_PATH=str(settings.GITOPS_REPO_PATH)
+    ) as started:
+        yield started
 
 
 def test_a_real_worker_merges_the_queued_changes_in_one_batch(
-    world: dict[str, Any], worker: subprocess.Popen[str], settings: Any
+    world: dict[str, Any], worker: Started, settings: Any
 ) -> None:
     changes = []
     for slug in ("t1", "t2"):
@@ -74,12 +76,16 @@ def test_a_real_worker_merges_the_queued_changes_in_one_batch(
 
     with transaction.atomic():
         enqueue("gitops.merge_queue", title="after the test let go")
-    deadline = time.monotonic() + 120
-    while ChangeRequest.objects.filter(pk__in=[c.pk for c in changes], status="merged").count() < 2:
-        if worker.poll() is not None or time.monotonic() > deadline:
-            worker.terminate()
-            pytest.fail("not merged; worker said:\n" + worker.communicate()[0][-5000:])
-        time.sleep(0.3)
+    wait_until(
+        lambda: (
+            ChangeRequest.objects.filter(pk__in=[c.pk for c in changes], status="merged").count()
+            == 2
+        ),
+        120,
+        "the worker to merge both changes",
+        process=worker.proc,
+        details=worker.log,
+    )
     batch = MergeQueueBatch.objects.get(merged=2)
     assert batch.check_runs == 1
     tip = services.repository().head("main")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,40 +27,30 @@ from gitops.models import ChangeRequest, Review
 from gitops.repo import GitRepository, Identity, PushRejected, Remote, format_message
 from portal.celery import app as celery_app
 from portal.models import AuditEvent
-from tests.conftest import database_url, use_celery_broker
+from tests.support import free_port, wait_for_port
+from tests.support.processes import (
+    Started,
+    database_url,
+    gunicorn,
+    launch,
+    portal_env,
+    stop,
+    use_celery_broker,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = demo_fleet()
 BOT = Identity("bot", "bot@example.com")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                _, errors = proc.communicate(timeout=5)
-                pytest.fail(f"{what} did not start: {(errors or b'').decode()[-2000:]}")
-            time.sleep(0.05)
-
-
 @dataclass
 class Daemon:
-    """``git daemon`` serving (and accepting pushes to) ``root/fleet.git`` on a fixed port."""
+    """``git daemon`` serving (and accepting pushes to) ``root/fleet.git`` on ``port`` (the
+    same one again after a restart)."""
 
     root: Path
     port: int
-    proc: subprocess.Popen[bytes] | None = None
+    server: Started | None = None
 
     @property
     def url(self) -> str:
@@ -72,7 +61,7 @@ class Daemon:
         return self.root / "fleet.git"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.server = launch(
             [
                 "git",
                 "daemon",
@@ -85,16 +74,14 @@ class Daemon:
                 f"--port={self.port}",
                 str(self.root),
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            log_file=self.root.parent / "git-daemon.log",
         )
-        _wait_for_port(self.port, self.proc, "git daemon")
+        wait_for_port(self.port, "git daemon", process=self.server.proc, details=self.server.log)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
+        if self.server is not None:
+            stop(self.server.proc)
+            self.server = None
 
     def git(self, *args: str) -> str:
         return subprocess.run(
@@ -108,7 +95,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     subprocess.run(
         ["git", "init", "-q", "--bare", "-b", "main", str(root / "fleet.git")], check=True
     )
-    served = Daemon(root, _free_port())
+    served = Daemon(root, free_port())
     served.start()
     try:
         yield served
@@ -419,51 +406,29 @@ def test_an_unreachable_remote_fails_the_merge_visibly_and_forks_nothing(
 
 
 def _portal_env(var: Path, daemon: Daemon) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "DATABASE_URL": database_url(),
-        "PORTAL_VAR_DIR": str(var),
-        "GITOPS_REPO_PATH": str(var / "git" / "fleet.git"),
-        "GITOPS_REMOTE_URL": daemon.url,
-        "PORTAL_TASK_RUNNER": "thread",
-    }
+    return portal_env(
+        DATABASE_URL=database_url(),
+        PORTAL_VAR_DIR=str(var),
+        GITOPS_REPO_PATH=str(var / "git" / "fleet.git"),
+        GITOPS_REMOTE_URL=daemon.url,
+        PORTAL_TASK_RUNNER="thread",
+    )
 
 
 @pytest.fixture
 def portals(truth: Daemon, tmp_path: Path) -> Iterator[list[str]]:
     """Two portal processes (gunicorn, four threads each), each with its own var/."""
-    procs, urls = [], []
-    try:
-        for name in ("replica-a", "replica-b"):
-            port = _free_port()
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "--bind",
-                    f"127.0.0.1:{port}",
-                    "--threads",
-                    "4",
-                    "--timeout",
-                    "120",
-                    "portal.wsgi",
-                ],
-                cwd=ROOT,
-                env=_portal_env(tmp_path / name, truth),
-                stdout=subprocess.DEVNULL,
-                stderr=(tmp_path / f"{name}.log").open("wb"),
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(
+                gunicorn(
+                    _portal_env(tmp_path / name, truth),
+                    log_file=tmp_path / f"{name}.log",
+                    options=["--threads=4", "--timeout=120"],
+                )
             )
-            procs.append(proc)
-            _wait_for_port(port, proc, name)
-            urls.append(f"http://127.0.0.1:{port}")
-        yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=20)
+            for name in ("replica-a", "replica-b")
+        ]
 
 
 @pytest.mark.django_db(transaction=True)

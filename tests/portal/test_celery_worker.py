@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,35 +15,34 @@ from django.utils import timezone
 from portal import jobs
 from portal.celery import app as celery_app
 from portal.models import Job
-from tests.conftest import celery_worker
+from tests.support import wait_until
+from tests.support.processes import Started, celery_worker
 
 BROKER = "redis://127.0.0.1:6379/15"
+FINISHED = [Job.Status.SUCCEEDED, Job.Status.FAILED]
 
 pytestmark = pytest.mark.services
 
 
 @pytest.fixture
-def worker(transactional_db: None, settings: Any) -> Iterator[subprocess.Popen[str]]:
+def worker(transactional_db: None, settings: Any, tmp_path: Path) -> Iterator[Started]:
     settings.PORTAL_TASK_RUNNER = "celery"
     settings.CELERY_BROKER_URL = BROKER
-    with celery_worker(BROKER) as proc:
-        yield proc
+    with celery_worker(BROKER, log_file=tmp_path / "worker.log") as started:
+        yield started
 
 
-def _wait(job_id: int, proc: subprocess.Popen[str], timeout: float = 60) -> Job:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = Job.objects.get(pk=job_id)
-        if job.is_finished:
-            return job
-        if proc.poll() is not None:
-            pytest.fail("worker exited:\n" + (proc.stdout.read() if proc.stdout else ""))
-        time.sleep(0.2)
-    proc.terminate()
-    pytest.fail(f"job {job_id} did not finish; worker said:\n{proc.communicate()[0]}")
+def _wait(job_id: int, worker: Started) -> Job:
+    return wait_until(
+        lambda: Job.objects.filter(pk=job_id, status__in=FINISHED).first(),
+        60,
+        f"job {job_id} to finish on the worker",
+        process=worker.proc,
+        details=worker.log,
+    )
 
 
-def test_it_runs_a_job_on_a_real_worker(worker: subprocess.Popen[str]) -> None:
+def test_it_runs_a_job_on_a_real_worker(worker: Started) -> None:
     Session.objects.create(
         session_key="stale", session_data="", expire_date=timezone.now() - timedelta(hours=1)
     )
@@ -57,9 +55,7 @@ def test_it_runs_a_job_on_a_real_worker(worker: subprocess.Popen[str]) -> None:
     assert not Session.objects.filter(session_key="stale").exists()
 
 
-def test_it_retries_and_fails_a_job_on_a_real_worker(
-    worker: subprocess.Popen[str], settings: Any
-) -> None:
+def test_it_retries_and_fails_a_job_on_a_real_worker(worker: Started, settings: Any) -> None:
     settings.PORTAL_JOB_MAX_ATTEMPTS = 2
     with transaction.atomic():
         # The tenant does not exist, so every attempt raises in the worker.
@@ -69,11 +65,15 @@ def test_it_retries_and_fails_a_job_on_a_real_worker(
     assert "Tenant.DoesNotExist" in done.error or "DoesNotExist" in done.error
 
 
-def test_it_runs_a_beat_message_without_a_job_id(worker: subprocess.Popen[str]) -> None:
+def test_it_runs_a_beat_message_without_a_job_id(worker: Started) -> None:
     # What `celery beat` sends: the task name and no arguments.
     celery_app.send_task("portal.housekeeping")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not Job.objects.filter(status="succeeded").exists():
-        time.sleep(0.2)
+    wait_until(
+        lambda: Job.objects.filter(status__in=FINISHED).exists(),
+        60,
+        "the beat message's job to finish",
+        process=worker.proc,
+        details=worker.log,
+    )
     job = Job.objects.get()
     assert (job.trigger, job.status) == (Job.Trigger.SCHEDULE, Job.Status.SUCCEEDED)

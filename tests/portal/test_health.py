@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,20 +22,13 @@ from django.test import Client
 
 from gitops import health as git_health
 from gitops.repo import GitRepository, Identity
-from tests.conftest import require_service
+from tests.support import free_port, require_service
+from tests.support.processes import gunicorn, portal_env
 
-ROOT = Path(__file__).resolve().parents[2]
 REDIS = "redis://127.0.0.1:6379/11"
 POD_IP = "10.244.1.17:8000"
 TOKEN = "platform-token-for-the-remote"
 ALICE = Identity("Alice Admin", "alice@example.com")
-
-
-def closed_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def probe(path: str) -> Any:
@@ -51,7 +42,7 @@ def _as_deployed(settings: Any) -> None:
     settings.ALLOWED_HOSTS = ["portal.example.com"]
     settings.CELERY_BROKER_URL = ""
     settings.GITOPS_REMOTE_URL = ""
-    settings.FLEET_API_URL = f"http://127.0.0.1:{closed_port()}"
+    settings.FLEET_API_URL = f"http://127.0.0.1:{free_port()}"
     settings.FLEET_KUBECONFIG = ""
     settings.FLEET_IN_CLUSTER = False
     settings.PORTAL_READINESS_TIMEOUT_SECONDS = 2
@@ -184,7 +175,7 @@ def test_it_reports_a_live_broker(db: None, main: str, settings: Any) -> None:
 def test_a_broker_down_is_reported_and_optional_by_default(
     db: None, main: str, settings: Any
 ) -> None:
-    settings.CELERY_BROKER_URL = f"redis://:hunter2@127.0.0.1:{closed_port()}/11"
+    settings.CELERY_BROKER_URL = f"redis://:hunter2@127.0.0.1:{free_port()}/11"
     status, body = ready()
     assert status == 200
     broker = body["checks"]["broker"]
@@ -195,7 +186,7 @@ def test_a_broker_down_is_reported_and_optional_by_default(
 
 
 def test_a_required_broker_down_makes_it_unready(db: None, main: str, settings: Any) -> None:
-    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{closed_port()}/11"
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/11"
     settings.PORTAL_READINESS_REQUIRED = ["database", "git", "broker"]
     status, body = ready()
     assert status == 503
@@ -290,60 +281,41 @@ def test_an_unreachable_remote_fails_within_the_timeout(db: None, main: str, set
 
 
 @contextmanager
-def _portal_with_database_at(port: int, settings: Any, **env_extra: str) -> Iterator[str]:
+def _portal_with_database_at(
+    port: int, settings: Any, log_file: Path, **env_extra: str
+) -> Iterator[str]:
     """The portal under gunicorn with its database at ``127.0.0.1:port``; yields its URL."""
-    port_http = closed_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": f"postgres://portal@127.0.0.1:{port}/portal",
-        "GITOPS_REPO_PATH": str(settings.GITOPS_REPO_PATH),
-        "FLEET_SIMULATOR": "false",
-        "FLEET_API_URL": f"http://127.0.0.1:{closed_port()}",
-        "PORTAL_READINESS_TIMEOUT_SECONDS": "1",
+    env = portal_env(
+        DATABASE_URL=f"postgres://portal@127.0.0.1:{port}/portal",
+        GITOPS_REPO_PATH=str(settings.GITOPS_REPO_PATH),
+        FLEET_SIMULATOR="false",
+        FLEET_API_URL=f"http://127.0.0.1:{free_port()}",
+        PORTAL_READINESS_TIMEOUT_SECONDS="1",
         **env_extra,
-    }
-    env.pop("CELERY_BROKER_URL", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{port_http}", "portal.wsgi"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port_http), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    _, errors = server.communicate(timeout=5)
-                    pytest.fail(f"gunicorn did not start: {errors.decode()[-2000:]}")
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port_http}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-@pytest.fixture
-def portal_without_database(settings: Any) -> Iterator[str]:
-    """The portal under gunicorn with its database on a closed port; yields its URL."""
-    with _portal_with_database_at(closed_port(), settings) as url:
+    env.pop("CELERY_BROKER_URL", None)
+    with gunicorn(env, log_file=log_file) as url:
         yield url
 
 
 @pytest.fixture
-def portal_with_a_silent_database(settings: Any) -> Iterator[str]:
+def portal_without_database(settings: Any, tmp_path: Path) -> Iterator[str]:
+    """The portal under gunicorn with its database on a closed port; yields its URL."""
+    with _portal_with_database_at(free_port(), settings, tmp_path / "gunicorn.log") as url:
+        yield url
+
+
+@pytest.fixture
+def portal_with_a_silent_database(settings: Any, tmp_path: Path) -> Iterator[str]:
     """The portal with its database at a port that takes connections and never answers (a
     host that drops packets, or another program on the port), DATABASE_CONNECT_TIMEOUT 2."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         port = int(silent.getsockname()[1])
-        with _portal_with_database_at(port, settings, DATABASE_CONNECT_TIMEOUT="2") as url:
+        with _portal_with_database_at(
+            port, settings, tmp_path / "gunicorn.log", DATABASE_CONNECT_TIMEOUT="2"
+        ) as url:
             yield url
 
 

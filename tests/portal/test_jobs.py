@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -14,6 +13,7 @@ from django.utils import timezone
 
 from portal import jobs
 from portal.models import Job
+from tests.support import wait_until
 
 CALLS: list[int] = []
 
@@ -84,12 +84,8 @@ def test_it_runs_jobs_on_the_embedded_thread_pool(transactional_db: None, settin
     settings.PORTAL_TASK_RUNNER = "thread"
     with transaction.atomic():
         job = jobs.enqueue("tests.flaky", succeed_on=1)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        job.refresh_from_db()
-        if job.is_finished:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: Job.objects.get(pk=job.pk).is_finished, 20, "the thread pool to run the job")
+    job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED
 
 

@@ -20,10 +20,15 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from tests.conftest import PASSWORD, database_url, require_service
+from tests.conftest import PASSWORD
+from tests.support import require_service
+from tests.support.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS = "redis://127.0.0.1:6379/14"
+# Every test here counts alice's failures in one Redis database (and clears it): under
+# pytest-xdist they run one after the other, on one worker.
+pytestmark = pytest.mark.xdist_group("login-throttle-redis")
 REFUSED = "Too many failed login attempts"
 WRONG = "The username and/or password you specified are not correct."
 

@@ -113,7 +113,7 @@ def test_changes_opened_merged_and_check_durations_follow_the_rows(
         assert value(before, "portal_changes_opened_total", kind=kind) == 0
     assert buckets(before, "portal_check_duration_seconds")["+Inf"] == 0
 
-    merged_change(TenantSpec(slug="alpha"))
+    merged_change(TenantSpec(slug="alpha"), run_checks=True)
     after = series()
     assert value(after, "portal_changes_opened_total", kind="tenant") == 1
     assert value(after, "portal_changes_merged_total", kind="tenant") == 1
@@ -242,6 +242,7 @@ def _fill(n: int) -> None:
     )
 
 
+@pytest.mark.db_engine
 def test_a_scrape_costs_a_fixed_number_of_queries(db: None) -> None:
     for source in SyncState.Source.values:
         SyncState.objects.create(source=source, last_success=timezone.now())

@@ -5,14 +5,7 @@ with the wrong token is refused (``up`` 0) and stores nothing of the portal's.
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,107 +14,42 @@ import requests
 import yaml
 
 from gitops.models import ChangeRequest
+from tests.support import shared_dir, wait_until
+from tests.support.processes import database_url, gunicorn, portal_env
+from tests.support.prometheus import RunningPrometheus, run_prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "metrics-token-for-prometheus-0123456789"
-START_TIMEOUT = 60
-
-
-@dataclass
-class RunningPrometheus:
-    url: str
-    log_file: Path
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        response = requests.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
-        response.raise_for_status()
-        body = response.json()
-        assert body["status"] == "success", body
-        return list(body["data"]["result"])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def prometheus(live_server: Any, settings: Any, tmp_path: Path) -> Iterator[RunningPrometheus]:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        message = "Debian's prometheus is not installed (make system-deps)"
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip(message)
     settings.METRICS_TOKEN = TOKEN
     right, wrong = tmp_path / "token", tmp_path / "wrong-token"
     right.write_text(TOKEN + "\n")
     wrong.write_text("not-the-token\n")
     target = live_server.url.removeprefix("http://")
-    config = {
-        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": job,
-                "metrics_path": "/metrics",
-                "authorization": {"type": "Bearer", "credentials_file": str(file)},
-                "static_configs": [{"targets": [target]}],
-            }
-            for job, file in (("portal", right), ("portal-wrong-token", wrong))
-        ],
-    }
-    config_file = tmp_path / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(config))
-    port = _free_port()
-    log_file = tmp_path / "prometheus.log"
-    with log_file.open("w") as log:
-        proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config_file}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    running = RunningPrometheus(f"http://127.0.0.1:{port}", log_file)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited ({proc.returncode}):\n{log_file.read_text()}")
-            try:
-                up = running.query('up{job=~"portal.*"}')
-            except requests.RequestException:
-                up = []
-            if len(up) == 2:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"prometheus did not scrape in {START_TIMEOUT}s:\n{log_file.read_text()}"
-                )
-            time.sleep(0.2)
+    scrape_configs = [
+        {
+            "job_name": job,
+            "metrics_path": "/metrics",
+            "authorization": {"type": "Bearer", "credentials_file": str(file)},
+            "static_configs": [{"targets": [target]}],
+        }
+        for job, file in (("portal", right), ("portal-wrong-token", wrong))
+    ]
+    with run_prometheus(tmp_path, scrape_configs) as running:
         yield running
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _wait_for(running: RunningPrometheus, promql: str, expected: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 30
-    while True:
-        result = running.query(promql)
-        if result and float(result[0]["value"][1]) == expected:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{promql} is {result}, not {expected}:\n{running.log_file.read_text()}")
-        time.sleep(0.3)
+    return wait_until(
+        lambda: [s for s in running.query(promql) if float(s["value"][1]) == expected],
+        30,
+        f"{promql} to be {expected}",
+        details=running.log,
+        interval=0.3,
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -143,50 +71,16 @@ def test_prometheus_scrapes_the_portal_with_its_token(prometheus: RunningPrometh
 @pytest.fixture
 def gunicorn_workers(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     """The portal under gunicorn with two workers sharing PROMETHEUS_MULTIPROC_DIR."""
-    from tests.conftest import database_url
-
-    port = _free_port()
     multiproc = tmp_path / "prometheus-multiproc"
     multiproc.mkdir()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "DATABASE_URL": database_url(),
-        "METRICS_TOKEN": TOKEN,
-        "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
-        "FLEET_SIMULATOR": "false",
-    }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "--workers=2",
-            f"--bind=127.0.0.1:{port}",
-            "portal.wsgi",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    env = portal_env(
+        DATABASE_URL=database_url(),
+        METRICS_TOKEN=TOKEN,
+        PROMETHEUS_MULTIPROC_DIR=str(multiproc),
+        FLEET_SIMULATOR="false",
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                requests.get(f"{url}/healthz", timeout=2).raise_for_status()
-                break
-            except requests.RequestException:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    server.terminate()
-                    _, errors = server.communicate(timeout=10)
-                    pytest.fail(f"gunicorn did not start: {errors.decode()[-2000:]}")
-                time.sleep(0.2)
+    with gunicorn(env, log_file=tmp_path / "gunicorn.log", options=["--workers=2"]) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def test_every_worker_answers_with_the_sum_over_all_workers(gunicorn_workers: str) -> None:
@@ -223,11 +117,7 @@ def test_every_worker_answers_with_the_sum_over_all_workers(gunicorn_workers: st
 def test_the_guides_servicemonitor_is_valid_and_matches_the_endpoint() -> None:
     from gitops.checks.schema import validate_object
 
-    crds = ROOT.parent / "shared" / "crds"
-    if not crds.is_dir():
-        if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-            pytest.fail(f"{crds} is missing (PORTAL_TEST_REQUIRE_SERVICES is set)")
-        pytest.skip("../shared/crds is not beside the checkout")
+    crds = shared_dir("crds")
     guide = (ROOT / "docs" / "operator-guide.md").read_text()
     section = guide.split("## Health, readiness and metrics", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```yaml\n")[1:]]

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,7 +126,8 @@ def test_portalctl_drives_a_gpu_share_from_a_file_to_ready(
         env=portalctl.env,
     )
     try:
-        time.sleep(1)  # the first look: submitted
+        assert watch.stdout is not None
+        first = watch.stdout.readline()  # its first look (submitted) before anything moves
         request = services.do_approve(request, acting_user=world["pam"])
         assert request.state == "pr_open", request.error
         gitops.do_merge(request.change, acting_user=world["pam"])
@@ -138,8 +138,8 @@ def test_portalctl_drives_a_gpu_share_from_a_file_to_ready(
         out, err = watch.communicate(timeout=60)
     finally:
         watch.kill()
-    assert watch.returncode == 0, out + err
-    lines = out.splitlines()
+    assert watch.returncode == 0, first + out + err
+    lines = (first + out).splitlines()
     assert "request: submitted" in lines[0]
     assert "ready: ready" in lines[-1] and "request: -" in lines[-1]
     assert ResourceRequest.objects.get(pk=request.pk).state == "ready"

@@ -33,7 +33,7 @@ from tenants.models import Membership, Role
 from tenants.services import ACCESS_TITLE, do_change_member_role, do_remove_member
 from tenants.specs import tenant_spec
 from tests import cluster_oidc
-from tests.oidc_fixtures import (
+from tests.support.oidc import (
     CLUSTER_CLIENT_ID,
     OidcServer,
     ServerCa,

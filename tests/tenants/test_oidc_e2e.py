@@ -23,7 +23,7 @@ from django.urls import reverse
 import portal.settings
 from portal.models import AuditEvent
 from tenants.models import Membership, PlatformRole, Role, Source, Tenant
-from tests.oidc_fixtures import (
+from tests.support.oidc import (
     CLIENT_ID,
     CLIENT_SECRET,
     HTTP_TIMEOUT,

@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from tenants.models import Membership, Role, Tenant
+
+# Query counts.
+pytestmark = pytest.mark.db_engine
 
 
 def _count(client: Client, url: str) -> int:

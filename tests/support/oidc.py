@@ -1,7 +1,7 @@
 """A real OpenID Connect provider for SSO tests, and a form-filling HTTP client to drive it.
 
 The provider is tests/oidc/server.mjs (npm oidc-provider, installed by `make node-deps`). It
-is started as a subprocess on a port the kernel picks and stopped when the test is done. For
+is started as a subprocess on a port it picks itself and stopped when the test is done. For
 tenant clusters it can serve HTTPS (with a certificate from a throwaway CA, ``make_test_ca``) and
 have kubectl's public client, and ``kubelogin_id_token`` signs in the way kubelogin does.
 """
@@ -13,11 +13,7 @@ import datetime
 import hashlib
 import ipaddress
 import json
-import os
 import secrets
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,10 +22,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 
-import pytest
 import requests
 
-OIDC_DIR = Path(__file__).resolve().parent / "oidc"
+from tests.support.processes import started
+from tests.support.skips import require_tool, skip_or_fail
+from tests.support.waiting import wait_until
+
+OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
 SERVER_SCRIPT = OIDC_DIR / "server.mjs"
 CLIENT_ID = "ai-factory-portal"
 CLIENT_SECRET = "portal-test-secret-not-for-production"
@@ -41,25 +40,11 @@ START_TIMEOUT = 60.0
 HTTP_TIMEOUT = 15.0
 
 
-def require_or_skip(available: bool, message: str) -> None:
-    """Skip when a tool is missing on a developer's machine; fail in CI, where it must be there.
-
-    The same rule as tests/conftest.py::require_service, for things that are not a TCP service.
-    """
-    if available:
-        return
-    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
-    pytest.skip(message)
-
-
 def require_oidc_provider() -> str:
     """The path of node, once node and the npm provider are known to be installed."""
-    node = shutil.which("node")
-    require_or_skip(node is not None, "node is not installed (make system-deps)")
-    installed = (OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file()
-    require_or_skip(installed, "tests/oidc/node_modules is missing (make node-deps)")
-    assert node is not None
+    node = require_tool("node", "make system-deps")
+    if not (OIDC_DIR / "node_modules" / "oidc-provider" / "package.json").is_file():
+        skip_or_fail("tests/oidc/node_modules is missing (make node-deps)")
     return node
 
 
@@ -183,46 +168,33 @@ def run_oidc_server(
     extra = [f"--public-client-id={public_client_id}"] if public_client_id else []
     if tls is not None:
         extra += [f"--tls-cert={tls.cert_file}", f"--tls-key={tls.key_file}"]
-    with log_file.open("w") as log:
-        # stdout goes to a file rather than a pipe: nobody reads a pipe after READY, and a full
-        # pipe would block the provider mid-test.
-        proc = subprocess.Popen(
-            [
-                node,
-                str(SERVER_SCRIPT),
-                "--port=0",
-                f"--redirect-uri={redirect_uri}",
-                f"--accounts={accounts_file}",
-                f"--client-id={CLIENT_ID}",
-                f"--client-secret={CLIENT_SECRET}",
-                *extra,
-            ],
-            cwd=OIDC_DIR,
-            stdout=log,
-            stderr=subprocess.STDOUT,
+    args = [
+        node,
+        str(SERVER_SCRIPT),
+        "--port=0",
+        f"--redirect-uri={redirect_uri}",
+        f"--accounts={accounts_file}",
+        f"--client-id={CLIENT_ID}",
+        f"--client-secret={CLIENT_SECRET}",
+        *extra,
+    ]
+    with started(args, log_file=log_file, cwd=OIDC_DIR, stop_timeout=5) as provider:
+        issuer = wait_until(
+            lambda: _announced_issuer(log_file),
+            START_TIMEOUT,
+            "the OIDC provider to start",
+            process=provider.proc,
+            details=provider.log,
         )
-    try:
-        issuer = _wait_until_ready(proc, log_file)
         yield OidcServer(issuer=issuer, accounts_file=accounts_file, log_file=log_file)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
-def _wait_until_ready(proc: subprocess.Popen[bytes], log_file: Path) -> str:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        for line in log_file.read_text(errors="replace").splitlines():
-            if line.startswith("READY "):
-                return line.split(" ", 1)[1].strip()
-        if proc.poll() is not None:
-            pytest.fail(f"the OIDC provider exited ({proc.returncode}):\n{log_file.read_text()}")
-        time.sleep(0.05)
-    pytest.fail(f"the OIDC provider did not start in {START_TIMEOUT}s:\n{log_file.read_text()}")
+def _announced_issuer(log_file: Path) -> str:
+    """The issuer the provider prints once it listens (``READY <issuer>``), or ""."""
+    for line in log_file.read_text(errors="replace").splitlines():
+        if line.startswith("READY "):
+            return line.split(" ", 1)[1].strip()
+    return ""
 
 
 # --- a browser without a browser ----------------------------------------------------------------
