@@ -7,7 +7,6 @@ CI (``PORTAL_TEST_REQUIRE_SERVICES`` set) they fail instead, so a green run mean
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from gitops.checks.kustomize import kubectl_path
+from tests.support.skips import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO_ROOT / ".." / "shared" / "crds"
@@ -22,9 +22,7 @@ SHARED_CRDS = REPO_ROOT / ".." / "shared" / "crds"
 
 def missing(message: str) -> None:
     """Skip (a developer's machine) or fail (CI: PORTAL_TEST_REQUIRE_SERVICES)."""
-    if os.environ.get("PORTAL_TEST_REQUIRE_SERVICES"):
-        pytest.fail(message + " (PORTAL_TEST_REQUIRE_SERVICES is set)")
-    pytest.skip(message)
+    skip_or_fail(message)
 
 
 def require_crds() -> Path:
