@@ -20,6 +20,7 @@ from gitops.render.validate import validate_fleet
 from gitops.specs import FleetSpec, SpecError
 from tests.gitops import checks_samples as samples
 from tests.gitops.checks_support import hide_kubectl
+from tests.support.crds import crd
 
 # Every built-in kind the renderers write (gitops/render), at the fleet's default version.
 WRITTEN = [
@@ -113,31 +114,14 @@ def test_alpha_apis_are_a_warning_and_quantities_are_checked() -> None:
 
 def test_fields_named_like_schema_keywords_survive_the_trimming() -> None:
     # The CRD schema type has fields "description" and "format": prose is dropped, they are not.
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "names": {"kind": "Widget", "plural": "widgets"},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "a widget",
-                            "properties": {"size": {"type": "string", "format": "int-or-string"}},
-                        }
-                    },
-                }
-            ],
-        },
+    schema = {
+        "type": "object",
+        "description": "a widget",
+        "properties": {"size": {"type": "string", "format": "int-or-string"}},
     }
-    assert SchemaRegistry().validate(crd) == []
+    definition = crd("Widget", schema=schema)
+    assert definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"]
+    assert SchemaRegistry().validate(definition) == []
 
 
 def test_an_unknown_version_is_refused_with_the_ones_there_are() -> None:

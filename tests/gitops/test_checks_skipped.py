@@ -18,6 +18,7 @@ from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, CheckRun
 from gitops.specs import TenantSpec
 from tests.gitops import checks_samples as samples
+from tests.support.crds import crd
 
 WIDGET = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
 
@@ -50,28 +51,7 @@ def test_an_object_without_a_schema_is_not_validated_and_the_check_says_partial(
 
 
 def test_a_known_kind_at_an_unknown_version_is_still_an_error() -> None:
-    registry = SchemaRegistry.from_crds(
-        [
-            {
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                "metadata": {"name": "widgets.example.com"},
-                "spec": {
-                    "group": "example.com",
-                    "names": {"kind": "Widget", "plural": "widgets"},
-                    "scope": "Namespaced",
-                    "versions": [
-                        {
-                            "name": "v2",
-                            "served": True,
-                            "storage": True,
-                            "schema": {"openAPIV3Schema": {"type": "object"}},
-                        }
-                    ],
-                },
-            }
-        ]
-    )
+    registry = SchemaRegistry.from_crds([crd("Widget", version="v2")])
     [error] = registry.validate(WIDGET)
     assert (error.severity, error.unvalidated) == ("error", False)
     assert error.message == (

@@ -26,40 +26,13 @@ from gitops import upstream
 from gitops.checks.schema import SchemaRegistry, get_registry
 from gitops.upstream import Component, UpstreamFile
 from tests.gitops.checks_support import require_crds
+from tests.support.crds import crd
 
 
 def _crd(kind: str, group: str = "example.com") -> bytes:
-    plural = kind.lower() + "s"
-    return yaml.safe_dump(
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {
-                "group": group,
-                "names": {"kind": kind, "plural": plural},
-                "scope": "Namespaced",
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "properties": {
-                                    "spec": {
-                                        "type": "object",
-                                        "properties": {"size": {"type": "integer"}},
-                                    }
-                                },
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-    ).encode()
+    spec = {"type": "object", "properties": {"size": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {"spec": spec}}
+    return yaml.safe_dump(crd(kind, group, schema=schema)).encode()
 
 
 def _pin(path: str, data: bytes) -> UpstreamFile:
