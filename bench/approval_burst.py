@@ -12,7 +12,9 @@ For each fleet size, in a process of its own (fresh settings, database and repos
    ``render_tenant_tree``), written in one commit and packed;
 2. ``--workers`` Celery worker processes (``celery -A portal worker``) on Redis
    (``--broker``), each with one process, on a queue of their own;
-3. ``--requests`` GPU-share requests, one per tenant, submitted (not timed);
+3. ``--requests`` GPU-share requests, one per tenant (``--per-tenant K``: K per tenant, on
+   requests/K tenants, so siblings of one tenant are in flight together), submitted (not
+   timed);
 4. **the burst**: every request approved with "approve and merge" (``do_approve(...,
    merge=True)``: check, render, commit the branch, review, into the merge queue) by
    ``--approvers`` processes side by side (each its own Django, every Nth request, one after
@@ -20,9 +22,11 @@ For each fleet size, in a process of its own (fresh settings, database and repos
    queue's batches (one check run per batch over the combined tree, one compare-and-swap of
    main). Timed from the first approval until every change is on main. Per request: its
    approval started -> its change merged. Lost: a request whose change is not merged, or
-   whose commit main does not contain, at the end. ``--approvers 0``: the admin's "approve
-   selected" instead, one ``catalog.approve_many`` job on the workers approving every request
-   in turn (per request from the moment its approval was decided).
+   whose commit main does not contain, at the end; missing: one whose spec file main's final
+   tree does not hold (a later change of its tenant deleted it: issue 24's lost update).
+   ``--approvers 0``: the admin's "approve selected" instead, one ``catalog.approve_many``
+   job on the workers approving every request in turn (per request from the moment its
+   approval was decided).
 5. **the baseline** in the same run, on other tenants: one request at a time approved
    without the queue, its own check run on a worker, waited for, then merged (``do_merge``):
    what approving a burst costs without the queue. It runs ``--baseline`` requests (fewer:
@@ -114,10 +118,14 @@ def one_size(args: argparse.Namespace) -> dict[str, Any]:
     facts["check_main_s"] = round(time.perf_counter() - started, 1)
     workers = _start_workers(args.workers, env)
     try:
-        if args.requests > count:
-            raise SystemExit("--requests must not exceed the tenants: one request per tenant")
+        per = args.per_tenant
+        if args.requests > count * per:
+            raise SystemExit("--requests must not exceed the tenants times --per-tenant")
         started = time.perf_counter()
-        burst = [_request(t, member, "burst") for t in tenants[: args.requests]]
+        asking = tenants[: -(-args.requests // per)]
+        burst = [_request(t, member, f"burst{j}") for t in asking for j in range(per)]
+        burst = burst[: args.requests]
+        facts["per_tenant"] = per
         facts["submit_s"] = round(time.perf_counter() - started, 1)
         _drain(timeout=600)  # the submissions' notification jobs
         facts.update(_burst(burst, admin, args.timeout, args.approvers))
@@ -385,6 +393,10 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
     main = repo.head("main")
     assert main is not None and base is not None
     on_main = [c for c in merged.values() if repo.is_ancestor(c.merge_sha, main)]
+    missing = sum(
+        repo.read_file(main, f"tenants/{r.tenant.slug}/spec/shares/{r.resource.name}.json") is None
+        for r in requests
+    )
     latencies = [
         merged[changes[r]].merged_at.timestamp() - approved_at[r]
         for r in approved_at
@@ -413,6 +425,7 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
         "burst_approvals_s": round(approvals, 1),
         "burst_on_main": len(on_main),
         "burst_lost": len(requests) - len(on_main),
+        "burst_missing": missing,
         "burst_commits": commits,
         "burst_p50_s": round(statistics.median(latencies), 1) if latencies else None,
         "burst_p95_s": round(p95(latencies), 1) if latencies else None,
@@ -502,6 +515,9 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--baseline", type=int, default=20, help="one-at-a-time requests")
+    parser.add_argument(
+        "--per-tenant", type=int, default=1, help="requests of one tenant in the burst"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
         "--approvers",
@@ -542,6 +558,7 @@ def main() -> None:
         command = [sys.executable, __file__, "--one-size", str(count)]
         for flag in ("requests", "baseline", "workers", "approvers", "batch", "timeout", "broker"):
             command += [f"--{flag}", str(getattr(args, flag))]
+        command += ["--per-tenant", str(args.per_tenant)]
         command += ["--database-url", args.database_url]
         command += [f"--{flag}" for flag in ("profile", "keep") if getattr(args, flag)]
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -554,24 +571,30 @@ def main() -> None:
             print(facts["profile"], file=sys.stderr)
         rows.append(facts)
     print()
-    print("| tenants | variant | requests | wall s | on main | lost | p50 s | p95 s | check runs |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        "| tenants | variant | requests | wall s | on main | lost | missing | p50 s | p95 s "
+        "| check runs |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     how = "approve and merge" if args.approvers else "approve selected, one job"
+    if args.per_tenant > 1:
+        how += f", {args.per_tenant} per tenant"
     for f in rows:
         print(
             f"| {f['tenants']:,} | {how} (queue, batch {args.batch}) | "
             f"{f['burst_requests']:,} | {f['burst_wall_s']} | {f['burst_on_main']:,} | "
-            f"{f['burst_lost']} | {f['burst_p50_s']} | {f['burst_p95_s']} | {f['check_runs']} |"
+            f"{f['burst_lost']} | {f['burst_missing']} | {f['burst_p50_s']} | "
+            f"{f['burst_p95_s']} | {f['check_runs']} |"
         )
         per = f["baseline_total_s"] / max(1, f["baseline_requests"])
         print(
             f"| {f['tenants']:,} | one at a time (measured) | {f['baseline_requests']} | "
-            f"{f['baseline_total_s']} | {f['baseline_requests']} | 0 | {f['baseline_p50_s']} | "
+            f"{f['baseline_total_s']} | {f['baseline_requests']} | 0 | | {f['baseline_p50_s']} | "
             f"{f['baseline_p95_s']} | {f['baseline_requests']} |"
         )
         print(
             f"| {f['tenants']:,} | one at a time (extrapolated) | {args.requests:,} | "
-            f"{per * args.requests:.0f} | | | | | {args.requests:,} |"
+            f"{per * args.requests:.0f} | | | | | | {args.requests:,} |"
         )
     for f in rows:
         print(

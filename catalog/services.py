@@ -35,6 +35,7 @@ from catalog.models import (
     ShareVersion,
 )
 from catalog.specs import (
+    COLLECTION,
     desired_tenant,
     errors_for,
     from_json,
@@ -286,7 +287,11 @@ def check_request(
     errors: dict[str, str] = {}
     warnings: list[str] = []
     remove = action == A.DECOMMISSION
-    if action == A.CREATE and live_resources(tenant).filter(kind=kind, name=name).exists():
+    current = desired_tenant(tenant)
+    if action == A.CREATE and (
+        live_resources(tenant).filter(kind=kind, name=name).exists()
+        or any(item.name == name for item in getattr(current, COLLECTION[kind]))
+    ):
         errors["name"] = f"The tenant already has a {Kind(kind).label.lower()} called {name!r}."
         return Check(None, errors, [], [])
     try:
@@ -308,7 +313,6 @@ def check_request(
         errors["kind"] = (
             "A dedicated tenant gets whole GPUs or MIG slices only, never a shared GPU."
         )
-    current = desired_tenant(tenant)
     equivalents = _equivalents(after, fleet)
     grows = equivalents > _equivalents(current, fleet)
     # Over quota is refused only when the request adds to it: shrinking is always allowed.
@@ -1027,6 +1031,9 @@ def _open_change(
         description="\n\n".join(lines),
         allow_overcommit=request.allow_overcommit,
         run_checks=run_checks,
+        # Its resource; and who may use the clusters: narrowed to the portal's members, or
+        # bound for a new cluster (catalog.specs.desired_tenant).
+        scope=[f"{COLLECTION[request.kind]}/{request.resource.name}", "members"],
     )
     if opened is not None:
         opened.append(change)
@@ -1081,27 +1088,24 @@ def _on_merged(request: ResourceRequest) -> None:
     )
 
 
-def same_files(old: ChangeRequest, new: ChangeRequest) -> bool:
-    """Whether every file either change touches ends up byte-identical at the two heads: what
-    ``new`` would apply is exactly what was reviewed in ``old``."""
-    repo = gitops.repository()
-    paths = set(old.files_changed) | set(new.files_changed)
-    return all(repo.read_file(old.head_sha, p) == repo.read_file(new.head_sha, p) for p in paths)
-
-
 def _refresh_siblings(tenant: Tenant) -> None:
     """After a request of ``tenant`` merged, its other open pull requests were rendered from
-    an older main: open each again from the tenant as it is now.
+    an older main: open each again from the tenant as main holds it now, so reviewers see
+    the diff it would make. One in the merge queue is left there: the queue replays it onto
+    what merged before it (``gitops.services.replaying``).
 
-    The approval moves with the request only when its files are byte-identical to those the
-    approver reviewed (and the approver still may review); otherwise, a quota or queue file
-    now holding the merged sibling too, say, the new pull request waits for a fresh review and
-    the platform admins are told."""
+    The approval moves with the request when it asks main for the same as before
+    (``gitops.services.same_request``: its own spec files unchanged, on an unchanged start;
+    the quota and queues then also hold the merged sibling), and the approver still may
+    review; otherwise (someone changed the same resource meanwhile, say) the new pull request
+    waits for a fresh review, the request says so and the platform admins are told."""
     for sibling in ResourceRequest.objects.filter(
         tenant=tenant, state__in=[S.PR_OPEN, S.DECOMMISSIONING]
     ).select_related("change"):
         change = sibling.change
         if change is None or not change.is_open or change.base_sha == gitops.main_sha():
+            continue
+        if gitops.queued_entry(change) is not None:
             continue
         try:
             with transaction.atomic():
@@ -1110,7 +1114,7 @@ def _refresh_siblings(tenant: Tenant) -> None:
                 fresh = _open_change(locked, None)  # branch kept on failure: rare
                 approver = locked.decided_by
                 kept = (
-                    same_files(change, fresh)
+                    gitops.same_request(change, fresh)
                     and approver is not None
                     and gitops.may(approver, "review", fresh)
                 )
@@ -1119,12 +1123,20 @@ def _refresh_siblings(tenant: Tenant) -> None:
                         fresh,
                         acting_user=approver,
                         state="approve",
-                        body=f"Approved in the catalog; carried over from #{change.pk}, whose "
-                        "files are byte-identical.",
+                        body=f"Approved in the catalog; carried over from #{change.pk}, which "
+                        "asked main for the same (its spec files are unchanged).",
                     )
                 locked.change = fresh
-                locked.error = ""
+                locked.error = (
+                    ""
+                    if kept
+                    else f"Pull request #{change.pk} was rendered again as #{fresh.pk} after "
+                    "another merge, and what it asks for changed: it needs a fresh review."
+                )
                 locked.save(update_fields=["change", "error", "updated_at"])
+                if kept and change.queue_entries.exists():
+                    # It was approved "and merge" (and left the queue): the intent goes on.
+                    _enqueue_merge(locked, fresh, approver)
                 record_audit(
                     actor=None,
                     action="request.pull_request_refreshed",

@@ -2,20 +2,29 @@
 
 A resource's spec is stored as the JSON of its dataclass (``GpuShare``, ``TenantClusterSpec``,
 ``EndpointSpec``): a tuple becomes a list and back. ``desired_tenant`` is the tenant as it
-would run with one request applied to what is on main; gitops renders and validates it.
+would run with one request applied to what main holds; gitops renders and validates it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
-from typing import Any, get_type_hints
+from typing import Any
 
 from django.db.models import QuerySet
 
 from catalog.models import Kind, Resource, ResourceRequest
-from gitops.specs import EndpointSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
+from gitops import services as gitops
+from gitops.render import specfiles
+from gitops.render.specfiles import to_json as to_json  # what the API and billing use
+from gitops.specs import (
+    ClusterMember,
+    EndpointSpec,
+    GpuShare,
+    SpecError,
+    TenantClusterSpec,
+    TenantSpec,
+)
 from tenants.models import Tenant
 from tenants.specs import tenant_spec
 
@@ -33,42 +42,19 @@ COLLECTION: dict[str, str] = {
 }
 
 
-def to_json(spec: Any) -> dict[str, Any]:
-    return {
-        key: list(value) if isinstance(value, tuple) else value
-        for key, value in dataclasses.asdict(spec).items()
-    }
-
-
-@functools.cache
-def _shape(cls: Any) -> tuple[dict[str, Any], frozenset[str]]:
-    """A dataclass's type hints and field names (slow to compute, so once per class)."""
-    return get_type_hints(cls), frozenset(f.name for f in dataclasses.fields(cls))
-
-
 def from_json(kind: str, data: dict[str, Any]) -> Any:
     """The dataclass of ``kind`` from stored JSON; unknown keys are an error, not ignored."""
-    cls = CLASSES[kind]
-    hints, fields = _shape(cls)
-    unknown = set(data) - fields
-    if unknown:
-        raise SpecError({key: "Unknown field." for key in sorted(unknown)})
-    values = {
-        key: tuple(value)
-        if isinstance(value, list) and "tuple" in str(hints.get(key, ""))
-        else value
-        for key, value in data.items()
-    }
-    try:
-        return cls(**values)
-    except TypeError as exc:
-        raise SpecError({"": str(exc)}) from exc
+    return specfiles.from_json(CLASSES[kind], data)
 
 
 def live_resources(tenant: Tenant) -> QuerySet[Resource]:
     return tenant.resources.filter(
         state__in=[Resource.State.ACTIVE, Resource.State.DECOMMISSIONING]
     )
+
+
+# The TenantSpec fields the portal's settings decide (tenants.specs.tenant_spec).
+SETTINGS_FIELDS = ("display_name", "trust_level", "cost_centre", "cpu_quota", "memory_gib")
 
 
 def desired_tenant(
@@ -78,28 +64,67 @@ def desired_tenant(
     name: str = "",
     spec: dict[str, Any] | None = None,
     remove: bool = False,
+    settings: bool = False,
+    members: bool = False,
 ) -> TenantSpec:
-    """The tenant with what is on main, and resource (``kind``, ``name``) set to ``spec``
-    (or removed). Resources keep their creation order, so the render is stable."""
+    """The tenant as main holds it, with resource (``kind``, ``name``) set to ``spec`` (or
+    removed): what a request's change makes of main. ``settings``: with the settings the
+    portal holds now (a settings change); ``members``: with its members now (an access sync).
+
+    Git is the truth of what the tenant has (``gitops.render.specfiles``): a resource whose
+    request merged is there from the merge on, whether or not the cluster reported it ready
+    and the database followed. Only a tenant main holds no spec of (its onboarding is not
+    merged yet, or its directory was written before it carried its spec) is read from the
+    database: its resources there that are active."""
+    now = tenant_spec(tenant)
+    on_main = gitops.tenant_spec_on_main(tenant.slug)
+    if on_main is None:
+        base = dataclasses.replace(now, **_from_database(tenant))
+    else:
+        base = on_main
+        if settings:
+            base = dataclasses.replace(base, **{f: getattr(now, f) for f in SETTINGS_FIELDS})
+        # Who may use its clusters: as on main (a grant goes through its own review), less
+        # whom the portal has removed since or gave a narrower role (never kept in longer).
+        # A new cluster is bound for the members the portal has now: its approver reviews
+        # their bindings with it (and the access sync after its merge corrects any drift).
+        new_cluster = (
+            kind == Kind.CLUSTER and not remove and all(c.name != name for c in base.clusters)
+        )
+        base = dataclasses.replace(
+            base,
+            members=now.members if members or new_cluster else narrowed(base.members, now.members),
+        )
+    if not kind:
+        return base
+    collection = COLLECTION[kind]
+    items = [item for item in getattr(base, collection) if item.name != name]
+    if not remove and spec is not None:
+        items.append(from_json(kind, spec))
+    changed: dict[str, Any] = {collection: tuple(items)}
+    return specfiles.canonical(dataclasses.replace(base, **changed))
+
+
+def narrowed(
+    on_main: tuple[ClusterMember, ...], now: tuple[ClusterMember, ...]
+) -> tuple[ClusterMember, ...]:
+    """The members of ``on_main`` who are still members ``now``, each with the narrower of
+    the two roles: what may be written without a review of who gets access."""
+    rank = {"viewer": 0, "member": 1, "admin": 2}
+    current = {(m.issuer, m.subject, m.email, m.name): m for m in now}
+    kept = []
+    for member in on_main:
+        same = current.get((member.issuer, member.subject, member.email, member.name))
+        if same is not None:
+            kept.append(same if rank[same.role] < rank[member.role] else member)
+    return tuple(kept)
+
+
+def _from_database(tenant: Tenant) -> dict[str, Any]:
     collections: dict[str, list[Any]] = {"shares": [], "clusters": [], "endpoints": []}
-    replaced = False
     for resource in live_resources(tenant).order_by("created_at", "pk"):
-        if resource.kind == kind and resource.name == name:
-            replaced = True
-            if remove or spec is None:
-                continue
-            collections[COLLECTION[kind]].append(from_json(kind, spec))
-        else:
-            collections[COLLECTION[resource.kind]].append(from_json(resource.kind, resource.spec))
-    if kind and not replaced and not remove and spec is not None:
-        collections[COLLECTION[kind]].append(from_json(kind, spec))
-    base = tenant_spec(tenant)
-    return dataclasses.replace(
-        base,
-        shares=tuple(collections["shares"]),
-        clusters=tuple(collections["clusters"]),
-        endpoints=tuple(collections["endpoints"]),
-    )
+        collections[COLLECTION[resource.kind]].append(from_json(resource.kind, resource.spec))
+    return {key: tuple(items) for key, items in collections.items()}
 
 
 def request_tenant(request: ResourceRequest) -> TenantSpec:

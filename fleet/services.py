@@ -851,6 +851,7 @@ def do_propose_portal_deployment(
     change = gitops_services.open_change(
         acting_user=acting_user,
         title=PORTAL_DEPLOYMENT_TITLE.format(fleet=fleet.name, image=spec.image),
+        scope=[],  # the platform's files: no tenant's resources
         changes=changes,
         kind=ChangeRequest.Kind.PLATFORM,
         description=(

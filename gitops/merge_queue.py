@@ -238,7 +238,12 @@ def _run_batch(batch: MergeQueueBatch, entries: list[MergeQueueEntry], log: Log)
         if base is None or not members:
             break
         batch.base_sha = base
-        chain = repo.squash_chain(base, [m.item for m in members], resolve=_index_resolver(members))
+        chain = repo.squash_chain(
+            base,
+            [m.item for m in members],
+            resolve=_index_resolver(members),
+            replay=_replayer(members),
+        )
         for member in [m for m in members if m.entry.pk in chain.conflicts]:
             paths = ", ".join(chain.conflicts[member.entry.pk])
             _finish(member.entry, E.FAILED, f"conflicts with the changes before it in {paths}")
@@ -361,6 +366,16 @@ def _index_resolver(
     return resolve
 
 
+def _replayer(
+    members: Sequence[_Member],
+) -> Callable[[ChainItem], Callable[[Snapshot], Mapping[str, bytes | None]] | None]:
+    """A member whose base is behind the chain so far goes on as its request, not its text:
+    its tenant's directory rendered again from the chain's spec plus its own
+    (``services.replaying``); a change without spec files is merged three-way."""
+    by_key = {m.entry.pk: m.change for m in members}
+    return lambda item: services.replaying(by_key[item.key])
+
+
 # The tree of the last chain this process merged, by its commit: the next batch's base, read
 # again otherwise (a second at 10,000 tenants, and its split another half).
 _LAST_TREE: dict[str, tuple[dict[str, bytes], partition.TreeParts]] = {}
@@ -433,7 +448,10 @@ class _Checker:
         chain = self.chains.pop(tuple(m.entry.pk for m in members), None)
         if chain is None:
             chain = self.repo.squash_chain(
-                self.base, [m.item for m in members], resolve=_index_resolver(members)
+                self.base,
+                [m.item for m in members],
+                resolve=_index_resolver(members),
+                replay=_replayer(members),
             )
         if chain.conflicts or chain.empty:
             # Without a change before it, a later one may clash (rare: it built on the other).
@@ -444,7 +462,10 @@ class _Checker:
                 f"the changes do not squash cleanly without the others: {keys}",
             )
             return _Verdict(chain, False, [result])
+        # A change replayed onto the ones before it (``services.replaying``) may write more
+        # than its own branch did: what the chain changed is read from the chain.
         changed = {p for m in members for p in m.change.files_changed}
+        changed |= self.repo.changed_paths(self.base, chain.tip)
         files = dict(self.base_files)
         for path in changed | {services.TENANT_INDEX}:
             data = self.repo.read_file(chain.tip, path)
@@ -469,6 +490,7 @@ class _Checker:
             base_parts=self.base_parts,
             stats=self.stats,
             cache=settings.GITOPS_CHECK_CACHE,
+            scopes=services.change_scopes(m.change for m in members),
         )
         self.batch.check_runs += 1
         MergeQueueBatch.objects.filter(pk=self.batch.pk).update(check_runs=self.batch.check_runs)

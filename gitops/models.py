@@ -60,6 +60,10 @@ class ChangeRequest(models.Model):
     head_sha = models.CharField(max_length=40, blank=True)
     merge_sha = models.CharField(max_length=40, blank=True)
     files_changed = models.JSONField(default=list, blank=True)
+    # What the change was asked to touch of its tenant (gitops.checks.scope): items such as
+    # "endpoints/chat", "settings", "members", or "*" for the whole directory. None: not said
+    # (a change opened by hand, or before scopes): its tenant's whole directory.
+    scope = models.JSONField(null=True, blank=True, default=None)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

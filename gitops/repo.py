@@ -661,6 +661,11 @@ class GitRepository:
             result.append(FileChange(delta.new_file.path, status, old, new, text))
         return sorted(result, key=lambda change: change.path)
 
+    def changed_paths(self, base: str, head: str) -> set[str]:
+        """The files whose content differs between two commits (added, changed or deleted),
+        found without reading any file."""
+        return set(self._changed(self._commit(base).tree, self._commit(head).tree))
+
     # --- writing ---------------------------------------------------------------------------
 
     def commit(
@@ -826,6 +831,7 @@ class GitRepository:
         items: Sequence[ChainItem],
         *,
         resolve: Callable[[ChainItem, MergeConflict, Snapshot], Changes | None] | None = None,
+        replay: Callable[[ChainItem], Callable[[Snapshot], Changes] | None] | None = None,
     ) -> Chain:
         """Squash each item's head onto ``base``, one after another, as :meth:`merge` would
         one at a time, but writing commit objects only: no ref moves.
@@ -834,8 +840,11 @@ class GitRepository:
         commit's parent the one before, its tree the three-way merge of its change onto the
         tree so far). An item whose changes clash with those before it is left out with the
         paths, unless ``resolve`` (given the item, the conflict and a snapshot of the chain so
-        far) returns the files to write instead. Nothing is visible to anyone until the caller
-        moves a branch to the chain with :meth:`advance_branch`, once.
+        far) returns the files to write instead. ``replay`` gives, for an item, how to build
+        its files from the chain so far instead of a three-way merge, used when the chain moved
+        past the item's fork (None: merge it three-way); a :class:`MergeConflict` it raises
+        leaves the item out. Nothing is visible to anyone until the caller moves a branch to
+        the chain with :meth:`advance_branch`, once.
         """
         base_commit = self._commit(base)
         tip = base_commit
@@ -860,8 +869,13 @@ class GitRepository:
                 conflicts[item.key] = ["(no common history with main)"]
                 continue
             touched: set[str] = set()
+            rebuild = replay(item) if replay is not None and fork != str(tip.id) else None
             try:
-                if fork == str(tip.id):
+                if rebuild is not None:
+                    files = rebuild(Snapshot(self, str(tip.id)))
+                    tree_id = self._build_tree(tip.tree_id, _nest(files))
+                    touched.update(files)
+                elif fork == str(tip.id):
                     tree_id = theirs.tree_id
                     touched.update(self._changed_memo(tip.tree, theirs.tree))
                 else:
@@ -876,14 +890,16 @@ class GitRepository:
                         fork_tree, tip.tree, theirs.tree, mine=mine, touched=touched
                     )
             except MergeConflict as exc:
-                files = resolve(item, exc, Snapshot(self, str(tip.id))) if resolve else None
-                if files is None:
+                resolved = (
+                    resolve(item, exc, Snapshot(self, str(tip.id)))
+                    if resolve is not None and rebuild is None
+                    else None
+                )
+                if resolved is None:
                     conflicts[item.key] = exc.paths
                     continue
-                touched = set()
-                nested = _nest(files)
-                tree_id = self._build_tree(tip.tree_id, nested)
-                touched.update(files)
+                touched = set(resolved)
+                tree_id = self._build_tree(tip.tree_id, _nest(resolved))
             if tree_id == tip.tree_id:
                 empty.append(item.key)
                 continue

@@ -8,9 +8,10 @@ as jobs after commit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
@@ -23,8 +24,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from gitops.checks.cluster_access import is_bindings_file, narrows_only
-from gitops.fleet import base_fleet, flavor_mapping, with_inventory
+from gitops.checks.cluster_access import is_access_file, narrows_only
+from gitops.checks.scope import ANY_TENANT, EVERYTHING
+from gitops.fleet import base_fleet, configured_fleet, flavor_mapping, with_inventory
 from gitops.forges import WebhookEvent
 from gitops.models import (
     ChangeRequest,
@@ -38,6 +40,7 @@ from gitops.render import (
     render_infrastructure,
     render_tenant_tree,
     render_tenants_index,
+    specfiles,
 )
 from gitops.render.cluster_access import ACCESS_DIR
 from gitops.render.portal import PORTAL_FLUX_FILE, render_portal_component
@@ -327,6 +330,137 @@ def tenant_on_main(slug: str) -> bool:
     return main is not None and slug in _tenant_slugs(repo, main)
 
 
+def tenant_spec_at(
+    rev: str | None, slug: str, *, snapshot: Snapshot | None = None
+) -> TenantSpec | None:
+    """The tenant as the spec files under ``tenants/<slug>/spec/`` at ``rev`` (or in
+    ``snapshot``) say; None when there are none (not onboarded there, or written before the
+    directory carried its spec). A spec file that does not parse is a ``SpecError``."""
+    prefix = f"tenants/{slug}/"
+    if snapshot is not None:
+        files = snapshot.read_tree(prefix + specfiles.SPEC_DIR)
+    elif rev is None:
+        return None
+    else:
+        files = repository().read_tree(rev, prefix + specfiles.SPEC_DIR)
+    if not files:
+        return None
+    return specfiles.parse_spec_files(slug, {p[len(prefix) :]: b for p, b in files.items()})
+
+
+def tenant_spec_on_main(slug: str) -> TenantSpec | None:
+    """The tenant as main holds it: what every change of the tenant starts from."""
+    return tenant_spec_at(main_sha(), slug)
+
+
+def _spec_paths(change: ChangeRequest) -> dict[str, list[str]]:
+    """{tenant slug: the spec files the change writes or deletes}."""
+    found: dict[str, list[str]] = {}
+    for path in change.files_changed:
+        parts = path.split("/", 3)
+        if len(parts) == 4 and parts[0] == "tenants" and parts[2] == specfiles.SPEC_DIR:
+            found.setdefault(parts[1], []).append(path)
+    return found
+
+
+def replaying(
+    change: ChangeRequest, *, ours: bool = False
+) -> Callable[[Snapshot], dict[str, bytes | None]] | None:
+    """How to merge ``change`` onto a tip that moved since its base, as the request it carries
+    and not as text: for each tenant whose spec it changes, its own spec files (what it was
+    asked to do: a resource added, changed or removed, the settings, the members) are applied
+    to the tip's spec, and the tenant's directory is rendered again from the result. So two
+    changes of one tenant opened side by side both land whole, whatever order they merge in,
+    and neither undoes the other (a textual merge of the quota both rewrite would clash, or
+    worse, succeed with one of them missing).
+
+    A true conflict stays one: a spec file the change writes that the tip changed since the
+    change's base (two requests for the same resource) raises ``MergeConflict``, as does a
+    spec the tip holds that does not parse. Files outside the tenants' spec-bearing
+    directories are merged as their content, as ``regenerating_index`` does; the tenant index
+    is rendered again. None: the change carries no spec files (a platform change, or one
+    opened before directories carried their spec): merge it as text. ``ours``: the change's
+    own files win over the tip's (updating its branch, where its author chooses them)."""
+    by_tenant = _spec_paths(change)
+    if not by_tenant:
+        return None
+    repo = repository()
+    own_spec = {p: repo.read_file(change.head_sha, p) for ps in by_tenant.values() for p in ps}
+    others = [
+        p
+        for p in change.files_changed
+        if p != TENANT_INDEX and not any(p.startswith(f"tenants/{slug}/") for slug in by_tenant)
+    ]
+    own_other = {p: repo.read_file(change.head_sha, p) for p in others}
+    before, after = _tenant_slugs(repo, change.base_sha), _tenant_slugs(repo, change.head_sha)
+
+    def build(tip: Snapshot) -> dict[str, bytes | None]:
+        # As Git's rule: a file both sides changed the same way is no clash.
+        mine = {**own_spec, **own_other}
+        clashes = [
+            p
+            for p, b in mine.items()
+            if not ours and tip.read_file(p) not in (repo.read_file(change.base_sha, p), b)
+        ]
+        if clashes:
+            raise MergeConflict(clashes)
+        fleet = configured_fleet()
+        changes: dict[str, bytes | None] = dict(own_other)
+        for slug in by_tenant:
+            prefix = f"tenants/{slug}/"
+            current = tip.read_tree(prefix)
+            spec_dir = f"{prefix}{specfiles.SPEC_DIR}/"
+            spec: dict[str, bytes | None] = {
+                p: b for p, b in current.items() if p.startswith(spec_dir)
+            }
+            spec.update(own_spec_of(slug))
+            files = {p[len(prefix) :]: b for p, b in spec.items() if b is not None}
+            if not files:  # every spec file deleted: the tenant's directory goes (offboarding)
+                changes.update(dict.fromkeys(current))
+                continue
+            try:
+                tenant = specfiles.parse_spec_files(slug, files)
+                wanted = render_tenant_tree(tenant, fleet)
+            except SpecError as exc:
+                raise MergeConflict([f"{prefix}{specfiles.SPEC_DIR} ({exc})"]) from exc
+            changes.update({p: b for p, b in wanted.items() if current.get(p) != b})
+            changes.update({p: None for p in current if p not in wanted})
+        if TENANT_INDEX in change.files_changed or before != after:
+            slugs = {d.rstrip("/") for d in tip.list_dir("tenants/") if d.endswith("/")}
+            changes.update(render_tenants_index((slugs | (after - before)) - (before - after)))
+        return changes
+
+    def own_spec_of(slug: str) -> dict[str, bytes | None]:
+        return {p: b for p, b in own_spec.items() if p.startswith(f"tenants/{slug}/")}
+
+    return build
+
+
+def same_request(old: ChangeRequest, new: ChangeRequest) -> bool:
+    """Whether ``new`` asks main for exactly what ``old`` asked: the same spec files written
+    with the same content, each starting from the same content on its base. Then what a
+    reviewer approved in ``old`` is what ``new`` does, although files derived from the
+    tenant's whole spec (its quota, its queues) differ because other requests merged between
+    the two bases: those requests were reviewed on their own. A change without spec files
+    (written before directories carried their spec) is the same only when every file it
+    touches is byte-identical at both heads."""
+    repo = repository()
+    paths_old, paths_new = _spec_paths(old), _spec_paths(new)
+    if not paths_old or not paths_new:
+        touched = set(old.files_changed) | set(new.files_changed)
+        return all(
+            repo.read_file(old.head_sha, p) == repo.read_file(new.head_sha, p) for p in touched
+        )
+    if paths_old != paths_new:
+        return False
+    return all(
+        repo.read_file(old.head_sha, p) == repo.read_file(new.head_sha, p)
+        and repo.read_file(old.base_sha, p) == repo.read_file(new.base_sha, p)
+        for paths in paths_old.values()
+        for p in paths
+    )
+
+
 def tenant_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | None]:
     """What to write so that main holds ``tenant`` as specified: added, changed, deleted files.
 
@@ -357,6 +491,12 @@ def cluster_access_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, by
     base = repo.head(settings.GITOPS_MAIN_BRANCH)
     if base is None:
         return {}  # no main, so no cluster yet: nothing to bind anyone in
+    on_main = tenant_spec_at(base, tenant.slug)
+    if on_main is not None:
+        if not on_main.clusters:
+            return {}  # no cluster to bind anyone in (a new one narrows them: desired_tenant)
+        # Main's tenant with these members: their spec file and the bindings, nothing else.
+        return tenant_changes(dataclasses.replace(on_main, members=tenant.members), fleet)
     access = f"tenants/{tenant.slug}/{ACCESS_DIR}/"
     names = [entry.rstrip("/") for entry in repo.list_dir(base, access) if entry.endswith("/")]
     wanted = render_cluster_access(tenant, names, fleet)
@@ -385,6 +525,7 @@ def open_change(
     requested_by: Any = None,
     allow_overcommit: bool = False,
     run_checks: bool = True,
+    scope: list[str] | None = None,
 ) -> ChangeRequest:
     """Commit ``changes`` on a new branch ``change/<id>`` from main and open it for review.
 
@@ -411,6 +552,7 @@ def open_change(
         allow_overcommit=allow_overcommit,
         base_sha=base,
         files_changed=sorted(changes),
+        scope=sorted(set(scope)) if scope is not None else None,
     )
     change.branch = change_branch(change.pk)
     trailers = {"Change-Request": str(change.pk), "Requested-by": _trailer(requester)}
@@ -615,6 +757,16 @@ def _merge(
     author, committer = identity(change.requested_by or change.author), identity(acting_user)
     try:
         try:
+            replay = replaying(change) if main_sha() != change.base_sha else None
+            if replay is not None:
+                # Main moved since the change was rendered: its request, not its text, goes on
+                # top (two changes of one tenant each rewrite its quota; see ``replaying``).
+                return _record_merge(
+                    change,
+                    _merge_rebuilt(change, replay, message, author, committer),
+                    acting_user=acting_user,
+                    audit={**audit, "replayed": [change.base_sha[:12], "main's tip"]},
+                )
             # The reviewed head by id, not the branch: a replica's copy of the branch may lag.
             sha = write_main(
                 lambda repo: (
@@ -631,7 +783,7 @@ def _merge(
         except MergeConflict as exc:
             if list(exc.paths) != [TENANT_INDEX]:
                 raise
-            sha = _merge_regenerating_index(change, message, author, committer)
+            sha = _merge_rebuilt(change, regenerating_index(change), message, author, committer)
     except MergeConflict as exc:
         raise ValidationError(
             "This change conflicts with main in "
@@ -775,16 +927,21 @@ def narrowing(change: ChangeRequest) -> tuple[bool, str]:
     base and head), and what it takes away or why it is not such a change."""
     if not change.tenant_slug or not change.base_sha or not change.head_sha:
         return False, "not a tenant change"
-    others = [p for p in change.files_changed if not is_bindings_file(p)]
+    others = [p for p in change.files_changed if not is_access_file(p)]
     if others:  # most changes: known without reading the trees
         return False, f"{others[0]} is not a cluster's bindings file"
     repo = repository()
     prefix = f"tenants/{change.tenant_slug}/{ACCESS_DIR}/"
-    return narrows_only(
-        repo.read_tree(change.base_sha, prefix),
-        repo.read_tree(change.head_sha, prefix),
-        change.files_changed,
-    )
+    members = f"tenants/{change.tenant_slug}/{specfiles.MEMBERS_FILE}"
+
+    def tree(rev: str) -> dict[str, bytes]:
+        files = repo.read_tree(rev, prefix)
+        data = repo.read_file(rev, members)
+        if data is not None:
+            files[members] = data
+        return files
+
+    return narrows_only(tree(change.base_sha), tree(change.head_sha), change.files_changed)
 
 
 @transaction.atomic
@@ -836,23 +993,27 @@ def regenerating_index(change: ChangeRequest) -> Callable[[Snapshot], dict[str, 
     return build
 
 
-def _merge_regenerating_index(
-    change: ChangeRequest, message: str, author: Identity, committer: Identity
+def _merge_rebuilt(
+    change: ChangeRequest,
+    build: Callable[[Snapshot], dict[str, bytes | None]],
+    message: str,
+    author: Identity,
+    committer: Identity,
 ) -> str:
-    """Merge a change whose only clash with main is the tenant index.
+    """Merge a change by writing what ``build`` makes of main's tip: ``regenerating_index`` or
+    ``replaying``. Compare-and-swap with retry, as any write to main.
 
     Two onboardings opened side by side each add a line at the same place in
     ``tenants/kustomization.yaml``: a textual conflict, but not a real one, since the index is
-    derived from the tenant directories. So the change's own files are applied to main's tip
-    (each must be untouched on main since the change's base, or it is a true conflict) and the
-    index is rendered again from the directories that result. Compare-and-swap with retry, as
-    any write to main.
+    derived from the tenant directories; two requests of one tenant each rewrite its quota and
+    queues, derived from its spec. Either way what the change asked for is applied to the tip
+    and what is derived is rendered again.
     """
     return write_main(
         lambda main: (
             _already_merged(main, change)
             or main.commit_with_retry(
-                regenerating_index(change),
+                build,
                 branch=settings.GITOPS_MAIN_BRANCH,
                 message=message,
                 author=author,
@@ -887,9 +1048,10 @@ def do_close(change: ChangeRequest, *, acting_user: Any, reason: str = "") -> Ch
 
 @transaction.atomic
 def do_update_branch(change: ChangeRequest, *, acting_user: Any) -> ChangeRequest:
-    """Re-apply the change's files on top of the current main (after main moved on).
+    """Re-apply the change on top of the current main (after main moved on): a tenant's
+    change as its request (``replaying``), any other its files.
 
-    The files keep the content the change gave them; the new diff against main is what
+    Other files keep the content the change gave them; the new diff against main is what
     reviewers approve, so earlier reviews (tied to the old head) no longer count.
     """
     _require(acting_user, "merge", change)
@@ -900,7 +1062,18 @@ def do_update_branch(change: ChangeRequest, *, acting_user: Any) -> ChangeReques
     assert base is not None
     if base == change.base_sha:
         raise ValidationError("The branch is already up to date with main.")
-    files = {p: repo.read_file(change.head_sha, p) for p in change.files_changed}
+    replay = replaying(change, ours=True)
+    if replay is not None:
+        # Its request onto the new main (``replaying``): the tenant rendered again from main's
+        # spec and its own, not its old files, which would undo what merged meanwhile.
+        try:
+            files = replay(Snapshot(repo, base))
+        except MergeConflict as exc:
+            raise ValidationError(
+                f"This change conflicts with main in {', '.join(exc.paths)}."
+            ) from exc
+    else:
+        files = {p: repo.read_file(change.head_sha, p) for p in change.files_changed}
     changes = {p: b for p, b in files.items() if repo.read_file(base, p) != b}
     if not changes:
         raise ValidationError("Main already contains everything this change would do.")
@@ -940,8 +1113,10 @@ def open_tenant_change(
     description: str = "",
     allow_overcommit: bool = False,
     run_checks: bool = True,
+    scope: list[str] | None = None,
 ) -> ChangeRequest:
-    """Open a change that makes main hold ``tenant`` exactly as specified."""
+    """Open a change that makes main hold ``tenant`` exactly as specified; ``scope``: what of
+    the tenant it was asked to touch (``gitops.checks.scope``)."""
     return open_change(
         acting_user=acting_user,
         title=title,
@@ -952,7 +1127,22 @@ def open_tenant_change(
         requested_by=requested_by,
         allow_overcommit=allow_overcommit,
         run_checks=run_checks,
+        scope=scope,
     )
+
+
+def change_scopes(changes: Iterable[ChangeRequest]) -> dict[str, set[str]]:
+    """What the changes may touch, by tenant (``gitops.checks.scope``): each change's scope
+    under its tenant; a change that names none may touch its tenant's whole directory, or,
+    without a tenant (a platform change), every tenant's."""
+    scopes: dict[str, set[str]] = {}
+    for change in changes:
+        key = change.tenant_slug or ANY_TENANT
+        if change.scope is None:
+            scopes.setdefault(key, set()).add(EVERYTHING)
+        else:
+            scopes.setdefault(key, set()).update(change.scope)
+    return scopes
 
 
 # How long forge delivery ids are kept to recognise a replay (see ForgeDelivery).
@@ -1120,6 +1310,7 @@ def do_record_inventory(
     return open_change(
         acting_user=acting_user,
         title=INVENTORY_TITLE,
+        scope=[],  # the platform's files: no tenant's resources
         changes=changes,
         kind=ChangeRequest.Kind.PLATFORM,
         description="The live inventory now has: "

@@ -19,6 +19,7 @@ from gitops.forges import get_forge
 from gitops.models import ChangeRequest, CheckRun
 from gitops.schemas import schema_source
 from gitops.services import (
+    change_scopes,
     do_merge_revocation,
     prune_forge_deliveries,
     reconcile_merged,
@@ -52,6 +53,7 @@ def run_change_checks(job: Job) -> None:
         allow_overcommit=change.allow_overcommit,
         base=base,
         cache=settings.GITOPS_CHECK_CACHE,
+        scopes=change_scopes([change]) if base is not None else None,
     )
     with transaction.atomic():
         CheckRun.objects.filter(change=change, sha=sha).delete()

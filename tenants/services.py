@@ -104,6 +104,7 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
         fleet=configured_fleet(),
         title=f"Onboard tenant {tenant.slug}",
         kind=ChangeRequest.Kind.ONBOARDING,
+        scope=["*"],
         description=(
             f"Namespace, quotas, network and admission policies, Kueue queues and Flux sync "
             f"for {user_text(tenant.display_name, single_line=True)} "
@@ -159,11 +160,13 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     if set(diff) & RENDERED_FIELDS:
         desired = import_string(settings.TENANT_DESIRED_SPEC)
         fleet = configured_fleet()
-        spec = desired(tenant)
+        spec = desired(tenant, settings=True)
         errors = _spec_errors(spec, fleet)
         # Only what this change breaks is refused: a tenant whose name became reserved after
         # it was made keeps its settings (the renderer refuses its changes either way).
-        before_errors = _spec_errors(desired(Tenant.objects.get(pk=tenant.pk)), fleet)
+        before_errors = _spec_errors(
+            desired(Tenant.objects.get(pk=tenant.pk), settings=True), fleet
+        )
         introduced = {k: v for k, v in errors.items() if before_errors.get(k) != v}
         if introduced:
             problems = "; ".join(f"{k}: {v}" if k else v for k, v in introduced.items())
@@ -183,17 +186,39 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     if spec is not None and gitops.tenant_on_main(tenant.slug):
         fields = ", ".join(f.replace("_", " ") for f in sorted(set(diff) & RENDERED_FIELDS))
         changes_in_git = gitops.tenant_changes(spec, fleet)
+        # An earlier settings change still open is superseded: this one holds every setting
+        # the tenant has now, the earlier ones' included.
+        earlier = list(
+            ChangeRequest.objects.filter(
+                status=ChangeRequest.Status.OPEN,
+                kind=ChangeRequest.Kind.TENANT,
+                tenant_slug=tenant.slug,
+                title__startswith=SETTINGS_TITLE.format(slug=tenant.slug, fields=""),
+            )
+        )
+        newer: ChangeRequest | None = None
         if changes_in_git:
-            gitops.open_change(
+            newer = gitops.open_change(
                 acting_user=acting_user,
-                title=f"Update tenant {tenant.slug}: {fields}",
+                title=SETTINGS_TITLE.format(slug=tenant.slug, fields=fields),
+                scope=["settings"],
                 changes=changes_in_git,
                 kind=ChangeRequest.Kind.TENANT,
                 tenant_slug=tenant.slug,
                 description="Settings changed in the portal: "
                 + "; ".join(f"{k.replace('_', ' ')} {v[0]!r} -> {v[1]!r}" for k, v in diff.items()),
             )
+        for change in earlier:
+            reason = (
+                f"Superseded by #{newer.pk}, which holds these settings too."
+                if newer is not None
+                else "Superseded: main already holds the settings the tenant has now."
+            )
+            gitops.do_close(change, acting_user=None, reason=reason)
     return tenant
+
+
+SETTINGS_TITLE = "Update tenant {slug}: {fields}"
 
 
 # --- who may use the tenant's clusters -------------------------------------------------------
@@ -251,6 +276,7 @@ def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest
         kind=ChangeRequest.Kind.TENANT,
         tenant_slug=tenant.slug,
         requested_by=acting_user,
+        scope=["members"],
         description=(
             f"The members of {tenant.display_name} and their roles, as bindings in each of its "
             "clusters (admin: cluster-admin, member: edit, viewer: view)."

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gitops.checks import cluster_access, partition
+from gitops.checks import cluster_access, partition, scope
 from gitops.checks.capacity import capacity_findings, nominal_quotas
 from gitops.checks.controllers import (
     immutable_spec_findings,
@@ -75,7 +75,9 @@ from gitops.specs import FleetSpec
 
 logger = logging.getLogger(__name__)
 
-CheckName = Literal["schemas", "kustomize", "isolation", "capacity", "controllers", "duplicates"]
+CheckName = Literal[
+    "schemas", "kustomize", "isolation", "capacity", "controllers", "duplicates", "scope"
+]
 CheckStatus = Literal["passed", "failed", "partial", "skipped"]
 
 
@@ -105,6 +107,7 @@ def run_checks(
     base_parts: partition.TreeParts | None = None,
     stats: partition.Stats | None = None,
     cache: str | None = None,
+    scopes: Mapping[str, Collection[str]] | None = None,
 ) -> list[CheckResult]:
     """Run every check on the tree ``files`` (``{path: bytes}`` at the change's head).
 
@@ -124,6 +127,9 @@ def run_checks(
     splits a batch's tree from its base's, and passes ``base`` split as ``base_parts``);
     ``stats`` counts the tenants kept and computed; ``cache`` is the SQLite file they are kept
     in besides this process (the portal's ``GITOPS_CHECK_CACHE``; None: this process only).
+
+    ``scopes`` is what the change (or batch) was asked to touch, by tenant
+    (``gitops.checks.scope``); None: the tree is not a change (a check of main).
     """
     parts = parts if parts is not None else partition.split(files)
     source = schema_source
@@ -167,8 +173,36 @@ def run_checks(
             "duplicates",
             lambda: _duplicates(tree, registry or get_registry(None, fleet.kubernetes_version)),
         ),
+        _guarded("scope", lambda: _scope(files, base, changed, scopes, fleet)),
     ]
     return results
+
+
+def _scope(
+    files: Mapping[str, bytes],
+    base: Mapping[str, bytes] | None,
+    changed: set[str] | None,
+    scopes: Mapping[str, Collection[str]] | None,
+    fleet: FleetSpec,
+) -> CheckResult:
+    if changed is None or scopes is None:
+        return CheckResult("scope", "passed", "not a change: no request to hold the tree to")
+    touched = sorted({s for s in map(partition.slug_of, changed) if s is not None})
+    if not touched:
+        return CheckResult("scope", "passed", "no tenant directory changed")
+    found = scope.violations(base, files, changed, scopes)
+    notes = scope.drift(files, changed, fleet)
+    where = _plural(len(touched), "tenant directory").replace("directorys", "directories")
+    if found:
+        return CheckResult(
+            "scope",
+            "failed",
+            f"{_plural(len(found), 'file')} of resources no request of the change asks for "
+            f"in {where}",
+            [str(v) for v in found] + notes,
+        )
+    note = f" ({_plural(len(notes), 'warning')})" if notes else ""
+    return CheckResult("scope", "passed", f"{where}: only what the requests ask for{note}", notes)
 
 
 @dataclass

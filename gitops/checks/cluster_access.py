@@ -21,6 +21,7 @@ would only keep a removed member in the cluster longer.
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -38,6 +39,7 @@ from gitops.render.cluster_access import (
     ROLE_ORDER,
     USERNAME_PREFIX,
 )
+from gitops.render.specfiles import MEMBERS_FILE
 
 ALLOWED_ROLES = frozenset(CLUSTER_ROLES.values())
 RANK = {role: index for index, role in enumerate(ROLE_ORDER)}
@@ -125,6 +127,43 @@ def kustomization_findings(path: str, obj: Mapping[str, Any], slug: str) -> list
     return [Finding(path, object_ref(obj), "cluster-access-target", message)]
 
 
+def is_access_file(path: str) -> bool:
+    """A file a change of who may use the tenant's clusters writes: a cluster's bindings, or
+    the members they are rendered from."""
+    return is_bindings_file(path) or _is_members_file(path)
+
+
+def _is_members_file(path: str) -> bool:
+    """``tenants/<slug>/spec/members.json``: the members the bindings are rendered from."""
+    parts = path.split("/")
+    return len(parts) == 4 and parts[0] == "tenants" and "/".join(parts[2:]) == MEMBERS_FILE
+
+
+def _members_narrowed(before: bytes | None, after: bytes | None) -> str:
+    """ "" when the members list ``after`` only drops members of ``before`` or gives them a
+    narrower role; else why not."""
+    try:
+        old, new = json.loads(before or b"null"), json.loads(after or b"null")
+    except ValueError:
+        return "is not JSON"
+    if not isinstance(old, list) or not isinstance(new, list):
+        return "is new, deleted or not a list of members"
+
+    def key(entry: Any) -> str:
+        return json.dumps({k: v for k, v in entry.items() if k != "role"}, sort_keys=True)
+
+    try:
+        widest: dict[str, int] = {}
+        for entry in old:
+            widest[key(entry)] = max(widest.get(key(entry), -1), RANK[CLUSTER_ROLES[entry["role"]]])
+        for entry in new:
+            if RANK[CLUSTER_ROLES[entry["role"]]] > widest.get(key(entry), -1):
+                return f"gives {entry.get('name', '?')} {entry['role']}, which they did not have"
+    except (AttributeError, KeyError, TypeError):
+        return "is not a list of members"
+    return ""
+
+
 def _grants(data: bytes | None) -> set[tuple[str, str]] | None:
     """(user, ClusterRole) pairs of a bindings file, or None when it is not one."""
     if data is None:
@@ -153,6 +192,11 @@ def narrows_only(
         return False, "the change changes nothing"
     removed: list[str] = []
     for path in paths:
+        if _is_members_file(path):
+            why = _members_narrowed(base.get(path), head.get(path))
+            if why:
+                return False, f"{path} {why}"
+            continue
         if not is_bindings_file(path):
             return False, f"{path} is not a cluster's bindings file"
         before, after = _grants(base.get(path)), _grants(head.get(path))

@@ -20,6 +20,8 @@ Layout (flux2-multi-tenancy)::
     tenants/<slug>/workloads/                  tenant-owned, applied as the tenant's account
     tenants/<slug>/cluster-access/<cluster>/   the members' bindings, applied into the virtual
                                                cluster (only with the fleet's cluster_oidc)
+tenants/<slug>/spec/                       the spec the directory is rendered from (JSON, never
+                                               applied; gitops/render/specfiles.py)
 
 Every directory a Flux Kustomization points at has a ``kustomization.yaml`` and builds with
 ``kustomize build``. A tenant's directory is a function of its spec alone, so re-rendering it
@@ -49,6 +51,7 @@ from gitops.render import (
     quota,
     rbac,
     secrets,
+    specfiles,
     vcluster,
 )
 from gitops.render.meta import kustomization
@@ -247,6 +250,7 @@ def render_tenant_tree(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes]
     """Every file under ``tenants/<slug>/``. Raises ``SpecError`` for an invalid spec."""
     validate_fleet(fleet)
     validate_tenant(tenant, fleet)
+    tenant = specfiles.canonical(tenant)
     base = f"tenants/{tenant.slug}"
     platform = _platform_entries(tenant, fleet)
     workloads = _workload_entries(tenant, fleet)
@@ -254,11 +258,14 @@ def render_tenant_tree(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes]
     # it, as the tenant's service account.
     platform.append((KUSTOMIZATION, [kustomization([path for path, _ in platform])]))
     workloads.append((KUSTOMIZATION, [kustomization([path for path, _ in workloads])]))
-    return _files(
+    files = _files(
         [(f"{base}/{path}", objs) for path, objs in platform]
         + [(f"{base}/{WORKLOADS}/{path}", objs) for path, objs in workloads]
         + [(f"{base}/{path}", objs) for path, objs in _access_entries(tenant, fleet)]
     )
+    # What it was rendered from, so the next change starts from main (gitops/render/specfiles).
+    files.update({f"{base}/{p}": b for p, b in specfiles.render_spec_files(tenant).items()})
+    return dict(sorted(files.items()))
 
 
 def render_cluster_access(

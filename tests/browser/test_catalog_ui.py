@@ -77,7 +77,7 @@ def alpha_with_a_share(world: dict[str, Any]) -> dict[str, Any]:
     )
     change = gitops.open_tenant_change(
         acting_user=world["alice"],
-        tenant=catalog.desired_tenant(world["alpha"]),
+        tenant=catalog.desired_tenant(world["alpha"], kind="gpu-share", name="infer", spec=SHARE),
         fleet=fleet_spec,
         title="GPU share infer",
         kind="gpu-share",

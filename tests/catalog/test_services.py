@@ -17,6 +17,7 @@ from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
+from tests.support.kueue import nominal_gpus
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -192,8 +193,11 @@ def test_a_stale_diff_is_not_approved(onboarded: dict[str, Any], run_jobs: Any) 
     )
     check = services.check_request(world["alpha"], "gpu-share", "train", SHARE)
     seen = services.digest(services.preview_changes(check))
-    world["alpha"].display_name = "Alpha Renamed"  # changes the namespace's annotations
-    world["alpha"].save()
+    # Another share of alpha merges meanwhile: alpha's quota and queues on main change.
+    other = services.do_create_request(
+        world["alpha"], acting_user=world["bob"], kind="gpu-share", spec={**SHARE, "name": "b"}
+    )
+    _merge(_approve(other, world, run_jobs), world, run_jobs)
     with pytest.raises(ValidationError, match="changed since you opened"):
         services.do_approve(request, acting_user=world["pam"], seen=seen)
     request.refresh_from_db()
@@ -208,15 +212,14 @@ def test_a_failed_git_write_leaves_a_retryable_request(
     request = services.do_create_request(
         world["alpha"], acting_user=world["bob"], kind="gpu-share", spec=SHARE
     )
-    real = settings.GITOPS_REPO_PATH
-    not_a_repo = tmp_path / "not-a-repository"
-    not_a_repo.write_text("a file where the repository should be\n")
-    settings.GITOPS_REPO_PATH = str(not_a_repo)
+    # The approval reads main (the request is checked against it), then writes the branch,
+    # which the Git remote of this replica refuses: there is no repository at its address.
+    settings.GITOPS_REMOTE_URL = str(tmp_path / "no-repository-here.git")
     request = run_jobs(services.do_approve, request, acting_user=world["pam"])
     assert request.state == S.APPROVED
     assert "Opening the pull request failed" in request.error
     assert not ChangeRequest.objects.filter(kind="gpu-share").exists()
-    settings.GITOPS_REPO_PATH = real
+    settings.GITOPS_REMOTE_URL = ""
     request = run_jobs(services.open_pull_request, request, acting_user=world["pam"])
     assert request.state == S.PR_OPEN and request.error == ""
     # A second retry from a page opened before the first (its copy still says "approved"):
@@ -407,9 +410,13 @@ def test_open_siblings_are_rendered_again_after_a_merge(
     assert b.change_id != old.pk and b.state == S.PR_OPEN
     old.refresh_from_db()
     assert old.status == "closed"
-    # The queue file now holds both shares: not what was approved, so it is reviewed again.
-    assert not b.change.reviews.exists()
-    gitops.do_review(b.change, acting_user=world["pam"], state="approve")
+    # The queue file now holds both shares, but what b asks for is what pam approved (its
+    # own spec file, from the same start): the approval is carried over.
+    (review,) = b.change.reviews.all()
+    assert review.reviewer == world["pam"] and "carried over" in review.body
+    assert b.error == ""
+    queues = gitops.repository().read_file(b.change.head_sha, "tenants/alpha/queues.yaml")
+    assert nominal_gpus(queues, "h200") == 2 + 1
     _merge(b, world, run_jobs)  # merges cleanly: rendered with "train" already on main
     services.advance_requests()
     names = {s.name for s in services.desired_tenant(world["alpha"]).shares}

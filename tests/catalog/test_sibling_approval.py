@@ -1,8 +1,10 @@
 """Approvals stick to what was reviewed: a sibling pull request rendered again after another
-merge keeps its approval only when the request's files are byte-identical."""
+merge keeps its approval when it asks main for the same as before (its own spec files, from
+the same start), and needs a fresh review when that changed."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from catalog.models import Notification, ResourceRequest
 from gitops import services as gitops
 from portal.models import AuditEvent
 from tenants.models import PlatformRole
+from tests.support.kueue import nominal_gpus
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 1}
@@ -44,20 +47,24 @@ def alpha(onboarded: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-def test_a_refresh_with_other_files_needs_a_fresh_review(
-    alpha: dict[str, Any], run_jobs: Any
+def test_a_refresh_whose_own_content_changed_needs_a_fresh_review(
+    alpha: dict[str, Any], run_jobs: Any, merged_change: Any
 ) -> None:
     world = alpha
     first = _approved(world, run_jobs, "gpu-share", {**SHARE, "name": "train", "count": 2})
     second = _approved(world, run_jobs, "gpu-share", {**SHARE, "name": "evals"})
     approved = second.change
+    # Someone writes evals' spec on main by hand (a platform change): what second's pull
+    # request starts from is no longer what the approver saw.
+    hand = {**SHARE, "name": "evals", "count": 3, "borrowing_limit": None, "gpucores_percent": 0}
+    merged_change(changes={"tenants/alpha/spec/shares/evals.json": json.dumps(hand).encode()})
     _merge(first, world, run_jobs)
     second.refresh_from_db()
     fresh = second.change
     assert fresh.pk != approved.pk and fresh.is_open and second.state == S.PR_OPEN
-    # Both shares now count in the tenant's queue file: not what the approver saw.
-    assert not services.same_files(approved, fresh)
+    assert not gitops.same_request(approved, fresh)
     assert not fresh.reviews.exists()
+    assert "needs a fresh review" in second.error
     assert "0 of 1 required approvals." in gitops.merge_blockers(fresh)
     notice = Notification.objects.get(
         user=world["pam"], request=second, title__contains="review again"
@@ -75,6 +82,29 @@ def test_a_refresh_with_other_files_needs_a_fresh_review(
 
 
 @pytest.mark.django_db
+def test_a_refresh_that_adds_a_siblings_share_keeps_its_approval(
+    alpha: dict[str, Any], run_jobs: Any
+) -> None:
+    world = alpha
+    first = _approved(world, run_jobs, "gpu-share", {**SHARE, "name": "train", "count": 2})
+    second = _approved(world, run_jobs, "gpu-share", {**SHARE, "name": "evals"})
+    approved = second.change
+    _merge(first, world, run_jobs)
+    second.refresh_from_db()
+    fresh = second.change
+    assert fresh.pk != approved.pk and second.error == ""
+    # The queue file now holds both shares; what second asks for is what was approved.
+    queues = "tenants/alpha/queues.yaml"
+    assert nominal_gpus(gitops.repository().read_file(approved.head_sha, queues), "h200") == 1
+    assert nominal_gpus(gitops.repository().read_file(fresh.head_sha, queues), "h200") == 3
+    assert gitops.same_request(approved, fresh)
+    assert gitops.merge_blockers(fresh) == []
+    _merge(second, world, run_jobs)
+    main = gitops.main_sha() or ""
+    assert nominal_gpus(gitops.repository().read_file(main, queues), "h200") == 3
+
+
+@pytest.mark.django_db
 def test_a_byte_identical_refresh_keeps_its_approval(alpha: dict[str, Any], run_jobs: Any) -> None:
     world = alpha
     _merge(_approved(world, run_jobs, "gpu-share", {**SHARE, "name": "train"}), world, run_jobs)
@@ -85,7 +115,7 @@ def test_a_byte_identical_refresh_keeps_its_approval(alpha: dict[str, Any], run_
     endpoint.refresh_from_db()
     fresh = endpoint.change
     assert fresh.pk != approved.pk
-    assert services.same_files(approved, fresh)
+    assert gitops.same_request(approved, fresh)
     review = fresh.reviews.get()
     assert (review.reviewer, review.state, review.sha) == (world["pam"], "approve", fresh.head_sha)
     assert "carried over" in review.body

@@ -3,6 +3,8 @@ against what the tenant runs and goes through review as a change request."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -11,8 +13,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from catalog.models import Kind, Resource
 from gitops import services as gitops
 from gitops.models import ChangeRequest
+from gitops.specs import GpuShare
 from tenants import services
 from tenants.models import Tenant
+from tenants.specs import tenant_spec
 
 HAMI = {
     "name": "frac",
@@ -30,11 +34,13 @@ def _open_changes() -> list[ChangeRequest]:
 
 @pytest.mark.django_db
 def test_a_tenant_with_hami_shares_cannot_become_dedicated(
-    onboarded: dict[str, Any], run_jobs: Any
+    onboarded: dict[str, Any], run_jobs: Any, merged_change: Any
 ) -> None:
     world = onboarded
+    # The share is merged (main holds it), whatever the database says of it yet.
+    merged_change(dataclasses.replace(tenant_spec(world["alpha"]), shares=(GpuShare(**HAMI),)))
     Resource.objects.create(
-        tenant=world["alpha"], kind=Kind.GPU_SHARE, name="frac", spec=HAMI, state="active"
+        tenant=world["alpha"], kind=Kind.GPU_SHARE, name="frac", spec=HAMI, state="pending"
     )
     with pytest.raises(ValidationError, match="HAMi"):
         run_jobs(
@@ -88,4 +94,30 @@ def test_a_tenant_admin_renaming_opens_a_change_and_contacts_do_not(
         services.do_update_tenant, world["alpha"], acting_user=world["alice"], display_name="A"
     )
     (change,) = _open_changes()
-    assert change.files_changed == ["tenants/alpha/namespace.yaml"]
+    assert change.files_changed == [
+        "tenants/alpha/namespace.yaml",
+        "tenants/alpha/spec/tenant.json",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_settings_change_supersedes_the_one_still_open(
+    onboarded: dict[str, Any], run_jobs: Any
+) -> None:
+    world = onboarded
+    update = services.do_update_tenant
+    run_jobs(update, world["alpha"], acting_user=world["alice"], display_name="A")
+    (first,) = _open_changes()
+    run_jobs(update, world["alpha"], acting_user=world["pam"], cost_centre="CC-7")
+    (second,) = _open_changes()
+    first.refresh_from_db()
+    assert first.status == "closed" and second.pk != first.pk
+    # The newer change holds every setting the tenant has now, the earlier one's too.
+    namespace = gitops.repository().read_file(second.head_sha, "tenants/alpha/namespace.yaml")
+    assert b"ai-factory.io/cost-centre: CC-7" in (namespace or b"")
+    settings = gitops.repository().read_file(second.head_sha, "tenants/alpha/spec/tenant.json")
+    assert json.loads(settings or b"")["display_name"] == "A"
+    # Back to what main holds: nothing left to change, and the open one is closed too.
+    run_jobs(update, world["alpha"], acting_user=world["pam"], cost_centre="CC-1")
+    run_jobs(update, world["alpha"], acting_user=world["alice"], display_name="Alpha Team")
+    assert _open_changes() == []

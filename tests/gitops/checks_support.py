@@ -68,4 +68,5 @@ FLOW_CHECKS = {
     "capacity": "passed",
     "controllers": "passed",
     "duplicates": "passed",
+    "scope": "passed",
 }

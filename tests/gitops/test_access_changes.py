@@ -4,6 +4,7 @@ and which of them merge without a review."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tests import cluster_oidc
 from tests.cluster_oidc import ISSUER
 
 BINDINGS = "tenants/alpha/cluster-access/dev/bindings.yaml"
+MEMBERS = "tenants/alpha/spec/members.json"
 
 
 def spec(**roles: str) -> TenantSpec:
@@ -64,8 +66,10 @@ def open_access_change(
 @pytest.mark.django_db
 def test_it_rewrites_the_bindings_of_the_clusters_main_has(fleet: FleetSpec) -> None:
     without_bob = services.cluster_access_changes(spec(ann="admin"), fleet)
-    assert list(without_bob) == [BINDINGS]
+    # The bindings and the members they are rendered from (main's spec of alpha), no more.
+    assert sorted(without_bob) == [BINDINGS, MEMBERS]
     assert users(without_bob[BINDINGS]) == {"oidc:sub-ann"}
+    assert [m["subject"] for m in json.loads(without_bob[MEMBERS] or b"")] == ["sub-ann"]
     assert services.cluster_access_changes(spec(ann="admin", bob="member"), fleet) == {}
     # The clusters come from main: the tenant's own spec needs none (a membership change
     # knows no catalog resources).

@@ -257,6 +257,8 @@ def test_it_deletes_files_to_decommission(world: dict[str, Any], on_commit: Any)
         "tenants/alpha/litellm/chat.yaml",
         # The PodMonitor goes with the tenant's last endpoint.
         "tenants/alpha/monitoring.yaml",
+        # ... and its spec: main no longer holds the endpoint.
+        "tenants/alpha/spec/endpoints/chat.json",
         "tenants/alpha/workloads/endpoints/chat.yaml",
     ]
     removal = services.tenant_removal_changes("alpha", FLEET)

@@ -33,6 +33,7 @@ def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
         "capacity",
         "controllers",
         "duplicates",
+        "scope",
     ]
     return {r.name: r for r in results}
 
@@ -95,9 +96,15 @@ def test_each_check_reports_its_failures(crds_dir: Path, kubectl: str) -> None:
                 "tenants/bravo/workloads/kustomization.yaml",
             },
             schema_dir=crds_dir,
+            # The change was asked for another endpoint of alpha, nothing of bravo's.
+            scopes={"alpha": {"endpoints/chat"}},
         )
     )
     assert {name: r.status for name, r in results.items()} == dict.fromkeys(results, "failed")
+    assert results["scope"].details == [
+        "tenants/alpha/workloads/endpoints/llama3-8b.yaml: this change alters endpoint "
+        "llama3-8b, which none of its requests asks for"
+    ]
     assert results["schemas"].details[1:] == [
         "tenants/alpha/workloads/endpoints/llama3-8b.yaml: "
         "HTTPRoute/llama3-8b spec.rules[0].timeout: unknown field 'timeout' "

@@ -24,6 +24,7 @@ def test_it_passes_every_check_on_the_rendered_repository(schema_dir: Path) -> N
         "capacity": "passed",
         "controllers": "passed",
         "duplicates": "passed",
+        "scope": "passed",
     }, [(r.name, r.summary, r.details[:5]) for r in results]
 
 

@@ -68,6 +68,7 @@ def test_it_passes_every_check_in_a_bootstrapped_fleet_repository(
         "capacity": "passed",
         "controllers": "passed",
         "duplicates": "passed",
+        "scope": "passed",
     }, [(r.name, r.summary, r.details[:5]) for r in results.values()]
     # Built for real, not skipped: both component directories are among the Flux paths.
     assert {SETUP_DIR, APP_DIR} <= set(results["kustomize"].details)

@@ -98,7 +98,7 @@ def test_removing_a_member_takes_them_out_of_the_clusters_without_a_review(
     (change,) = access_changes()
     assert change.status == ChangeRequest.Status.MERGED, list(change.checks.values())
     assert change.requested_by == on_main["alice"]
-    assert change.files_changed == [BINDINGS]
+    assert change.files_changed == [BINDINGS, "tenants/alpha/spec/members.json"]
     assert bound() == {"oidc:sub-alice": "cluster-admin", "oidc:sub-vic": "view"}
 
 

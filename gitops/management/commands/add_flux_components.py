@@ -43,6 +43,7 @@ class Command(BaseCommand):
                     "kustomization now lists it and patches the controllers (lockdown)."
                 ),
                 changes=flux_components_changes(fleet, components),
+                scope=[],  # the platform's files: no tenant's resources
             )
         except ValidationError as exc:
             raise CommandError(exc.messages[0]) from exc
