@@ -22,8 +22,9 @@ For each fleet size, in a process of its own (fresh settings, database and repos
    queue's batches (one check run per batch over the combined tree, one compare-and-swap of
    main). Timed from the first approval until every change is on main. Per request: its
    approval started -> its change merged. Lost: a request whose change is not merged, or
-   whose commit main does not contain, at the end; missing: one whose spec file main's final
-   tree does not hold (a later change of its tenant deleted it: issue 24's lost update).
+   whose commit main does not contain, at the end; missing: merged, but its GPUs are not in
+   its tenant's quota on main at the end (a later change of the tenant took them away again:
+   issue 24's lost update).
    ``--approvers 0``: the admin's "approve selected" instead, one ``catalog.approve_many``
    job on the workers approving every request in turn (per request from the moment its
    approval was decided).
@@ -393,10 +394,7 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
     main = repo.head("main")
     assert main is not None and base is not None
     on_main = [c for c in merged.values() if repo.is_ancestor(c.merge_sha, main)]
-    missing = sum(
-        repo.read_file(main, f"tenants/{r.tenant.slug}/spec/shares/{r.resource.name}.json") is None
-        for r in requests
-    )
+    missing = _missing(repo, main, requests, {c.pk for c in on_main}, changes)
     latencies = [
         merged[changes[r]].merged_at.timestamp() - approved_at[r]
         for r in approved_at
@@ -440,6 +438,34 @@ def _burst(requests: list[Any], admin: Any, timeout: float, approvers: int) -> d
         "start": start_wall,
         "jobs": jobs,
     }
+
+
+def _missing(
+    repo: Any, main: str, requests: list[Any], on_main: set[int], changes: dict[int, int]
+) -> int:
+    """Requests merged onto main whose GPUs main's quota of their tenant does not hold: what a
+    later change of the tenant took away again (each request is one whole H200; the fleet's
+    tenants start with none). Read from each tenant's ClusterQueue, so it means the same for
+    any release of the portal."""
+    from gitops.render.yamlio import load_documents
+
+    merged: dict[str, int] = {}
+    for request in requests:
+        if changes.get(request.pk) in on_main:
+            merged[request.tenant.slug] = merged.get(request.tenant.slug, 0) + 1
+    missing = 0
+    for slug, count in merged.items():
+        nominal = 0
+        for doc in load_documents(repo.read_file(main, f"tenants/{slug}/queues.yaml") or b""):
+            if doc.get("kind") != "ClusterQueue":
+                continue
+            for group in doc["spec"].get("resourceGroups", []):
+                for flavor in group["flavors"]:
+                    for item in flavor["resources"]:
+                        if flavor["name"] == "h200" and item["name"] == "nvidia.com/gpu":
+                            nominal += int(item["nominalQuota"])
+        missing += max(0, count - nominal)
+    return missing
 
 
 def _aware(timestamp: float) -> Any:
