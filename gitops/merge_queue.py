@@ -368,12 +368,26 @@ def _index_resolver(
 
 def _replayer(
     members: Sequence[_Member],
-) -> Callable[[ChainItem], Callable[[Snapshot], Mapping[str, bytes | None]] | None]:
-    """A member whose base is behind the chain so far goes on as its request, not its text:
-    its tenant's directory rendered again from the chain's spec plus its own
-    (``services.replaying``); a change without spec files is merged three-way."""
+) -> Callable[[ChainItem], Callable[[Snapshot], Mapping[str, bytes | None] | None] | None]:
+    """A member whose tenant's directory the chain changed since its base goes on as its
+    request, not its text: the directory rendered again from the chain's spec plus its own
+    (``services.replaying``). One whose tenants the chain did not touch (most of a burst over
+    many tenants) merges three-way, which gives the same tree without rendering; a change
+    without spec files too."""
     by_key = {m.entry.pk: m.change for m in members}
-    return lambda item: services.replaying(by_key[item.key])
+
+    def replay(item: ChainItem) -> Callable[[Snapshot], Mapping[str, bytes | None] | None] | None:
+        change = by_key[item.key]
+        build = services.replaying(change)
+        if build is None:
+            return None
+
+        def rebuild(tip: Snapshot) -> Mapping[str, bytes | None] | None:
+            return None if services.tenants_untouched(change, tip) else build(tip)
+
+        return rebuild
+
+    return replay
 
 
 # The tree of the last chain this process merged, by its commit: the next batch's base, read
@@ -491,6 +505,7 @@ class _Checker:
             stats=self.stats,
             cache=settings.GITOPS_CHECK_CACHE,
             scopes=services.change_scopes(m.change for m in members),
+            drift=False,
         )
         self.batch.check_runs += 1
         MergeQueueBatch.objects.filter(pk=self.batch.pk).update(check_runs=self.batch.check_runs)

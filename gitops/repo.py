@@ -522,6 +522,9 @@ class Snapshot:
     def list_dir(self, prefix: str = "") -> list[str]:
         return self.repository.list_dir(self.sha, prefix) if self.sha else []
 
+    def object_id(self, path: str) -> str | None:
+        return self.repository.object_id(self.sha, path) if self.sha else None
+
 
 class GitRepository:
     """A bare Git repository written through in-memory trees and compare-and-swap ref updates.
@@ -622,6 +625,12 @@ class GitRepository:
         if not isinstance(obj, pygit2.Tree):
             return []
         return sorted(f"{e.name}/" if isinstance(e, pygit2.Tree) else str(e.name) for e in obj)
+
+    def object_id(self, rev: str, path: str) -> str | None:
+        """The id of the file or directory at ``path`` in ``rev`` (None: absent): two equal ids
+        are equal contents, found without reading them."""
+        obj = self._lookup_path(self._commit(rev).tree, _split_prefix(path))
+        return str(obj.id) if obj is not None else None
 
     def commit_message(self, rev: str) -> str:
         """The full message of the commit at ``rev``."""
@@ -831,7 +840,7 @@ class GitRepository:
         items: Sequence[ChainItem],
         *,
         resolve: Callable[[ChainItem, MergeConflict, Snapshot], Changes | None] | None = None,
-        replay: Callable[[ChainItem], Callable[[Snapshot], Changes] | None] | None = None,
+        replay: Callable[[ChainItem], Callable[[Snapshot], Changes | None] | None] | None = None,
     ) -> Chain:
         """Squash each item's head onto ``base``, one after another, as :meth:`merge` would
         one at a time, but writing commit objects only: no ref moves.
@@ -842,9 +851,9 @@ class GitRepository:
         paths, unless ``resolve`` (given the item, the conflict and a snapshot of the chain so
         far) returns the files to write instead. ``replay`` gives, for an item, how to build
         its files from the chain so far instead of a three-way merge, used when the chain moved
-        past the item's fork (None: merge it three-way); a :class:`MergeConflict` it raises
-        leaves the item out. Nothing is visible to anyone until the caller moves a branch to
-        the chain with :meth:`advance_branch`, once.
+        past the item's fork (None, or None from the builder: merge it three-way); a
+        :class:`MergeConflict` it raises leaves the item out. Nothing is visible to anyone
+        until the caller moves a branch to the chain with :meth:`advance_branch`, once.
         """
         base_commit = self._commit(base)
         tip = base_commit
@@ -871,8 +880,8 @@ class GitRepository:
             touched: set[str] = set()
             rebuild = replay(item) if replay is not None and fork != str(tip.id) else None
             try:
-                if rebuild is not None:
-                    files = rebuild(Snapshot(self, str(tip.id)))
+                files = rebuild(Snapshot(self, str(tip.id))) if rebuild is not None else None
+                if files is not None:
                     tree_id = self._build_tree(tip.tree_id, _nest(files))
                     touched.update(files)
                 elif fork == str(tip.id):
@@ -892,7 +901,7 @@ class GitRepository:
             except MergeConflict as exc:
                 resolved = (
                     resolve(item, exc, Snapshot(self, str(tip.id)))
-                    if resolve is not None and rebuild is None
+                    if resolve is not None and files is None
                     else None
                 )
                 if resolved is None:

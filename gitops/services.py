@@ -436,6 +436,16 @@ def replaying(
     return build
 
 
+def tenants_untouched(change: ChangeRequest, tip: Snapshot) -> bool:
+    """Whether the directories of the tenants whose spec ``change`` writes are on ``tip`` as on
+    the change's base: then merging its files three-way gives what ``replaying`` would."""
+    repo = repository()
+    return all(
+        tip.object_id(f"tenants/{slug}") == repo.object_id(change.base_sha, f"tenants/{slug}")
+        for slug in _spec_paths(change)
+    )
+
+
 def same_request(old: ChangeRequest, new: ChangeRequest) -> bool:
     """Whether ``new`` asks main for exactly what ``old`` asked: the same spec files written
     with the same content, each starting from the same content on its base. Then what a
