@@ -25,7 +25,6 @@ Nothing here knows HTTP: the views turn the outcomes into status codes.
 from __future__ import annotations
 
 import dataclasses
-import re
 import types
 from datetime import date
 from enum import StrEnum
@@ -41,6 +40,7 @@ from django.utils import timezone
 from catalog import services, states
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.specs import CLASSES, from_json, to_json
+from gitops.render.validate import text_problem
 from gitops.specs import SpecError
 from tenants import access
 from tenants.access import Action
@@ -68,7 +68,6 @@ METADATA_FIELDS = ("tenant", "name", "annotations")
 MAX_LENGTH = {"model_uri": 512, "served_model_name": 128}
 STRING_MAX_LENGTH = 1024
 INT_LIMIT = 2**31 - 1
-CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 A = ResourceRequest.Action
 Errors = dict[str, list[str]]
@@ -144,8 +143,8 @@ def _type_problems(value: Any, hint: Any, path: str) -> list[tuple[str, str]]:
         longest = MAX_LENGTH.get(field, STRING_MAX_LENGTH)
         if len(value) > longest:
             return [(path, f"Must be at most {longest} characters (this one has {len(value)}).")]
-        if CONTROL_CHARS.search(value):
-            return [(path, "May not contain line breaks or other control characters.")]
+        if problem := text_problem(value):
+            return [(path, f"May not contain {problem}.")]
         return []
     return [(path, "Unexpected value.")]
 
@@ -211,8 +210,8 @@ def _reason(annotations: Any, errors: Errors) -> str:
         errors.setdefault(path, []).append(
             f"Must be at most {REASON_MAX_LENGTH} characters (this one has {len(reason)})."
         )
-    if "\x00" in reason:
-        errors.setdefault(path, []).append("May not contain NUL characters.")
+    if problem := text_problem(reason, multi_line=True):
+        errors.setdefault(path, []).append(f"May not contain {problem}.")
     return reason
 
 
@@ -456,10 +455,10 @@ def plan_delete(slug: str, kind: str, name: str, user: Any, *, reason: str = "")
     busy = services.blocking_request(resource)
     if busy is not None or resource.state != Resource.State.ACTIVE:
         return _conflict(resource, document, busy)
-    if len(reason) > REASON_MAX_LENGTH or "\x00" in reason:
-        raise ValidationError(
-            {"reason": [f"Must be at most {REASON_MAX_LENGTH} characters, with no NUL."]}
-        )
+    if len(reason) > REASON_MAX_LENGTH:
+        raise ValidationError({"reason": [f"Must be at most {REASON_MAX_LENGTH} characters."]})
+    if problem := text_problem(reason, multi_line=True):
+        raise ValidationError({"reason": [f"May not contain {problem}."]})
     check = services.check_request(tenant, kind, name, None, action=A.DECOMMISSION)
     if check.errors:
         raise ValidationError({_path(f): [m] for f, m in check.errors.items()})

@@ -14,6 +14,7 @@ from catalog.services import APPROVE_MANY_MAX
 from gitops.models import ChangeRequest, CheckRun, MergeQueueEntry, Review
 from portal.models import Job
 from tenants.models import Membership, Role, Tenant
+from tenants.quota import QUOTA_MAX
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -46,7 +47,24 @@ class RequiredNoteInput(StrictSerializer):
     note = serializers.CharField(max_length=NOTE_MAX, help_text="Why, for the requester.")
 
 
+SEEN_DIGEST_HELP = (
+    "The digest of the diff you reviewed: seen_digest of GET /api/v1/requests/{id}/preview/. "
+    "The approval is refused, with nothing done, when the manifests approving would write are "
+    "no longer that diff (main moved on): preview again, look, and approve with the new one."
+)
+
+
 class ApproveInput(StrictSerializer):
+    seen_digest = serializers.RegexField(
+        r"^[0-9a-f]{16}$",
+        help_text=SEEN_DIGEST_HELP,
+        # DRF formats these messages: the braces of the path are doubled.
+        error_messages={
+            "required": "Required: the seen_digest of GET /api/v1/requests/{{id}}/preview/, "
+            "the diff you reviewed.",
+            "invalid": "Not a digest: take seen_digest from GET /api/v1/requests/{{id}}/preview/.",
+        },
+    )
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
     allow_overcommit = serializers.BooleanField(required=False, default=False)
     merge = serializers.BooleanField(
@@ -95,6 +113,15 @@ class JobSerializer(serializers.ModelSerializer[Job]):
 class ReviewInput(StrictSerializer):
     state = serializers.ChoiceField(choices=Review.State.choices)
     body = serializers.CharField(required=False, allow_blank=True, default="", max_length=NOTE_MAX)
+
+
+class GpuQuotaInput(StrictSerializer):
+    gpu_quota = serializers.IntegerField(
+        min_value=0,
+        max_value=QUOTA_MAX,
+        help_text="The most GPUs the tenant's shares may add up to (MIG slices and HAMi slots "
+        "counted as fractions); never below what its approved shares already hold.",
+    )
 
 
 class MemberAddInput(StrictSerializer):
@@ -199,6 +226,35 @@ class RequestDetailSerializer(RequestSerializer):
         fields = [*RequestSerializer.Meta.fields, "events"]
 
 
+class FilePatchSerializer(serializers.Serializer[Any]):
+    path = serializers.CharField()
+    status = serializers.ChoiceField(choices=["added", "modified", "deleted"])
+    patch = serializers.CharField(help_text="A unified diff against main.")
+
+
+class RequestPreviewSerializer(serializers.Serializer[Any]):
+    """What approving a request would write, as the approval page shows it."""
+
+    id = serializers.IntegerField()
+    state = serializers.CharField()
+    seen_digest = serializers.CharField(
+        help_text="The digest of these files: send it as seen_digest to approve them."
+    )
+    files = FilePatchSerializer(
+        many=True,
+        help_text="The files the pull request would change; none when the request is not "
+        "waiting or fails its check.",
+    )
+    errors = serializers.DictField(
+        child=serializers.CharField(), help_text="Why the request cannot be approved, by field."
+    )
+    warnings = serializers.ListField(child=serializers.CharField())
+    overcommit = serializers.BooleanField(
+        help_text="Approving needs allow_overcommit: true (the request promises more than a "
+        "flavor has)."
+    )
+
+
 class CheckSerializer(serializers.ModelSerializer[CheckRun]):
     class Meta:
         model = CheckRun
@@ -293,15 +349,21 @@ class ChangeDetailSerializer(ChangeSerializer):
         return dict(MergeQueueSerializer(entry).data) if entry is not None else None
 
 
+ONLY_OPERATORS = "Only for those who operate the fleet (platform admins): the whole view."
+
+
 class FleetCapacitySerializer(serializers.Serializer[Any]):
+    """One flavor (one MIG profile of a MIG flavor): what a new pod could get now, and, for
+    those who operate the fleet, what is in use and unavailable."""
+
     flavor = serializers.CharField()
     mode = serializers.CharField()
     resource = serializers.CharField()
     unit = serializers.CharField()
-    in_use = serializers.IntegerField()
     free = serializers.IntegerField()
-    unavailable = serializers.IntegerField()
-    total = serializers.IntegerField()
+    in_use = serializers.IntegerField(required=False, help_text=ONLY_OPERATORS)
+    unavailable = serializers.IntegerField(required=False, help_text=ONLY_OPERATORS)
+    total = serializers.IntegerField(required=False, help_text=ONLY_OPERATORS)
 
 
 class MoneySerializer(serializers.DecimalField):

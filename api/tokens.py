@@ -16,20 +16,21 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from api.models import ApiToken, Robot, TokenUse
 from api.permissions import SCOPES
+from gitops.render.validate import text_problem
 from portal.audit import record_audit
 from tenants import services as tenant_services
 from tenants.access import Action, require
-from tenants.models import Membership, Role, Tenant
+from tenants.models import ROBOT_ROLES, Membership, Tenant
 from tenants.names import validate_dns1123_label
 
 TOKEN_START = "afp_"
 PREFIX_LENGTH = 8
 MAX_DAYS = 365
-ROBOT_ROLES = (Role.MEMBER.value, Role.VIEWER.value)
 USES_SHOWN = 50
 
 
@@ -93,8 +94,11 @@ def do_create_token(
     robot = _may_manage_tokens_of(acting_user, owner)
     errors: dict[str, list[str]] = {}
     name = name.strip()
-    if not name or len(name) > 80 or any(c in name for c in "\r\n"):
-        errors["name"] = ["Give the token a name of one line, at most 80 characters."]
+    if not name or len(name) > 80 or text_problem(name):
+        errors["name"] = [
+            "Give the token a name of one line, at most 80 characters, without control or "
+            "invisible formatting characters."
+        ]
     if scope not in SCOPES:
         errors["scope"] = [f"Unknown scope {scope!r}: choose one of {', '.join(SCOPES)}."]
     if not isinstance(expires_in_days, int) or not 1 <= expires_in_days <= MAX_DAYS:
@@ -194,6 +198,32 @@ def do_remove_robot(robot: Robot, *, acting_user: Any) -> None:
         diff={"name": [robot.name, None]},
     )
     robot.delete()
+
+
+def revoke_with_member(membership: Membership, *, actor: Any) -> int:
+    """settings.TENANT_MEMBER_LEFT: ``membership``'s user leaves its tenant or stops being an
+    admin there. Revoke the tokens of the tenant's robots that they made, and a robot's own
+    tokens when the membership is the robot's: a token never outlives the standing of whoever
+    made it (a former admin would keep acting as the robot). Returns how many, with an audit
+    row when any."""
+    tokens = ApiToken.objects.filter(revoked_at=None).filter(
+        Q(user__robot__tenant=membership.tenant, created_by=membership.user)
+        | Q(user=membership.user, user__robot__tenant=membership.tenant)
+    )
+    pks = list(tokens.values_list("pk", flat=True))
+    if not pks:
+        return 0
+    ApiToken.objects.filter(pk__in=pks).update(
+        revoked_at=timezone.now(), revoked_by=actor if getattr(actor, "pk", None) else None
+    )
+    record_audit(
+        actor=actor,
+        action="api_token.revoke_with_member",
+        target=membership,
+        tenant_slug=membership.tenant.slug,
+        diff={"tokens": [len(pks), 0], "user": [membership.user.username, None]},
+    )
+    return len(pks)
 
 
 def record_use(token: ApiToken, *, method: str, path: str, status: int, ip: str | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.db.models import QuerySet
@@ -23,16 +24,20 @@ from api.serializers import (
     JobSerializer,
     NoteInput,
     RequestDetailSerializer,
+    RequestPreviewSerializer,
     RequestSerializer,
     RequiredNoteInput,
     ReviewInput,
 )
 from catalog import services as catalog
 from catalog.models import Kind, ResourceRequest
+from catalog.preview import file_patches, preview_of
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import Job
 from portal.views import visible_jobs
+from tenants import access
+from tenants.access import Action
 
 
 class RequestQuery(serializers.Serializer[Any]):
@@ -92,8 +97,13 @@ class RequestViewSet(ScopedViewSet):
     def retrieve(self, request: Request, pk: str) -> Response:
         return self.detail_response(self.get_object())
 
-    def _act(self, body: type[serializers.Serializer[Any]], call: Any) -> Response:
+    def _act(
+        self, body: type[serializers.Serializer[Any]], call: Any, *, needs: Action | None = None
+    ) -> Response:
         resource_request = self.get_object()
+        if needs is not None:
+            # Who may never do this hears so (403), not about a field they have no use for.
+            access.require(self.request.user, needs, resource_request.tenant)
         self.check_if_match(resource_request)
         data = self.input(body)
         call(resource_request, data)
@@ -111,11 +121,38 @@ class RequestViewSet(ScopedViewSet):
             NoteInput, lambda r, d: catalog.do_cancel(r, acting_user=request.user, note=d["note"])
         )
 
+    @extend_schema(
+        summary="What approving a request would write: the diff to review before approving",
+        description="The files its pull request would change, as unified diffs against main "
+        "now, the check's errors and warnings, and seen_digest: the digest of these files, "
+        "which approve requires. No files once the request is decided or when it fails its "
+        "check. Anyone who may see the request may preview it (as its form previews it).",
+        responses=read_responses(RequestPreviewSerializer),
+    )
+    @action(detail=True, methods=["get"])
+    def preview(self, request: Request, pk: str) -> Response:
+        resource_request = self.get_object()
+        shown = preview_of(resource_request)
+        check = shown.check
+        body = {
+            "id": resource_request.pk,
+            "state": resource_request.state,
+            "seen_digest": shown.digest,
+            "files": [dataclasses.asdict(f) for f in file_patches(shown.changes)],
+            "errors": check.errors if check else {},
+            "warnings": check.warnings if check else [],
+            "overcommit": bool(check and check.overcommit),
+        }
+        return Response(RequestPreviewSerializer(body).data)
+
     @_action_schema(
         "Approve a request (platform admins)",
         ApproveInput,
-        "Opens its pull request (with merge: true also puts it into the merge queue). Nobody "
-        "approves what they asked for themselves.",
+        "Approves the diff you reviewed: first GET /api/v1/requests/{id}/preview/, read its "
+        "files, then send its seen_digest. Refused (400, nothing done) without it, or when "
+        "main moved on and approving would now write something else. Opens the pull request "
+        "(with merge: true also puts it into the merge queue). Nobody approves what they "
+        "asked for themselves.",
     )
     @action(detail=True, methods=["post"], write_scope=ADMIN)
     def approve(self, request: Request, pk: str) -> Response:
@@ -126,8 +163,10 @@ class RequestViewSet(ScopedViewSet):
                 acting_user=request.user,
                 note=d["note"],
                 allow_overcommit=d["allow_overcommit"],
+                seen=d["seen_digest"],
                 merge=d["merge"],
             ),
+            needs=Action.DECIDE,
         )
 
     @extend_schema(

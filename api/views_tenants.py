@@ -10,6 +10,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status
+from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,6 +28,7 @@ from api.permissions import ADMIN
 from api.serializers import (
     DetailSerializer,
     FleetCapacitySerializer,
+    GpuQuotaInput,
     InvoiceSerializer,
     MemberAddInput,
     MemberRoleInput,
@@ -36,12 +38,14 @@ from api.serializers import (
 )
 from billing.dashboards import RangeError, parse_range, tenant_dashboard
 from billing.models import Invoice
+from catalog.specs import offered_flavors
 from fleet.capacity import capacity_rows
 from fleet.models import Node, Workload
 from gitops.fleet import configured_fleet
 from tenants import services as tenant_services
-from tenants.access import Action, require, sees_all_tenants, visible_tenants
+from tenants.access import Action, may, require, tenants_where
 from tenants.models import Membership, Tenant
+from tenants.quota import do_set_gpu_quota, require_quota_setter
 
 TENANT = OpenApiParameter("slug", str, OpenApiParameter.PATH, description="The tenant's slug.")
 
@@ -65,6 +69,24 @@ class TenantViewSet(ScopedViewSet):
 
     def retrieve(self, request: Request, slug: str) -> Response:
         return self.detail_response(self.get_object())
+
+    @extend_schema(
+        summary="Set a tenant's GPU quota (platform admins)",
+        description="The most GPUs its shares may add up to; refused (400, nothing changed) "
+        "below what its approved shares already hold. Audited with the old and new value.",
+        parameters=[IF_MATCH],
+        request=GpuQuotaInput,
+        responses=write_responses(TenantSerializer),
+    )
+    @action(detail=True, methods=["post"], url_path="gpu-quota", write_scope=ADMIN)
+    def gpu_quota(self, request: Request, slug: str) -> Response:
+        tenant = self.get_object()
+        # Who may never set it hears so (403), not about the body.
+        require_quota_setter(request.user, tenant)
+        self.check_if_match(tenant)
+        data = self.input(GpuQuotaInput)
+        do_set_gpu_quota(tenant, acting_user=request.user, quota=data["gpu_quota"])
+        return self.detail_response(self.get_queryset().get(pk=tenant.pk))
 
 
 class MemberViewSet(ScopedViewSet):
@@ -104,9 +126,11 @@ class MemberViewSet(ScopedViewSet):
         return self.detail_response(self.get_object())
 
     @extend_schema(
-        summary="Add a member (by username or e-mail address)",
-        description="Answers alike whether or not an account matched, so nobody learns who "
-        "has an account; list the members to see the result.",
+        summary="Add a member by username, or invite an e-mail address",
+        description="A username adds that account if there is one; an e-mail address is "
+        "always an invitation, taken up when someone signs in holding it confirmed (through "
+        "single sign-on or the confirmation mail). Answers alike whether or not an account "
+        "matched, so nobody learns who has an account; list the members to see the result.",
         parameters=[TENANT],
         request=MemberAddInput,
         responses=write_responses(DetailSerializer, code=status.HTTP_202_ACCEPTED, if_match=False),
@@ -117,10 +141,14 @@ class MemberViewSet(ScopedViewSet):
         tenant_services.do_add_member_by_identifier(
             found, acting_user=request.user, identifier=data["user"], role=data["role"]
         )
-        return Response(
-            {"detail": f"If an account matches {data['user']!r}, it is now in {found.slug}."},
-            status=status.HTTP_202_ACCEPTED,
+        ident = data["user"].strip()
+        detail = (
+            f"{ident.lower()} is invited to {found.slug}: whoever signs in holding this address "
+            "confirmed joins."
+            if "@" in ident
+            else f"If an account matches {ident!r}, it is now in {found.slug}."
         )
+        return Response({"detail": detail}, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="Change a member's role",
@@ -224,19 +252,43 @@ class InvoiceViewSet(ScopedViewSet):
 
 
 class CapacityView(ApiViewMixin, GenericAPIView):  # type: ignore[type-arg]
-    """GPUs per flavor: in use, free, and unavailable (cordoned or unhealthy nodes)."""
+    """GPUs per flavor: what is free, to whoever can see a tenant; in use and unavailable
+    (cordoned or unhealthy nodes) too, to those who operate the fleet. What others use is
+    theirs: a tenant learns only what is left."""
 
     serializer_class = FleetCapacitySerializer
     pagination_class = None
 
     @extend_schema(
         summary="Fleet capacity per flavor",
-        description="Open to anyone who belongs to a tenant (and to platform roles): what is "
-        "free decides what to ask for.",
+        description="What is free decides what to ask for. Those who operate the fleet "
+        "(platform admins, as on the fleet pages) get every flavor with what is in use, free "
+        "and unavailable. Anyone else who can see a tenant gets what is free of the flavors "
+        "those tenants may ask for (a dedicated tenant none that shares GPUs), and nothing "
+        "about what others use.",
         responses=read_responses(FleetCapacitySerializer(many=True)),
     )
     def get(self, request: Request) -> Response:
-        if not (sees_all_tenants(request.user) or visible_tenants(request.user).exists()):
+        fleet = configured_fleet()
+        rows = capacity_rows(fleet, Node.objects.all(), Workload.objects.all())
+        if may(request.user, Action.OPERATE_FLEET):
+            return Response(FleetCapacitySerializer(rows, many=True).data)
+        tenants = tenants_where(request.user, Action.VIEW).order_by()
+        trust = set(tenants.values_list("trust_level", flat=True).distinct())
+        if not trust:
             raise PermissionDenied("Fleet capacity is shown to members of a tenant.")
-        rows = capacity_rows(configured_fleet(), Node.objects.all(), Workload.objects.all())
-        return Response(FleetCapacitySerializer(rows, many=True).data)
+        # A flavor any of the caller's tenants may ask for; only the dedicated lose some.
+        dedicated = trust == {Tenant.TrustLevel.DEDICATED}
+        offered = {f.name for f in offered_flavors(fleet, dedicated=dedicated)}
+        free = [
+            {
+                "flavor": r.flavor,
+                "mode": r.mode,
+                "resource": r.resource,
+                "unit": r.unit,
+                "free": r.free,
+            }
+            for r in rows
+            if r.flavor in offered
+        ]
+        return Response(FleetCapacitySerializer(free, many=True).data)

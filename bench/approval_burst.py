@@ -87,6 +87,8 @@ def _environment(args: argparse.Namespace, tmp: Path, queue: str) -> dict[str, s
         "FLEET_SIMULATOR": "0",
         "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
         "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+        # bench.django_setup made one when none was given: every process shares it.
+        "PORTAL_ENCRYPTION_KEYS": os.environ["PORTAL_ENCRYPTION_KEYS"],
         "DJANGO_SETTINGS_MODULE": "portal.settings",
     }
 

@@ -20,6 +20,7 @@ and computed. Schemas come from ``--schemas`` (default: the configured directory
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import secrets
 import sys
@@ -40,6 +41,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     os.environ["GITOPS_CHECK_CACHE"] = "memory"  # this process only: the cold run is cold
     os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ.setdefault(
+        "PORTAL_ENCRYPTION_KEYS", base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    )
     import django
 
     django.setup()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 import sys
@@ -14,6 +15,10 @@ if str(ROOT) not in sys.path:
 # would record every query with its timing, inside the numbers. A throwaway run gets a
 # throwaway key instead, inherited by the processes a benchmark starts (the simulator).
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+# Likewise the key that encrypts stored secrets (a Fernet key: 32 random bytes, url-safe base64).
+os.environ.setdefault(
+    "PORTAL_ENCRYPTION_KEYS", base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+)
 
 
 def setup_django(tmp: Path) -> None:

@@ -19,9 +19,11 @@ from django.utils import timezone
 
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.services import Check, check_request, shares_of
+from catalog.specs import offered_flavors
 from gitops.render.vcluster import KUBERNETES_IMAGE_TAGS
 from gitops.specs import Flavor, FleetSpec, GpuShare
 from tenants.models import Tenant
+from tenants.names import validate_text
 
 A = ResourceRequest.Action
 # How a sentence names each kind ("a GPU share", never "a gpu share").
@@ -135,6 +137,7 @@ class SpecForm(forms.Form):
         self.fields["reason"] = forms.CharField(
             required=False,
             max_length=2000,
+            validators=[validate_text],
             widget=forms.Textarea(attrs={"rows": 2}),
             help_text="Why you need it: the platform admin who decides reads this.",
         )
@@ -230,7 +233,7 @@ class GpuShareForm(SpecForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        flavors = [f for f in self.fleet.flavors if not (self.dedicated and f.mode == "hami")]
+        flavors = offered_flavors(self.fleet, dedicated=self.dedicated)
         self._choices("flavor", [(f.name, flavor_label(f)) for f in flavors])
         kinds = [(k, label) for k, label in SHARE_KINDS.items() if self._offered(k, flavors)]
         self._choices("kind", kinds)
@@ -309,7 +312,7 @@ class ClusterForm(SpecForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        flavors = [f for f in self.fleet.flavors if not (self.dedicated and f.mode == "hami")]
+        flavors = offered_flavors(self.fleet, dedicated=self.dedicated)
         self._choices("node_pools", [(f.name, flavor_label(f)) for f in flavors])
 
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:

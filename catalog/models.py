@@ -89,6 +89,9 @@ class ResourceRequest(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Everyone who wrote its spec: who asked, and whoever edited it since (a platform admin who
+    # sent it back and then edited it included). None of them may decide it (four eyes).
+    authors = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
     decision_note = models.TextField(blank=True)
     allow_overcommit = models.BooleanField(default=False)
     change = models.ForeignKey(
@@ -274,20 +277,26 @@ class WebhookEndpoint(models.Model):
     """An HTTPS URL of a tenant's that the portal calls, signed, when one of the tenant's
     requests changes state (``catalog.outbound``, the Standard Webhooks scheme).
 
-    The signing secret is kept in the clear because the portal must sign with it (HMAC); it is
-    shown to the tenant's admins when it is made or rotated and never again. After a rotation
-    the previous secret also signs until ``previous_secret_until``, so receivers can switch
-    without losing a delivery. An endpoint whose deliveries keep failing is disabled
-    (``disabled_reason``) and its admins are told.
+    The portal must sign with the secret (HMAC), so it keeps it, encrypted: ``secret`` and
+    ``previous_secret`` hold Fernet tokens (``portal.encryption``, keys outside the database),
+    decrypted only to sign a delivery (``catalog.outbound.signing_secrets``). The secret is
+    shown to the tenant's admins when it is made or rotated (``shown_secret``) and never again.
+    After a rotation the previous secret also signs until ``previous_secret_until``, so
+    receivers can switch without losing a delivery. An endpoint whose deliveries keep failing
+    is disabled (``disabled_reason``) and its admins are told.
     """
+
+    # The plaintext secret, only on the object ``do_add_webhook`` returns (to show it once);
+    # never stored.
+    shown_secret: str = ""
 
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="webhook_endpoints"
     )
     url = models.CharField(max_length=2000)
     description = models.CharField(max_length=200, blank=True)
-    secret = models.CharField(max_length=100)
-    previous_secret = models.CharField(max_length=100, blank=True)
+    secret = models.CharField(max_length=500)
+    previous_secret = models.CharField(max_length=500, blank=True)
     previous_secret_until = models.DateTimeField(null=True, blank=True)
     active = models.BooleanField(default=True)
     disabled_reason = models.CharField(max_length=300, blank=True)

@@ -16,8 +16,9 @@ dies mid-send leaves the attempt to be made again after the lease.
 
 The portal calls URLs that tenants type, so it refuses plain HTTP, credentials in the URL and
 hosts that resolve to loopback, private, link-local (cloud metadata) or other non-public
-addresses, at registration and again at every attempt (DNS may have changed), and it
-connects to the address it checked rather than resolving again. Redirects are not followed.
+addresses, also when spelled inside IPv6 (IPv4-mapped, NAT64, 6to4), at registration and
+again at every attempt (DNS may have changed), and it connects to the address it checked
+rather than resolving again. Redirects are not followed.
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from catalog.models import ResourceRequest, WebhookDelivery, WebhookEndpoint
+from portal import encryption
 from portal.audit import record_audit
 from portal.jobs import enqueue
 from tenants import access
 from tenants.access import Action
 from tenants.models import Tenant
+from tenants.names import validate_single_line
 
 EVENT_STATE_CHANGED = "request.state_changed"
 SECRET_PREFIX = "whsec_"
@@ -99,13 +102,17 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
-def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
-    """The current secret, and the previous one while the rotation overlap lasts."""
-    keys = [endpoint.secret]
+def rotating(endpoint: WebhookEndpoint, now: datetime) -> bool:
+    """Whether the previous secret still signs too (the day after a rotation)."""
     until = endpoint.previous_secret_until
-    if endpoint.previous_secret and until is not None and now < until:
-        keys.append(endpoint.previous_secret)
-    return keys
+    return bool(endpoint.previous_secret) and until is not None and now < until
+
+
+def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
+    """The current secret, and the previous one while the rotation overlap lasts, decrypted:
+    the one place the portal reads them back."""
+    tokens = [endpoint.secret, *([endpoint.previous_secret] if rotating(endpoint, now) else [])]
+    return [encryption.decrypt(token) for token in tokens]
 
 
 def signed_headers(
@@ -229,14 +236,47 @@ def _send_soon(tenant: Tenant, delivery_ids: list[int], what: str) -> None:
 
 _url_syntax = URLValidator(schemes=["http", "https"])
 
+# IPv6 prefixes that carry an IPv4 address, which a translator or relay on the path turns
+# back into IPv4: the well-known NAT64 prefix (RFC 6052; the address is the last 32 bits) and
+# 6to4 (RFC 3056; bits 16-48). 64:ff9b:1::/48 is NAT64 for local use (RFC 8215): refused
+# whole, as its embedding is the operator's choice. ::/96 is IPv4-compatible (deprecated by
+# RFC 4291): nothing public resolves to it.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_NOT_PUBLIC = "a loopback, private or link-local address"
 
-def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+
+def _global(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     # is_global is False for loopback, private, link-local (169.254.169.254, the cloud
     # metadata address), shared (100.64/10), unique-local IPv6 and reserved ranges.
     return ip.is_global and not ip.is_multicast
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, str] | None:
+    """The IPv4 address an IPv6 address stands for, and its form (with an article)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped, "an IPv4-mapped"
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF), "a NAT64"
+    if ip.sixtofour is not None:
+        return ip.sixtofour, "a 6to4"
+    return None
+
+
+def _refusal(address: str) -> str:
+    """Why the portal does not call ``address`` (a phrase for the error), or '' if it may."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL:
+            return "a local-use NAT64 address (64:ff9b:1::/48), which may reach any IPv4 address"
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            ipv4, form = embedded
+            return "" if _global(ipv4) else f"{form} address for {ipv4}, {_NOT_PUBLIC}"
+        if ip in _IPV4_COMPATIBLE and _global(ip):
+            return "a deprecated IPv4-compatible address (::/96)"
+    return "" if _global(ip) else _NOT_PUBLIC
 
 
 def _parse(url: str) -> SplitResult:
@@ -276,16 +316,17 @@ def resolve(parts: SplitResult) -> list[str]:
     if not addresses:
         raise ValidationError({"url": [f"The host {host} does not resolve."]})
     if not settings.WEBHOOKS_ALLOW_PRIVATE:
-        refused = [a for a in addresses if not _public(a)]
-        if refused:
-            raise ValidationError(
-                {
-                    "url": [
-                        f"The host {host} resolves to {refused[0]}, a loopback, private or "
-                        "link-local address: the portal only calls public addresses."
-                    ]
-                }
-            )
+        for address in addresses:
+            if reason := _refusal(address):
+                raise ValidationError(
+                    {
+                        "url": [
+                            f"The host {host} resolves to {address}, {reason}: the portal "
+                            "only calls public addresses. Use a host name that resolves to "
+                            "public addresses only."
+                        ]
+                    }
+                )
     return addresses
 
 
@@ -413,11 +454,18 @@ def attempt(delivery: WebhookDelivery, *, now: datetime | None = None) -> Outcom
     now = now or timezone.now()
     endpoint = delivery.endpoint
     body = delivery.body.encode("utf-8")
-    # The timestamp is the real clock's: the receiver compares it with its own.
-    headers = signed_headers(
-        signing_secrets(endpoint, timezone.now()), delivery.message_id, int(time.time()), body
-    )
-    outcome = post(endpoint.url, headers, body)
+    try:
+        keys = signing_secrets(endpoint, timezone.now())
+    except encryption.UndecryptableSecret:
+        # Its encryption key was dropped before the rows were re-encrypted: nothing to sign with.
+        outcome = Outcome(
+            error="The signing secret cannot be decrypted (its encryption key was removed); "
+            "rotate the secret."
+        )
+    else:
+        # The timestamp is the real clock's: the receiver compares it with its own.
+        headers = signed_headers(keys, delivery.message_id, int(time.time()), body)
+        outcome = post(endpoint.url, headers, body)
     _record(delivery, outcome, now)
     return outcome
 
@@ -511,22 +559,28 @@ def _require(tenant: Tenant, acting_user: Any) -> None:
 def do_add_webhook(
     tenant: Tenant, *, acting_user: Any, url: str, description: str = ""
 ) -> WebhookEndpoint:
-    """Register ``url`` for the tenant's request events; its new secret is on the returned
-    endpoint (show it once)."""
+    """Register ``url`` for the tenant's request events; its new secret is the returned
+    endpoint's ``shown_secret`` (show it once: only its encryption is stored)."""
     _require(tenant, acting_user)
     url = check_url(url)
     description = description.strip()
     if len(description) > 200:
         raise ValidationError({"description": ["Keep the description under 200 characters."]})
+    try:
+        validate_single_line(description)
+    except ValidationError as exc:
+        raise ValidationError({"description": exc.messages}) from exc
     if WebhookEndpoint.objects.filter(tenant=tenant).count() >= MAX_ENDPOINTS:
         raise ValidationError(f"A tenant has at most {MAX_ENDPOINTS} webhooks; remove one first.")
+    secret = new_secret()
     endpoint = WebhookEndpoint.objects.create(
         tenant=tenant,
         url=url,
         description=description,
-        secret=new_secret(),
+        secret=encryption.encrypt(secret),
         created_by=acting_user if getattr(acting_user, "pk", None) else None,
     )
+    endpoint.shown_secret = secret
     record_audit(
         actor=acting_user,
         action="webhook.add",
@@ -595,11 +649,18 @@ def do_remove_webhook(endpoint: WebhookEndpoint, *, acting_user: Any) -> None:
 
 @transaction.atomic
 def do_rotate_secret(endpoint: WebhookEndpoint, *, acting_user: Any) -> str:
-    """A new secret (returned, to show once); the old one keeps signing for a day."""
+    """A new secret (returned, to show once); the old one keeps signing for a day, unless no
+    configured key decrypts it any more (then the new one signs alone, at once)."""
     _require(endpoint.tenant, acting_user)
-    endpoint.previous_secret = endpoint.secret
-    endpoint.previous_secret_until = timezone.now() + ROTATION_OVERLAP
-    endpoint.secret = new_secret()
+    secret = new_secret()
+    try:
+        encryption.decrypt(endpoint.secret)
+    except encryption.UndecryptableSecret:
+        endpoint.previous_secret, endpoint.previous_secret_until = "", None
+    else:
+        endpoint.previous_secret = endpoint.secret
+        endpoint.previous_secret_until = timezone.now() + ROTATION_OVERLAP
+    endpoint.secret = encryption.encrypt(secret)
     endpoint.save(update_fields=["secret", "previous_secret", "previous_secret_until"])
     record_audit(
         actor=acting_user,
@@ -607,7 +668,39 @@ def do_rotate_secret(endpoint: WebhookEndpoint, *, acting_user: Any) -> str:
         target=endpoint,
         tenant_slug=endpoint.tenant.slug,
     )
-    return endpoint.secret
+    return secret
+
+
+def do_reencrypt_secrets(*, acting_user: Any = None) -> int:
+    """Encrypt every endpoint's secrets again with the first of PORTAL_ENCRYPTION_KEYS (after
+    a new key was put first, before the old one is dropped); how many endpoints. Each row is
+    its own transaction, locked, so a rotation of its secret meanwhile is not undone. Only an
+    operator at ``manage.py rotate_encryption_key`` (``acting_user`` None) or a platform
+    admin may."""
+    access.require(acting_user, Action.OPERATE_FLEET)
+    done = 0
+    for pk in WebhookEndpoint.objects.order_by("pk").values_list("pk", flat=True):
+        with transaction.atomic():
+            endpoint = (
+                WebhookEndpoint.objects.select_for_update(of=("self",))
+                .select_related("tenant")
+                .filter(pk=pk)
+                .first()
+            )
+            if endpoint is None:  # removed meanwhile
+                continue
+            endpoint.secret = encryption.rotate(endpoint.secret)
+            if endpoint.previous_secret:
+                endpoint.previous_secret = encryption.rotate(endpoint.previous_secret)
+            endpoint.save(update_fields=["secret", "previous_secret"])
+            record_audit(
+                actor=acting_user,
+                action="webhook.reencrypt_secret",
+                target=endpoint,
+                tenant_slug=endpoint.tenant.slug,
+            )
+            done += 1
+    return done
 
 
 @transaction.atomic

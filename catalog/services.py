@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.urls import reverse
@@ -61,6 +62,7 @@ from portal.models import Job
 from tenants import access
 from tenants.access import Action
 from tenants.models import Tenant
+from tenants.names import validate_text
 from tenants.services import queue_cluster_access_sync
 
 logger = logging.getLogger(__name__)
@@ -534,6 +536,7 @@ def do_create_request(
 ) -> ResourceRequest:
     """Ask for a new resource; ``spec`` is the JSON of its dataclass, with its ``name``."""
     _require_requester(acting_user, tenant)
+    _check_reason(reason)
     if kind not in Kind.values:
         raise ValidationError(f"Unknown kind of resource {kind!r}.")
     name = str(spec.get("name") or "")
@@ -557,6 +560,7 @@ def do_create_request(
         reason=reason,
         requested_by=acting_user,
     )
+    _authored(request, acting_user)
     record_audit(
         actor=acting_user,
         action="request.draft",
@@ -598,6 +602,24 @@ def change_blocker(resource: Resource) -> str:
     return ""
 
 
+def _check_reason(reason: str) -> None:
+    """The reason is shown to the approver and quoted in the commit message: several lines are
+    fine, invisible formatting characters (bidi overrides) and other controls are not."""
+    try:
+        validate_text(reason)
+    except ValidationError as exc:
+        raise ValidationError({"reason": exc.messages}) from exc
+
+
+def _check_note(note: str) -> None:
+    """A decision note is shown to the team and quoted in the commit message: the reason's
+    rule."""
+    try:
+        validate_text(note)
+    except ValidationError as exc:
+        raise ValidationError({"note": exc.messages}) from exc
+
+
 def _require_changeable(resource: Resource) -> None:
     blocker = change_blocker(resource)
     if blocker:
@@ -612,6 +634,7 @@ def do_modify_request(
     resource = Resource.objects.select_for_update().get(pk=resource.pk)
     _require_requester(acting_user, resource.tenant)
     _require_changeable(resource)
+    _check_reason(reason)
     spec = _normalized(resource.kind, {**spec, "name": resource.name})  # name: its identity
     if spec == _normalized(resource.kind, resource.spec):
         raise ValidationError("Nothing would change: this is what runs now.")
@@ -624,6 +647,7 @@ def do_modify_request(
         reason=reason,
         requested_by=acting_user,
     )
+    _authored(request, acting_user)
     record_audit(
         actor=acting_user,
         action="request.draft",
@@ -643,6 +667,7 @@ def do_decommission_request(
     if not system:
         _require_requester(acting_user, resource.tenant)
     _require_changeable(resource)
+    _check_reason(reason)
     _raise(
         check_request(resource.tenant, resource.kind, resource.name, None, action=A.DECOMMISSION)
     )
@@ -654,6 +679,8 @@ def do_decommission_request(
         reason=reason,
         requested_by=None if system else acting_user,
     )
+    if not system:
+        _authored(request, acting_user)
     _move(request, S.SUBMITTED, actor=acting_user, note=reason)
     return request
 
@@ -669,6 +696,7 @@ def do_update_request(
         raise ValidationError("Only a draft or a request with changes requested can be edited.")
     if request.action == A.DECOMMISSION:
         raise ValidationError("A decommission has nothing to edit.")
+    _check_reason(reason)
     spec = _normalized(request.kind, {**spec, "name": request.resource.name})
     _raise(
         check_request(
@@ -679,6 +707,7 @@ def do_update_request(
     request.spec = spec
     request.reason = reason
     request.save(update_fields=["spec", "reason", "updated_at"])
+    _authored(request, acting_user)
     record_audit(
         actor=acting_user,
         action="request.edit",
@@ -728,11 +757,37 @@ def do_cancel(request: ResourceRequest, *, acting_user: Any, note: str = "") -> 
 # --- deciding -----------------------------------------------------------------------------
 
 
+def _authored(request: ResourceRequest, user: Any) -> None:
+    if getattr(user, "pk", None):
+        request.authors.add(user)
+
+
+def _hands(request: ResourceRequest) -> set[int]:
+    """Who had a hand in the request's spec: who asked, who edited it, and for a robot among
+    them whoever made it or holds a token of it (a robot's owner acting through it). Read
+    through the user's reverse relations: catalog does not import the API's models."""
+    people = set(request.authors.values_list("pk", flat=True))
+    if request.requested_by_id is not None:
+        people.add(request.requested_by_id)
+    robots = get_user_model().objects.filter(pk__in=people, robot__isnull=False)
+    for owner, minter in robots.values_list("robot__created_by", "api_tokens__created_by"):
+        people.update(pk for pk in (owner, minter) if pk is not None)
+    return people
+
+
+def had_a_hand(request: ResourceRequest, user: Any) -> bool:
+    """Whether ``user`` asked for or wrote part of ``request`` (and so may not decide it)."""
+    return getattr(user, "pk", None) in _hands(request)
+
+
 def _decide(request: ResourceRequest, acting_user: Any) -> ResourceRequest:
     _require_admin(acting_user)
     request = _locked(request)
-    if request.requested_by_id is not None and request.requested_by_id == acting_user.pk:
-        raise ValidationError("You asked for this; another platform admin must decide.")
+    if acting_user is not None and acting_user.pk in _hands(request):
+        raise ValidationError(
+            "You asked for this or wrote part of it (yourself or through a robot of yours); "
+            "another platform admin must decide."
+        )
     return request
 
 
@@ -740,6 +795,7 @@ def _decide(request: ResourceRequest, acting_user: Any) -> ResourceRequest:
 def do_reject(request: ResourceRequest, *, acting_user: Any, note: str) -> ResourceRequest:
     if not note.strip():
         raise ValidationError({"note": ["Say why, so the team can act on it."]})
+    _check_note(note)
     request = _decide(request, acting_user)
     request.decided_by, request.decision_note = acting_user, note
     _move(request, S.REJECTED, actor=acting_user, note=note)
@@ -751,6 +807,7 @@ def do_reject(request: ResourceRequest, *, acting_user: Any, note: str) -> Resou
 def do_request_changes(request: ResourceRequest, *, acting_user: Any, note: str) -> ResourceRequest:
     if not note.strip():
         raise ValidationError({"note": ["Say what needs to change."]})
+    _check_note(note)
     request = _decide(request, acting_user)
     request.decided_by, request.decision_note = acting_user, note
     _move(request, S.CHANGES_REQUESTED, actor=acting_user, note=note)
@@ -772,43 +829,46 @@ def do_approve(
     ``merge`` ("approve and merge") also puts the pull request into the merge queue, which
     checks it with the others of its batch and merges it: a burst of approvals costs a check
     run per batch, not per request."""
-    with transaction.atomic():
-        request = _decide(request, acting_user)
-        if request.state != S.SUBMITTED:
-            raise ValidationError(
-                f"The request is {request.get_state_display().lower()}, not waiting for a decision."
+    _check_note(note)
+    # Main read once: the check, its preview and the pull request all see one commit, and the
+    # branch starts there (a merge landing in between would otherwise look deleted by it).
+    with gitops.reading_main():
+        with transaction.atomic():
+            request = _decide(request, acting_user)
+            if request.state != S.SUBMITTED:
+                state = request.get_state_display().lower()
+                raise ValidationError(f"The request is {state}, not waiting for a decision.")
+            fleet = configured_fleet()
+            check = check_request(
+                request.tenant,
+                request.kind,
+                request.resource.name,
+                None if request.action == A.DECOMMISSION else request.spec,
+                action=request.action,
+                fleet=fleet,
             )
-        fleet = configured_fleet()
-        check = check_request(
-            request.tenant,
-            request.kind,
-            request.resource.name,
-            None if request.action == A.DECOMMISSION else request.spec,
-            action=request.action,
-            fleet=fleet,
+            _raise(check)
+            if check.overcommit and not allow_overcommit:
+                raise ValidationError(
+                    "This request overcommits "
+                    + ", ".join(f"{r.flavor} ({r.unit})" for r in check.overcommit)
+                    + ". Tick \u201callow overcommit\u201d to approve it anyway."
+                )
+            try:
+                previewed = digest(preview_changes(check, fleet)) if seen else ""
+            except Exception as exc:
+                raise ValidationError(f"The fleet repository cannot be read: {exc}") from exc
+            if seen and previewed != seen:
+                raise ValidationError(
+                    "The manifests changed since you opened this page (main moved on). Look at the "
+                    "new diff and approve again."
+                )
+            request.decided_by, request.decision_note = acting_user, note
+            request.allow_overcommit = allow_overcommit and bool(check.overcommit)
+            _move(request, S.APPROVED, actor=acting_user, note=note)
+        return open_pull_request(
+            request, acting_user=acting_user, merge=merge, fleet=fleet, tenant=check.tenant
         )
-        _raise(check)
-        if check.overcommit and not allow_overcommit:
-            raise ValidationError(
-                "This request overcommits "
-                + ", ".join(f"{r.flavor} ({r.unit})" for r in check.overcommit)
-                + ". Tick \u201callow overcommit\u201d to approve it anyway."
-            )
-        try:
-            previewed = digest(preview_changes(check, fleet)) if seen else ""
-        except Exception as exc:
-            raise ValidationError(f"The fleet repository cannot be read: {exc}") from exc
-        if seen and previewed != seen:
-            raise ValidationError(
-                "The manifests changed since you opened this page (main moved on). Look at the "
-                "new diff and approve again."
-            )
-        request.decided_by, request.decision_note = acting_user, note
-        request.allow_overcommit = allow_overcommit and bool(check.overcommit)
-        _move(request, S.APPROVED, actor=acting_user, note=note)
-    return open_pull_request(
-        request, acting_user=acting_user, merge=merge, fleet=fleet, tenant=check.tenant
-    )
 
 
 # How many requests one "approve selected" takes at most: a reorganisation's worth.
@@ -844,7 +904,7 @@ def do_approve_many(
     decided = [pk for pk in ids if pk in found and found[pk].state != S.SUBMITTED]
     if decided:
         problems.append(f"No longer waiting for a decision: {_numbers(decided)}.")
-    own = [pk for pk in ids if pk in found and found[pk].requested_by_id == acting_user.pk]
+    own = [pk for pk in ids if pk in found and acting_user.pk in _hands(found[pk])]
     if own:
         problems.append(f"You asked for these; another platform admin decides: {_numbers(own)}.")
     if problems:
@@ -1009,6 +1069,18 @@ def _open_change(
     fleet: FleetSpec | None = None,
     tenant: TenantSpec | None = None,
 ) -> ChangeRequest:
+    with gitops.reading_main():  # one commit of main for the render and the branch
+        return _open_change_on_main(request, approver, opened, run_checks, fleet, tenant)
+
+
+def _open_change_on_main(
+    request: ResourceRequest,
+    approver: Any,
+    opened: list[ChangeRequest] | None,
+    run_checks: bool,
+    fleet: FleetSpec | None,
+    tenant: TenantSpec | None,
+) -> ChangeRequest:
     fleet = fleet or configured_fleet()
     decommission = request.action == A.DECOMMISSION
     tenant = tenant or request_tenant(request)
@@ -1034,6 +1106,9 @@ def _open_change(
         # Its resource; and who may use the clusters: narrowed to the portal's members, or
         # bound for a new cluster (catalog.specs.desired_tenant).
         scope=[f"{COLLECTION[request.kind]}/{request.resource.name}", "members"],
+        # One the portal asked for itself (a reservation's end) is the platform's decision,
+        # not the tenant's to close; a tenant's own closes as cancelling it would.
+        close_action="" if request.requested_by_id else Action.OPERATE_FLEET,
     )
     if opened is not None:
         opened.append(change)
@@ -1108,7 +1183,7 @@ def _refresh_siblings(tenant: Tenant) -> None:
         if gitops.queued_entry(change) is not None:
             continue
         try:
-            with transaction.atomic():
+            with gitops.reading_main(), transaction.atomic():
                 locked = _locked(sibling)
                 gitops.do_close(change, acting_user=None, reason="superseded: main moved on")
                 fresh = _open_change(locked, None)  # branch kept on failure: rare

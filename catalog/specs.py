@@ -20,6 +20,8 @@ from gitops.render.specfiles import to_json as to_json  # what the API and billi
 from gitops.specs import (
     ClusterMember,
     EndpointSpec,
+    Flavor,
+    FleetSpec,
     GpuShare,
     SpecError,
     TenantClusterSpec,
@@ -45,6 +47,12 @@ COLLECTION: dict[str, str] = {
 def from_json(kind: str, data: dict[str, Any]) -> Any:
     """The dataclass of ``kind`` from stored JSON; unknown keys are an error, not ignored."""
     return specfiles.from_json(CLASSES[kind], data)
+
+
+def offered_flavors(fleet: FleetSpec, *, dedicated: bool) -> list[Flavor]:
+    """The flavors a tenant may ask for: a dedicated tenant never shares a GPU with another
+    (no HAMi pool)."""
+    return [f for f in fleet.flavors if not (dedicated and f.mode == "hami")]
 
 
 def live_resources(tenant: Tenant) -> QuerySet[Resource]:

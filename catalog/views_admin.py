@@ -10,7 +10,6 @@ service refused, with nothing changed.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,12 +28,12 @@ from django.views.decorators.http import require_POST
 
 from catalog import services, states
 from catalog.models import Notification, ResourceRequest
-from catalog.services import CapacityRow, Check
+from catalog.preview import file_patches, preview_of
+from catalog.services import CapacityRow
 from catalog.specs import CLASSES
 from fleet.capacity import total_requests
 from fleet.charts import figure_html
 from fleet.models import Workload
-from gitops import services as gitops
 from gitops.diffview import RenderedFile, render_file_diff
 from gitops.models import ChangeRequest
 from portal.views import plotly_js_url
@@ -42,8 +41,6 @@ from tenants.access import platform_admin_page
 
 S = ResourceRequest.State
 A = ResourceRequest.Action
-# States in which approving (or retrying) would open a pull request: the page shows its diff.
-PREVIEWED = frozenset({S.SUBMITTED, S.APPROVED, S.FAILED})
 # The portal's palette (static/portal/portal.css): muted, accent, bad.
 NOW_COLOUR = "#adb5bd"
 AFTER_COLOUR = "#3b5bdb"
@@ -145,34 +142,9 @@ def spec_rows(request: ResourceRequest) -> list[SpecRow]:
     return [SpecRow(name, _shown(now.get(name)), _shown(wanted.get(name))) for name in names]
 
 
-def check_of(request: ResourceRequest) -> Check:
-    remove = request.action == A.DECOMMISSION
-    return services.check_request(
-        request.tenant,
-        request.kind,
-        request.resource.name,
-        None if remove else request.spec,
-        action=request.action,
-    )
-
-
 def preview_diff(changes: dict[str, bytes | None]) -> list[RenderedFile]:
-    """The files the pull request would change, as unified diffs against main."""
-    repo = gitops.repository()
-    base = gitops.main_sha()
-    files = []
-    for path in sorted(changes):
-        old = repo.read_file(base, path) if base else None
-        new = changes[path]
-        status = "added" if old is None else "deleted" if new is None else "modified"
-        patch = difflib.unified_diff(
-            (old or b"").decode("utf-8", "replace").splitlines(keepends=True),
-            (new or b"").decode("utf-8", "replace").splitlines(keepends=True),
-            "/dev/null" if old is None else f"a/{path}",
-            "/dev/null" if new is None else f"b/{path}",
-        )
-        files.append(render_file_diff(path, status, "".join(patch)))
-    return files
+    """The files the pull request would change, as highlighted diffs against main."""
+    return [render_file_diff(f.path, f.status, f.patch) for f in file_patches(changes)]
 
 
 def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
@@ -237,11 +209,9 @@ def _page(
     http: HttpRequest, request: ResourceRequest, *, status: int = 200, **extra: Any
 ) -> HttpResponse:
     """The approval page; ``extra`` carries a bound form with its errors (status 422)."""
-    check = check_of(request) if request.state in states.OPEN else None
-    changes = (
-        services.preview_changes(check) if check and check.ok and request.state in PREVIEWED else {}
-    )
-    own = request.requested_by_id == http.user.pk
+    preview = preview_of(request)
+    check = preview.check
+    own = services.had_a_hand(request, http.user)
     can_decide = request.state == S.SUBMITTED and not own
     # Refusals of a form the page does not show (the request is no longer waiting, or yours).
     hidden = [] if can_decide else [v for v in extra.values() if isinstance(v, forms.Form)]
@@ -252,8 +222,8 @@ def _page(
         "check": check,
         "gpus_in_use": total_requests(Workload.objects.filter(tenant_slug=request.tenant.slug)),
         "chart": figure_html(capacity_figure(check.capacity)) if check and check.capacity else "",
-        "files": preview_diff(changes),
-        "seen": services.digest(changes),
+        "files": preview_diff(preview.changes),
+        "seen": preview.digest,
         "events": request.events.select_related("actor"),
         "own": own,
         "can_decide": can_decide,

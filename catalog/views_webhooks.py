@@ -104,7 +104,7 @@ def webhook(request: HttpRequest, tenant: str, endpoint_id: int) -> HttpResponse
         "page": page,
         "may_manage": access.may(Action.MANAGE_WEBHOOKS),
         "new_secret": new_secret,
-        "rotating": len(outbound.signing_secrets(endpoint, timezone.now())) > 1,
+        "rotating": outbound.rotating(endpoint, timezone.now()),
     }
     htmx = bool(getattr(request, "htmx", False)) and request.method == "GET"
     template = "catalog/webhook.html#log" if htmx else "catalog/webhook.html"

@@ -1,7 +1,7 @@
 """Read-only Git smart HTTP for Flux: clone and fetch the portal's repository, never push.
 
 Like ``git http-backend``, the views run the real ``git upload-pack --stateless-rpc`` and
-stream the request body into it and its output back out; git does the protocol (v0, v1 and
+feed the request body into it and stream its output back out; git does the protocol (v0, v1 and
 v2, shallow and filtered fetches), we do routing, authentication and the HTTP framing.
 
 * ``GET  <name>.git/info/refs?service=git-upload-pack`` - the ref advertisement.
@@ -19,6 +19,12 @@ projection only. No or an unknown token gets 401 with a Basic challenge; a valid
 for a repository it may not read gets the 404 of a repository that is not there, so a tenant
 cannot probe for other tenants.
 
+Two bounds keep one request from tying up a worker: a body larger than
+``settings.GITOPS_HTTP_MAX_BODY_BYTES`` (after gzip is inflated; a clone's negotiation is a few
+kilobytes, a fetch's grows with the commits it has) gets 413 before git starts, and git that
+runs longer than ``settings.GITOPS_HTTP_TIMEOUT_SECONDS`` is killed: 504 if it had not answered
+yet, else the response ends short and the client's fetch fails.
+
 Serve it with gunicorn in production. Django's development server (``make demo``) works for
 git and for Flux's go-git, with two gaps: it does not decode chunked request bodies (git sends
 them only above ``http.postBuffer``, 1 MiB of negotiation), and it ends streamed responses by
@@ -30,6 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import logging
 import os
 import re
 import subprocess
@@ -40,6 +47,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Protocol
 
+from django.conf import settings
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -51,6 +59,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from gitops import sources
+
+logger = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
 
@@ -116,6 +126,22 @@ def _git_env(request: HttpRequest) -> dict[str, str]:
     return env
 
 
+def _text(message: str, status: int) -> HttpResponse:
+    return HttpResponse(message, status=status, content_type="text/plain")
+
+
+def _too_large(limit: int) -> HttpResponse:
+    return _text(
+        f"The request body is larger than {limit} bytes (GITOPS_HTTP_MAX_BODY_BYTES).\n", 413
+    )
+
+
+def _timed_out(seconds: float) -> HttpResponse:
+    return _text(
+        f"git upload-pack took longer than {seconds:g} s (GITOPS_HTTP_TIMEOUT_SECONDS).\n", 504
+    )
+
+
 def _pkt_line(text: str) -> bytes:
     data = text.encode("utf-8")
     return b"%04x" % (len(data) + 4) + data
@@ -134,13 +160,19 @@ def info_refs(request: HttpRequest, name: str) -> HttpResponse:
     if service != "git-upload-pack":
         return HttpResponse("Only smart HTTP is served.\n", status=403, content_type="text/plain")
     env = _git_env(request)
-    result = subprocess.run(
-        ["git", "upload-pack", "--strict", "--stateless-rpc", "--advertise-refs", str(repo)],
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    seconds = settings.GITOPS_HTTP_TIMEOUT_SECONDS
+    try:
+        # On the timeout, run() kills git and waits for it before raising.
+        result = subprocess.run(
+            ["git", "upload-pack", "--strict", "--stateless-rpc", "--advertise-refs", str(repo)],
+            env=env,
+            capture_output=True,
+            timeout=seconds,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        logger.warning("git upload-pack --advertise-refs for %s killed after %g s", name, seconds)
+        return _timed_out(seconds)
     if result.returncode != 0:
         return HttpResponse("git upload-pack failed.\n", status=500, content_type="text/plain")
     # Protocol v0/v1 clients expect the service announcement first; v2 starts with its
@@ -165,20 +197,36 @@ def upload_pack(request: HttpRequest, name: str) -> HttpResponseBase:
     if request.content_type != "application/x-git-upload-pack-request":
         return HttpResponse("Unexpected content type.\n", status=415, content_type="text/plain")
     gzipped = request.headers.get("Content-Encoding", "").lower() in ("gzip", "x-gzip")
+    limit = settings.GITOPS_HTTP_MAX_BODY_BYTES
+    if _declared_length(request) > limit:
+        return _too_large(limit)
+    try:
+        body = _read_body(_request_body(request), gzipped, limit)
+    except zlib.error:
+        return _text("The request body is not valid gzip.\n", 400)
+    if body is None:
+        return _too_large(limit)
     process = subprocess.Popen(
         ["git", "upload-pack", "--strict", "--stateless-rpc", str(repo)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=_git_env(request),
     )
+    seconds = settings.GITOPS_HTTP_TIMEOUT_SECONDS
+    deadline = _Deadline(process, seconds)
     # Feed stdin from another thread while the response drains stdout, so neither pipe can
     # fill up and block the other.
-    feeder = threading.Thread(
-        target=_feed, args=(_request_body(request), gzipped, process), daemon=True
-    )
+    feeder = threading.Thread(target=_feed, args=(body, process), daemon=True)
     feeder.start()
+    exchange = _Exchange(name, process, feeder, deadline)
+    # The first output decides the status: a git killed before it answered is a 504, not an
+    # empty 200 the client cannot make sense of.
+    first = exchange.read()
+    if not first and deadline.expired.is_set():
+        exchange.finish()
+        return _timed_out(seconds)
     response = StreamingHttpResponse(
-        _drain(process, feeder), content_type="application/x-git-upload-pack-result"
+        exchange.stream(first), content_type="application/x-git-upload-pack-result"
     )
     for key, value in _NO_CACHE.items():
         response[key] = value
@@ -201,44 +249,108 @@ def _request_body(request: HttpRequest) -> _Readable:
     return request
 
 
-def _feed(body: _Readable, gzipped: bool, process: subprocess.Popen[bytes]) -> None:
+def _declared_length(request: HttpRequest) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def _read_body(body: _Readable, gzipped: bool, limit: int) -> bytes | None:
+    """The body as git is to read it (inflated), or None when it, sent or inflated, is larger
+    than ``limit``. A chunked body has no Content-Length to refuse up front: it is read up to
+    the limit and no further."""
+    sent = bytearray()
+    while chunk := body.read(_CHUNK):
+        sent += chunk
+        if len(sent) > limit:
+            return None
+    if not gzipped:
+        return bytes(sent)
+    # Inflated in one bounded step: a small gzip bomb stops at limit + 1 bytes.
+    inflated = zlib.decompressobj(wbits=31).decompress(bytes(sent), limit + 1)
+    return None if len(inflated) > limit else inflated
+
+
+def _feed(body: bytes, process: subprocess.Popen[bytes]) -> None:
     stdin = process.stdin
     assert stdin is not None
-    # git gzips larger negotiation requests; inflate in bounded steps (no zip bomb in memory).
-    inflater = zlib.decompressobj(wbits=31) if gzipped else None
     try:
-        while chunk := body.read(_CHUNK):
-            if inflater is None:
-                stdin.write(chunk)
-                continue
-            while chunk:
-                stdin.write(inflater.decompress(chunk, _CHUNK))
-                chunk = inflater.unconsumed_tail
-    except (OSError, zlib.error):
-        # A broken upload or git exiting early: closing stdin ends the exchange, and git
-        # reports the protocol error in its output.
+        stdin.write(body)
+    except OSError:
+        # git exiting early (or killed): closing stdin ends the exchange, and git reports a
+        # protocol error in its output.
         pass
     finally:
         with contextlib.suppress(OSError):
             stdin.close()
 
 
-def _drain(process: subprocess.Popen[bytes], feeder: threading.Thread) -> Iterator[bytes]:
-    stdout = process.stdout
-    assert stdout is not None
-    try:
-        while chunk := os.read(stdout.fileno(), _CHUNK):
-            yield chunk
-    finally:
-        # Also reached when the client disconnects mid-pack: with stdout closed git fails its
-        # next write and exits; one that does not is killed rather than left running.
-        stdout.close()
+class _Deadline:
+    """Kills ``process`` after ``seconds`` unless cancelled first; ``expired`` says it did."""
+
+    def __init__(self, process: subprocess.Popen[bytes], seconds: float) -> None:
+        self.process = process
+        self.seconds = seconds
+        self.expired = threading.Event()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        self.expired.set()
+        # A no-op on a process already reaped.
+        with contextlib.suppress(OSError):
+            self.process.kill()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+class _Exchange:
+    """One git upload-pack process: its output, then the clean-up that leaves nothing running."""
+
+    def __init__(
+        self,
+        name: str,
+        process: subprocess.Popen[bytes],
+        feeder: threading.Thread,
+        deadline: _Deadline,
+    ) -> None:
+        self.name = name
+        self.process = process
+        self.feeder = feeder
+        self.deadline = deadline
+        assert process.stdout is not None
+        self.stdout = process.stdout
+
+    def read(self) -> bytes:
+        return os.read(self.stdout.fileno(), _CHUNK)
+
+    def stream(self, first: bytes) -> Iterator[bytes]:
         try:
-            process.wait(timeout=10)
+            chunk = first
+            while chunk:
+                yield chunk
+                chunk = self.read()
+        finally:
+            # Also reached when the client disconnects mid-pack: with stdout closed git fails
+            # its next write and exits; one that does not is killed rather than left running.
+            self.finish()
+
+    def finish(self) -> None:
+        self.stdout.close()
+        try:
+            self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        feeder.join(timeout=5)
+            self.process.kill()
+            self.process.wait()
+        self.deadline.cancel()
+        self.feeder.join(timeout=5)
+        if self.deadline.expired.is_set():
+            logger.warning(
+                "git upload-pack for %s killed after %g s", self.name, self.deadline.seconds
+            )
 
 
 def _tenant(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:

@@ -64,6 +64,12 @@ class ChangeRequest(models.Model):
     # "endpoints/chat", "settings", "members", or "*" for the whole directory. None: not said
     # (a change opened by hand, or before scopes): its tenant's whole directory.
     scope = models.JSONField(null=True, blank=True, default=None)
+    # Who may not close it, besides the close rule (settings.GITOPS_CHANGE_POLICY): only those
+    # who may take ``close_action`` (a tenants.access Action: what the change carries, such as
+    # a trust level only platform admins set), and never the users in ``close_barred`` (those
+    # it takes access from).
+    close_action = models.CharField(max_length=32, blank=True)
+    close_barred = models.JSONField(default=list, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
@@ -214,8 +216,37 @@ def change_branch(pk: int) -> str:
     return f"change/{pk}"
 
 
+# The commit of main one rendering reads (``reading_main``), or None: read main afresh.
+_PINNED_MAIN: ContextVar[str | None] = ContextVar("gitops_pinned_main", default=None)
+
+
 def main_sha() -> str | None:
-    return repository().head(settings.GITOPS_MAIN_BRANCH)
+    """Main's commit: inside ``reading_main``, the one it was at when that began."""
+    pinned = _PINNED_MAIN.get()
+    return pinned if pinned is not None else repository().head(settings.GITOPS_MAIN_BRANCH)
+
+
+@contextmanager
+def reading_main() -> Iterator[str | None]:
+    """Read main once for everything inside: the tenant's spec on main (``tenant_spec_on_main``),
+    the files a change writes against it (``tenant_changes``, ``cluster_access_changes``) and
+    the base its branch starts from (``open_change``) are all that one commit.
+
+    Without it each read takes main afresh, and a merge landing between them makes a change
+    rendered from the older main but diffed against, and branched from, the newer: the
+    sibling that merged in between shows up as deleted by it (the scope check refused such
+    changes in an approval burst of ten requests per tenant, docs/benchmarks.md). Branched
+    from the commit it was rendered from, the change merges as its request onto whatever main
+    is by then (``replaying``). Nested uses keep the outer commit."""
+    if _PINNED_MAIN.get() is not None:
+        yield _PINNED_MAIN.get()
+        return
+    _, sha = refresh_mirror()  # a forge's main, not a lagging mirror's
+    token = _PINNED_MAIN.set(sha)
+    try:
+        yield sha
+    finally:
+        _PINNED_MAIN.reset(token)
 
 
 T = TypeVar("T")
@@ -478,7 +509,7 @@ def tenant_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, bytes | No
     resource from the spec deletes its files (Flux prunes them) and an unchanged spec is empty.
     """
     repo = repository()
-    base = ensure_bootstrapped(fleet)
+    base = _PINNED_MAIN.get() or ensure_bootstrapped(fleet)
     prefix = f"tenants/{tenant.slug}/"
     current = repo.read_tree(base, prefix)
     wanted = render_tenant_tree(tenant, fleet)
@@ -498,7 +529,7 @@ def cluster_access_changes(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, by
     ``tenant.members`` exactly. Only clusters main already has an access directory for: a
     cluster still waiting for its own change gets its bindings rendered with it."""
     repo = repository()
-    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    base = main_sha()
     if base is None:
         return {}  # no main, so no cluster yet: nothing to bind anyone in
     on_main = tenant_spec_at(base, tenant.slug)
@@ -536,17 +567,20 @@ def open_change(
     allow_overcommit: bool = False,
     run_checks: bool = True,
     scope: list[str] | None = None,
+    close_action: str = "",
+    close_barred: Iterable[int] = (),
 ) -> ChangeRequest:
     """Commit ``changes`` on a new branch ``change/<id>`` from main and open it for review.
 
     ``run_checks=False`` leaves out the change's own check run: for a change that goes into
-    the merge queue at once, whose batch runs the checks over it with the others."""
+    the merge queue at once, whose batch runs the checks over it with the others.
+    ``close_action`` and ``close_barred`` say who may not close it (``ChangeRequest``)."""
     if not changes:
         raise ValidationError("Nothing would change: the repository already matches this.")
     if kind not in ChangeRequest.Kind.values:
         raise ValidationError(f"Unknown change kind '{kind}'.")
     repo = repository()
-    base = repo.head(settings.GITOPS_MAIN_BRANCH)
+    base = main_sha()  # inside reading_main: the commit its files were computed against
     if base is None:
         raise ValidationError("The fleet repository is not bootstrapped yet.")
     requester = requested_by or acting_user
@@ -563,6 +597,8 @@ def open_change(
         base_sha=base,
         files_changed=sorted(changes),
         scope=sorted(set(scope)) if scope is not None else None,
+        close_action=close_action,
+        close_barred=sorted(set(close_barred)),
     )
     change.branch = change_branch(change.pk)
     trailers = {"Change-Request": str(change.pk), "Requested-by": _trailer(requester)}
@@ -623,31 +659,30 @@ def _locked(change: ChangeRequest) -> ChangeRequest:
     return ChangeRequest.objects.select_for_update().get(pk=change.pk)
 
 
-_DENIED = {
-    "review": "Only platform admins review changes.",
-    "merge": "Only platform admins merge changes.",
-    "close": "Only its author or requester (still a member), a tenant admin or a platform admin "
-    "can close this change.",
-}
+def refusal(acting_user: Any, action: str, change: ChangeRequest) -> str:
+    """ "" when ``acting_user`` may review, merge (or update) or close ``change``, else the
+    sentence that says who may.
+
+    The rules and their sentences live with the roles, in the access module that
+    settings.GITOPS_CHANGE_POLICY names (gitops knows no tenants or roles: dependencies point
+    the other way). No ``acting_user`` is the portal itself, acting on what a service already
+    decided (closing a superseded change, say); a view always passes the signed-in user.
+    """
+    if acting_user is None:
+        return ""
+    policy = import_string(settings.GITOPS_CHANGE_POLICY)
+    return str(policy(acting_user, action, change))
 
 
 def may(acting_user: Any, action: str, change: ChangeRequest) -> bool:
-    """Whether ``acting_user`` may review, merge (or update) or close ``change``.
-
-    The rules live with the roles, in the access module that settings.GITOPS_CHANGE_POLICY
-    names (gitops knows no tenants or roles: dependencies point the other way). No
-    ``acting_user`` is the portal itself, acting on what a service already decided (closing a
-    superseded change, say); a view always passes the signed-in user.
-    """
-    if acting_user is None:
-        return True
-    policy = import_string(settings.GITOPS_CHANGE_POLICY)
-    return bool(policy(acting_user, action, change))
+    """Whether ``acting_user`` may review, merge (or update) or close ``change``."""
+    return not refusal(acting_user, action, change)
 
 
 def _require(acting_user: Any, action: str, change: ChangeRequest) -> None:
-    if not may(acting_user, action, change):
-        raise PermissionDenied(_DENIED[action])
+    refused = refusal(acting_user, action, change)
+    if refused:
+        raise PermissionDenied(refused)
 
 
 def _require_open(change: ChangeRequest) -> None:
@@ -767,7 +802,8 @@ def _merge(
     author, committer = identity(change.requested_by or change.author), identity(acting_user)
     try:
         try:
-            replay = replaying(change) if main_sha() != change.base_sha else None
+            head = repository().head(settings.GITOPS_MAIN_BRANCH)
+            replay = replaying(change) if head != change.base_sha else None
             if replay is not None:
                 # Main moved since the change was rendered: its request, not its text, goes on
                 # top (two changes of one tenant each rewrite its quota; see ``replaying``).
@@ -1053,6 +1089,10 @@ def do_close(change: ChangeRequest, *, acting_user: Any, reason: str = "") -> Ch
         tenant_slug=change.tenant_slug,
         diff={"status": ["open", "closed"], "reason": [None, reason[:200]]},
     )
+    if settings.GITOPS_ON_CLOSED:
+        # What the change carried goes back where the owner of that decision keeps it (a
+        # tenant's settings: tenants.services.on_change_closed), in this transaction.
+        import_string(settings.GITOPS_ON_CLOSED)(change, acting_user)
     return change
 
 
@@ -1124,6 +1164,7 @@ def open_tenant_change(
     allow_overcommit: bool = False,
     run_checks: bool = True,
     scope: list[str] | None = None,
+    close_action: str = "",
 ) -> ChangeRequest:
     """Open a change that makes main hold ``tenant`` exactly as specified; ``scope``: what of
     the tenant it was asked to touch (``gitops.checks.scope``)."""
@@ -1138,6 +1179,7 @@ def open_tenant_change(
         allow_overcommit=allow_overcommit,
         run_checks=run_checks,
         scope=scope,
+        close_action=close_action,
     )
 
 

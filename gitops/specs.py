@@ -315,10 +315,10 @@ class PortalDeploySpec:
 
     It runs in the fleet's ``portal_namespace`` as its ``portal_service_account`` (the names
     tenant directories already grant Secrets to). Secret values never reach Git: the pods read
-    them from the Secret ``secret_name`` (``SECRET_KEY``, ``DATABASE_URL``,
-    ``CELERY_BROKER_URL``, ``METRICS_TOKEN``, ...), which the operator creates, or which an
-    ExternalSecret fills from the fleet's ``secret_store`` when ``external_secret_key`` names
-    the remote secret.
+    them from the Secret ``secret_name`` (``SECRET_KEY``, ``PORTAL_ENCRYPTION_KEYS``,
+    ``DATABASE_URL``, ``CELERY_BROKER_URL``, ``METRICS_TOKEN``, ...), which the operator
+    creates, or which an ExternalSecret fills from the fleet's ``secret_store`` when
+    ``external_secret_key`` names the remote secret.
     """
 
     image: str

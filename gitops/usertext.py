@@ -16,7 +16,11 @@ more than show that text:
   other issue; GitLab runs quick actions (``/merge``) written at the start of a line of a merge
   request description.
 
-``user_text`` is the one way such text enters either. Multi-line text is quoted (``> `` on
+``user_text`` is the one way such text enters either. Invisible formatting characters
+(Unicode's format category: bidi embeddings, overrides and isolates, zero-width characters)
+are dropped, since they make a message display in another order than git, a forge and a
+reviewer's terminal read it; the other line separators (NEL U+0085, U+2028, U+2029) become line
+breaks and other control characters spaces. Multi-line text is quoted (``> `` on
 every line, as e-mail and Markdown quote), so none of its lines can start a trailer, a patch
 divider or a quick action wherever it lands; a single line is flattened, for titles and for
 values inside the portal's own sentences. In both, a WORD JOINER (U+2060, invisible and
@@ -28,11 +32,14 @@ that second step alone, for a whole pull request title and body as a last line o
 from __future__ import annotations
 
 import re
+import unicodedata
 
 WORD_JOINER = "\u2060"
 
-# Control characters other than the line feed; a carriage return is a line break first.
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
+# Control characters other than the line feed (C0, DEL and C1); a carriage return, NEL and the
+# line and paragraph separators are line breaks first.
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_LINE_BREAKS = re.compile(r"\r\n?|[\x85\u2028\u2029]")
 # "@name" and "@org/team", not the "@" of an e-mail address (forges need a non-word before it).
 _MENTION = re.compile(r"(?<![\w.+-])@(?=\w)")
 # "#12", "owner/repo#12" (GitHub, Gitea, GitLab issues), "!12" (GitLab merge requests).
@@ -52,10 +59,10 @@ def user_text(text: str, *, single_line: bool = False) -> str:
 
     Multi-line: every line quoted with ``> `` (a blank line as ``>``), surrounding blank lines
     and trailing spaces dropped. ``single_line``: runs of whitespace, line breaks included,
-    become one space. Either way control characters go and forge references are defused.
-    Empty text stays empty.
+    become one space. Either way invisible formatting characters and control characters go
+    and forge references are defused. Empty text stays empty.
     """
-    text = _CONTROL.sub(" ", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _CONTROL.sub(" ", _LINE_BREAKS.sub("\n", _visible(text)))
     if single_line:
         return defuse_forge_references(" ".join(text.split()))
     lines = [line.rstrip() for line in text.split("\n")]
@@ -64,6 +71,12 @@ def user_text(text: str, *, single_line: bool = False) -> str:
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(f"> {defuse_forge_references(line)}" if line else ">" for line in lines)
+
+
+def _visible(text: str) -> str:
+    """``text`` without format characters (the word joiners ``defuse_forge_references`` adds
+    included: it adds them again, after)."""
+    return "".join(char for char in text if unicodedata.category(char) != "Cf")
 
 
 def defuse_forge_references(text: str) -> str:

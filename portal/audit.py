@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import models
 
-from portal.middleware import current_request_id
+from portal.middleware import current_client_request_id, current_request_id
 from portal.models import AuditEvent
 
 
@@ -19,7 +19,8 @@ def record_audit(
     tenant_slug: str = "",
     diff: dict[str, list[Any]] | None = None,
 ) -> AuditEvent:
-    """Store one audit row for an action on ``target``."""
+    """Store one audit row for an action on ``target``, filed under the portal's id of the
+    request (and, apart, the X-Request-ID the client sent)."""
     actor_obj = actor if getattr(actor, "pk", None) else None
     return AuditEvent.objects.create(
         actor=actor_obj,
@@ -31,4 +32,5 @@ def record_audit(
         target_repr=str(target)[:200],
         diff=diff or {},
         request_id=current_request_id(),
+        client_request_id=current_client_request_id(),
     )

@@ -9,6 +9,11 @@ belong to their apps, which register theirs through PORTAL_READINESS_CHECKS (dot
 as GITOPS_CHANGE_POLICY is), so the portal imports no app. Only the components named in
 PORTAL_READINESS_REQUIRED make the answer 503 when they fail; the others are reported for the
 operator to see (docs/architecture.md, "Health, readiness and metrics", says which and why).
+
+Anyone may ask (a kubelet sends no credentials), so an anonymous answer is the verdict only,
+``{"status": "ok"}`` or ``{"status": "fail"}`` with 200 or 503. The per-component report names
+the broker, remote and cluster and says which is down: it is for the operator, who sends the
+metrics bearer token (METRICS_TOKEN, checked as /metrics checks it).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.module_loading import import_string
+
+from portal.metrics import authorized
 
 Status = Literal["ok", "failed", "not-configured"]
 
@@ -136,6 +143,9 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 def readyz(request: HttpRequest) -> HttpResponse:
     ready, report = readiness()
-    return JsonResponse(
-        {"status": "ok" if ready else "fail", "checks": report}, status=200 if ready else 503
-    )
+    body: dict[str, object] = {"status": "ok" if ready else "fail"}
+    token = settings.METRICS_TOKEN
+    # A wrong or missing token is no error here: the probe still gets its verdict.
+    if token and authorized(request, token):
+        body["checks"] = report
+    return JsonResponse(body, status=200 if ready else 503)

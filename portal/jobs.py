@@ -12,6 +12,7 @@ traceback in the log.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -127,7 +128,10 @@ def dispatch(job_id: int, countdown: float = 0, *, task: str = "") -> None:
         task = task or Job.objects.values_list("task", flat=True).get(pk=job_id)
         app.send_task(task, kwargs={"job_id": job_id}, countdown=countdown or None)
     elif mode == "eager":
-        run_job(job_id)
+        # In a context of its own, as on a worker: nothing the caller holds in a context
+        # variable (the commit of main a rendering pinned, gitops.services.reading_main)
+        # leaks into the job.
+        contextvars.Context().run(run_job, job_id)
     else:
         _get_executor().submit(_run_in_thread, job_id, countdown)
 

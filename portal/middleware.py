@@ -19,14 +19,21 @@ from django_htmx.http import HttpResponseClientRedirect
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _request_id: ContextVar[str] = ContextVar("request_id", default="")
-# An id from an upstream proxy is kept only when it is short and plain, so that nothing a
-# client sends ends up unescaped in a log line.
-_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{8,64}")
+_client_request_id: ContextVar[str] = ContextVar("client_request_id", default="")
+# The X-Request-ID a client or proxy sends is its claim, not ours: it is kept beside the
+# portal's own id (AuditEvent.client_request_id), never instead of it, and only when it is
+# short and plain, so that nothing a client sends ends up unescaped in a log or the audit log.
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def current_request_id() -> str:
-    """The id of the request being served, or '' outside a request."""
+    """The portal's id of the request being served, or '' outside a request."""
     return _request_id.get()
+
+
+def current_client_request_id() -> str:
+    """The X-Request-ID the client sent with the request being served, if plain; else ''."""
+    return _client_request_id.get()
 
 
 def new_request_id() -> str:
@@ -34,17 +41,24 @@ def new_request_id() -> str:
 
 
 class RequestIdMiddleware:
+    """Give every request an id of the portal's own making (answered in X-Request-ID), and
+    keep the client's X-Request-ID apart: a client must not choose the id its audit rows and
+    jobs are filed under, nor make them look like another request's."""
+
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
-        request_id = incoming if _SAFE_ID.fullmatch(incoming) else new_request_id()
+        client_request_id = incoming if _SAFE_ID.fullmatch(incoming) else ""
+        request_id = new_request_id()
         request.request_id = request_id  # type: ignore[attr-defined]
         token = _request_id.set(request_id)
+        client_token = _client_request_id.set(client_request_id)
         try:
             response = self.get_response(request)
         finally:
+            _client_request_id.reset(client_token)
             _request_id.reset(token)
         response[REQUEST_ID_HEADER] = request_id
         return response

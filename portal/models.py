@@ -104,7 +104,10 @@ class AuditEvent(models.Model):
     target_repr = models.CharField(max_length=200, blank=True)
     # {"field": [before, after], ...}; created objects have before=None.
     diff = models.JSONField(default=dict, blank=True)
+    # The portal's id of the request (portal.middleware), and apart from it the X-Request-ID
+    # the client sent: the client's claim, for tracing through a proxy's logs, never trusted.
     request_id = models.CharField(max_length=64, blank=True, db_index=True)
+    client_request_id = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -11,6 +11,7 @@ variables; see docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +22,7 @@ from celery.schedules import crontab, schedule
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.encryption import check_key, demo_key
 from portal.env import ImproperlyConfiguredEnv, env, env_bool, env_int, env_list
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -42,6 +44,33 @@ if PRODUCTION and SECRET_KEY in ("", DEMO_SECRET_KEY):
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`; a local demo or test "
         "run sets DEBUG=true (as `make demo` and `make test` do) to use the embedded key."
     )
+# Keys that encrypt the secrets the portal keeps and must read back (webhook signing secrets,
+# portal/encryption.py), outside the database: Fernet keys, comma-separated (or one a line in
+# PORTAL_ENCRYPTION_KEYS_FILE). The first encrypts, all decrypt: to rotate, put a new key
+# first, run `manage.py rotate_encryption_key`, then drop the old one. A local run without one
+# derives a key from SECRET_KEY (demo-only: the embedded SECRET_KEY is public); a deployment
+# refuses to start without one, as for SECRET_KEY.
+PORTAL_ENCRYPTION_KEYS = [k for k in re.split(r"[,\s]+", env("PORTAL_ENCRYPTION_KEYS")) if k]
+if not PORTAL_ENCRYPTION_KEYS:
+    if PRODUCTION:
+        raise ImproperlyConfigured(
+            "PORTAL_ENCRYPTION_KEYS is not set and DEBUG is off. A deployment sets "
+            "PORTAL_ENCRYPTION_KEYS or PORTAL_ENCRYPTION_KEYS_FILE to a Fernet key, e.g. the "
+            "output of `python -c 'from cryptography.fernet import Fernet; "
+            "print(Fernet.generate_key().decode())'`, kept outside the database (it encrypts "
+            "the webhook signing secrets); a local demo or test run sets DEBUG=true to derive "
+            "one from the embedded SECRET_KEY."
+        )
+    PORTAL_ENCRYPTION_KEYS = [demo_key(SECRET_KEY)]
+for _number, _key in enumerate(PORTAL_ENCRYPTION_KEYS, 1):
+    try:
+        check_key(_key)
+    except ValueError:
+        # The key itself is not repeated: error output ends up in logs.
+        raise ImproperlyConfiguredEnv(
+            f"PORTAL_ENCRYPTION_KEYS: key {_number} is not a Fernet key (32 url-safe "
+            "base64-encoded bytes, as Fernet.generate_key() makes)"
+        ) from None
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
@@ -148,6 +177,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed sign-ins: allauth's "login_failed" rate limit, which the Django admin's sign-in spends
+# too (portal/admin_login.py). Syntax and meaning are allauth's own (the installed
+# allauth/account/app_settings.py, RATE_LIMITS, whose default is "10/m/ip,5/300s/key"; and
+# allauth/core/internal/ratelimit.py: parse_rate reads "<amount>/<duration s|m|h|d>/<per>",
+# consume records a failure in every listed window, oldest ones dropping out, and refuses
+# once any is full; a refused attempt is not recorded where it was refused, a successful
+# sign-in gives back what it spent). "ip" is the client address (ALLAUTH_TRUSTED_PROXY_COUNT
+# below), "key" the account name as typed. allauth has no per-(address, account) window, so a
+# locked account is locked from every address; the best it allows is that one address may
+# fail fewer times (5) than lock an account (10) in the same window: no one address can lock
+# anyone out, several can for one window (10 minutes) after they stop, and an account still
+# takes at most allauth's default number of guesses a day (1,440).
+ACCOUNT_RATE_LIMITS = {"login_failed": "5/10m/ip,10/10m/key"}
+# How many proxies (an ingress, a load balancer) append to X-Forwarded-For before the portal:
+# allauth counts that many entries from the right to find the client's address. 0 (the
+# default) uses the TCP peer: behind a proxy every client then shares the proxy's address and
+# its per-address budget.
+ALLAUTH_TRUSTED_PROXY_COUNT = env_int("ALLAUTH_TRUSTED_PROXY_COUNT", 0)
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "home"
 ACCOUNT_LOGOUT_REDIRECT_URL = "account_login"
@@ -157,7 +204,10 @@ ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 PORTAL_LOCAL_SIGNUP = env_bool("PORTAL_LOCAL_SIGNUP", False)
 ACCOUNT_ADAPTER = "tenants.auth.AccountAdapter"
 SOCIALACCOUNT_ADAPTER = "tenants.auth.SocialAccountAdapter"
-ACCOUNT_EMAIL_VERIFICATION = "none"
+# An address added under /accounts/email/ counts for nothing until its owner follows the mail's
+# link (allauth's EmailAddress.verified; the identity provider's email_verified claim sets the
+# same flag): only a verified address identifies a person (tenants.services.verified_holders).
+ACCOUNT_EMAIL_VERIFICATION = "optional"
 SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
 SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_LOGIN_ON_GET = False
@@ -361,10 +411,16 @@ GITOPS_SCHEMA_MAX_AGE_SECONDS = env_int("GITOPS_SCHEMA_MAX_AGE_SECONDS", 3600)
 FLEET_CRD_REFRESH_SECONDS = env_int("FLEET_CRD_REFRESH_SECONDS", 300)
 GITOPS_REQUIRED_APPROVALS = env_int("GITOPS_REQUIRED_APPROVALS", 1)
 # Who may review, merge and close changes: the access rules module (gitops knows no roles).
-GITOPS_CHANGE_POLICY = "tenants.access.may_act_on_change"
+GITOPS_CHANGE_POLICY = "tenants.access.change_refusal"
+# Called with (change, acting_user) when a change is closed unmerged: what it carried goes back
+# (a tenant's settings), so the database does not keep what main never got.
+GITOPS_ON_CLOSED = "tenants.services.on_change_closed"
 # The tenant as it should run, with its live resources (the catalog owns them; tenants may not
 # import it): what a change of a tenant's settings is checked and rendered with.
 TENANT_DESIRED_SPEC = "catalog.specs.desired_tenant"
+# Called with (membership, actor=...) when a member leaves a tenant or stops being its admin:
+# the robot tokens they made there are revoked (the API owns tokens; tenants may not import it).
+TENANT_MEMBER_LEFT = "api.tokens.revoke_with_member"
 # A change that only takes people out of tenant clusters (or narrows their role there) merges
 # once its checks pass, without waiting for an approval (gitops.services.do_merge_revocation).
 GITOPS_AUTO_MERGE_REVOCATIONS = env_bool("GITOPS_AUTO_MERGE_REVOCATIONS", True)
@@ -390,6 +446,10 @@ GITOPS_FORGE_WEBHOOK_SECRET = env("GITOPS_FORGE_WEBHOOK_SECRET")
 # GitRepository's secret): the fleet repository and every tenant's projection. Tenants' own
 # sources use per-tenant tokens the portal issues and writes into their namespaces.
 GITOPS_HTTP_TOKENS = env_list("GITOPS_HTTP_TOKENS")
+# Bounds of one request to the Git HTTP endpoint (gitops/githttp.py): the largest upload-pack
+# request body, inflated (413 above it), and how long git may run for one request.
+GITOPS_HTTP_MAX_BODY_BYTES = env_int("GITOPS_HTTP_MAX_BODY_BYTES", 10 * 1024 * 1024)
+GITOPS_HTTP_TIMEOUT_SECONDS = float(env("GITOPS_HTTP_TIMEOUT_SECONDS", "60"))
 # Where the per-tenant projection repositories live; empty: tenants/ beside GITOPS_REPO_PATH.
 GITOPS_TENANT_REPOS_DIR = env("GITOPS_TENANT_REPOS_DIR")
 # Flux notification-controller Receiver URL to call after a merge, so Flux reconciles at once.

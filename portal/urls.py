@@ -4,6 +4,10 @@ from django.contrib import admin
 from django.urls import include, path
 
 from portal import views
+from portal.admin_login import ThrottledAdminAuthenticationForm
+
+# The admin's sign-in spends the login throttle's budget too (portal/admin_login.py).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
 from tenants.models import Membership, PlatformRole, Role, Tenant
@@ -167,12 +167,22 @@ def forget_roles(user: Any) -> None:
         user.__dict__.pop("_platform_roles", None)
 
 
+# A robot acts in its own tenant only: a membership of it anywhere else, however it came about
+# (added before that was refused, or written into the database by hand), grants nothing.
+COUNTED = Q(user__robot__isnull=True) | Q(user__robot__tenant=F("tenant"))
+
+
+def counted_memberships() -> QuerySet[Membership]:
+    """Memberships that grant their role: a person's, and a robot's in its own tenant."""
+    return Membership.objects.filter(COUNTED)
+
+
 def role_in(user: Any, tenant: Tenant | str) -> str | None:
     """The user's role in ``tenant`` (a Tenant or its slug), or None. Read every time: a
     demotion counts at once."""
     if not _authenticated(user):
         return None
-    memberships = Membership.objects.filter(user=user)
+    memberships = counted_memberships().filter(user=user)
     if isinstance(tenant, Tenant):
         memberships = memberships.filter(tenant=tenant)
     else:
@@ -225,7 +235,8 @@ def tenants_where(user: Any, action: Action) -> QuerySet[Tenant]:
     if allowed(action, platform=platform_roles(user), role=None):
         return Tenant.objects.all()
     roles = RULES[action].tenant
-    return Tenant.objects.filter(memberships__user=user, memberships__role__in=roles).distinct()
+    held = counted_memberships().filter(user=user, role__in=roles).values("tenant_id")
+    return Tenant.objects.filter(pk__in=held)
 
 
 def users_who_may(tenant: Tenant, action: Action) -> QuerySet[Any]:
@@ -233,18 +244,33 @@ def users_who_may(tenant: Tenant, action: Action) -> QuerySet[Any]:
     from django.contrib.auth import get_user_model
 
     roles = RULES[action].tenant
-    return (
-        get_user_model()
-        .objects.filter(memberships__tenant=tenant, memberships__role__in=roles, is_active=True)
-        .distinct()
-    )
+    held = counted_memberships().filter(tenant=tenant, role__in=roles).values("user_id")
+    return get_user_model().objects.filter(pk__in=held, is_active=True)
+
+
+def change_refusal(user: Any, action: str, change: Any) -> str:
+    """The gitops policy (settings.GITOPS_CHANGE_POLICY): "" when ``user`` may review, merge,
+    close or update ``change``, else the sentence that says who may. Platform changes (no
+    tenant) are the platform admins' alone.
+
+    Closing also asks for what opened the change (``close_action``: a platform admin's trust
+    level or cost centre is not the tenant's to veto) and refuses those the change takes
+    access from (``close_barred``: nobody closes their own revocation)."""
+    act = Action(action)
+    owners = (change.author_id, change.requested_by_id)
+    if not may(user, act, change.tenant_slug or None, owners=owners):
+        return DENIED[act]
+    if act is Action.CLOSE:
+        if getattr(user, "pk", None) in (change.close_barred or ()):
+            return "This change takes access away from you; someone else decides on it."
+        needed = change.close_action
+        if needed and not may(user, Action(needed), change.tenant_slug or None):
+            return f"This change carries a decision only they may take: {DENIED[Action(needed)]}"
+    return ""
 
 
 def may_act_on_change(user: Any, action: str, change: Any) -> bool:
-    """The gitops policy (settings.GITOPS_CHANGE_POLICY): may ``user`` review, merge, close or
-    update ``change``? Platform changes (no tenant) are the platform admins' alone."""
-    owners = (change.author_id, change.requested_by_id)
-    return may(user, Action(action), change.tenant_slug or None, owners=owners)
+    return not change_refusal(user, action, change)
 
 
 def is_platform_admin(user: Any) -> bool:
@@ -282,8 +308,8 @@ def sees_all_tenants(user: Any) -> bool:
 
 
 def memberships_of(user: Any) -> QuerySet[Membership]:
-    """The user's own memberships, with their tenants."""
-    return Membership.objects.filter(user=user).select_related("tenant")
+    """The user's own memberships that count, with their tenants."""
+    return counted_memberships().filter(user=user).select_related("tenant")
 
 
 def visible_tenants(user: Any) -> QuerySet[Tenant]:
@@ -339,7 +365,7 @@ def get_tenant_for_user(request: HttpRequest, slug: str) -> TenantAccess:
         raise Http404("No such tenant.")
     held = platform_roles(user)
     membership = (
-        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=slug).first()
+        counted_memberships().select_related("tenant").filter(user=user, tenant__slug=slug).first()
     )
     if membership is not None:
         return TenantAccess(membership.tenant, membership.role, held)

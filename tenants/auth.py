@@ -10,13 +10,26 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from tenants.groups import groups_from_claims
-from tenants.services import do_sync_identity_groups
+from tenants.services import accept_invitations, do_sync_identity_groups
 
 
 class AccountAdapter(DefaultAccountAdapter):
     def is_open_for_signup(self, request: HttpRequest) -> bool:
         # Local accounts are created by platform admins; SSO users are provisioned on sign-in.
         return bool(settings.PORTAL_LOCAL_SIGNUP)
+
+    def login(self, request: HttpRequest, user: Any) -> None:
+        # Every sign-in, with a password or through the identity provider (allauth calls this
+        # for both, after the account and its addresses are saved): take up the invitations
+        # to an address the user holds verified.
+        super().login(request, user)
+        accept_invitations(user)
+
+    def confirm_email(self, request: HttpRequest, email_address: Any) -> bool:
+        confirmed = bool(super().confirm_email(request, email_address))
+        if confirmed and getattr(email_address.user, "is_active", False):
+            accept_invitations(email_address.user)
+        return confirmed
 
 
 def _sync_from(sociallogin: Any) -> None:

@@ -11,6 +11,7 @@ from django.core.validators import validate_email
 
 from tenants.models import Role, Tenant
 from tenants.names import validate_tenant_slug
+from tenants.quota import QUOTA_MAX
 from tenants.services import find_user
 
 
@@ -62,6 +63,18 @@ class TenantSettingsForm(forms.ModelForm):
             for name in ("trust_level", "cost_centre"):
                 self.fields[name].disabled = True
                 self.fields[name].help_text = "Only platform admins can change this."
+
+
+class GpuQuotaForm(forms.Form):
+    """A tenant's GPU quota (platform admins): ``tenants.quota.do_set_gpu_quota``."""
+
+    gpu_quota = forms.IntegerField(
+        label="GPU quota",
+        min_value=0,
+        max_value=QUOTA_MAX,
+        help_text="The most GPUs the tenant's shares may add up to (MIG slices and HAMi slots "
+        "counted as fractions); never below what its approved shares hold.",
+    )
 
 
 class TenantCreateForm(TenantSettingsForm):

@@ -72,6 +72,10 @@ class Role(models.TextChoices):
     VIEWER = "viewer", "Viewer"
 
 
+# What a robot (api.models.Robot) may be in its tenant: never an admin.
+ROBOT_ROLES = (Role.MEMBER.value, Role.VIEWER.value)
+
+
 class Source(models.TextChoices):
     # Granted in the portal by an admin.
     LOCAL = "local", "Portal"
@@ -129,3 +133,53 @@ class PlatformRole(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} is {self.role}"
+
+
+# How long an invitation waits for its person to sign in.
+INVITATION_DAYS = 14
+
+
+class Invitation(models.Model):
+    """A role in a tenant offered to an e-mail address: taken up when someone signs in holding
+    that address verified (``tenants.services.accept_invitations``), never by an address an
+    account merely claims. Adding a person by e-mail is always an invitation, so the members
+    page tells a tenant admin nothing about who has an account."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(max_length=254)  # lower-cased
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "email"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "email"],
+                condition=models.Q(accepted_at=None, revoked_at=None),
+                name="invitation_one_open",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(role__in=["admin", "member", "viewer"]),
+                name="invitation_role_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} invited to {self.tenant.slug} as {self.role}"
+
+    @property
+    def pending(self) -> bool:
+        return (
+            self.accepted_at is None
+            and self.revoked_at is None
+            and self.expires_at > timezone.now()
+        )

@@ -7,7 +7,7 @@ import re
 from django.core.exceptions import ValidationError
 
 from gitops.fleet import base_fleet
-from gitops.render.validate import reserved_name_problem
+from gitops.render.validate import reserved_name_problem, text_problem
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # A tenant slug becomes a namespace and a prefix of other names (queues, releases,
@@ -50,12 +50,17 @@ def validate_tenant_slug(value: str) -> None:
 
 
 def validate_single_line(value: str) -> None:
-    """Text that is rendered into manifests (display name, cost centre): no line breaks or
-    other control characters, the rule the renderers apply (``gitops.render.validate``), so a
-    value saved here never breaks a later preview or approval of the tenant."""
-    from gitops.render.validate import CONTROL_CHARS
+    """Text that is rendered into manifests (display name, cost centre): no line breaks, other
+    control characters or invisible formatting characters (bidi overrides), the rule the
+    renderers apply (``gitops.render.validate.text_problem``), so a value saved here never
+    breaks a later preview or approval of the tenant."""
+    if isinstance(value, str) and (problem := text_problem(value)):
+        raise ValidationError(f"May not contain {problem}.", code="control")
 
-    if isinstance(value, str) and CONTROL_CHARS.search(value):
-        raise ValidationError(
-            "May not contain line breaks or other control characters.", code="control"
-        )
+
+def validate_text(value: str) -> None:
+    """Text of several lines people read on pages and in commit messages (a request's
+    reason): line breaks are fine, other control characters and invisible formatting
+    characters (bidi overrides, which show it in another order than it is stored) are not."""
+    if isinstance(value, str) and (problem := text_problem(value, multi_line=True)):
+        raise ValidationError(f"May not contain {problem}.", code="control")

@@ -10,12 +10,15 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, models, transaction
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from gitops import services as gitops
@@ -29,7 +32,16 @@ from portal.jobs import enqueue
 from tenants import access
 from tenants.access import Action
 from tenants.groups import parse_groups
-from tenants.models import Membership, PlatformRole, Role, Source, Tenant
+from tenants.models import (
+    INVITATION_DAYS,
+    ROBOT_ROLES,
+    Invitation,
+    Membership,
+    PlatformRole,
+    Role,
+    Source,
+    Tenant,
+)
 from tenants.specs import tenant_spec
 
 logger = logging.getLogger(__name__)
@@ -105,6 +117,7 @@ def _open_onboarding_change(tenant: Tenant, acting_user: Any) -> None:
         title=f"Onboard tenant {tenant.slug}",
         kind=ChangeRequest.Kind.ONBOARDING,
         scope=["*"],
+        close_action=Action.ONBOARD,
         description=(
             f"Namespace, quotas, network and admission policies, Kueue queues and Flux sync "
             f"for {user_text(tenant.display_name, single_line=True)} "
@@ -129,7 +142,6 @@ def _spec_errors(spec: Any, fleet: FleetSpec) -> dict[str, str]:
 RENDERED_FIELDS = frozenset({"display_name", "trust_level", "cost_centre"})
 
 
-@transaction.atomic
 def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Tenant:
     """Change a tenant's settings: its admins the display name and contacts, platform admins
     also the trust level and cost centre.
@@ -139,6 +151,12 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
     first (a tenant with HAMi shares cannot become dedicated; nothing changes), then a change
     request is opened with the saved settings.
     """
+    # Main read once: the spec it renders from, the diff and the branch's start agree.
+    with gitops.reading_main(), transaction.atomic():
+        return _update_tenant(tenant, acting_user=acting_user, **changes)
+
+
+def _update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Tenant:
     unknown = set(changes) - set(TENANT_FIELDS)
     if unknown:
         raise ValidationError(f"These fields cannot be changed: {', '.join(sorted(unknown))}.")
@@ -183,42 +201,109 @@ def do_update_tenant(tenant: Tenant, *, acting_user: Any, **changes: Any) -> Ten
         tenant_slug=tenant.slug,
         diff=diff,
     )
-    if spec is not None and gitops.tenant_on_main(tenant.slug):
-        fields = ", ".join(f.replace("_", " ") for f in sorted(set(diff) & RENDERED_FIELDS))
-        changes_in_git = gitops.tenant_changes(spec, fleet)
-        # An earlier settings change still open is superseded: this one holds every setting
-        # the tenant has now, the earlier ones' included.
-        earlier = list(
-            ChangeRequest.objects.filter(
-                status=ChangeRequest.Status.OPEN,
-                kind=ChangeRequest.Kind.TENANT,
-                tenant_slug=tenant.slug,
-                title__startswith=SETTINGS_TITLE.format(slug=tenant.slug, fields=""),
-            )
-        )
-        newer: ChangeRequest | None = None
-        if changes_in_git:
-            newer = gitops.open_change(
-                acting_user=acting_user,
-                title=SETTINGS_TITLE.format(slug=tenant.slug, fields=fields),
-                scope=["settings"],
-                changes=changes_in_git,
-                kind=ChangeRequest.Kind.TENANT,
-                tenant_slug=tenant.slug,
-                description="Settings changed in the portal: "
-                + "; ".join(f"{k.replace('_', ' ')} {v[0]!r} -> {v[1]!r}" for k, v in diff.items()),
-            )
-        for change in earlier:
-            reason = (
-                f"Superseded by #{newer.pk}, which holds these settings too."
-                if newer is not None
-                else "Superseded: main already holds the settings the tenant has now."
-            )
-            gitops.do_close(change, acting_user=None, reason=reason)
+    if spec is not None:
+        open_settings_change(tenant, spec, acting_user=acting_user, diff=diff)
     return tenant
 
 
 SETTINGS_TITLE = "Update tenant {slug}: {fields}"
+
+
+def open_settings_change(
+    tenant: Tenant, spec: Any, *, acting_user: Any, diff: dict[str, list[Any]]
+) -> ChangeRequest | None:
+    """Open the change that gives main ``spec`` (the tenant with the settings it has now) after
+    ``diff`` changed them, superseding an earlier settings change still open (this one holds
+    its settings too); None when main already holds them or the tenant is not on main yet
+    (its onboarding change carries them)."""
+    if not gitops.tenant_on_main(tenant.slug):
+        return None
+    fleet = configured_fleet()
+    fields = ", ".join(f.replace("_", " ") for f in sorted(set(diff) - {"contacts"}))
+    changes_in_git = gitops.tenant_changes(spec, fleet)
+    earlier = list(
+        ChangeRequest.objects.filter(
+            status=ChangeRequest.Status.OPEN,
+            kind=ChangeRequest.Kind.TENANT,
+            tenant_slug=tenant.slug,
+            scope=["settings"],
+        )
+    )
+    newer: ChangeRequest | None = None
+    if changes_in_git:
+        newer = gitops.open_change(
+            acting_user=acting_user,
+            title=SETTINGS_TITLE.format(slug=tenant.slug, fields=fields),
+            scope=["settings"],
+            # Closing it undoes its settings (on_change_closed): whoever may not set what
+            # it carries may not close it either.
+            close_action=_settings_close_action(tenant),
+            changes=changes_in_git,
+            kind=ChangeRequest.Kind.TENANT,
+            tenant_slug=tenant.slug,
+            description="Settings changed in the portal: "
+            + "; ".join(f"{k.replace('_', ' ')} {v[0]!r} -> {v[1]!r}" for k, v in diff.items()),
+        )
+    for change in earlier:
+        reason = (
+            f"Superseded by #{newer.pk}, which holds these settings too."
+            if newer is not None
+            else "Superseded: main already holds the settings the tenant has now."
+        )
+        gitops.do_close(change, acting_user=None, reason=reason)
+    return newer
+
+
+def _settings_close_action(tenant: Tenant) -> str:
+    """What one must be allowed to do to close a change that gives main ``tenant``'s settings:
+    a platform admin's when it changes against main what only they set (the trust level, the
+    cost centre, the namespace's size from the GPU quota; a later rename by the tenant that
+    supersedes such a change carries it on), else the tenant's settings."""
+    on_main = gitops.tenant_spec_on_main(tenant.slug)
+    now = tenant_spec(tenant)
+    platform_only = on_main is None or any(
+        getattr(on_main, field) != getattr(now, field)
+        for field in ("trust_level", "cost_centre", "cpu_quota", "memory_gib")
+    )
+    return Action.CHANGE_TRUST if platform_only else Action.CHANGE_SETTINGS
+
+
+def on_change_closed(change: ChangeRequest, acting_user: Any) -> None:
+    """settings.GITOPS_ON_CLOSED: a settings change closed unmerged takes its settings back, to
+    what main holds, unless another settings change of the tenant still carries them (one that
+    superseded it). So the database never keeps a trust level or cost centre that main (and the
+    cluster, and the bill) does not have."""
+    if change.kind != ChangeRequest.Kind.TENANT or change.scope != ["settings"]:
+        return
+    tenant = Tenant.objects.select_for_update().filter(slug=change.tenant_slug).first()
+    if tenant is None:
+        return
+    still_open = ChangeRequest.objects.filter(
+        status=ChangeRequest.Status.OPEN,
+        kind=ChangeRequest.Kind.TENANT,
+        tenant_slug=tenant.slug,
+        scope=["settings"],
+    ).exclude(pk=change.pk)
+    if still_open.exists():
+        return
+    on_main = gitops.tenant_spec_on_main(tenant.slug)
+    if on_main is None:
+        return
+    before = _snapshot(tenant, RENDERED_FIELDS)
+    tenant.display_name = on_main.display_name
+    tenant.trust_level = on_main.trust_level
+    tenant.cost_centre = on_main.cost_centre
+    diff = _diff(before, _snapshot(tenant, RENDERED_FIELDS))
+    if not diff:
+        return
+    tenant.save(update_fields=list(diff))
+    record_audit(
+        actor=acting_user,
+        action="tenant.revert",
+        target=tenant,
+        tenant_slug=tenant.slug,
+        diff={**diff, "reason": [None, f"change #{change.pk} was closed unmerged"]},
+    )
 
 
 # --- who may use the tenant's clusters -------------------------------------------------------
@@ -244,7 +329,6 @@ def queue_cluster_access_sync(tenants: Tenant | Iterable[Tenant], acting_user: A
         )
 
 
-@transaction.atomic
 def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest | None:
     """Open the change that makes the bindings in the tenant's clusters match its members now,
     closing an older one still open (this one holds everything it did); None when main matches.
@@ -252,6 +336,11 @@ def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest
     A change that only takes access away merges once its checks pass, without a review
     (``gitops.services.do_merge_revocation``); one that gives access waits for an approval.
     """
+    with gitops.reading_main(), transaction.atomic():
+        return _sync_cluster_access(tenant, acting_user=acting_user)
+
+
+def _sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest | None:
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     fleet = configured_fleet()
     changes = gitops.cluster_access_changes(tenant_spec(tenant), fleet)
@@ -266,7 +355,9 @@ def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest
         theirs = {p: repo.read_file(existing.head_sha, p) for p in existing.files_changed}
         if changes and theirs == changes and existing.base_sha == main:
             return existing  # already asks for exactly this
-        gitops.do_close(existing, acting_user=acting_user, reason="Superseded by a newer one.")
+        # The portal closes it (this one holds everything it did): the user whose sign-in
+        # started this may be the one it takes access from, who may not close it.
+        gitops.do_close(existing, acting_user=None, reason="Superseded by a newer one.")
     if not changes:
         return None
     return gitops.open_change(
@@ -277,6 +368,8 @@ def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest
         tenant_slug=tenant.slug,
         requested_by=acting_user,
         scope=["members"],
+        close_action=Action.MANAGE_MEMBERS,
+        close_barred=_narrowed_users(tenant),
         description=(
             f"The members of {tenant.display_name} and their roles, as bindings in each of its "
             "clusters (admin: cluster-admin, member: edit, viewer: view)."
@@ -284,9 +377,45 @@ def do_sync_cluster_access(tenant: Tenant, *, acting_user: Any) -> ChangeRequest
     )
 
 
+_RANK = {Role.VIEWER.value: 0, Role.MEMBER.value: 1, Role.ADMIN.value: 2}
+
+
+def _narrowed_users(tenant: Tenant) -> list[int]:
+    """The users whose access to the tenant's clusters main grants more of than they have now
+    (gone, or a narrower role): a change that takes it away is not theirs to close."""
+    on_main = gitops.tenant_spec_on_main(tenant.slug)
+    if on_main is None:
+        return []
+    now = {m.name: _RANK[m.role] for m in tenant_spec(tenant).members}
+    names = [m.name for m in on_main.members if _RANK[m.role] > now.get(m.name, -1)]
+    return sorted(User.objects.filter(username__in=names).values_list("pk", flat=True))
+
+
+def robot_tenant_id(user: Any) -> int | None:
+    """The tenant whose robot ``user`` is (api.models.Robot), or None for a person."""
+    found = User.objects.filter(pk=user.pk).values_list("robot__tenant_id", flat=True).first()
+    return int(found) if found is not None else None
+
+
+def _check_robot_role(user: Any, tenant: Tenant, role: str) -> None:
+    """A robot is a member or viewer of its own tenant, nothing else (its tokens act as it:
+    an admin robot, or one of another tenant, would let whoever holds a token manage a tenant
+    whose admins cannot see that token)."""
+    home = robot_tenant_id(user)
+    if home is None:
+        return
+    if home != tenant.pk:
+        raise ValidationError(
+            f"{user.username} is a robot of another tenant; a robot belongs to its own tenant only."
+        )
+    if role not in ROBOT_ROLES:
+        raise ValidationError({"role": "A robot is a member or a viewer, never an admin."})
+
+
 def _add_member(tenant: Tenant, *, user: Any, role: str, source: str, actor: Any) -> Membership:
     if role not in Role.values:
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
+    _check_robot_role(user, tenant, role)
     if Membership.objects.filter(tenant=tenant, user=user).exists():
         raise ValidationError(f"{user.username} is already a member of {tenant.slug}.")
     membership = Membership.objects.create(tenant=tenant, user=user, role=role, source=source)
@@ -311,27 +440,172 @@ def do_add_member(tenant: Tenant, *, acting_user: Any, user: Any, role: str) -> 
 @transaction.atomic
 def do_add_member_by_identifier(
     tenant: Tenant, *, acting_user: Any, identifier: str, role: str
-) -> Membership | None:
-    """Add the account with this username or e-mail address, if there is one; else None.
+) -> Membership | Invitation | None:
+    """Add a person by username, or invite an e-mail address.
 
-    A tenant admin must not learn from the answer which people have accounts, so the caller
-    answers both outcomes alike, and every error raised here (an unknown role, someone already
-    in the table) is decided without looking at whether an account matches."""
+    An e-mail address is always an invitation (``do_invite``), taken up when its holder signs
+    in with it verified, whether or not an account holds it now. A username adds that account
+    if there is one, else returns None. Either way a tenant admin learns nothing from the
+    answer about which people have accounts: the caller answers alike, and every error raised
+    here is decided without looking at whether an account matches (but one: an address that
+    verifies more than one account identifies nobody)."""
     access.require(acting_user, Action.MANAGE_MEMBERS, tenant)
     if role not in Role.values:
         raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
-    try:
-        user = find_user(identifier)
-    except ValidationError:
+    identifier = identifier.strip()
+    if "@" in identifier:
+        return do_invite(tenant, acting_user=acting_user, email=identifier, role=role)
+    user = User.objects.filter(username=identifier).first()
+    if user is None:
         return None
     membership = _add_member(tenant, user=user, role=role, source=Source.LOCAL, actor=acting_user)
     queue_cluster_access_sync(tenant, acting_user)
     return membership
 
 
+def verified_holders(email: str) -> list[Any]:
+    """The active accounts that hold ``email`` verified: confirmed through allauth's mail, or
+    vouched for by the identity provider (its ``email_verified`` claim, which allauth records
+    the same way). ``User.email`` alone proves nothing: anyone can type any address there."""
+    from allauth.account.models import EmailAddress
+
+    ids = EmailAddress.objects.filter(email__iexact=email.strip(), verified=True).values("user_id")
+    return list(User.objects.filter(pk__in=ids, is_active=True).order_by("pk"))
+
+
+def _one_holder(email: str) -> Any | None:
+    holders = verified_holders(email)
+    if len(holders) > 1:
+        raise ValidationError(
+            f"More than one account holds {email} verified, so it identifies nobody; add the "
+            "person by username."
+        )
+    return holders[0] if holders else None
+
+
+@transaction.atomic
+def do_invite(tenant: Tenant, *, acting_user: Any, email: str, role: str) -> Invitation:
+    """Offer ``role`` in ``tenant`` to whoever signs in holding ``email`` verified, for
+    INVITATION_DAYS. An open invitation of the same address is renewed with this role."""
+    access.require(acting_user, Action.MANAGE_MEMBERS, tenant)
+    if role not in Role.values:
+        raise ValidationError({"role": f"Unknown role '{role}'. Use admin, member or viewer."})
+    email = email.strip().lower()
+    try:
+        validate_email(email)
+    except ValidationError as exc:
+        raise ValidationError({"user": [f"{email!r} is not an e-mail address."]}) from exc
+    _one_holder(email)
+    now = timezone.now()
+    invitation = (
+        Invitation.objects.select_for_update()
+        .filter(tenant=tenant, email=email, accepted_at=None, revoked_at=None)
+        .first()
+    )
+    before = None if invitation is None else invitation.role
+    if invitation is None:
+        invitation = Invitation(tenant=tenant, email=email)
+    invitation.role = role
+    invitation.invited_by = acting_user if getattr(acting_user, "pk", None) else None
+    invitation.created_at = now
+    invitation.expires_at = now + timedelta(days=INVITATION_DAYS)
+    invitation.save()
+    record_audit(
+        actor=acting_user,
+        action="invitation.create" if before is None else "invitation.renew",
+        target=invitation,
+        tenant_slug=tenant.slug,
+        diff={"email": [None, email], "role": [before, role]},
+    )
+    enqueue(
+        "tenants.send_invitation",
+        title=f"Invitation to {tenant.slug}",
+        tenant=tenant,
+        created_by=acting_user,
+        invitation_id=invitation.pk,
+    )
+    return invitation
+
+
+@transaction.atomic
+def do_revoke_invitation(invitation: Invitation, *, acting_user: Any) -> Invitation:
+    invitation = (
+        Invitation.objects.select_for_update().select_related("tenant").get(pk=invitation.pk)
+    )
+    access.require(acting_user, Action.MANAGE_MEMBERS, invitation.tenant)
+    if invitation.accepted_at is not None or invitation.revoked_at is not None:
+        raise ValidationError("This invitation is no longer open.")
+    invitation.revoked_at = timezone.now()
+    invitation.save(update_fields=["revoked_at"])
+    record_audit(
+        actor=acting_user,
+        action="invitation.revoke",
+        target=invitation,
+        tenant_slug=invitation.tenant.slug,
+        diff={"email": [invitation.email, None]},
+    )
+    return invitation
+
+
+def pending_invitations(user: Any) -> list[Invitation]:
+    """Open, unexpired invitations to an address ``user`` holds verified (and holds alone)."""
+    from allauth.account.models import EmailAddress
+
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return []
+    addresses = {
+        e.lower()
+        for e in EmailAddress.objects.filter(user=user, verified=True).values_list(
+            "email", flat=True
+        )
+    }
+    if not addresses or robot_tenant_id(user) is not None:
+        return []
+    found = Invitation.objects.filter(
+        email__in=addresses, accepted_at=None, revoked_at=None, expires_at__gt=timezone.now()
+    ).select_related("tenant")
+    return [i for i in found if len(verified_holders(i.email)) == 1]
+
+
+@transaction.atomic
+def accept_invitations(user: Any) -> list[Membership]:
+    """Take up every invitation ``user`` may (``pending_invitations``): at each sign-in and when
+    an address is confirmed (tenants.auth). Someone already in the tenant keeps their role."""
+    made: list[Membership] = []
+    for invitation in pending_invitations(user):
+        invitation = Invitation.objects.select_for_update().get(pk=invitation.pk)
+        if invitation.accepted_at is not None or invitation.revoked_at is not None:
+            continue
+        invitation.accepted_at, invitation.accepted_by = timezone.now(), user
+        invitation.save(update_fields=["accepted_at", "accepted_by"])
+        record_audit(
+            actor=user,
+            action="invitation.accept",
+            target=invitation,
+            tenant_slug=invitation.tenant.slug,
+            diff={"accepted_by": [None, user.username]},
+        )
+        if Membership.objects.filter(tenant=invitation.tenant, user=user).exists():
+            continue
+        made.append(
+            _add_member(
+                invitation.tenant,
+                user=user,
+                role=invitation.role,
+                source=Source.LOCAL,
+                actor=user,
+            )
+        )
+    if made:
+        queue_cluster_access_sync([m.tenant for m in made], user)
+    return made
+
+
 def _ensure_an_admin_remains(membership: Membership) -> None:
+    # A robot is never an admin that counts: a tenant whose last admin left would be run by
+    # tokens nobody in it can revoke.
     others = (
-        Membership.objects.filter(tenant=membership.tenant, role=Role.ADMIN)
+        Membership.objects.filter(tenant=membership.tenant, role=Role.ADMIN, user__robot=None)
         .exclude(pk=membership.pk)
         .exists()
     )
@@ -354,8 +628,12 @@ def do_change_member_role(membership: Membership, *, acting_user: Any, role: str
     access.require(acting_user, Action.MANAGE_MEMBERS, membership.tenant)
     if membership.role == role:
         return membership
+    _check_robot_role(membership.user, membership.tenant, role)
     if role != Role.ADMIN:
         _ensure_an_admin_remains(membership)
+        if membership.role == Role.ADMIN:
+            # No longer an admin: the robot tokens they made here stop working.
+            _revoke_robot_tokens(membership, actor=acting_user)
     before = membership.role
     membership.role = role
     membership.save(update_fields=["role"])
@@ -386,8 +664,16 @@ def do_remove_member(membership: Membership, *, acting_user: Any) -> None:
         tenant_slug=membership.tenant.slug,
         diff={"user": [membership.user.username, None], "role": [membership.role, None]},
     )
+    _revoke_robot_tokens(membership, actor=acting_user)
     membership.delete()
     queue_cluster_access_sync(membership.tenant, acting_user)
+
+
+def _revoke_robot_tokens(membership: Membership, *, actor: Any) -> None:
+    """The member leaves, or stops being an admin: the robot tokens they made in the tenant
+    (and a robot's own, when the membership is a robot's) stop working. The tokens are the
+    API's (settings.TENANT_MEMBER_LEFT names its hook: tenants may not import it)."""
+    import_string(settings.TENANT_MEMBER_LEFT)(membership, actor=actor)
 
 
 @transaction.atomic
@@ -395,6 +681,8 @@ def do_grant_platform_role(user: Any, *, acting_user: Any, role: str) -> Platfor
     access.require(acting_user, Action.GRANT_PLATFORM_ROLE)
     if role not in PlatformRole.Name.values:
         raise ValidationError(f"Unknown platform role '{role}'.")
+    if robot_tenant_id(user) is not None:
+        raise ValidationError(f"{user.username} is a robot; robots hold no platform role.")
     grant, created = PlatformRole.objects.get_or_create(user=user, role=role)
     access.forget_roles(user)
     if created:
@@ -435,6 +723,8 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
         elif existing.source == Source.OIDC and existing.role != role:
             touched.append(existing.tenant)
             before = existing.role
+            if before == Role.ADMIN:
+                _revoke_robot_tokens(existing, actor=user)
             existing.role = role
             existing.save(update_fields=["role"])
             record_audit(
@@ -453,6 +743,7 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
                 tenant_slug=membership.tenant.slug,
                 diff={"user": [user.username, None], "role": [membership.role, None]},
             )
+            _revoke_robot_tokens(membership, actor=user)
             membership.delete()
             touched.append(membership.tenant)
     # Every sign-in, not only a changed group: the link to the provider may be new, or the
@@ -480,12 +771,15 @@ def do_sync_identity_groups(user: Any, groups: list[str], *, prefix: str = "/") 
 
 
 def find_user(identifier: str) -> Any:
-    """A user by username or e-mail address, or a ValidationError naming what was not found."""
+    """A user by username, or by an e-mail address exactly one account holds verified
+    (``verified_holders``); else a ValidationError naming what was not found."""
     identifier = identifier.strip()
-    user = (
-        User.objects.filter(username=identifier).first()
-        or User.objects.filter(email__iexact=identifier).order_by("pk").first()
-    )
+    user = User.objects.filter(username=identifier).first()
+    if user is None and "@" in identifier:
+        user = _one_holder(identifier)
     if user is None:
-        raise ValidationError(f"No user '{identifier}' exists; they must sign in once first.")
+        raise ValidationError(
+            f"No user '{identifier}' exists (by username, or by an e-mail address they "
+            "confirmed); they must sign in once first."
+        )
     return user

@@ -9,7 +9,7 @@ from django.template.loader import render_to_string
 from portal.jobs import job_task
 from portal.models import Job
 from tenants.access import Action, users_who_may
-from tenants.models import Tenant
+from tenants.models import Invitation, Tenant
 from tenants.services import do_sync_cluster_access
 
 
@@ -44,3 +44,33 @@ def sync_cluster_access(job: Job) -> None:
     job.set_progress(
         100, f"opened change #{change.pk}" if change else "the clusters' bindings already match"
     )
+
+
+@job_task("tenants.send_invitation")
+def send_invitation(job: Job) -> None:
+    """Mail an invitation to its address (it is taken up by signing in, not by this mail)."""
+    invitation = (
+        Invitation.objects.select_related("tenant", "invited_by")
+        .filter(pk=job.kwargs["invitation_id"])
+        .first()
+    )
+    if invitation is None or not invitation.pending:
+        job.set_progress(100, "the invitation is no longer open")
+        return
+    body = render_to_string(
+        "tenants/mail/invitation.txt",
+        {
+            "invitation": invitation,
+            "inviter": invitation.invited_by.get_username()
+            if invitation.invited_by
+            else "A platform admin",
+            "url": settings.PORTAL_BASE_URL,
+        },
+    )
+    send_mail(
+        subject=f"[AI factory] Invitation to {invitation.tenant.slug}",
+        message=body,
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[invitation.email],
+    )
+    job.set_progress(100, "sent")

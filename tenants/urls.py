@@ -15,8 +15,14 @@ urlpatterns = [
     path("audit/", views.platform_audit, name="platform_audit"),
     path("t/<slug:tenant>/", views.tenant_detail, name="detail"),
     path("t/<slug:tenant>/settings/", views.tenant_settings, name="settings"),
+    path("t/<slug:tenant>/settings/gpu-quota/", views.tenant_gpu_quota, name="gpu_quota"),
     path("t/<slug:tenant>/members/", views.tenant_members, name="members"),
     path("t/<slug:tenant>/members/<int:member_id>/role/", views.member_role, name="member_role"),
+    path(
+        "t/<slug:tenant>/invitations/<int:invitation_id>/withdraw/",
+        views.invitation_revoke,
+        name="invitation_revoke",
+    ),
     path(
         "t/<slug:tenant>/members/<int:member_id>/remove/", views.member_remove, name="member_remove"
     ),

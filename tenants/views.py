@@ -9,20 +9,31 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django_htmx.http import HttpResponseLocation
 
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
 from tenants import services
 from tenants.access import (
     Action,
+    TenantAccess,
     get_tenant_for_user,
     may,
     memberships_of,
     require,
     visible_tenants,
 )
-from tenants.forms import AddMemberForm, RoleForm, TenantCreateForm, TenantSettingsForm
-from tenants.models import Membership
+from tenants.forms import (
+    AddMemberForm,
+    GpuQuotaForm,
+    RoleForm,
+    TenantCreateForm,
+    TenantSettingsForm,
+)
+from tenants.models import INVITATION_DAYS, Invitation, Membership
+from tenants.quota import do_set_gpu_quota, require_quota_setter
 
 
 @login_required
@@ -102,17 +113,53 @@ def tenant_settings(request: HttpRequest, tenant: str) -> HttpResponse:
         else:
             messages.success(request, "Settings saved.")
             return redirect("tenants:detail", tenant=access.tenant.slug)
-    return render(
-        request,
-        "tenants/settings.html",
-        {"access": access, "tenant": access.tenant, "form": form},
-    )
+    return _settings_page(request, access, form)
+
+
+def _settings_page(
+    request: HttpRequest,
+    access: TenantAccess,
+    form: TenantSettingsForm,
+    quota_form: GpuQuotaForm | None = None,
+    status: int = 200,
+    fragment: bool = False,
+) -> HttpResponse:
+    """The settings page, or only its GPU quota form (``fragment``); platform admins get that
+    form."""
+    if quota_form is None and access.may(Action.CHANGE_TRUST):
+        quota_form = GpuQuotaForm(initial={"gpu_quota": access.tenant.gpu_quota})
+    template = "tenants/settings.html" + ("#gpu-quota" if fragment else "")
+    context = {"access": access, "tenant": access.tenant, "form": form, "quota_form": quota_form}
+    return render(request, template, context, status=status)
+
+
+@login_required
+def tenant_gpu_quota(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Set the tenant's GPU quota (platform admins), from the settings page."""
+    access = get_tenant_for_user(request, tenant)
+    if request.method != "POST":  # after the tenant check, so outsiders get 404, not 405
+        return HttpResponseNotAllowed(["POST"])
+    require_quota_setter(request.user, access.tenant)
+    quota_form = GpuQuotaForm(request.POST)
+    if quota_form.is_valid():
+        try:
+            quota = quota_form.cleaned_data["gpu_quota"]
+            do_set_gpu_quota(access.tenant, acting_user=request.user, quota=quota)
+        except ValidationError as exc:
+            quota_form.add_error(None, exc)
+        else:
+            messages.success(request, f"The GPU quota of {access.tenant.slug} is {quota}.")
+            url = reverse("tenants:settings", kwargs={"tenant": access.tenant.slug})
+            return HttpResponseLocation(url) if request.htmx else redirect(url)  # type: ignore[attr-defined]
+    settings_form = TenantSettingsForm(instance=access.tenant, platform_admin=True)
+    htmx = bool(request.htmx)  # type: ignore[attr-defined]
+    return _settings_page(request, access, settings_form, quota_form, 422, fragment=htmx)
 
 
 def _members_page(
-    request: HttpRequest, access: object, form: AddMemberForm, status: int = 200
+    request: HttpRequest, access: TenantAccess, form: AddMemberForm, status: int = 200
 ) -> HttpResponse:
-    tenant = access.tenant  # type: ignore[attr-defined]
+    tenant = access.tenant
     template = "tenants/members.html#members" if request.htmx else "tenants/members.html"  # type: ignore[attr-defined]
     return render(
         request,
@@ -121,6 +168,14 @@ def _members_page(
             "access": access,
             "tenant": tenant,
             "members": tenant.memberships.select_related("user"),
+            "invitations": (
+                tenant.invitations.filter(
+                    accepted_at=None, revoked_at=None, expires_at__gt=timezone.now()
+                ).select_related("invited_by")
+                if access.can_admin
+                else []
+            ),
+            "invitation_days": INVITATION_DAYS,
             "form": form,
             "role_choices": RoleForm.base_fields["role"].choices,  # type: ignore[attr-defined]
         },
@@ -129,9 +184,15 @@ def _members_page(
 
 
 def _added_message(identifier: str, role: str) -> str:
+    if "@" in identifier.strip():
+        return (
+            f"{identifier.strip().lower()} is invited as {role}: whoever signs in holding this "
+            f"address confirmed joins within {INVITATION_DAYS} days."
+        )
     return (
         f"If an account matches '{identifier}', it now has the {role} role here. Someone who "
-        "has never signed in to the portal must do so once before they can be added."
+        "has never signed in to the portal must do so once before they can be added, or invite "
+        "their e-mail address."
     )
 
 
@@ -179,6 +240,22 @@ def member_role(request: HttpRequest, tenant: str, member_id: int) -> HttpRespon
         messages.error(request, " ".join(exc.messages))
     else:
         messages.success(request, f"{membership.user.username} is now {form.cleaned_data['role']}.")
+    return _members_page(request, access, AddMemberForm())
+
+
+@login_required
+def invitation_revoke(request: HttpRequest, tenant: str, invitation_id: int) -> HttpResponse:
+    access = get_tenant_for_user(request, tenant)
+    if request.method != "POST":  # after the tenant check, so outsiders get 404, not 405
+        return HttpResponseNotAllowed(["POST"])
+    invitation = get_object_or_404(Invitation, pk=invitation_id, tenant=access.tenant)
+    access.require_admin()
+    try:
+        services.do_revoke_invitation(invitation, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"The invitation of {invitation.email} is withdrawn.")
     return _members_page(request, access, AddMemberForm())
 
 

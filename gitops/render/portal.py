@@ -341,6 +341,9 @@ def config_data(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, str]:
         "PORTAL_BASE_URL": spec.base_url,
         "PORTAL_VAR_DIR": VAR_DIR,
         "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
+        # Behind the ingress every connection comes from it: the sign-in limits count by the
+        # client address the ingress appends to X-Forwarded-For (allauth's rate limits).
+        "ALLAUTH_TRUSTED_PROXY_COUNT": "1",
         # Flux's notification-controller posts its events in the cluster too (/hooks/flux/).
         "SECURE_REDIRECT_EXEMPT": r"^git/|^hooks/flux/",
         "STATIC_ROOT": spec.static_root,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import date
@@ -71,7 +72,36 @@ MODEL_URI = {
     "s3": re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9!_.*'()=+-]+)*/?"),
     "pvc": re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[A-Za-z0-9._-]+)*/?"),
 }
-CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+# What text people type may not carry into a manifest or onto a page (``text_problem``). Line
+# breaks and other control characters (Unicode categories Cc, with C1's NEL U+0085, and the
+# line and paragraph separators Zl U+2028 and Zp U+2029, which YAML and JavaScript read as line
+# breaks): a one-line value must stay one line. And every format character (Cf), invisible:
+# the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) show text in
+# another order than it is stored and read by tools ("Trojan Source", CVE-2021-42574), and the
+# zero-width ones make two names look alike. None is spared, not even the joiners (U+200C,
+# U+200D) some scripts and emoji use: a name reads the same without them, and one that looks
+# like another's is the greater harm.
+BREAKING = frozenset({"Cc", "Zl", "Zp"})
+INVISIBLE = frozenset({"Cf"})
+# In text of several lines (a request's reason): the line feed, the return and the tab.
+MULTI_LINE_ALLOWED = frozenset("\n\r\t")
+
+
+def text_problem(value: str, *, multi_line: bool = False) -> str:
+    """What keeps ``value`` out of a manifest or a page, to follow "may not contain", or ""
+    when nothing does. ``multi_line`` allows line feeds, returns and tabs."""
+    for char in value:
+        if multi_line and char in MULTI_LINE_ALLOWED:
+            continue
+        category = unicodedata.category(char)
+        if category in INVISIBLE:
+            return (
+                f"invisible formatting characters such as bidi overrides (it has U+{ord(char):04X})"
+            )
+        if category in BREAKING:
+            return "control characters" if multi_line else "line breaks or other control characters"
+    return ""
+
 
 # A slug is a namespace and the prefix of names such as "<slug>-<cluster>".
 TENANT_SLUG_MAX = 40
@@ -219,8 +249,8 @@ def _check_text(errors: _Errors, path: str, value: object, what: str, max_length
         errors.add(path, f"{what} must be text.")
     elif len(value) > max_length:
         errors.add(path, f"{what} must be at most {max_length} characters.")
-    elif CONTROL_CHARS.search(value):
-        errors.add(path, f"{what} may not contain line breaks or other control characters.")
+    elif problem := text_problem(value):
+        errors.add(path, f"{what} may not contain {problem}.")
 
 
 def _check_choice(
@@ -427,7 +457,7 @@ def _validate_cluster_oidc(errors: _Errors, path: str, oidc: ClusterOidc) -> Non
     if (
         parts is None
         or len(url) > 2048
-        or CONTROL_CHARS.search(url)
+        or text_problem(url)
         or " " in url
         or parts.scheme != "https"
         or not parts.hostname
@@ -1121,8 +1151,8 @@ def _check_args(errors: _Errors, path: str, args: object) -> None:
             errors.add(where, "Each argument must be a string.")
         elif not arg or len(arg) > MAX_ARG_LENGTH:
             errors.add(where, f"Each argument must be 1 to {MAX_ARG_LENGTH} characters.")
-        elif CONTROL_CHARS.search(arg):
-            errors.add(where, "Arguments may not contain line breaks or control characters.")
+        elif problem := text_problem(arg):
+            errors.add(where, f"Arguments may not contain {problem}.")
         elif arg.split("=", 1)[0] in ("--model_name", "--model-name"):
             errors.add(where, "Set the served model name instead of passing --model_name.")
 

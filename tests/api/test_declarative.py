@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
@@ -13,6 +14,7 @@ from django.test import Client
 from catalog.models import Notification, RequestEvent, Resource, ResourceRequest
 from catalog.specs import from_json, to_json
 from portal.models import AuditEvent
+from tests.support.text import refusal, refused_params
 
 pytestmark = pytest.mark.django_db
 
@@ -266,6 +268,34 @@ def test_a_reason_on_delete_is_bounded(login: Callable[[str], Client], share: Re
     before = counts()
     response = login("bob").delete(URL + "?reason=" + "x" * 2001)
     assert response.status_code == 400 and "reason" in response.json()["errors"]
+    assert counts() == before
+
+
+@pytest.mark.parametrize("char", refused_params())
+def test_bidi_overrides_and_separators_are_refused_in_reasons_and_spec_text(
+    login: Callable[[str], Client], char: str
+) -> None:
+    bob = login("bob")
+    before = counts()
+    reason = f"fine-tuning{char} next week"
+    response = put(bob, document(annotations={"portal.ai-factory.dev/reason": reason}))
+    assert response.status_code == 400, response.json()
+    errors = response.json()["errors"]["metadata.annotations.portal.ai-factory.dev/reason"]
+    assert any(refusal(char) in message for message in errors), errors
+    spec_text = put(bob, document({**SHARE_SPEC, "mig_profile": f"1g{char}.18gb"}))
+    assert spec_text.status_code == 400
+    assert any(refusal(char) in m for m in spec_text.json()["errors"]["spec.mig_profile"])
+    assert counts() == before
+
+
+@pytest.mark.parametrize("char", refused_params())
+def test_a_reason_on_delete_may_not_hide_text_either(
+    login: Callable[[str], Client], share: Resource, char: str
+) -> None:
+    before = counts()
+    response = login("bob").delete(URL + "?" + urlencode({"reason": f"done{char}"}))
+    assert response.status_code == 400
+    assert any(refusal(char) in m for m in response.json()["errors"]["reason"])
     assert counts() == before
 
 

@@ -9,7 +9,10 @@ import pytest
 from django.test import Client
 
 from catalog.models import ResourceRequest
+from catalog.specs import desired_tenant
+from gitops.fleet import configured_fleet
 from tenants.models import Membership
+from tests.api.conftest import SHARE
 
 pytestmark = pytest.mark.django_db
 
@@ -127,9 +130,11 @@ def test_a_platform_admin_approves_and_a_pull_request_opens(
     token: Callable,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
+    pam = api(token("pam", "admin"))
+    seen = pam.get(f"/api/v1/requests/{waiting.pk}/preview/").json()["seen_digest"]
     with django_capture_on_commit_callbacks(execute=True):
         response = _post(
-            api(token("pam", "admin")), f"/api/v1/requests/{waiting.pk}/approve/", {"note": "ok"}
+            pam, f"/api/v1/requests/{waiting.pk}/approve/", {"note": "ok", "seen_digest": seen}
         )
     assert response.status_code == 200, response.json()
     body = response.json()
@@ -147,6 +152,39 @@ def test_a_platform_admin_approves_and_a_pull_request_opens(
         {"state": "approve"},
     )
     assert refused.status_code == 403
+
+
+def test_an_approval_is_of_the_diff_the_approver_previewed(
+    waiting: ResourceRequest,
+    api: Callable,
+    token: Callable,
+    merged_change: Callable[..., Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    pam = api(token("pam", "admin"))
+    url = f"/api/v1/requests/{waiting.pk}/"
+    blind = _post(pam, url + "approve/", {"note": "ok"})
+    assert blind.status_code == 400
+    assert "seen_digest" in blind.json()["errors"]
+    assert "/preview/" in blind.json()["detail"]
+    # Who may not approve at all hears that, not about the digest.
+    assert _post(api(token("alice", "admin")), url + "approve/").status_code == 403
+    shown = pam.get(url + "preview/").json()
+    assert shown["state"] == "submitted" and shown["errors"] == {}
+    assert shown["files"] and all(f["patch"].startswith("--- ") for f in shown["files"])
+    # Another share of alpha merges meanwhile: what approving writes is no longer that diff.
+    other = {**SHARE, "name": "other"}
+    merged_change(desired_tenant(waiting.tenant, kind="gpu-share", name="other", spec=other))
+    stale = _post(pam, url + "approve/", {"seen_digest": shown["seen_digest"]})
+    assert stale.status_code == 400 and "changed since" in stale.json()["detail"]
+    waiting.refresh_from_db()
+    assert waiting.state == "submitted" and waiting.change is None
+    fresh = pam.get(url + "preview/").json()["seen_digest"]
+    assert fresh != shown["seen_digest"]
+    with django_capture_on_commit_callbacks(execute=True):
+        approved = _post(pam, url + "approve/", {"seen_digest": fresh})
+    assert approved.status_code == 200, approved.json()
+    assert approved.json()["state"] == "pr_open"
 
 
 def test_a_robot_acts_with_its_role(
@@ -208,10 +246,97 @@ def test_usage_and_invoices(world: Any, api: Callable, token: Callable) -> None:
     assert api(token("fiona", "read")).get("/api/v1/invoices/").status_code == 200
 
 
-def test_fleet_capacity(world: Any, api: Callable, token: Callable) -> None:
-    rows = api(token("bob", "read")).get("/api/v1/fleet/capacity/")
-    assert rows.status_code == 200 and {r["flavor"] for r in rows.json()}
-    assert api(token("nora", "read")).get("/api/v1/fleet/capacity/").status_code == 403
+@pytest.fixture
+def busy_fleet(world: Any) -> None:
+    """An h200 node of 8 GPUs, 3 of them bravo's; a HAMi node with 10 of its 80 slots alpha's."""
+    from fleet.models import Health, Node, Workload
+
+    for name, flavor, sharing, resource, count in (
+        ("gpu-1", "h200", "whole", "nvidia.com/gpu", 8),
+        ("gpu-2", "h200-hami", "hami", "nvidia.com/vgpu", 80),
+    ):
+        Node.objects.create(
+            name=name,
+            flavor=flavor,
+            sharing=sharing,
+            gpu_count=8,
+            gpu_capacity={resource: count},
+            gpu_allocatable={resource: count},
+            health=Health.HEALTHY,
+        )
+    Workload.objects.create(
+        namespace="bravo",
+        name="train-0",
+        tenant_slug="bravo",
+        node="gpu-1",
+        gpu_requests={"nvidia.com/gpu": 3},
+    )
+    Workload.objects.create(
+        namespace="alpha",
+        name="infer-0",
+        tenant_slug="alpha",
+        node="gpu-2",
+        gpu_requests={"nvidia.com/vgpu": 10},
+    )
+
+
+CAPACITY = "/api/v1/fleet/capacity/"
+
+
+def test_fleet_capacity_shows_a_tenant_what_is_free_and_nothing_of_others(
+    busy_fleet: None, api: Callable, token: Callable
+) -> None:
+    flavors = configured_fleet().flavors
+    every = {f.name for f in flavors}
+    sharing = {f.name for f in flavors if f.mode == "hami"}
+    assert "h200-hami" in sharing
+    bob = api(token("bob", "read")).get(CAPACITY)
+    assert bob.status_code == 200
+    rows = {r["resource"]: r for r in bob.json()}
+    assert {r["flavor"] for r in rows.values()} == every
+    assert rows["nvidia.com/gpu"] == {
+        "flavor": "h200",
+        "mode": "whole",
+        "resource": "nvidia.com/gpu",
+        "unit": "GPUs",
+        "free": 5,
+    }
+    assert all(set(r) == {"flavor", "mode", "resource", "unit", "free"} for r in rows.values())
+    assert "bravo" not in bob.content.decode()
+    # bravo is dedicated: no flavor that shares GPUs is its to ask for.
+    charlie = api(token("charlie", "read")).get(CAPACITY).json()
+    assert {r["flavor"] for r in charlie} == every - sharing
+    assert all("in_use" not in r for r in charlie)
+    # Finance sees every tenant, not the fleet pages: what is free, every flavor.
+    fiona = api(token("fiona", "read")).get(CAPACITY).json()
+    assert {r["flavor"] for r in fiona} == every
+    assert all("in_use" not in r for r in fiona)
+
+
+def test_fleet_capacity_shows_a_platform_admin_the_whole_view(
+    busy_fleet: None, api: Callable, token: Callable
+) -> None:
+    rows = {r["resource"]: r for r in api(token("pam", "read")).get(CAPACITY).json()}
+    assert rows["nvidia.com/gpu"] == {
+        "flavor": "h200",
+        "mode": "whole",
+        "resource": "nvidia.com/gpu",
+        "unit": "GPUs",
+        "free": 5,
+        "in_use": 3,
+        "unavailable": 0,
+        "total": 8,
+    }
+    assert rows["nvidia.com/vgpu"]["in_use"] == 10
+
+
+def test_fleet_capacity_is_for_tenant_members_and_platform_roles(
+    busy_fleet: None, api: Callable, token: Callable
+) -> None:
+    assert api(token("nora", "read")).get(CAPACITY).status_code == 403
+    anonymous = Client().get(CAPACITY)
+    assert anonymous.status_code == 401
+    assert anonymous["Content-Type"] == "application/problem+json"
 
 
 def test_platform_changes_are_for_platform_roles_only(
@@ -291,3 +416,25 @@ def test_members_see_issued_invoices_finance_sees_drafts(
     }
     assert fiona.get("/api/v1/invoices/?tenant=bravo").json()["count"] == 1
     assert bob.get(f"/api/v1/invoices/{issued.pk}/").json()["number"] == "alpha-2026-10-v1"
+
+
+def test_a_platform_admin_sets_a_gpu_quota_and_a_tenant_admin_cannot(
+    world: Any, api: Callable, token: Callable
+) -> None:
+    from portal.models import AuditEvent
+    from tenants.models import Tenant
+
+    url = "/api/v1/tenants/alpha/gpu-quota/"
+    refused = _post(api(token("alice", "admin")), url, {"gpu_quota": 99})
+    assert refused.status_code == 403
+    assert "Only platform admins set a tenant's GPU quota" in refused.json()["detail"]
+    assert _post(api(token("pam", "request")), url, {"gpu_quota": 99}).status_code == 403
+    assert _post(api(token("charlie", "admin")), url, {"gpu_quota": 99}).status_code == 404
+    assert Tenant.objects.get(slug="alpha").gpu_quota == 16
+    pam = api(token("pam", "admin"))
+    bad = _post(pam, url, {"gpu_quota": 10001})
+    assert bad.status_code == 400 and "gpu_quota" in bad.json()["errors"]
+    done = _post(pam, url, {"gpu_quota": 32})
+    assert done.status_code == 200, done.json()
+    assert done.json()["gpu_quota"] == 32 and done["ETag"]
+    assert AuditEvent.objects.get(action="tenant.set_gpu_quota").diff == {"gpu_quota": [16, 32]}

@@ -148,3 +148,40 @@ def test_thirty_shares_approved_together_land_in_one_batch_with_their_approvals(
     for request in requests:
         request.refresh_from_db()
         assert request.state == S.READY, (request.title, request.state, request.error)
+
+
+def test_a_sibling_merging_while_an_approval_renders_is_not_taken_away(
+    alpha: tuple[dict[str, Any], Simulator], run_jobs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the approval burst with ten requests per tenant (docs/benchmarks.md): an
+    approval read main's spec of the tenant (without the sibling merging that moment), then
+    diffed its render against, and branched from, main after the sibling's merge, so its
+    change deleted the sibling's files (the scope check refused it; nothing was lost, but the
+    request failed). Main is now read once per approval (gitops.services.reading_main)."""
+    world, _ = alpha
+    first = _ask(world, run_jobs, "gpu-share", _share("first"))
+    first = run_jobs(services.do_approve, first, acting_user=world["pam"], merge=False)
+    assert first.change is not None
+    second = _ask(world, run_jobs, "gpu-share", _share("second"))
+    checked = services.check_request
+
+    def check_then_sibling_merges(*args: Any, **kwargs: Any) -> Any:
+        result = checked(*args, **kwargs)
+        if args[2] == "second":  # the second's approval, after it read main
+            change = first.change
+            type(change).objects.filter(pk=change.pk).update(checks_state="passed")
+            change.refresh_from_db()
+            gitops.do_merge(change, acting_user=world["pam"])
+        return result
+
+    monkeypatch.setattr(services, "check_request", check_then_sibling_merges)
+    second = run_jobs(services.do_approve, second, acting_user=world["pam"], merge=True)
+    assert second.change is not None
+    second.change.refresh_from_db()
+    assert second.change.status == "merged", second.error
+    assert second.change.files_changed and not any(
+        "first" in path for path in second.change.files_changed
+    ), second.change.files_changed
+    for name in ("first", "second"):
+        assert _main(f"tenants/alpha/spec/shares/{name}.json") is not None
+    assert nominal_gpus(_main("tenants/alpha/queues.yaml"), "h200") == 4 + 2

@@ -449,6 +449,15 @@ def test_an_expired_reservation_gets_its_decommission_pull_request(
     assert gone.change is not None and gone.change.kind == "decommission"
     assert "ended on 2030-01-31" in gone.reason
     assert services.expire_reservations(date(2030, 2, 2)) == []  # not twice
+    # The reservation's end is the platform's decision: the tenant's admin cannot close it
+    # away (issue 25), though the plain close rule would let them.
+    from django.core.exceptions import PermissionDenied
+
+    from gitops import services as gitops
+
+    with pytest.raises(PermissionDenied, match="operate the fleet"):
+        gitops.do_close(gone.change, acting_user=world["alice"])
+    assert gone.change.close_action == "operate_fleet"
 
 
 @pytest.mark.django_db

@@ -345,7 +345,7 @@ def test_the_requester_cannot_decide_on_their_own_request(
     request = ask(by="pam")
     page = pam.get(f"/approvals/{request.pk}/")
     text = page.content.decode()
-    assert "You asked for this request, so you cannot decide on it" in text
+    assert "You asked for this request or wrote part of it" in text
     assert f"/approvals/{request.pk}/approve/" not in text
     assert f"/approvals/{request.pk}/reject/" not in text
     response = pam.post(f"/approvals/{request.pk}/approve/", {"approve-seen": page.context["seen"]})

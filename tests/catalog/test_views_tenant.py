@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -20,6 +21,7 @@ from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
 from tests import cluster_oidc
+from tests.support.text import refusal, refused_params
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -543,3 +545,26 @@ def test_anonymous_users_are_sent_to_sign_in(world: dict[str, Any]) -> None:
     assert Client().post(f"/t/alpha/requests/{req.pk}/cancel/").status_code == 302
     req.refresh_from_db()
     assert req.state == S.SUBMITTED
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("char", refused_params())
+def test_a_reason_hiding_text_is_refused_by_the_form_and_the_service(
+    world: dict[str, Any], login: Callable[[str], Client], char: str
+) -> None:
+    reason = f"fine-tuning{char} next week"
+    response = login("bob").post(
+        "/t/alpha/catalog/gpu-share/new/", {**SHARE_FORM, "reason": reason}
+    )
+    assert response.status_code == 422
+    assert refusal(char) in response.content.decode()
+    with pytest.raises(ValidationError) as caught:
+        services.do_create_request(
+            world["alpha"], acting_user=world["bob"], kind="gpu-share", spec=SHARE, reason=reason
+        )
+    assert refusal(char) in " ".join(caught.value.message_dict["reason"])
+    assert not Resource.objects.exists() and not ResourceRequest.objects.exists()
+    # Line breaks are what a reason of several lines is made of.
+    services.do_create_request(
+        world["alpha"], acting_user=world["bob"], kind="gpu-share", spec=SHARE, reason="a\r\nb\tc"
+    )

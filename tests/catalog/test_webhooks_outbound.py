@@ -3,6 +3,7 @@ with ``catalog.outbound.verify``, as a tenant's receiver would."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
@@ -20,6 +21,7 @@ from catalog import outbound, services
 from catalog.models import Notification, WebhookDelivery, WebhookEndpoint
 from gitops.fleet import configured_fleet
 from portal.models import AuditEvent
+from tests.support.text import refusal, refused_params
 
 pytestmark = pytest.mark.django_db
 
@@ -104,7 +106,7 @@ def test_it_delivers_a_signed_payload_on_a_state_change(
     request = ask()
     assert len(receiver.calls) == 1
     headers, body = receiver.calls[0]
-    event = outbound.verify(hook.secret, headers, body)
+    event = outbound.verify(hook.shown_secret, headers, body)
     assert event["type"] == "request.state_changed"
     assert event["id"] == headers["webhook-id"]
     assert headers["webhook-id"].startswith("msg_")
@@ -124,9 +126,9 @@ def test_it_delivers_a_signed_payload_on_a_state_change(
         },
     }
     # Nothing secret, nothing of bravo's: bravo's endpoint heard nothing.
-    assert hook.secret.encode() not in body and other.secret.encode() not in body
+    assert hook.shown_secret.encode() not in body and other.shown_secret.encode() not in body
     with pytest.raises(outbound.InvalidWebhook):
-        outbound.verify(other.secret, headers, body)
+        outbound.verify(other.shown_secret, headers, body)
     delivery = WebhookDelivery.objects.get()
     assert delivery.endpoint == hook
     assert (delivery.status, delivery.attempts, delivery.response_status) == ("succeeded", 1, 200)
@@ -157,7 +159,7 @@ def test_it_retries_a_500_with_backoff_and_the_same_webhook_id(
     assert (delivery.status, delivery.attempts, delivery.response_status) == ("succeeded", 3, 200)
     ids = {headers["webhook-id"] for headers, _ in receiver.calls}
     assert ids == {delivery.message_id}
-    assert len(receiver.payloads(hook.secret)) == 3  # every attempt signed afresh
+    assert len(receiver.payloads(hook.shown_secret)) == 3  # every attempt signed afresh
 
 
 def test_a_redirect_is_not_followed_and_the_reply_is_cut_to_a_kilobyte(
@@ -221,25 +223,25 @@ def test_verify_rejects_a_replay_a_future_stamp_a_wrong_secret_and_a_changed_bod
     ask()
     headers, body = receiver.calls[0]
     stamp = int(headers["webhook-timestamp"])
-    assert outbound.verify(hook.secret, headers, body, now=stamp + 300)["type"]
+    assert outbound.verify(hook.shown_secret, headers, body, now=stamp + 300)["type"]
     for now in (stamp + 301, stamp - 301):
         with pytest.raises(outbound.InvalidWebhook, match="too old or in the future"):
-            outbound.verify(hook.secret, headers, body, now=now)
+            outbound.verify(hook.shown_secret, headers, body, now=now)
     with pytest.raises(outbound.InvalidWebhook, match="no signature"):
         outbound.verify(outbound.new_secret(), headers, body)
     with pytest.raises(outbound.InvalidWebhook, match="no signature"):
-        outbound.verify(hook.secret, headers, body.replace(b"submitted", b"approved"))
+        outbound.verify(hook.shown_secret, headers, body.replace(b"submitted", b"approved"))
     # A replay with a fresh timestamp but the old signature does not match either.
     with pytest.raises(outbound.InvalidWebhook, match="no signature"):
-        outbound.verify(hook.secret, {**headers, "webhook-timestamp": str(stamp + 5)}, body)
+        outbound.verify(hook.shown_secret, {**headers, "webhook-timestamp": str(stamp + 5)}, body)
     with pytest.raises(outbound.InvalidWebhook, match="missing header"):
-        outbound.verify(hook.secret, {"webhook-id": "x"}, body)
+        outbound.verify(hook.shown_secret, {"webhook-id": "x"}, body)
 
 
 def test_a_rotated_secret_signs_beside_the_old_one_for_a_day(
     world: dict[str, Any], receiver: Receiver, hook: WebhookEndpoint, ask: Callable[..., Any]
 ) -> None:
-    old = hook.secret
+    old = hook.shown_secret
     new = outbound.do_rotate_secret(hook, acting_user=world["alice"])
     assert new != old and new.startswith("whsec_")
     ask()
@@ -269,6 +271,15 @@ def test_a_rotated_secret_signs_beside_the_old_one_for_a_day(
         "https://[::1]/hook",
         "https://[::ffff:192.168.1.1]/hook",
         "https://100.64.0.1/hook",
+        # NAT64 (RFC 6052) and 6to4 (RFC 3056) spell an IPv4 address inside an IPv6 one: a
+        # gateway on the path turns them back into 10.0.0.5 or the metadata address.
+        "https://[64:ff9b::10.0.0.5]/hook",
+        "https://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+        "https://[64:ff9b:1::1.1.1.1]/hook",
+        "https://[2002:a00:5::1]/hook",
+        "https://[2002:7f00:1::]/hook",
+        "https://[::ffff:127.0.0.1]/hook",
+        "https://[::10.0.0.5]/hook",
     ],
 )
 def test_private_addresses_are_refused_at_registration(
@@ -307,6 +318,34 @@ def test_bad_urls_get_a_clear_error_and_write_nothing(
     assert AuditEvent.objects.count() == audit
 
 
+@pytest.mark.parametrize(
+    ("url", "embedded"),
+    [
+        ("https://[64:ff9b::a00:5]/hook", "NAT64 address for 10.0.0.5"),
+        ("https://[2002:a9fe:a9fe::1]/hook", "6to4 address for 169.254.169.254"),
+        ("https://[64:ff9b:1::a00:5]/hook", "local-use NAT64 address"),
+    ],
+)
+def test_the_refusal_of_an_embedded_address_names_it(
+    settings: Any, world: dict[str, Any], url: str, embedded: str
+) -> None:
+    settings.WEBHOOKS_ALLOW_PRIVATE = False
+    with pytest.raises(ValidationError) as refused:
+        outbound.do_add_webhook(world["alpha"], acting_user=world["alice"], url=url)
+    assert embedded in " ".join(refused.value.messages)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://[64:ff9b::1.1.1.1]/hook", "https://[2002:101:101::1]/hook"]
+)
+def test_nat64_and_6to4_forms_of_public_addresses_are_accepted(
+    settings: Any, world: dict[str, Any], url: str
+) -> None:
+    settings.WEBHOOKS_ALLOW_PRIVATE = False
+    endpoint = outbound.do_add_webhook(world["alpha"], acting_user=world["alice"], url=url)
+    assert endpoint.url == url
+
+
 def test_a_public_https_url_is_accepted_and_audited(settings: Any, world: dict[str, Any]) -> None:
     settings.WEBHOOKS_ALLOW_HTTP = False
     settings.WEBHOOKS_ALLOW_PRIVATE = False
@@ -314,9 +353,9 @@ def test_a_public_https_url_is_accepted_and_audited(settings: Any, world: dict[s
         world["alpha"], acting_user=world["alice"], url=" https://1.1.1.1/hook "
     )
     assert endpoint.url == "https://1.1.1.1/hook"
-    assert endpoint.secret.startswith("whsec_")
+    assert endpoint.shown_secret.startswith("whsec_")
     event = AuditEvent.objects.get(action="webhook.add")
-    assert endpoint.secret not in json.dumps(event.diff)
+    assert endpoint.shown_secret not in json.dumps(event.diff)
 
 
 def test_the_address_is_checked_again_at_delivery(
@@ -446,11 +485,11 @@ def test_the_tenant_guides_snippet_verifies_a_real_delivery(
     exec(snippet, namespace)  # our own documentation, run as a receiver would
     ask()
     headers, body = receiver.calls[0]
-    namespace["verify"](hook.secret, headers, body)
+    namespace["verify"](hook.shown_secret, headers, body)
     with pytest.raises(ValueError, match="bad signature"):
-        namespace["verify"](hook.secret, headers, body + b" ")
+        namespace["verify"](hook.shown_secret, headers, body + b" ")
     with pytest.raises(ValueError, match="stale"):
-        namespace["verify"](hook.secret, {**headers, "webhook-timestamp": "1"}, body)
+        namespace["verify"](hook.shown_secret, {**headers, "webhook-timestamp": "1"}, body)
 
 
 def test_a_delivery_still_being_tried_is_not_redelivered(
@@ -535,3 +574,110 @@ def test_https_checks_the_certificate_against_the_urls_host(
     else:
         assert "CERTIFICATE_VERIFY_FAILED" in outcome.error
         assert receiver.calls == []
+
+
+# --- the secrets at rest --------------------------------------------------------------------
+
+
+def _stored(endpoint: WebhookEndpoint) -> tuple[str, str]:
+    """The endpoint's secret columns as the database holds them."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT secret, previous_secret FROM catalog_webhookendpoint WHERE id = %s",
+            [endpoint.pk],
+        )
+        secret, previous = cursor.fetchone()
+    return str(secret), str(previous)
+
+
+def test_the_database_holds_no_secret_in_the_clear(
+    world: dict[str, Any], receiver: Receiver, hook: WebhookEndpoint, ask: Callable[..., Any]
+) -> None:
+    old = hook.shown_secret
+    new = outbound.do_rotate_secret(hook, acting_user=world["alice"])
+    stored = " ".join(_stored(hook))
+    assert "whsec_" not in stored
+    for secret in (old, new):
+        assert secret.removeprefix("whsec_") not in stored
+    # Deliveries are still signed with the secrets the admins were shown.
+    ask()
+    headers, body = receiver.calls[0]
+    outbound.verify(old, headers, body)
+    outbound.verify(new, headers, body)
+
+
+def test_a_new_key_put_first_still_decrypts_and_the_command_moves_every_row_to_it(
+    settings: Any, world: dict[str, Any], receiver: Receiver, ask: Callable[..., Any]
+) -> None:
+    from cryptography.fernet import Fernet, InvalidToken
+    from django.core.management import call_command
+
+    old_key, new_key = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.PORTAL_ENCRYPTION_KEYS = [old_key]
+    hook = outbound.do_add_webhook(world["alpha"], acting_user=world["alice"], url=receiver.url)
+    first = hook.shown_secret
+    second = outbound.do_rotate_secret(hook, acting_user=world["alice"])
+    assert [Fernet(old_key).decrypt(t.encode()).decode() for t in _stored(hook)] == [second, first]
+
+    settings.PORTAL_ENCRYPTION_KEYS = [new_key, old_key]
+    ask()
+    headers, body = receiver.calls[0]
+    outbound.verify(first, headers, body)
+    outbound.verify(second, headers, body)
+
+    out = io.StringIO()
+    call_command("rotate_encryption_key", stdout=out)
+    assert "1 webhook endpoint re-encrypted" in out.getvalue()
+    moved = _stored(hook)
+    assert [Fernet(new_key).decrypt(t.encode()).decode() for t in moved] == [second, first]
+    with pytest.raises(InvalidToken):
+        Fernet(old_key).decrypt(moved[0].encode())
+    assert AuditEvent.objects.filter(action="webhook.reencrypt_secret", actor=None).count() == 1
+
+    settings.PORTAL_ENCRYPTION_KEYS = [new_key]  # the old key dropped
+    ask("later")
+    headers, body = receiver.calls[1]
+    outbound.verify(second, headers, body)
+
+
+def test_the_migration_encrypts_the_secrets_stored_in_the_clear(world: dict[str, Any]) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    from portal import encryption
+
+    migration = importlib.import_module("catalog.migrations.0006_webhook_secret_encrypted")
+    plain, previous = outbound.new_secret(), outbound.new_secret()
+    legacy = WebhookEndpoint.objects.create(
+        tenant=world["alpha"], url="https://1.1.1.1/a", secret=plain, previous_secret=previous
+    )
+    token = encryption.encrypt(outbound.new_secret())
+    done = WebhookEndpoint.objects.create(
+        tenant=world["alpha"], url="https://1.1.1.1/b", secret=token
+    )
+    migration.encrypt_secrets(apps, None)
+    secret, old = _stored(legacy)
+    assert "whsec_" not in secret + old
+    assert (encryption.decrypt(secret), encryption.decrypt(old)) == (plain, previous)
+    assert _stored(done) == (token, "")  # already encrypted: left alone
+    migration.decrypt_secrets(apps, None)
+    assert _stored(legacy) == (plain, previous)
+
+
+@pytest.mark.parametrize("char", refused_params())
+def test_a_description_hiding_text_is_refused(
+    settings: Any, world: dict[str, Any], char: str
+) -> None:
+    settings.WEBHOOKS_ALLOW_PRIVATE = False
+    with pytest.raises(ValidationError) as refused:
+        outbound.do_add_webhook(
+            world["alpha"],
+            acting_user=world["alice"],
+            url="https://1.1.1.1/h",
+            description=f"CI{char}x",
+        )
+    assert refusal(char) in " ".join(refused.value.message_dict["description"])
+    assert WebhookEndpoint.objects.count() == 0

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from catalog import outbound
 from catalog.models import WebhookDelivery, WebhookEndpoint
+from portal import encryption
 from portal.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +90,7 @@ def test_readers_see_the_log_but_cannot_change_anything(
     page = client.get(reverse("catalog:webhook", args=["alpha", hook.pk])).content.decode()
     assert "msg_log1" in page and "502" in page
     assert "Redeliver" not in page and "Rotate the secret" not in page
-    assert hook.secret not in page
+    assert hook.shown_secret not in page
     writes = [(m, u, d) for m, u, d in _pages(hook, delivery) if m == "post"]
     for _, url, data in writes:
         assert client.post(url, data).status_code == 403, url
@@ -113,11 +114,12 @@ def test_an_admin_adds_a_webhook_and_sees_its_secret_once(
     assert response["Cache-Control"] == "no-store"
     endpoint = WebhookEndpoint.objects.get()
     assert (endpoint.url, endpoint.description, endpoint.created_by.username) == (URL, "CI", admin)
-    assert endpoint.secret in response.content.decode()
+    secret = encryption.decrypt(endpoint.secret)
+    assert secret.startswith("whsec_") and secret in response.content.decode()
     again = client.get(url).content.decode()
-    assert URL in again and endpoint.secret not in again
+    assert URL in again and secret not in again
     detail = client.get(reverse("catalog:webhook", args=["alpha", endpoint.pk])).content.decode()
-    assert endpoint.secret not in detail
+    assert secret not in detail
 
 
 def test_a_bad_url_is_shown_with_its_error_and_nothing_is_written(
@@ -158,7 +160,7 @@ def test_an_admin_disables_enables_rotates_and_removes(
     response = client.post(url, {"action": "rotate"})
     hook.refresh_from_db()
     assert hook.secret != old and hook.previous_secret == old
-    assert hook.secret in response.content.decode()
+    assert encryption.decrypt(hook.secret) in response.content.decode()
     assert response["Cache-Control"] == "no-store"
     assert "The previous secret also signs" in client.get(url).content.decode()
 

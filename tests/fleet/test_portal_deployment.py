@@ -253,3 +253,10 @@ def test_the_page_refuses_a_bad_spec_and_opens_nothing(
     assert response.status_code == 200
     assert error in response.content.decode()
     assert not ChangeRequest.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_deployed_portal_counts_sign_ins_by_the_client_behind_the_ingress() -> None:
+    """Issue 25: without a trusted proxy count, allauth takes the ingress's address for every
+    client, and five failed sign-ins from anyone would lock everyone out."""
+    assert config_data(SPEC, configured_fleet())["ALLAUTH_TRUSTED_PROXY_COUNT"] == "1"

@@ -266,3 +266,96 @@ def test_it_needs_the_upload_pack_content_type(fleet: GitRepository, client: Cli
         "/git/fleet.git/git-upload-pack", b"0000", content_type="text/plain", headers=basic(TOKEN)
     )
     assert response.status_code == 415
+
+
+# --- bounds: request size and git's running time ----------------------------------------------
+
+
+class Spawned:
+    """Every process the portal starts during a test (a spy on ``subprocess.Popen``); with
+    ``instead`` set, that command runs in place of what the portal asked for."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.instead: list[str] | None = None
+        real = subprocess.Popen
+        spawned = self
+
+        def spy(args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+            process = real(spawned.instead or args, *rest, **kwargs)
+            spawned.processes.append(process)
+            return process
+
+        monkeypatch.setattr(subprocess, "Popen", spy)
+
+    def left_running(self) -> list[subprocess.Popen[bytes]]:
+        return [process for process in self.processes if process.poll() is None]
+
+
+@pytest.fixture
+def spawned(monkeypatch: pytest.MonkeyPatch) -> Iterator[Spawned]:
+    spy = Spawned(monkeypatch)
+    yield spy
+    for process in spy.left_running():
+        process.kill()
+        process.wait()
+
+
+def test_an_oversize_body_gets_413_without_running_git(
+    fleet: GitRepository, client: Client, settings: Any, spawned: Spawned
+) -> None:
+    settings.GITOPS_HTTP_MAX_BODY_BYTES = 1024
+    fits = _upload_pack_request(str(fleet.head("main")))
+    too_big = fits + b"0000" * 300
+    response = client.post(
+        "/git/fleet.git/git-upload-pack",
+        too_big,
+        content_type="application/x-git-upload-pack-request",
+        headers=basic(TOKEN),
+    )
+    assert response.status_code == 413
+    assert b"1024 bytes" in response.content
+    # Small when sent, too big once inflated: the limit is on what git would read.
+    bomb = gzip.compress(fits + b"0" * 500_000)
+    assert len(bomb) < 1024
+    response = client.post(
+        "/git/fleet.git/git-upload-pack",
+        bomb,
+        content_type="application/x-git-upload-pack-request",
+        headers={**basic(TOKEN), "Content-Encoding": "gzip"},
+    )
+    assert response.status_code == 413
+    assert spawned.processes == []
+    # Within the limit, git runs as before.
+    response = client.post(
+        "/git/fleet.git/git-upload-pack",
+        fits,
+        content_type="application/x-git-upload-pack-request",
+        headers=basic(TOKEN),
+    )
+    assert response.status_code == 200
+    assert b"PACK" in b"".join(response.streaming_content)  # type: ignore[attr-defined]
+    assert len(spawned.processes) == 1
+
+
+@pytest.mark.parametrize("step", ["info_refs", "upload_pack"])
+def test_a_git_that_runs_too_long_is_killed_with_a_504(
+    fleet: GitRepository, client: Client, settings: Any, spawned: Spawned, step: str
+) -> None:
+    settings.GITOPS_HTTP_TIMEOUT_SECONDS = 0.5
+    spawned.instead = ["sleep", "5"]  # a git that hangs
+    if step == "info_refs":
+        response = client.get(
+            "/git/fleet.git/info/refs?service=git-upload-pack", headers=basic(TOKEN)
+        )
+    else:
+        response = client.post(
+            "/git/fleet.git/git-upload-pack",
+            _upload_pack_request(str(fleet.head("main"))),
+            content_type="application/x-git-upload-pack-request",
+            headers=basic(TOKEN),
+        )
+    assert response.status_code == 504
+    assert b"0.5 s" in response.content
+    assert len(spawned.processes) == 1
+    assert spawned.left_running() == []

@@ -30,6 +30,7 @@ from tests.gitops.render_samples import (
     dedicated_tenant,
     rich_tenant,
 )
+from tests.support.text import OTHER_INVISIBLE, REFUSED, refusal, refused_params
 
 FLEET = demo_fleet()
 Change = Callable[[TenantSpec], TenantSpec]
@@ -561,3 +562,12 @@ def test_the_namespaces_the_fleet_configures_are_reserved_too() -> None:
         with pytest.raises(SpecError) as caught:
             validate_tenant(TenantSpec(slug=slug), fleet)
         assert "reserved" in caught.value.errors["slug"]
+
+
+@pytest.mark.parametrize("char", refused_params([*REFUSED, *OTHER_INVISIBLE]))
+def test_it_rejects_bidi_overrides_separators_and_other_invisible_characters(char: str) -> None:
+    for field in ("display_name", "cost_centre"):
+        tenant = dataclasses.replace(rich_tenant(), **{field: f"Alpha{char}Team"})
+        _expect(tenant, field, refusal(char))
+    args = _endpoint(0, args=(f"--max-model-len{char}=4096",))(rich_tenant())
+    _expect(args, "endpoints[0].args[0]", refusal(char))

@@ -15,6 +15,7 @@ import pytest
 
 from gitops.repo import format_message
 from gitops.usertext import WORD_JOINER, defuse_forge_references, user_text
+from tests.support.text import BIDI, OTHER_INVISIBLE, SEPARATORS, refused_params
 
 # GitHub ("Linking a pull request to an issue") and Gitea (close/fix/resolve, reopen).
 GITHUB_CLOSING = re.compile(
@@ -129,3 +130,25 @@ def test_format_message_quotes_body_lines_git_would_read_as_trailers() -> None:
         "Change-Request: 5\n"
     )
     assert parse_trailers(format_message("Title", raw)) == []
+
+
+@pytest.mark.parametrize("char", refused_params([*BIDI, *OTHER_INVISIBLE]))
+def test_it_drops_invisible_formatting_characters(char: str) -> None:
+    # A commit message reads in git, a forge and a terminal as it is stored, not reordered.
+    assert user_text(f"user{char} admin", single_line=True) == "user admin"
+    assert user_text(f"user{char} admin") == "> user admin"
+
+
+@pytest.mark.parametrize("char", refused_params(SEPARATORS))
+def test_the_other_line_separators_are_line_breaks_and_quoted(char: str) -> None:
+    text = f"fine{char}Approved-by: Mallory <m@x>"
+    assert user_text(text) == "> fine\n> Approved-by: Mallory <m@x>"
+    assert user_text(text, single_line=True) == "fine Approved-by: Mallory <m@x>"
+    message = format_message("Grant GPUs", "Reason:\n" + user_text(text), {"Change-Request": "5"})
+    assert parse_trailers(message) == ["Change-Request: 5"]
+
+
+def test_its_own_word_joiners_survive_a_second_pass() -> None:
+    once = user_text("fixes #12 for @ops", single_line=True)
+    assert user_text(once, single_line=True) == once
+    assert active_forge_actions(once) == []

@@ -28,12 +28,14 @@ from tests.support.processes import gunicorn, portal_env
 REDIS = "redis://127.0.0.1:6379/11"
 POD_IP = "10.244.1.17:8000"
 TOKEN = "platform-token-for-the-remote"
+METRICS_TOKEN = "metrics-token-for-prometheus"
+OPERATOR = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 ALICE = Identity("Alice Admin", "alice@example.com")
 
 
-def probe(path: str) -> Any:
+def probe(path: str, headers: dict[str, str] | None = None) -> Any:
     """GET as a kubelet does: plain HTTP, the pod's IP as Host, no cookies."""
-    return Client().get(path, HTTP_HOST=POD_IP)
+    return Client().get(path, HTTP_HOST=POD_IP, headers=headers)
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +48,7 @@ def _as_deployed(settings: Any) -> None:
     settings.FLEET_KUBECONFIG = ""
     settings.FLEET_IN_CLUSTER = False
     settings.PORTAL_READINESS_TIMEOUT_SECONDS = 2
+    settings.METRICS_TOKEN = METRICS_TOKEN
     git_health._remote_cache.clear()
 
 
@@ -62,7 +65,8 @@ def main(settings: Any) -> str:
 
 
 def ready(path: str = "/readyz") -> tuple[int, dict[str, Any]]:
-    response = probe(path)
+    """The status and the whole report, as an operator with the metrics token sees it."""
+    response = probe(path, OPERATOR)
     assert response["Content-Type"] == "application/json"
     return response.status_code, json.loads(response.content)
 
@@ -117,6 +121,30 @@ def test_it_is_ready_on_the_embedded_defaults(db: None, main: str) -> None:
     for entry in checks.values():
         assert isinstance(entry["latency_ms"], float)
         assert entry["latency_ms"] >= 0
+
+
+def test_an_anonymous_probe_gets_the_status_only(db: None, settings: Any, tmp_path: Path) -> None:
+    # The components' names, reasons and timings say which broker, remote and cluster the
+    # portal uses and which is down: for the operator (the metrics token), not for anyone.
+    for headers in (None, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
+        response = probe("/readyz", headers)
+        assert (response.status_code, json.loads(response.content)) == (200, {"status": "ok"})
+    broken = tmp_path / "not-a-repo.git"
+    broken.write_text("oops")
+    settings.GITOPS_REPO_PATH = broken
+    from gitops import services
+
+    services._open_repository.cache_clear()
+    response = probe("/readyz")
+    assert (response.status_code, json.loads(response.content)) == (503, {"status": "fail"})
+    assert probe("/readyz", OPERATOR).json()["checks"]["git"]["status"] == "failed"
+
+
+def test_without_a_metrics_token_nobody_gets_the_details(db: None, settings: Any) -> None:
+    settings.METRICS_TOKEN = ""
+    for headers in (None, OPERATOR, {"Authorization": "Bearer "}):
+        response = probe("/readyz", headers)
+        assert json.loads(response.content) == {"status": "ok"}
 
 
 def test_it_is_ready_before_the_first_change(db: None, settings: Any) -> None:
@@ -291,6 +319,7 @@ def _portal_with_database_at(
         FLEET_SIMULATOR="false",
         FLEET_API_URL=f"http://127.0.0.1:{free_port()}",
         PORTAL_READINESS_TIMEOUT_SECONDS="1",
+        METRICS_TOKEN=METRICS_TOKEN,
         **env_extra,
     )
     env.pop("CELERY_BROKER_URL", None)
@@ -326,7 +355,7 @@ def test_a_database_that_never_answers_fails_readiness_within_the_connect_timeou
     until gunicorn killed its worker, and the kubelet saw a timeout instead of the reason."""
     started = time.monotonic()
     readiness = requests.get(
-        f"{portal_with_a_silent_database}/readyz", headers={"Host": POD_IP}, timeout=25
+        f"{portal_with_a_silent_database}/readyz", headers={"Host": POD_IP, **OPERATOR}, timeout=25
     )
     assert readiness.status_code == 503
     assert time.monotonic() - started < 20
@@ -342,7 +371,7 @@ def test_the_database_down_fails_readiness_but_not_liveness(
     headers = {"Host": POD_IP}
     health = requests.get(f"{url}/healthz", headers=headers, timeout=10)
     assert (health.status_code, health.text) == (200, "ok\n")
-    readiness = requests.get(f"{url}/readyz", headers=headers, timeout=30)
+    readiness = requests.get(f"{url}/readyz", headers={**headers, **OPERATOR}, timeout=30)
     assert readiness.status_code == 503
     body = readiness.json()
     assert body["status"] == "fail"

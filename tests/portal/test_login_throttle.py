@@ -1,7 +1,8 @@
 """The login throttle holds across processes.
 
-allauth refuses a sign-in after 5 failed attempts on one account within 5 minutes (its
-``login_failed`` rate limit), counting them in Django's default cache. With the default
+allauth refuses a sign-in after 5 failed attempts from one address within 10 minutes (its
+``login_failed`` rate limit, portal/settings.py; tests/portal/test_login_lockout.py has the
+per-account side), counting them in Django's default cache. With the default
 per-process memory cache, each gunicorn worker counted alone, so N workers allowed 5 * N
 guesses. The portal's cache is shared (the database's cache table, or Redis with CACHE_URL):
 here a second process of the portal makes some of the failures, and both see all of them.

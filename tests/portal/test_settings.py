@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from portal.encryption import demo_key
 from portal.env import ImproperlyConfiguredEnv, env, env_bool, env_int, env_list
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PRODUCTION_ENV = {
     "SECRET_KEY": "x7!" + "k" * 60 + "-production-like-secret",
+    "PORTAL_ENCRYPTION_KEYS": "koQBDE9kUrZOxUeoLgISjktc3Bk1ZxS9UhqKlEFzUcQ=",
     "ALLOWED_HOSTS": "portal.example.com",
     "DATABASE_URL": "postgres://portal@db.example.com:5432/portal",
     "CELERY_BROKER_URL": "redis://redis.example.com:6379/0",
@@ -30,7 +32,7 @@ PRODUCTION_ENV = {
 def _outside_env() -> dict[str, str]:
     """This process's environment without what the tests set for themselves (DEBUG, from
     pyproject's pytest env) or what would change the settings under test."""
-    prefixes = ("SECRET", "SECURE", "OIDC", "SESSION_", "CACHE_URL", "DEBUG")
+    prefixes = ("SECRET", "SECURE", "OIDC", "SESSION_", "CACHE_URL", "DEBUG", "PORTAL_ENC")
     base = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     base.pop("DATABASE_URL", None)
     return base
@@ -152,11 +154,36 @@ def test_it_refuses_to_start_without_a_key_unless_debug(tmp_path: Path) -> None:
     assert _settings_value("settings.SECRET_KEY", {}, tmp_path) == DEMO_KEY
     key_file = tmp_path / "key"
     key_file.write_text(PRODUCTION_ENV["SECRET_KEY"] + "\n")
-    production = {"SECRET_KEY_FILE": str(key_file), "DEBUG": "false"}
+    production = {
+        "SECRET_KEY_FILE": str(key_file),
+        "PORTAL_ENCRYPTION_KEYS": PRODUCTION_ENV["PORTAL_ENCRYPTION_KEYS"],
+        "DEBUG": "false",
+    }
     assert (
         _settings_value("settings.SECRET_KEY", production, tmp_path)
         == (PRODUCTION_ENV["SECRET_KEY"])
     )
+
+
+def test_it_refuses_to_start_without_an_encryption_key_unless_debug(tmp_path: Path) -> None:
+    keys = "settings.PORTAL_ENCRYPTION_KEYS"
+    production = {"SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"], "DEBUG": "false"}
+    result = _import_settings(keys, production, tmp_path)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured: PORTAL_ENCRYPTION_KEYS is not set" in result.stderr
+    assert "DEBUG=true" in result.stderr
+    # A file holds the keys, one a line: the first encrypts, both decrypt (a rotation).
+    new = "-vHTS0_heV_6RIAqSfzRuDFS992lM_2L006FFKyvu6M="
+    key_file = tmp_path / "keys"
+    key_file.write_text(f"{new}\n{PRODUCTION_ENV['PORTAL_ENCRYPTION_KEYS']}\n")
+    given = {**production, "PORTAL_ENCRYPTION_KEYS_FILE": str(key_file)}
+    assert _settings_value(keys, given, tmp_path) == str(
+        [new, PRODUCTION_ENV["PORTAL_ENCRYPTION_KEYS"]]
+    )
+    bad = _import_settings(keys, {**production, "PORTAL_ENCRYPTION_KEYS": "not-a-key"}, tmp_path)
+    assert "key 1 is not a Fernet key" in bad.stderr and "not-a-key" not in bad.stderr
+    # A local run derives a demo key from the embedded SECRET_KEY.
+    assert _settings_value(keys, {}, tmp_path) == str([demo_key(DEMO_KEY)])
 
 
 HARDENING = (
@@ -167,7 +194,11 @@ HARDENING = (
 
 
 def test_it_hardens_https_by_default_in_production_and_not_in_a_demo(tmp_path: Path) -> None:
-    production = {"SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"], "DEBUG": "false"}
+    production = {
+        "SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"],
+        "PORTAL_ENCRYPTION_KEYS": PRODUCTION_ENV["PORTAL_ENCRYPTION_KEYS"],
+        "DEBUG": "false",
+    }
     assert _settings_value(HARDENING, production, tmp_path) == (
         "True 31536000 True False True True"
     )
@@ -180,9 +211,13 @@ def test_it_hardens_https_by_default_in_production_and_not_in_a_demo(tmp_path: P
 
 
 def test_a_minimal_deployment_passes_check_deploy_but_for_preload(tmp_path: Path) -> None:
-    # Nothing but a key and a host name: no HTTPS setting to remember.
+    # Nothing but the keys and a host name: no HTTPS setting to remember.
     result = _check_deploy(
-        {"SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"], "ALLOWED_HOSTS": "portal.example.com"},
+        {
+            "SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"],
+            "PORTAL_ENCRYPTION_KEYS": PRODUCTION_ENV["PORTAL_ENCRYPTION_KEYS"],
+            "ALLOWED_HOSTS": "portal.example.com",
+        },
         tmp_path,
     )
     output = result.stdout + result.stderr

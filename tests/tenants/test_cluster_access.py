@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 
 from gitops import services as gitops
 from gitops.models import ChangeRequest
@@ -177,3 +178,30 @@ def test_nothing_is_opened_without_cluster_oidc_or_without_clusters(
     with django_capture_on_commit_callbacks(execute=True):
         do_change_member_role(bob, acting_user=linked["alice"], role=Role.MEMBER)
     assert Job.objects.filter(task="tenants.sync_cluster_access").count() == 1
+
+
+@pytest.mark.django_db
+def test_nobody_closes_the_change_that_takes_their_access(
+    on_main: dict[str, Any], settings: Any
+) -> None:
+    """Issue 25: alice, demoted from admin to member by the provider's groups, would close the
+    revocation her own sign-in opened (she is its requester and still writes in alpha)."""
+    settings.GITOPS_AUTO_MERGE_REVOCATIONS = False
+    alpha, alice = on_main["alpha"], on_main["alice"]
+    Membership.objects.create(user=on_main["nora"], tenant=alpha, role=Role.ADMIN)
+    Membership.objects.filter(user=alice, tenant=alpha).update(source=Source.OIDC)
+    do_sync_identity_groups(alice, ["/tenants/alpha/member"])
+    assert Membership.objects.get(user=alice, tenant=alpha).role == Role.MEMBER
+    change = do_sync_cluster_access(alpha, acting_user=alice)
+    assert change is not None and change.requested_by == alice
+    assert change.close_action == "manage_members" and alice.pk in change.close_barred
+    with pytest.raises(PermissionDenied, match="takes access away from you"):
+        gitops.do_close(change, acting_user=alice)
+    # Made admin again in the portal, she still may not close her own revocation.
+    Membership.objects.filter(user=alice, tenant=alpha).update(role=Role.ADMIN)
+    with pytest.raises(PermissionDenied, match="takes access away from you"):
+        gitops.do_close(change, acting_user=alice)
+    with pytest.raises(PermissionDenied):
+        gitops.do_close(change, acting_user=on_main["bob"])  # a member
+    assert ChangeRequest.objects.get(pk=change.pk).status == "open"
+    gitops.do_close(change, acting_user=on_main["nora"])  # another admin decides

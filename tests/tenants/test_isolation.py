@@ -39,7 +39,7 @@ TENANT_PATTERNS = _tenant_patterns()
 def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
     """The route with real ids: a placeholder left in would 404 for the wrong reason."""
     url = "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
-    for name in ("request_id", "resource_id", "endpoint_id", "delivery_id"):
+    for name in ("request_id", "resource_id", "endpoint_id", "delivery_id", "invitation_id"):
         url = url.replace(f"<int:{name}>", str(ids.get(name, 1)))
     url = url.replace("<str:kind>", "gpu-share")
     assert "<" not in url, f"unfilled URL argument in {route}"
@@ -71,7 +71,20 @@ def alpha_ids(world: dict[str, Any]) -> dict[str, int]:
         tenant=world["alpha"], url="https://1.1.1.1/hook", secret="whsec_AAAA"
     )
     delivery = WebhookDelivery.objects.create(endpoint=endpoint, message_id="msg_1", body="{}")
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants.models import Invitation
+
+    invitation = Invitation.objects.create(
+        tenant=world["alpha"],
+        email="newhire@example.com",
+        role="admin",
+        expires_at=timezone.now() + timedelta(days=1),
+    )
     return {
+        "invitation_id": invitation.pk,
         "request_id": request.pk,
         "resource_id": resource.pk,
         "endpoint_id": endpoint.pk,

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from allauth.account.models import EmailAddress
 from django.core import mail
 from django.core.exceptions import ValidationError
 
@@ -157,11 +158,20 @@ def test_it_adds_by_name_or_email_and_says_nothing_of_a_missing_account(
     before = AuditEvent.objects.count()
     add = services.do_add_member_by_identifier
     assert add(alpha, acting_user=alice, identifier="ghost", role=Role.VIEWER) is None
-    assert add(alpha, acting_user=alice, identifier="ghost@x.org", role=Role.VIEWER) is None
     assert AuditEvent.objects.count() == before
-    nora = add(alpha, acting_user=alice, identifier="NORA@example.com", role=Role.VIEWER)
-    assert nora is not None and (nora.user, nora.role) == (world["nora"], "viewer")
+    nora = add(alpha, acting_user=alice, identifier="nora", role=Role.VIEWER)
+    assert isinstance(nora, Membership) and (nora.user, nora.role) == (world["nora"], "viewer")
     assert AuditEvent.objects.get(action="membership.create").diff["user"] == [None, "nora"]
+    # An e-mail address is an invitation whoever holds it (issue 25): alike for an address
+    # an account holds verified and for one nobody holds.
+    EmailAddress.objects.create(user=world["bob"], email="bob@example.com", verified=True)
+    invited = [
+        add(world["bravo"], acting_user=world["charlie"], identifier=address, role=Role.VIEWER)
+        for address in ("BOB@example.com", "ghost@x.org")
+    ]
+    assert [type(i).__name__ for i in invited] == ["Invitation", "Invitation"]
+    assert [i.email for i in invited] == ["bob@example.com", "ghost@x.org"]
+    assert not Membership.objects.filter(user=world["bob"], tenant=world["bravo"]).exists()
     # An unknown role is refused whether or not an account matches.
     for name in ("fiona", "ghost"):
         with pytest.raises(ValidationError, match="Unknown role 'owner'"):
@@ -192,8 +202,11 @@ def test_it_syncs_identity_groups_and_keeps_local_grants(world: dict[str, Any]) 
     assert {"platform_role.sync", "platform_role.sync_remove"} <= actions
 
 
-def test_it_finds_users_by_name_or_email(world: dict[str, Any]) -> None:
+def test_it_finds_users_by_name_or_verified_email(world: dict[str, Any]) -> None:
     assert services.find_user("bob") == world["bob"]
+    with pytest.raises(ValidationError, match="No user"):
+        services.find_user("BOB@example.com")  # User.email alone proves nothing
+    EmailAddress.objects.create(user=world["bob"], email="bob@example.com", verified=True)
     assert services.find_user("BOB@example.com") == world["bob"]
     with pytest.raises(ValidationError, match="No user 'zed'"):
         services.find_user("zed")

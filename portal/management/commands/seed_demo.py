@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allauth.account.models import EmailAddress
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand
@@ -146,6 +147,11 @@ class Command(BaseCommand):
             if created:
                 user.set_password(DEMO_PASSWORD)
                 user.save()
+                # The demo's people confirmed their addresses (a real deployment learns it from
+                # the identity provider or the confirmation mail).
+                EmailAddress.objects.create(
+                    user=user, email=user.email, verified=True, primary=True
+                )
             users[username] = user
             if platform_role:
                 services.do_grant_platform_role(user, acting_user=None, role=platform_role)
