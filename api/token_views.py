@@ -26,7 +26,7 @@ from api.tokens import (
     do_revoke_token,
     recent_uses,
 )
-from tenants.access import Action, get_tenant_for_user, is_platform_admin, may, tenants_where
+from tenants.access import Action, get_tenant_for_user, may, tenants_where
 from tenants.models import Tenant
 
 
@@ -85,7 +85,8 @@ def token_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "tokens": tokens,
         "new_token": new_token,
-        "administered": administered if not is_platform_admin(request.user) else [],
+        # A platform admin manages every tenant's robots from the tenant's own page.
+        "administered": administered if not may(request.user, Action.MANAGE_MEMBERS) else [],
     }
     return _no_store(render(request, "api/tokens.html", context))
 

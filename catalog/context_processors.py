@@ -16,7 +16,7 @@ from django.db.models import F, Func, OuterRef, QuerySet, Subquery
 
 from catalog import states
 from catalog.models import Notification, ResourceRequest
-from tenants.access import is_platform_admin
+from tenants.access import Action, may
 
 
 def _count(rows: QuerySet[Any]) -> Subquery:
@@ -28,7 +28,7 @@ def inbox(request: Any) -> dict[str, Callable[[], int]]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    admin = is_platform_admin(user)
+    admin = may(user, Action.DECIDE)
 
     @cache
     def counts() -> dict[str, int]:

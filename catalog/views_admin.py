@@ -37,7 +37,7 @@ from fleet.models import Workload
 from gitops.diffview import RenderedFile, render_file_diff
 from gitops.models import ChangeRequest
 from portal.views import plotly_js_url
-from tenants.access import platform_admin_page
+from tenants.access import Action, action_page
 
 S = ResourceRequest.State
 A = ResourceRequest.Action
@@ -250,7 +250,7 @@ def _back(request: ResourceRequest) -> HttpResponse:
 # --- views ----------------------------------------------------------------------------------
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 def queue(request: HttpRequest) -> HttpResponse:
     return _queue_page(request)
 
@@ -269,7 +269,7 @@ def _queue_page(request: HttpRequest, *, status: int = 200, **extra: Any) -> Htt
     return render(request, "catalog/admin_queue.html", context, status=status)
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 @require_POST
 def approve_many(request: HttpRequest) -> HttpResponse:
     """ "Approve selected" on the queue: one background job approves them in turn; its page
@@ -291,12 +291,12 @@ def approve_many(request: HttpRequest) -> HttpResponse:
     return _queue_page(request, status=422, bulk_form=form)
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 def detail(request: HttpRequest, request_id: int) -> HttpResponse:
     return _page(request, _get(request_id))
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 @require_POST
 def approve(request: HttpRequest, request_id: int) -> HttpResponse:
     req = _get(request_id)
@@ -342,7 +342,7 @@ def _note_decision(
     return _page(request, req, status=422, **{f"{prefix}_form": form})
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 @require_POST
 def reject(request: HttpRequest, request_id: int) -> HttpResponse:
     return _note_decision(
@@ -355,7 +355,7 @@ def reject(request: HttpRequest, request_id: int) -> HttpResponse:
     )
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 @require_POST
 def request_changes(request: HttpRequest, request_id: int) -> HttpResponse:
     return _note_decision(
@@ -368,7 +368,7 @@ def request_changes(request: HttpRequest, request_id: int) -> HttpResponse:
     )
 
 
-@platform_admin_page
+@action_page(Action.DECIDE)
 @require_POST
 def retry(request: HttpRequest, request_id: int) -> HttpResponse:
     req = _get(request_id)

@@ -43,7 +43,7 @@ from fleet.watch import freshness
 from gitops.fleet import configured_fleet
 from portal.jobs import enqueue
 from portal.views import plotly_js_url
-from tenants.access import get_tenant_for_user, platform_admin_page
+from tenants.access import Action, action_page, get_tenant_for_user
 
 View = Callable[..., HttpResponse]
 CORDONED = {"yes": True, "no": False}
@@ -80,7 +80,7 @@ def _node(name: str) -> Node:
 # --- overview -------------------------------------------------------------------------------------
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 def overview(request: HttpRequest) -> HttpResponse:
     nodes = list(Node.objects.all())
     workloads = list(Workload.objects.exclude(node=""))
@@ -104,19 +104,19 @@ def _enqueue(request: HttpRequest, task: str, title: str) -> HttpResponse:
     return _go(request, reverse("job_detail", args=[job.pk]))
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 @require_POST
 def sync_now(request: HttpRequest) -> HttpResponse:
     return _enqueue(request, "fleet.sync", "Read the cluster")
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 @require_POST
 def reconcile_flavors(request: HttpRequest) -> HttpResponse:
     return _enqueue(request, "fleet.reconcile_flavors", "Recount flavors from the inventory")
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 @require_http_methods(["GET", "POST"])
 def portal_deployment(request: HttpRequest) -> HttpResponse:
     """Propose the portal's own deployment on this fleet as a change request."""
@@ -137,7 +137,7 @@ def portal_deployment(request: HttpRequest) -> HttpResponse:
 # --- nodes ----------------------------------------------------------------------------------------
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 def node_list(request: HttpRequest) -> HttpResponse:
     flavors = sorted(
         {f.name for f in configured_fleet().flavors}
@@ -201,7 +201,7 @@ def _resources(node: Node) -> list[tuple[str, Any, Any]]:
     ]
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     node = _node(name)
     context = {
@@ -232,13 +232,13 @@ def _set_cordon(request: HttpRequest, name: str, *, cordon: bool) -> HttpRespons
     return _go(request, reverse("fleet:node", args=[node.name]))
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 @require_POST
 def node_cordon(request: HttpRequest, name: str) -> HttpResponse:
     return _set_cordon(request, name, cordon=True)
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 @require_POST
 def node_uncordon(request: HttpRequest, name: str) -> HttpResponse:
     return _set_cordon(request, name, cordon=False)
@@ -269,7 +269,7 @@ def _confirmed(context: dict[str, Any], refs: list[str]) -> services.DrainPlan:
     )
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 @require_http_methods(["GET", "HEAD", "POST"])
 def node_drain(request: HttpRequest, name: str) -> HttpResponse:
     node = _node(name)
@@ -306,7 +306,7 @@ def node_drain(request: HttpRequest, name: str) -> HttpResponse:
 # --- topology and Flux ----------------------------------------------------------------------------
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 def topology_page(request: HttpRequest) -> HttpResponse:
     uses = node_uses(Node.objects.all(), Workload.objects.exclude(node=""))
     context = {"domains": topology(uses), "healths": Health.choices, **sync_context()}
@@ -343,7 +343,7 @@ def flux_rows(objects: Iterable[FluxObject], state: str = "") -> list[FluxRow]:
     ]
 
 
-@platform_admin_page
+@action_page(Action.OPERATE_FLEET)
 def flux_status(request: HttpRequest) -> HttpResponse:
     filters = {key: request.GET.get(key, "") for key in ("kind", "state")}
     objects = FluxObject.objects.all()

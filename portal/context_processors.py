@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from tenants.access import is_finance, is_platform_admin, visible_tenants
+from tenants.access import Action, is_finance, may, visible_tenants
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
@@ -19,6 +19,6 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
     return {
         "nav_tenants": list(visible_tenants(user).values_list("slug", "display_name")),
         "nav_current_tenant": current,
-        "nav_platform_admin": is_platform_admin(user),
+        "nav_platform_admin": may(user, Action.OPERATE_FLEET),
         "nav_finance": is_finance(user),
     }

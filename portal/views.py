@@ -23,7 +23,6 @@ from tenants.access import (
     Action,
     get_tenant_for_user,
     is_finance,
-    is_platform_admin,
     may,
     memberships_of,
     tenants_where,
@@ -37,7 +36,7 @@ def _landing(request: HttpRequest, memberships: QuerySet[Any]) -> str:
     """Where a person starts: a platform admin on the fleet's usage dashboard, finance on the
     finance page, a tenant member on their current tenant's usage; ""
     for the home page itself. By URL name: the portal imports no app's views."""
-    if is_platform_admin(request.user):
+    if may(request.user, Action.OPERATE_FLEET):
         return reverse("billing:admin_dashboard")
     if is_finance(request.user):
         return reverse("billing:finance")
@@ -60,7 +59,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "portal/home.html",
         {
             "memberships": memberships,
-            "platform_admin": is_platform_admin(request.user),
+            "platform_admin": may(request.user, Action.OPERATE_FLEET),
             "tenant_count": visible_tenants(request.user).count(),
         },
     )
@@ -86,7 +85,7 @@ def visible_jobs(user: Any) -> QuerySet[Job]:
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    if not is_platform_admin(request.user):
+    if not may(request.user, Action.OPERATE_FLEET):
         raise PermissionDenied("Only platform admins see every job.")
     jobs = Job.objects.select_related("tenant", "created_by")
     status = request.GET.get("status", "")

@@ -273,10 +273,6 @@ def may_act_on_change(user: Any, action: str, change: Any) -> bool:
     return not change_refusal(user, action, change)
 
 
-def is_platform_admin(user: Any) -> bool:
-    return PlatformRole.Name.PLATFORM_ADMIN in platform_roles(user)
-
-
 def platform_admins() -> list[Any]:
     """Everyone with the platform admin role (who hears about new requests)."""
     from django.contrib.auth import get_user_model
@@ -377,18 +373,19 @@ def get_tenant_for_user(request: HttpRequest, slug: str) -> TenantAccess:
     raise Http404("No such tenant.")
 
 
-def require_platform_admin(request: HttpRequest) -> None:
-    if not is_platform_admin(request.user):
-        raise PermissionDenied("Only platform admins can do that.")
+def action_page(
+    action: Action,
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """A platform-wide page for those who may take ``action`` anywhere (``RULES``' platform
+    roles); anyone else, signed in, gets the 404 of a page that is not there."""
 
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not may(request.user, action):
+                raise Http404("No such page.")
+            return view(request, *args, **kwargs)
 
-def platform_admin_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Signed in, and a platform admin; anyone else gets the 404 of a page that is not there."""
+        return login_required(wrapped)
 
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_platform_admin(request.user):
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapped)
+    return decorate

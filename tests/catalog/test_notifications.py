@@ -15,7 +15,7 @@ from catalog import services
 from catalog.context_processors import inbox
 from catalog.models import Notification
 from gitops.fleet import configured_fleet
-from tenants.access import is_platform_admin
+from tenants.access import platform_roles
 
 
 def _notice(user: Any, title: str, *, ago: int = 0, read: bool = False) -> Notification:
@@ -172,7 +172,7 @@ def test_the_navigation_counts_cost_one_query_and_only_when_shown(
     )
     request = rf.get("/")
     request.user = world["pam"]
-    is_platform_admin(world["pam"])  # read once per request, by the navigation processor
+    platform_roles(world["pam"])  # read once per request, by the navigation processor
     with django_assert_num_queries(0):
         context = inbox(request)
     with django_assert_num_queries(1):
