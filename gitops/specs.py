@@ -58,9 +58,11 @@ class Flavor:
     controllers/state_manager.go ``addGPUStateLabels`` leaves a value already set alone).
     A DRA pool therefore carries that label among its ``node_labels``.
 
-    ``topology`` asks for Kueue topology-aware scheduling on the pool; it is ignored for a
-    HAMi pool, whose vGPU memory and cores are no node's allocatable resources
-    (see ``gitops.render.kueue.topology_enabled``).
+    ``topology`` asks for Kueue topology-aware scheduling on the pool: left out (None), whole-GPU
+    and MIG pools get it and HAMi and DRA pools do not; ``false`` turns it off for a whole-GPU
+    or MIG pool, and ``true`` on a HAMi or DRA pool is refused by ``validate_fleet`` (HAMi's
+    vGPU memory and cores are no node's allocatable resources, and TAS sizes pods from the pod
+    spec and ignores ResourceClaims: see ``gitops.render.kueue.topology_enabled``).
     """
 
     name: str
@@ -71,7 +73,7 @@ class Flavor:
     node_labels: tuple[tuple[str, str], ...] = ()
     mig_profiles: tuple[tuple[str, int], ...] = ()  # (profile, slices in the pool)
     hami_split: int = 10  # vGPU slots per physical GPU (HAMi deviceSplitCount)
-    topology: bool = True  # Kueue topology-aware scheduling for this flavor
+    topology: bool | None = None  # Kueue topology-aware scheduling; None: by mode
     taint_key: str = "nvidia.com/gpu"
 
 

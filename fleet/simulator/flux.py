@@ -1249,9 +1249,14 @@ class FluxPlayer:
                 }
             ],
         }
+        # The predictor's annotations go on its pods (kserve v0.20.0 pkg/controller/v1beta1/
+        # inferenceservice/components/predictor.go buildObjectMeta).
+        annotations = {str(k): str(v) for k, v in as_dict(predictor.get("annotations")).items()}
         uri = kserve.storage_uri(predictor)
         if uri:
-            metadata["annotations"] = {kserve.SOURCE_URI_ANNOTATION: uri}
+            annotations[kserve.SOURCE_URI_ANNOTATION] = uri
+        if annotations:
+            metadata["annotations"] = annotations
         pod = {"metadata": metadata, "spec": kserve.pod_spec(predictor)}
         # The ReplicaSet creates the pods once Flux has applied the whole revision (advance).
         self._endpoints[key] = _Endpoint(now + self.config.ready_delay, replicas, pod, replica_set)

@@ -17,12 +17,23 @@ Read from kubernetes-sigs/kueue v0.19.2 and its documentation:
   own ``borrowingLimit``). A requested resource that no group covers makes the workload
   inadmissible; so does a missing LocalQueue or ClusterQueue: the pod then stays gated.
 
-- topology-aware scheduling: a flavor with ``topologyName`` makes it implied for every
-  workload (Kueue v0.19.2 ``pkg/cache/scheduler/tas_flavor_snapshot.go``): the pod must fit on
-  one node of the flavor that carries every level label of the Topology (nodes without them
-  are left out), counted against that node's *allocatable* less what its pods request. A
-  resource no node advertises, such as HAMi's ``gpumem``/``gpucores`` (scheduler-extender
-  resources, absent from allocatable), never fits.
+- topology-aware scheduling (TAS), which flavors a pod may use (Kueue v0.19.2
+  ``pkg/scheduler/flavorassigner/tas_flavorassigner.go`` ``checkPodSetAndFlavorMatchForTAS``):
+  a pod requests TAS explicitly with a ``kueue.x-k8s.io/podset-required-topology``,
+  ``-preferred-topology`` or ``-unconstrained-topology`` annotation (any value:
+  ``pkg/controller/jobframework/tas.go``, ``pkg/workload/workload.go``
+  ``IsExplicitlyRequestingTAS``), and implicitly when *every* flavor of its ClusterQueue has
+  ``topologyName`` (``pkg/cache/scheduler/clusterqueue.go`` ``isTASOnly``). A pod that
+  requests no TAS skips every flavor with ``topologyName`` ("supports only
+  TopologyAwareScheduling"), so in a ClusterQueue that mixes TAS and non-TAS flavors a pod
+  without the annotation can never use the TAS ones; a pod that requests TAS explicitly skips a
+  flavor without ``topologyName`` that covers any resource it requests ("does not support
+  TopologyAwareScheduling") and one whose Topology lacks the requested level;
+- where TAS applies (``pkg/cache/scheduler/tas_flavor_snapshot.go``) the pod must fit on one
+  node of the flavor that carries every level label of the Topology (nodes without them are
+  left out), counted against that node's *allocatable* less what its pods request. A resource
+  no node advertises, such as HAMi's ``gpumem``/``gpucores`` (scheduler-extender resources,
+  absent from allocatable), never fits.
 
 Simplified: no Workload objects (the pending reason is kept here and shown on the pod's
 PodScheduled condition), no preemption, no fair sharing, and topology placement only checks
@@ -50,6 +61,9 @@ from fleet.simulator.store import (
 )
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 DEFAULT_QUEUE = "default"
 UNMANAGED_NAMESPACES = frozenset({"kube-system", "kueue-system"})
@@ -147,6 +161,11 @@ class Kueue:
                     "couldn't assign flavors to pod set main: resource "
                     f"{resource} unavailable in ClusterQueue"
                 )
+        tas_only = all(
+            self._topology_name(str(as_dict(entry).get("name", "")))
+            for group in groups
+            for entry in as_list(group.get("flavors"))
+        )
         chosen: JsonObject | None = None
         reasons = []
         for group in groups:
@@ -161,8 +180,10 @@ class Kueue:
                 if flavor is None:
                     reasons.append(f"flavor {flavor_name} not found")
                     continue
-                short = self._shortfall(cq_name, cluster_queue, flavor_name, entry, needed)
+                tas, short = self._tas_match(pod, flavor, covered, wanted, tas_only)
                 if short is None:
+                    short = self._shortfall(cq_name, cluster_queue, flavor_name, entry, needed)
+                if short is None and tas:
                     short = self._topology_shortfall(flavor, wanted)
                 if short is None:
                     chosen = flavor
@@ -173,6 +194,49 @@ class Kueue:
         if chosen is None:
             return "couldn't assign flavors to pod set main: no resource group covers the pod"
         return cq_name, chosen
+
+    def _topology_name(self, flavor_name: str) -> str:
+        flavor = self.store.get(RESOURCE_FLAVORS, "", flavor_name)
+        name = as_dict(as_dict(flavor).get("spec")).get("topologyName") if flavor else None
+        return name if isinstance(name, str) else ""
+
+    def _tas_match(
+        self,
+        pod: Mapping[str, Any],
+        flavor: Mapping[str, Any],
+        covered: list[str],
+        wanted: Mapping[str, Decimal],
+        tas_only: bool,
+    ) -> tuple[bool, str | None]:
+        """(whether TAS places the pod on this flavor, why the flavor is skipped or None), as
+        kueue v0.19.2 tas_flavorassigner.go ``checkPodSetAndFlavorMatchForTAS``."""
+        annotations = as_dict(as_dict(pod.get("metadata")).get("annotations"))
+        explicit = any(
+            key in annotations
+            for key in (REQUIRED_TOPOLOGY, PREFERRED_TOPOLOGY, UNCONSTRAINED_TOPOLOGY)
+        )
+        flavor_name = str(as_dict(flavor.get("metadata")).get("name", ""))
+        topology_name = as_dict(flavor.get("spec")).get("topologyName")
+        if not explicit and not tas_only:
+            if topology_name:
+                return False, (f'Flavor "{flavor_name}" supports only TopologyAwareScheduling')
+            return False, None
+        if not explicit:
+            return True, None  # TAS-only ClusterQueue: implied, every flavor matches
+        if not topology_name:
+            if any(resource in wanted for resource in covered):
+                return False, f'Flavor "{flavor_name}" does not support TopologyAwareScheduling'
+            return False, None
+        level = annotations.get(REQUIRED_TOPOLOGY, annotations.get(PREFERRED_TOPOLOGY))
+        if level is not None:
+            topology = self.store.get(TOPOLOGIES, "", str(topology_name))
+            levels = [
+                as_dict(item).get("nodeLabel")
+                for item in as_list(as_dict(as_dict(topology).get("spec")).get("levels"))
+            ]
+            if level not in levels:
+                return False, f'Flavor "{flavor_name}" does not contain the requested level'
+        return True, None
 
     def _topology_shortfall(
         self, flavor: Mapping[str, Any], wanted: Mapping[str, Decimal]

@@ -10,6 +10,10 @@ a manifest that the API server accepts but that would never run as meant does no
   spec), and HAMi's ``nvidia.com/gpumem``/``gpucores`` are never allocatable (HAMi v2.10.0
   registers only its slot resource with the kubelet; the scheduler extender handles the rest,
   charts/hami/templates/_helpers.tpl ``ignoredByScheduler``), so no HAMi pod would ever fit.
+- ``tas-dra``: nor may a ResourceFlavor of a DRA pool: TAS counts a pod's container requests
+  and not its ResourceClaims ("No DRA + Topology Aware Scheduling (TAS)", kueue v0.19.2
+  site/content/en/docs/concepts/dynamic_resource_allocation.md), so it would place DRA pods by
+  CPU and memory alone, on nodes whose GPUs are taken.
 - ``tas-topology``: a ResourceFlavor's ``topologyName`` names a Topology of the tree, and every
   level of a Topology is a label the fleet's GPU nodes carry. TAS leaves out every node that
   lacks one of the levels (kueue v0.19.2 pkg/util/tas/node.go ``NodeMatchesFlavor``), so an
@@ -134,7 +138,7 @@ def _topology(items: list[Item], fleet: FleetSpec) -> list[Finding]:
     topologies = {
         str(mapping(obj.get("metadata")).get("name")) for _, obj in _of(items, KUEUE, "Topology")
     }
-    hami = [flavor for flavor in fleet.flavors if flavor.mode == "hami"]
+    untopological = [flavor for flavor in fleet.flavors if flavor.mode in ("hami", "dra")]
     for path, obj in _of(items, KUEUE, "ResourceFlavor"):
         spec = mapping(obj.get("spec"))
         topology = spec.get("topologyName")
@@ -142,20 +146,26 @@ def _topology(items: list[Item], fleet: FleetSpec) -> list[Finding]:
             continue
         name = mapping(obj.get("metadata")).get("name")
         labels = mapping(spec.get("nodeLabels"))
-        for flavor in hami:
+        for flavor in untopological:
             selects = all(labels.get(k) == v for k, v in pool_labels(flavor).items())
-            if name == flavor.name or selects:
-                findings.append(
-                    Finding(
-                        path,
-                        object_ref(obj),
-                        "tas-hami",
-                        f"flavor {flavor.name!r} is a HAMi pool: topology-aware scheduling fits "
-                        "pods against node allocatable, where nvidia.com/gpumem and gpucores "
-                        "never appear, so no HAMi pod would be admitted; remove topologyName",
-                    )
+            if name != flavor.name and not selects:
+                continue
+            if flavor.mode == "hami":
+                rule, why = (
+                    "tas-hami",
+                    f"flavor {flavor.name!r} is a HAMi pool: topology-aware scheduling fits "
+                    "pods against node allocatable, where nvidia.com/gpumem and gpucores "
+                    "never appear, so no HAMi pod would be admitted; remove topologyName",
                 )
-                break
+            else:
+                rule, why = (
+                    "tas-dra",
+                    f"flavor {flavor.name!r} is a DRA pool: topology-aware scheduling counts "
+                    "container requests, not ResourceClaims, so it would place DRA pods on "
+                    "nodes whose GPUs are taken; remove topologyName",
+                )
+            findings.append(Finding(path, object_ref(obj), rule, why))
+            break
         if str(topology) not in topologies:
             findings.append(
                 Finding(

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import dra, gateway, litellm, resources, secrets
+from gitops.render import dra, gateway, kueue, litellm, resources, secrets
 from gitops.render.kueue import INFERENCE_PRIORITY
 from gitops.render.meta import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, metadata
 from gitops.render.monitoring import MODEL_SERVER_PORT
@@ -198,6 +198,11 @@ def inference_service(
             },
         },
     }
+    if set(gpu) & set(kueue.tas_resources(tenant, fleet)):
+        # Kueue implies TAS only in a queue whose flavors all have it (gitops.render.kueue);
+        # KServe puts the predictor's annotations on its pods (kserve v0.20.0
+        # pkg/controller/v1beta1/inferenceservice/components/predictor.go buildObjectMeta).
+        predictor["annotations"] = {kueue.TAS_REQUEST_ANNOTATION: "true"}
     if share.kind == "dra":
         predictor["resourceClaims"] = [
             {"name": CLAIM_NAME, "resourceClaimTemplateName": claim_template_name(endpoint)}

@@ -33,9 +33,23 @@ against the nodes' ``status.allocatable`` and only considers nodes that carry ev
 of the Topology (kueue v0.19.2 pkg/cache/scheduler/tas_nodes_cache.go, pkg/util/tas/node.go
 ``NodeMatchesFlavor``). HAMi's ``nvidia.com/gpumem``/``gpucores`` are never allocatable (see
 ``gitops.render.resources``), so a HAMi pod would never fit: HAMi flavors get no
-``topologyName``. The Topology's levels are the fleet's ``topology_levels``, which the fleet's
+``topologyName``. Nor do DRA flavors: TAS sizes a pod from its containers' requests and does
+not count ResourceClaims ("No DRA + Topology Aware Scheduling (TAS)", kueue v0.19.2
+site/content/en/docs/concepts/dynamic_resource_allocation.md, Limitations).
+The Topology's levels are the fleet's ``topology_levels``, which the fleet's
 inventory keeps to labels every GPU node carries; ``kubernetes.io/hostname`` is set by the
 kubelet on every node.
+
+Kueue implies TAS for a pod only when *every* flavor of its ClusterQueue is topology-aware
+(kueue v0.19.2 pkg/cache/scheduler/clusterqueue.go ``isTASOnly``); in a queue that mixes them,
+as a tenant with a whole-GPU and a HAMi share has, a pod that does not ask for TAS skips every
+topology-aware flavor ("supports only TopologyAwareScheduling",
+pkg/scheduler/flavorassigner/tas_flavorassigner.go ``checkPodSetAndFlavorMatchForTAS``) and
+its whole GPUs could never be admitted. So pods that ask for a GPU resource the tenant has only
+on topology-aware flavors (``tas_resources``) carry ``kueue.x-k8s.io/podset-unconstrained-
+topology``: the endpoints' predictors from the renderer, every other pod of the tenant from
+its Kyverno policy (``gitops.render.kyverno``). A pod asking explicitly skips a non-TAS flavor
+that covers what it requests, which those flavors offer no quota of anyway.
 
 Preemption: a queue reclaims its nominal quota from any borrower (``reclaimWithinCohort: Any``)
 and preempts lower priorities inside itself. With fair sharing (the fleet's default) Kueue
@@ -66,6 +80,11 @@ API = "kueue.x-k8s.io/v1beta2"
 # pkg/scheduler/flavorassigner; KEP-5800 proposes per-queue exclusion for this reason).
 NAMESPACE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 TOPOLOGY = "default"
+# A pod set's explicit request for topology-aware scheduling without constraints (kueue v0.19.2
+# apis/kueue/v1beta2/topology_types.go PodSetUnconstrainedTopologyAnnotation).
+TAS_REQUEST_ANNOTATION = "kueue.x-k8s.io/podset-unconstrained-topology"
+# Pools topology-aware scheduling can place pods on (see the module docstring).
+TOPOLOGY_MODES = ("whole", "mig")
 # WorkloadPriorityClasses: name, value, description.
 PRIORITY_CLASSES = (
     ("inference-critical", 1000, "Production model endpoints; preempts training and batch."),
@@ -78,8 +97,23 @@ BORROW_PREEMPT_THRESHOLD = 500
 
 
 def topology_enabled(flavor: Flavor) -> bool:
-    """Whether the flavor's ResourceFlavor names the Topology (see the module docstring)."""
-    return flavor.topology and flavor.mode != "hami"
+    """Whether the flavor's ResourceFlavor names the Topology (see the module docstring):
+    whole-GPU and MIG pools unless the fleet turns it off, never HAMi or DRA pools."""
+    return flavor.mode in TOPOLOGY_MODES and flavor.topology is not False
+
+
+def tas_resources(tenant: TenantSpec, fleet: FleetSpec) -> tuple[str, ...]:
+    """The GPU resources the tenant's queue offers only on topology-aware flavors, whose pods
+    must ask for TAS explicitly (see the module docstring), sorted. A resource it has on both
+    kinds of flavor is left out: its pods then use the flavors without topology."""
+    aware: set[str] = set()
+    plain: set[str] = set()
+    for share in tenant.shares:
+        flavor = fleet.flavor(share.flavor)
+        if flavor is None:
+            continue
+        (aware if topology_enabled(flavor) else plain).update(resources.kueue_resources(share))
+    return tuple(sorted(aware - plain))
 
 
 def resource_flavor(flavor: Flavor) -> dict[str, Any]:

@@ -29,6 +29,13 @@ Fleet-wide (``infrastructure/configs``):
 Per tenant (``tenants/<slug>/kyverno-policy.yaml``, on Pods only: ``autogen`` is off so the
 rules mean the same for pods made by a Deployment, a Job or a vCluster):
 
+- ``request-topology-aware-scheduling`` (a mutation, only while the tenant has such shares): a
+  pod that asks for a GPU resource the tenant has only on topology-aware flavors gets
+  ``kueue.x-k8s.io/podset-unconstrained-topology: "true"`` unless it already has it. Kueue
+  implies TAS only in a queue whose flavors all have it, so in a queue that also holds HAMi or
+  DRA flavors such a pod would never be admitted (``gitops.render.kueue``). Kueue builds the
+  workload from the pod's annotations after admission (kueue v0.19.2
+  pkg/controller/jobframework/tas.go), so the order of the two webhooks does not matter;
 - ``require-queue-name``: a pod that asks for GPUs (an ``nvidia.com/*`` limit or a DRA claim)
   must carry ``kueue.x-k8s.io/queue-name``, so it is admitted against the tenant's quota;
 - ``disallow-privileged``: no privileged containers;
@@ -59,7 +66,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import resources, vcluster
+from gitops.render import kueue, resources, vcluster
 from gitops.render.gateway import tenant_host
 from gitops.render.meta import (
     LITELLM_MODEL_LABEL,
@@ -465,6 +472,29 @@ def vcluster_account_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _tas_request_rule(tas: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "name": "request-topology-aware-scheduling",
+        "match": _PODS,
+        "preconditions": {
+            "any": [
+                {
+                    "key": "{{ request.object.spec.[initContainers, containers][]"
+                    ".resources.limits.keys(@)[] || `[]` }}",
+                    "operator": "AnyIn",
+                    "value": list(tas),
+                }
+            ]
+        },
+        # "+( )" adds the annotation only where the pod does not set it.
+        "mutate": {
+            "patchStrategicMerge": {
+                "metadata": {"annotations": {f"+({kueue.TAS_REQUEST_ANNOTATION})": "true"}}
+            }
+        },
+    }
+
+
 def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     images = image_patterns(tenant, fleet)
     cap = gpu_cap(tenant, fleet)
@@ -546,6 +576,9 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             ),
         },
     ]
+    tas = kueue.tas_resources(tenant, fleet)
+    if tas:
+        rules.insert(0, _tas_request_rule(tas))
     host = tenant_host(tenant.slug, fleet)
     rules.append(
         {

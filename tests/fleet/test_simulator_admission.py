@@ -353,3 +353,47 @@ def test_topology_drops_nodes_without_its_level_labels(simulator: Simulator, set
     ready = endpoint_ready(simulator, "beta", "chat")
     assert ready["status"] == "False"
     assert "topology" in ready["message"]
+
+
+# --- issue 26 finding 1: a queue mixing topology-aware and other flavors ----------------------
+
+MIXED = TenantSpec(
+    slug="epsilon",
+    shares=(
+        GpuShare(name="whole", flavor="h200", kind="whole", count=1),
+        *HAMI.shares,
+    ),
+    endpoints=(
+        EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="whole"),
+        EndpointSpec(name="small", model_uri="pvc://models/small", share="frac"),
+    ),
+)
+MIXED_CHAT = "tenants/epsilon/workloads/endpoints/chat.yaml"
+
+
+def test_a_tenant_with_whole_and_hami_shares_runs_both_endpoints(
+    simulator: Simulator, settings: Any
+) -> None:
+    # Kueue implies TAS only when every flavor of the queue has a topology (isTASOnly); the
+    # whole-GPU predictor asks for it explicitly, the HAMi one does not need it.
+    files = render_repository(demo_fleet(), [MIXED])
+    play(simulator, settings, files)
+    assert endpoint_ready(simulator, "epsilon", "chat")["status"] == "True"
+    assert endpoint_ready(simulator, "epsilon", "small")["status"] == "True"
+
+
+def test_without_the_topology_request_the_whole_gpu_endpoint_waits_for_ever(
+    simulator: Simulator, settings: Any
+) -> None:
+    # What the portal rendered before issue 26: no annotation on the whole-GPU predictor.
+    def unannotated(docs: list[Any]) -> None:
+        for doc in docs:
+            if doc["kind"] == "InferenceService":
+                assert doc["spec"]["predictor"].pop("annotations")
+
+    files = render_repository(demo_fleet(), [MIXED])
+    play(simulator, settings, edit(files, MIXED_CHAT, unannotated))
+    ready = endpoint_ready(simulator, "epsilon", "chat")
+    assert ready["status"] == "False"
+    assert 'Flavor "h200" supports only TopologyAwareScheduling' in ready["message"]
+    assert endpoint_ready(simulator, "epsilon", "small")["status"] == "True"

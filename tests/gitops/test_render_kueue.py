@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
+
 from gitops.fleet import demo_fleet
 from gitops.render import kueue
 from gitops.render.tree import render_infrastructure
@@ -178,13 +180,18 @@ def test_it_leaves_topology_out_for_flavors_without_it() -> None:
     assert "Topology" not in {obj["kind"] for obj in kueue.fleet_objects(fleet)}
 
 
-def test_it_never_makes_a_hami_flavor_topology_aware() -> None:
+@pytest.mark.parametrize("mode", ["hami", "dra"])
+def test_it_never_makes_a_hami_or_dra_flavor_topology_aware(mode: str) -> None:
     # Finding 6: TAS fits pods against node allocatable, which never lists HAMi's gpumem.
-    hami = next(f for f in FLEET.flavors if f.mode == "hami")
-    assert hami.topology
-    assert "topologyName" not in kueue.resource_flavor(hami)["spec"]
-    fleet = dataclasses.replace(FLEET, flavors=(hami,))
+    # Issue 26 finding 3: nor does it count a pod's ResourceClaims (Kueue's DRA limitations).
+    flavor = next(f for f in FLEET.flavors if f.mode == mode)
+    assert flavor.topology is None  # the fleet leaves it to the mode
+    assert "topologyName" not in kueue.resource_flavor(flavor)["spec"]
+    fleet = dataclasses.replace(FLEET, flavors=(flavor,))
     assert "Topology" not in {obj["kind"] for obj in kueue.fleet_objects(fleet)}
+    whole = next(f for f in FLEET.flavors if f.mode == "whole")
+    assert whole.topology is None
+    assert kueue.resource_flavor(whole)["spec"]["topologyName"] == "default"
 
 
 def test_it_gives_whole_gpus_and_hami_slots_different_resources() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from gitops.fleet import demo_fleet
-from gitops.render import kserve, kyverno, network, quota, rbac, vcluster
+from gitops.render import kserve, kueue, kyverno, network, quota, rbac, vcluster
 from gitops.render.tree import objects_for, render_tenant_tree
 from gitops.render.yamlio import load_documents
 from gitops.specs import TenantClusterSpec, TenantSpec
@@ -348,6 +348,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
     assert "validationFailureAction" not in policy["spec"]
     rules = {rule["name"]: rule for rule in policy["spec"]["rules"]}
     assert set(rules) == {
+        "request-topology-aware-scheduling",
         "require-queue-name",
         "disallow-privileged",
         "forbid-hami-bypass-env",
@@ -358,7 +359,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "confine-http-routes",
     }
     for rule in rules.values():
-        assert rule["validate"]["failureAction"] == "Enforce"
+        assert "mutate" in rule or rule["validate"]["failureAction"] == "Enforce"
     assert rules["require-queue-name"]["validate"]["pattern"] == {
         "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "?*"}}
     }
@@ -755,3 +756,29 @@ def test_it_exposes_tenant_clusters_through_the_gateway_when_the_fleet_has_a_dom
     assert "allow-vcluster-api" not in {
         p["metadata"]["name"] for p in network.tenant_objects(rich_tenant(), internal)
     }
+
+
+def test_pods_on_topology_aware_flavors_ask_for_it_when_the_queue_mixes_flavors() -> None:
+    # Issue 26 finding 1: alpha's queue holds h200 and h200-mig (topology-aware) and h200-hami
+    # and h200-dra (not); Kueue implies TAS only when every flavor has it (isTASOnly).
+    tenant = rich_tenant()
+    assert kueue.tas_resources(tenant, FLEET) == ("nvidia.com/gpu", "nvidia.com/mig-1g.18gb")
+    rules = {r["name"]: r for r in kyverno.tenant_policy(tenant, FLEET)["spec"]["rules"]}
+    rule = rules["request-topology-aware-scheduling"]
+    assert rule["preconditions"]["any"][0]["value"] == ["nvidia.com/gpu", "nvidia.com/mig-1g.18gb"]
+    assert rule["mutate"]["patchStrategicMerge"] == {
+        "metadata": {"annotations": {"+(kueue.x-k8s.io/podset-unconstrained-topology)": "true"}}
+    }
+    for endpoint in tenant.endpoints:
+        share = tenant.share(endpoint.share)
+        assert share is not None
+        predictor = kserve.inference_service(tenant, endpoint, share, FLEET)["spec"]["predictor"]
+        asks = predictor.get("annotations") == {
+            "kueue.x-k8s.io/podset-unconstrained-topology": "true"
+        }
+        assert asks == (share.kind in ("whole", "mig")), endpoint.name
+    # A tenant with no topology-aware share gets no such rule.
+    hami_only = TenantSpec(slug="delta", shares=(FRACTIONS,))
+    assert kueue.tas_resources(hami_only, FLEET) == ()
+    names = [r["name"] for r in kyverno.tenant_policy(hami_only, FLEET)["spec"]["rules"]]
+    assert "request-topology-aware-scheduling" not in names

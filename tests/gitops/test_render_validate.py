@@ -450,6 +450,27 @@ BAD_FLEETS: list[tuple[str, FleetSpec, str, str]] = [
         "Only a MIG flavor",
     ),
     (
+        # Issue 26 finding 3: Kueue's TAS counts container requests, not ResourceClaims.
+        "topology-aware dra flavor",
+        dataclasses.replace(FLEET, flavors=(dataclasses.replace(FLEET.flavors[3], topology=True),)),
+        "flavors[0].topology",
+        "does not count ResourceClaims",
+    ),
+    (
+        "topology-aware hami flavor",
+        dataclasses.replace(FLEET, flavors=(dataclasses.replace(FLEET.flavors[2], topology=True),)),
+        "flavors[0].topology",
+        "HAMi's GPU memory and cores never appear",
+    ),
+    (
+        "topology not a boolean",
+        dataclasses.replace(
+            FLEET, flavors=(dataclasses.replace(FLEET.flavors[0], topology="yes"),)
+        ),
+        "flavors[0].topology",
+        "true, false or left out",
+    ),
+    (
         "product label twice",
         dataclasses.replace(
             FLEET,
