@@ -132,23 +132,60 @@ def apply_limit_defaults(pod: JsonObject, items: Iterable[tuple[str, JsonObject]
 def limit_range_problems(
     pod: Mapping[str, Any], items: Iterable[tuple[str, JsonObject]]
 ) -> list[str]:
+    """LimitRanger's validation of each container against ``min`` and ``max``, in its words
+    (kubernetes plugin/pkg/admission/limitranger/admission.go ``minConstraint``,
+    ``maxConstraint``): a ``max`` needs a limit on every container, which only ``default``
+    supplies to containers that set none."""
     problems = []
     for _, item in items:
         for container in containers(pod):
             resources = as_dict(container.get("resources"))
             limits = as_dict(resources.get("limits"))
             requests = as_dict(resources.get("requests"))
-            for name, value in as_dict(item.get("max")).items():
-                if name in limits and quantity(limits[name]) > quantity(value):
-                    problems.append(
-                        f"maximum {name} usage per Container is {value}, but limit is "
-                        f"{limits[name]}"
-                    )
             for name, value in as_dict(item.get("min")).items():
-                if name in requests and quantity(requests[name]) < quantity(value):
+                if name not in requests:
                     problems.append(
-                        f"minimum {name} usage per Container is {value}, but request is "
-                        f"{requests[name]}"
+                        f"Minimum {name} usage per Container is {value}.  No request is specified."
+                    )
+                elif quantity(requests[name]) < quantity(value):
+                    problems.append(
+                        f"Minimum {name} usage per Container is {value}, but request is "
+                        f"{requests[name]}."
+                    )
+            for name, value in as_dict(item.get("max")).items():
+                if name not in limits:
+                    problems.append(
+                        f"Maximum {name} usage per Container is {value}.  No limit is specified."
+                    )
+                elif quantity(limits[name]) > quantity(value):
+                    problems.append(
+                        f"Maximum {name} usage per Container is {value}, but limit is "
+                        f"{limits[name]}."
+                    )
+                elif name in requests and quantity(requests[name]) > quantity(value):
+                    problems.append(
+                        f"Maximum {name} usage per Container is {value}, but request is "
+                        f"{requests[name]}."
+                    )
+    return problems
+
+
+def validation_problems(pod: Mapping[str, Any]) -> list[str]:
+    """The API server's validation of the pod after mutation: no container may request more
+    than its limit (kubernetes pkg/apis/core/validation/validation.go
+    ``ValidateResourceRequirements``), so a LimitRange ``default`` limit below what a container
+    requests without a limit makes the pod invalid."""
+    problems = []
+    spec = as_dict(pod.get("spec"))
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(as_list(spec.get(kind))):
+            resources = as_dict(as_dict(container).get("resources"))
+            limits = as_dict(resources.get("limits"))
+            for name, value in as_dict(resources.get("requests")).items():
+                if name in limits and quantity(value) > quantity(limits[name]):
+                    problems.append(
+                        f"spec.{kind}[{index}].resources.requests: Invalid value: "
+                        f'"{value}": must be less than or equal to {name} limit of {limits[name]}'
                     )
     return problems
 
@@ -380,6 +417,9 @@ def admit_pod(store: Store, pod: JsonObject, *, webhooks: Iterable[Any] = ()) ->
     apply_limit_defaults(pod, items)
     for webhook in webhooks:
         webhook(pod)
+    invalid = validation_problems(pod)
+    if invalid:
+        raise Rejected(f'Pod "{name}" is invalid: {", ".join(invalid)}')
     level = enforce_level(store, namespace)
     security = pod_security_problems(pod, level)
     if security:

@@ -17,6 +17,16 @@ containers that set nothing a small default request for cpu, memory and ephemera
 so that they pass and are counted, and caps one container at the namespace budget. It sets no
 default ephemeral-storage *limit*: the kubelet evicts a pod whose emptyDir use exceeds the sum
 of its containers' limits, and KServe downloads a model into an emptyDir.
+
+The default cpu and memory *limits* are that same cap. LimitRanger needs a limit on every
+container once ``max`` is set ("Maximum cpu usage per Container is ... No limit is specified",
+kubernetes plugin/pkg/admission/limitranger/admission.go ``maxConstraint``), and fills a missing
+one from ``default`` whatever the container requests; a default below a request then makes the
+pod invalid ("must be less than or equal to cpu limit", pkg/apis/core/validation
+``ValidateResourceRequirements``). A small default (it was 1 CPU and 2Gi) refused every ordinary
+pod asking for more without a limit, and held the vCluster control plane of the ``large`` size
+to 1 CPU. With the cap as the default a container without a limit may use up to the budget,
+which is what "no limit" means inside a namespace whose requests the quota bounds.
 """
 
 from __future__ import annotations
@@ -29,7 +39,6 @@ from gitops.specs import FleetSpec, TenantSpec
 
 QUOTA_NAME = "tenant-quota"
 LIMIT_RANGE_NAME = "tenant-limits"
-DEFAULT_LIMIT = {"cpu": "1"}
 DEFAULT_REQUEST = {"cpu": "250m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
 # Kinds of Service a tenant may not create: they would open node ports or an external address
 # next to the fleet gateway.
@@ -65,6 +74,7 @@ def resource_quota(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
 
 
 def limit_range(tenant: TenantSpec) -> dict[str, Any]:
+    cap = {"cpu": str(tenant.cpu_quota), "memory": f"{tenant.memory_gib}Gi"}
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
@@ -73,13 +83,10 @@ def limit_range(tenant: TenantSpec) -> dict[str, Any]:
             "limits": [
                 {
                     "type": "Container",
-                    # A default above the max would make the API server reject the object.
-                    "default": {
-                        **DEFAULT_LIMIT,
-                        "memory": "2Gi" if tenant.memory_gib >= 2 else "1Gi",
-                    },
+                    # The default limit is the cap (see the module docstring).
+                    "default": dict(cap),
                     "defaultRequest": dict(DEFAULT_REQUEST),
-                    "max": {"cpu": str(tenant.cpu_quota), "memory": f"{tenant.memory_gib}Gi"},
+                    "max": dict(cap),
                 }
             ]
         },

@@ -22,6 +22,7 @@ from fleet.simulator.admission import (
 )
 from fleet.simulator.store import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Store
 from gitops.fleet import demo_fleet
+from gitops.render.quota import limit_range
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
@@ -269,6 +270,57 @@ def test_limit_ranges_default_limits_and_requests() -> None:
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["limits"] == {"memory": "1Gi"}
     assert resources["requests"] == {"cpu": "100m", "memory": "1Gi"}
+
+
+def _limited_store(item: dict[str, Any]) -> Store:
+    store = Store()
+    store.apply(NAMESPACES, {"metadata": {"name": "t"}}, 0)
+    store.apply(
+        LIMIT_RANGES,
+        {"metadata": {"name": "l", "namespace": "t"}, "spec": {"limits": [item]}},
+        0,
+    )
+    return store
+
+
+# The LimitRange the portal rendered before issue 26 (finding 7), for a 64-CPU namespace.
+OLD_LIMITS = {
+    "type": "Container",
+    "default": {"cpu": "1", "memory": "2Gi"},
+    "defaultRequest": {"cpu": "250m", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+    "max": {"cpu": "64", "memory": "512Gi"},
+}
+
+
+def test_a_default_limit_below_the_request_makes_the_pod_invalid() -> None:
+    # LimitRanger fills the missing limit from `default` whatever the request; the API
+    # server's validation then refuses request > limit (ValidateResourceRequirements).
+    pod = _pod(resources={"requests": {"cpu": "4", "memory": "8Gi"}})
+    with pytest.raises(Rejected) as caught:
+        admit_pod(_limited_store(OLD_LIMITS), pod)
+    assert "must be less than or equal to cpu limit of 1" in str(caught.value)
+    assert "must be less than or equal to memory limit of 2Gi" in str(caught.value)
+
+
+def test_a_max_without_a_default_limit_refuses_containers_without_limits() -> None:
+    # limitranger/admission.go maxConstraint: "No limit is specified".
+    item = {"type": "Container", "max": {"cpu": "64"}}
+    with pytest.raises(Rejected) as caught:
+        admit_pod(_limited_store(item), _pod(resources={"requests": {"cpu": "4"}}))
+    assert "Maximum cpu usage per Container is 64.  No limit is specified." in str(caught.value)
+
+
+def test_the_rendered_limit_range_admits_pods_that_ask_for_more_without_limits() -> None:
+    tenant = TenantSpec(slug="t", cpu_quota=64, memory_gib=512)
+    (item,) = limit_range(tenant)["spec"]["limits"]
+    pod = admit_pod(
+        _limited_store(item), _pod(resources={"requests": {"cpu": "4", "memory": "8Gi"}})
+    )
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "64", "memory": "512Gi"}
+    # ...and a container asking for more than one container may have is still refused.
+    with pytest.raises(Rejected) as caught:
+        admit_pod(_limited_store(item), _pod(resources={"limits": {"cpu": "65"}}))
+    assert "Maximum cpu usage per Container is 64, but limit is 65." in str(caught.value)
 
 
 @pytest.mark.parametrize(

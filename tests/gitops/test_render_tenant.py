@@ -235,11 +235,11 @@ def test_ephemeral_storage_has_a_default_request_but_no_default_limit() -> None:
     assert "ephemeral-storage" not in item["default"]
 
 
-def test_it_keeps_limit_range_defaults_under_the_max() -> None:
-    tiny = dataclasses.replace(rich_tenant(), memory_gib=1, cpu_quota=1)
-    (item,) = quota.limit_range(tiny)["spec"]["limits"]
-    assert item["default"] == {"cpu": "1", "memory": "1Gi"}
-    assert item["max"] == {"cpu": "1", "memory": "1Gi"}
+def test_the_limit_range_default_limit_is_the_cap() -> None:
+    # Issue 26 finding 7: a default below what a container requests makes it invalid.
+    tenant = dataclasses.replace(rich_tenant(), memory_gib=256, cpu_quota=48)
+    (item,) = quota.limit_range(tenant)["spec"]["limits"]
+    assert item["default"] == item["max"] == {"cpu": "48", "memory": "256Gi"}
 
 
 def test_it_denies_all_traffic_then_opens_dns_namespace_gateway_and_downloads() -> None:
