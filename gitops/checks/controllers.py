@@ -60,6 +60,7 @@ from kubernetes.utils import parse_quantity
 
 from gitops.checks.findings import Finding, mapping, object_ref, sequence
 from gitops.checks.manifests import iter_objects
+from gitops.render.kueue import TOPOLOGY_MODES
 from gitops.render.resources import flavor_capacity, quota_keys
 from gitops.render.vcluster import pool_labels
 from gitops.specs import FleetSpec
@@ -138,7 +139,7 @@ def _topology(items: list[Item], fleet: FleetSpec) -> list[Finding]:
     topologies = {
         str(mapping(obj.get("metadata")).get("name")) for _, obj in _of(items, KUEUE, "Topology")
     }
-    untopological = [flavor for flavor in fleet.flavors if flavor.mode in ("hami", "dra")]
+    untopological = [flavor for flavor in fleet.flavors if flavor.mode not in TOPOLOGY_MODES]
     for path, obj in _of(items, KUEUE, "ResourceFlavor"):
         spec = mapping(obj.get("spec"))
         topology = spec.get("topologyName")

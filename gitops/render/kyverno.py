@@ -472,21 +472,24 @@ def vcluster_account_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _limits_any_in(names: list[str]) -> dict[str, Any]:
+    """A precondition: some container of the pod has a limit on one of ``names``
+    (wildcards allowed)."""
+    return {
+        "key": "{{ request.object.spec.[initContainers, containers][]"
+        ".resources.limits.keys(@)[] || `[]` }}",
+        "operator": "AnyIn",
+        "value": names,
+    }
+
+
 def _tas_request_rule(tas: tuple[str, ...]) -> dict[str, Any]:
     return {
         "name": "request-topology-aware-scheduling",
         "match": _PODS,
-        "preconditions": {
-            "any": [
-                {
-                    "key": "{{ request.object.spec.[initContainers, containers][]"
-                    ".resources.limits.keys(@)[] || `[]` }}",
-                    "operator": "AnyIn",
-                    "value": list(tas),
-                }
-            ]
-        },
-        # "+( )" adds the annotation only where the pod does not set it.
+        "preconditions": {"any": [_limits_any_in(list(tas))]},
+        # "+( )" adds the annotation only where the pod does not set it (Kyverno's "add if not
+        # present" anchor, kyverno.io/docs/writing-policies/mutate).
         "mutate": {
             "patchStrategicMerge": {
                 "metadata": {"annotations": {f"+({kueue.TAS_REQUEST_ANNOTATION})": "true"}}
@@ -504,12 +507,7 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             "match": _PODS,
             "preconditions": {
                 "any": [
-                    {
-                        "key": "{{ request.object.spec.[initContainers, containers][]"
-                        ".resources.limits.keys(@)[] || `[]` }}",
-                        "operator": "AnyIn",
-                        "value": ["nvidia.com/*"],
-                    },
+                    _limits_any_in(["nvidia.com/*"]),
                     {
                         "key": "{{ length(request.object.spec.resourceClaims || `[]`) }}",
                         "operator": "GreaterThan",

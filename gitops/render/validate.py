@@ -306,6 +306,22 @@ def _validate_kubernetes_version(errors: _Errors, version: Any) -> None:
         )
 
 
+# Pools that topology-aware scheduling cannot place pods on, and why (gitops.render.kueue).
+NO_TOPOLOGY = {
+    "hami": (
+        "A HAMi pool cannot use topology-aware scheduling: Kueue fits pods against the "
+        "nodes' allocatable resources, where HAMi's GPU memory and cores never appear, so "
+        "no HAMi pod would be admitted. Leave topology out or set it to false."
+    ),
+    "dra": (
+        "A DRA pool cannot use topology-aware scheduling: Kueue sizes pods from their "
+        "containers and does not count ResourceClaims (Kueue's DRA limitations), so it "
+        "would place DRA pods on nodes without free GPUs. Leave topology out or set it to "
+        "false."
+    ),
+}
+
+
 def validate_fleet(fleet: FleetSpec) -> None:
     """Raise ``SpecError`` unless the fleet description can be rendered."""
     errors = _Errors()
@@ -580,21 +596,8 @@ def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
         _check_int(errors, f"{path}.hami_split", flavor.hami_split, 1, 100, "The HAMi split")
     if flavor.topology is not None and not isinstance(flavor.topology, bool):
         errors.add(f"{path}.topology", "topology must be true, false or left out.")
-    elif mode_ok and flavor.topology is True and flavor.mode == "hami":
-        errors.add(
-            f"{path}.topology",
-            "A HAMi pool cannot use topology-aware scheduling: Kueue fits pods against the "
-            "nodes' allocatable resources, where HAMi's GPU memory and cores never appear, so "
-            "no HAMi pod would be admitted. Leave topology out or set it to false.",
-        )
-    elif mode_ok and flavor.topology is True and flavor.mode == "dra":
-        errors.add(
-            f"{path}.topology",
-            "A DRA pool cannot use topology-aware scheduling: Kueue sizes pods from their "
-            "containers and does not count ResourceClaims (Kueue's DRA limitations), so it "
-            "would place DRA pods on nodes without free GPUs. Leave topology out or set it to "
-            "false.",
-        )
+    elif mode_ok and flavor.topology is True and flavor.mode in NO_TOPOLOGY:
+        errors.add(f"{path}.topology", NO_TOPOLOGY[flavor.mode])
     _validate_serving(errors, path, flavor)
     _check_label_key(errors, f"{path}.taint_key", flavor.taint_key, "The taint key")
 

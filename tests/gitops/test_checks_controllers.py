@@ -13,7 +13,6 @@ from gitops.render import dra, render_repository
 from gitops.render.kueue import cluster_queue
 from gitops.render.quota import resource_quota
 from gitops.render.tree import objects_for
-from gitops.specs import Flavor
 from tests.gitops import checks_samples as samples
 from tests.gitops.render_samples import CLAIMS, rich_tenant
 
@@ -48,20 +47,13 @@ def test_a_topology_aware_hami_flavor_is_refused() -> None:
 
 def test_a_topology_aware_dra_flavor_is_refused() -> None:
     # Issue 26 finding 3: Kueue's TAS ignores ResourceClaims (its DRA limitations).
-    dra = Flavor(
-        name="h100-dra",
-        product="NVIDIA-H100",
-        mode="dra",
-        gpus=8,
-        gpu_memory_mib=81_559,
-        node_labels=(("nvidia.com/gpu.deploy.device-plugin", "false"),),
-    )
+    dra = next(f for f in demo_fleet().flavors if f.mode == "dra")
     fleet = dataclasses.replace(FLEET, flavors=(*FLEET.flavors, dra))
-    flavor = samples.resource_flavor("h100-dra")
+    flavor = samples.resource_flavor(dra.name)
     [finding] = check_controllers([flavor, samples.topology()], fleet)
-    assert (finding.object, finding.rule) == ("ResourceFlavor/h100-dra", "tas-dra")
+    assert (finding.object, finding.rule) == (f"ResourceFlavor/{dra.name}", "tas-dra")
     assert "ResourceClaims" in finding.message
-    assert rules([samples.resource_flavor("h100-dra", topology=False)], fleet) == []
+    assert rules([samples.resource_flavor(dra.name, topology=False)], fleet) == []
 
 
 def test_topology_levels_must_be_labels_the_nodes_carry() -> None:
