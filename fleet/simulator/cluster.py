@@ -51,6 +51,7 @@ from typing import Any
 from fleet.simulator.admission import Rejected, admit_pod
 from fleet.simulator.config import POOL_LABEL, QUEUE_LABEL, NodeGroup, SeedWorkload, SimConfig
 from fleet.simulator.dcgm import GpuSample
+from fleet.simulator.hami import HamiWebhook
 from fleet.simulator.kserve import StorageInitializerWebhook
 from fleet.simulator.kueue import Kueue
 from fleet.simulator.kueue import gated as kueue_gated
@@ -359,6 +360,7 @@ class Cluster:
         self._recreations: list[_Recreation] = []
         self.kueue = Kueue(store)
         self.storage_initializer = StorageInitializerWebhook(store)
+        self.hami = HamiWebhook(store)
         self._pod_ips = 0
         self._started = now
         # Every placement with its requests, kept after the pod goes: OpenCost prices the past.
@@ -877,7 +879,11 @@ class Cluster:
                 metadata=metadata, spec=spec, status={"phase": "Pending", "qosClass": "Burstable"}
             )
             if admission:
-                webhooks = [self.storage_initializer, *([self.kueue.mutate] if queue else [])]
+                webhooks = [
+                    self.storage_initializer,
+                    *([self.kueue.mutate] if queue else []),
+                    self.hami,
+                ]
                 new = admit_pod(self.store, new, webhooks=webhooks)
             stored = self.store.apply(PODS, new, now)
             if kueue_gated(stored):

@@ -51,6 +51,11 @@ rules mean the same for pods made by a Deployment, a Job or a vCluster):
   pkg/device/nvidia/device.go ``defaultExclusiveCoreIfNeeded``/``GenerateResourceRequests``),
   while Kueue and the quota charge one slot. Memory as a percentage is counted by neither, so
   it is refused with the reason;
+- ``cap-hami-slot-size`` (only while the tenant has HAMi shares): HAMi gives every vGPU of a
+  container the ``gpumem``/``gpucores`` it names, while Kueue and the quota charge the
+  container's one value, so a container asks at most the largest slot of the tenant's HAMi
+  shares per vGPU (``gitops.render.resources.hami_slot_caps``): ``vgpu: 4, gpumem: 96000``
+  against a share of 24000 MiB slots would hold 384000 MiB while charged 96000;
 - ``limit-gpus-per-pod``: ``nvidia.com/gpu`` (whole GPUs) summed over a pod's containers at
   most the tenant's whole-GPU quota, and never above the fleet's per-tenant cap;
 - ``confine-http-routes``: an HTTPRoute of the tenant names exactly the tenant's own host
@@ -198,6 +203,34 @@ def _hami_limits_rule() -> dict[str, Any]:
                         "operator": "AnyIn",
                         "value": _ELEMENT_LIMITS,
                     },
+                ]
+            ),
+        ),
+    }
+
+
+def _hami_slot_rule(memory_mib: int, cores_percent: int) -> dict[str, Any]:
+    """Each HAMi container asks at most one slot's memory and cores per vGPU (see
+    ``gitops.render.resources.hami_slot_caps``)."""
+    return {
+        "name": "cap-hami-slot-size",
+        "match": _PODS,
+        "validate": _enforce(
+            f"HAMi gives every vGPU of a container the {resources.GPUMEM} and "
+            f"{resources.GPUCORES} it names: per vGPU this tenant may ask at most "
+            f"{memory_mib} MiB and {cores_percent} %, the largest slot of its shares "
+            f"(ask for more {resources.VGPU} instead).",
+            foreach=_hami_foreach(
+                [
+                    {
+                        "key": f"{{{{ element.resources.limits.\"{name}\" || '0' }}}}",
+                        "operator": "GreaterThan",
+                        "value": cap,
+                    }
+                    for name, cap in (
+                        (resources.GPUMEM, memory_mib),
+                        (resources.GPUCORES, cores_percent),
+                    )
                 ]
             ),
         ),
@@ -574,6 +607,9 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             ),
         },
     ]
+    slot = resources.hami_slot_caps(tenant.shares)
+    if slot is not None:
+        rules.insert(rules.index(_hami_limits_rule()) + 1, _hami_slot_rule(*slot))
     tas = kueue.tas_resources(tenant, fleet)
     if tas:
         rules.insert(0, _tas_request_rule(tas))

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 
 from gitops.specs import Flavor, FleetSpec, GpuShare
@@ -91,6 +92,22 @@ def kueue_resources(share: GpuShare) -> dict[str, int]:
             GPUCORES: share.count * share.gpucores_percent,
         }
     return {dra_device_class(share): share.count}
+
+
+def hami_slot_caps(shares: Iterable[GpuShare]) -> tuple[int, int] | None:
+    """The most ``nvidia.com/gpumem`` (MiB) and ``nvidia.com/gpucores`` (percent) one container
+    of the tenant may ask per vGPU: the largest slot of its HAMi shares, or None without any.
+
+    HAMi gives *every* vGPU of a container the memory and cores it names (HAMi v2.10.0
+    pkg/device/nvidia/device.go ``GenerateResourceRequests``: one ``Memreq``/``Coresreq`` for
+    ``Nums`` devices), while Kueue and the API server's quota charge the container's single
+    value. Capped at a slot, a container's memory is at most its slots times a slot, which is
+    what Kueue charged it in ``nvidia.com/vgpu``; HAMi's own quota (the ResourceQuota's
+    ``limits.`` keys, counted per device, pkg/device/quota.go) bounds the namespace's sum."""
+    hami = [share for share in shares if share.kind == "hami"]
+    if not hami:
+        return None
+    return (max(s.gpumem_mib for s in hami), max(s.gpucores_percent for s in hami))
 
 
 def kueue_limit(share: GpuShare, limit: int) -> dict[str, int]:

@@ -5,6 +5,8 @@ used to render it, and shows the failure instead of "ready"."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -20,9 +22,10 @@ from fleet.simulator.admission import (
     pod_security_problems,
     pod_usage,
 )
+from fleet.simulator.hami import HamiWebhook
 from fleet.simulator.store import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Store
 from gitops.fleet import demo_fleet
-from gitops.render.quota import limit_range
+from gitops.render.quota import limit_range, resource_quota
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
@@ -449,3 +452,87 @@ def test_without_the_topology_request_the_whole_gpu_endpoint_waits_for_ever(
     assert ready["status"] == "False"
     assert 'Flavor "h200" supports only TopologyAwareScheduling' in ready["message"]
     assert endpoint_ready(simulator, "epsilon", "small")["status"] == "True"
+
+
+# --- issue 26 finding 4: HAMi charges memory and cores per vGPU device -----------------------
+
+
+def _hami_pod(name: str, vgpu: str, gpumem: str, *, node: str = "") -> dict[str, Any]:
+    pod = _pod(
+        resources={
+            "limits": {
+                "nvidia.com/vgpu": vgpu,
+                "nvidia.com/gpumem": gpumem,
+                "cpu": "1",
+                "memory": "1Gi",
+            },
+        }
+    )
+    pod["metadata"] = {"name": name, "namespace": "t"}
+    if node:
+        pod["spec"]["nodeName"] = node
+    return pod
+
+
+def _hami_store(tenant: TenantSpec) -> Store:
+    store = Store()
+    store.apply(NAMESPACES, {"metadata": {"name": "t"}}, 0)
+    quota = resource_quota(tenant, demo_fleet())
+    quota["metadata"]["namespace"] = "t"
+    store.apply(RESOURCE_QUOTAS, quota, 0)
+    return store
+
+
+# Four slots of 24000 MiB that borrow nothing: the quota's limits.nvidia.com/gpumem is 96000.
+CAPPED = TenantSpec(
+    slug="t",
+    cpu_quota=64,
+    memory_gib=512,
+    shares=(dataclasses.replace(HAMI.shares[0], borrowing_limit=0),),
+)
+
+
+def test_hamis_quota_counts_every_vgpu_of_a_container() -> None:
+    store = _hami_store(CAPPED)
+    assert store.list(RESOURCE_QUOTAS, "t")[0]["spec"]["hard"]["limits.nvidia.com/gpumem"] == (
+        "96000"
+    )
+    hami = HamiWebhook(store)
+    # One container's value is 96000, within the API server's quota; its four devices hold
+    # 384000 MiB (HAMi v2.10.0 webhook.go fitResourceQuota: Memreq x Nums).
+    escape = admit_pod(store, _hami_pod("escape", "4", "96000"))
+    with pytest.raises(Rejected) as caught:
+        hami(escape)
+    assert str(caught.value) == (
+        'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
+    )
+    hami(_hami_pod("fits", "4", "24000"))
+    # What the scheduler already allocated (bound pods) counts; pending ones do not.
+    store.apply(PODS, _hami_pod("running", "2", "24000", node="n1"), 0)
+    store.apply(PODS, _hami_pod("pending", "2", "24000"), 0)
+    hami(_hami_pod("two-more", "2", "24000"))
+    with pytest.raises(Rejected):
+        hami(_hami_pod("three-more", "3", "24000"))
+
+
+def test_the_simulator_runs_hamis_webhook_when_it_creates_pods(
+    simulator: Simulator, settings: Any
+) -> None:
+    play(simulator, settings, render_repository(demo_fleet(), [CAPPED_DELTA]))
+    # Two vGPUs of 96000 MiB: the API server's quota sees 96000 of 96000, HAMi 192000.
+    escape = _hami_pod("escape", "2", "96000")
+    escape["metadata"]["namespace"] = "delta"
+    escape["spec"]["containers"][0]["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    with pytest.raises(Rejected) as caught:
+        simulator.cluster.create_pod(escape, "escape", time.time())
+    assert str(caught.value) == (
+        'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota'
+    )
+
+
+CAPPED_DELTA = dataclasses.replace(HAMI, shares=CAPPED.shares, endpoints=())

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from gitops.fleet import demo_fleet
-from gitops.render import kserve, kueue, kyverno, network, quota, rbac, vcluster
+from gitops.render import kserve, kueue, kyverno, network, quota, rbac, resources, vcluster
 from gitops.render.tree import objects_for, render_tenant_tree
 from gitops.render.yamlio import load_documents
 from gitops.specs import TenantClusterSpec, TenantSpec
@@ -354,6 +354,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "forbid-hami-bypass-env",
         "forbid-envfrom-with-hami",
         "require-hami-limits",
+        "cap-hami-slot-size",
         "restrict-image-registries",
         "limit-gpus-per-pod",
         "confine-http-routes",
@@ -782,3 +783,36 @@ def test_pods_on_topology_aware_flavors_ask_for_it_when_the_queue_mixes_flavors(
     assert kueue.tas_resources(hami_only, FLEET) == ()
     names = [r["name"] for r in kyverno.tenant_policy(hami_only, FLEET)["spec"]["rules"]]
     assert "request-topology-aware-scheduling" not in names
+
+
+def test_each_hami_container_asks_at_most_one_slot_per_vgpu() -> None:
+    # Issue 26 finding 4: HAMi gives every vGPU of a container the memory it names, Kueue and
+    # the quota charge it once: vgpu 4 x gpumem 96000 held 384000 MiB on a 96000 MiB charge.
+    wide = dataclasses.replace(FRACTIONS, name="wide", count=2, gpumem_mib=40_000)
+    tenant = dataclasses.replace(rich_tenant(), shares=(*rich_tenant().shares, wide))
+    assert resources.hami_slot_caps(tenant.shares) == (40_000, 30)
+    rules = [r["name"] for r in kyverno.tenant_policy(tenant, FLEET)["spec"]["rules"]]
+    assert rules.index("cap-hami-slot-size") == rules.index("require-hami-limits") + 1
+    rule = {r["name"]: r for r in kyverno.tenant_policy(tenant, FLEET)["spec"]["rules"]}[
+        "cap-hami-slot-size"
+    ]
+    (each,) = rule["validate"]["foreach"]
+    assert each["list"] == "request.object.spec.[initContainers, containers][]"
+    assert each["deny"]["conditions"]["any"] == [
+        {
+            "key": "{{ element.resources.limits.\"nvidia.com/gpumem\" || '0' }}",
+            "operator": "GreaterThan",
+            "value": 40_000,
+        },
+        {
+            "key": "{{ element.resources.limits.\"nvidia.com/gpucores\" || '0' }}",
+            "operator": "GreaterThan",
+            "value": 30,
+        },
+    ]
+    assert "40000 MiB and 30 %" in rule["validate"]["message"]
+    # No HAMi share, no rule.
+    plain = dataclasses.replace(tenant, shares=(TRAIN,), endpoints=(), clusters=())
+    assert resources.hami_slot_caps(plain.shares) is None
+    names = [r["name"] for r in kyverno.tenant_policy(plain, FLEET)["spec"]["rules"]]
+    assert "cap-hami-slot-size" not in names
