@@ -182,6 +182,10 @@ class FleetSpec:
     # The address NodeLocal DNSCache answers on, when the cluster runs it (pods then send DNS
     # to this link-local address, 169.254.20.10 by default, not to kube-dns pods); "" when not.
     node_local_dns: str = ""
+    # Where the host cluster's API server answers (CIDRs of its endpoints): tenant clusters'
+    # control planes may reach it and nothing else. Empty: ports 443 and 6443 anywhere but the
+    # link-local range (gitops/render/network.py).
+    api_server_cidrs: tuple[str, ...] = ()
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)

@@ -31,6 +31,10 @@ with a valid object is the escape:
 - an ExternalSecret may use a ClusterSecretStore (which answers every namespace) only in the
   platform-owned part, and only for remote keys under ``ai-factory/tenants/<slug>/``
   (``gitops.render.secrets``); a tenant's own must use a SecretStore of its namespace;
+- a tenant's pods and pod templates may not carry the labels the namespace's NetworkPolicies
+  trust (a model server's, a tenant-cluster control plane's), its Services need a selector
+  and may not be ``ExternalName``, and its routes use only Services (``gitops.render.network``,
+  the Kyverno policy ``tenant-creators`` holding the same in the cluster);
 - a LiteLLM model ConfigMap (label ``ai-factory.io/litellm-model``) is refused in
   ``workloads/``, and in the platform-owned part may not use ``os.environ/`` (LiteLLM replaces
   it with the proxy's own environment, secrets included: https://docs.litellm.ai/docs/proxy/configs)
@@ -58,6 +62,7 @@ from gitops.checks.manifests import (
 )
 from gitops.checks.schema import SchemaRegistry, Scope, get_registry
 from gitops.render import secrets
+from gitops.render.kyverno import RESERVED_LABEL_KEYS, RESERVED_LABELS
 from gitops.render.meta import LITELLM_MODEL_LABEL, LOCAL_QUEUE, TENANT_LABEL
 from gitops.render.vcluster import CHART_VERSION
 
@@ -447,6 +452,7 @@ class _Rules:
             )
         if kind in HOSTNAME_ROUTE_KINDS:
             findings.extend(self._route_confinement(path, obj, slug))
+        findings.extend(_backend_findings(path, obj))
         if kind == "ConfigMap" and _labels(obj).get(LITELLM_MODEL_LABEL) is not None:
             add(
                 "litellm-config",
@@ -847,6 +853,63 @@ def _default_queue(path: str, obj: Mapping[str, Any]) -> list[Finding]:
 
 
 _URL = re.compile(r"(?P<scheme>https?)://(?P<host>[A-Za-z0-9.-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
+
+
+def _pod_label_maps(obj: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """The labels a pod, or the pods a workload object creates, would carry."""
+    spec = mapping(obj.get("spec"))
+    templates = (
+        mapping(spec.get("template")),
+        mapping(mapping(mapping(spec.get("jobTemplate")).get("spec")).get("template")),
+    )
+    if obj.get("kind") == "Pod":
+        yield _labels(obj)
+    for template in templates:
+        yield _labels(template)
+
+
+def _backend_findings(path: str, obj: Mapping[str, Any]) -> Iterator[Finding]:
+    """What a tenant's own objects may not do to the network (``gitops.render.network``): carry
+    the labels its policies trust, or give a route a backend other than the tenant's pods."""
+    ref = object_ref(obj)
+    kind = obj.get("kind")
+    for labels in _pod_label_maps(obj):
+        reserved = [key for key in RESERVED_LABEL_KEYS if key in labels] + [
+            f"{key}: {value}" for key, value in RESERVED_LABELS if labels.get(key) == value
+        ]
+        if reserved:
+            yield Finding(
+                path,
+                ref,
+                "reserved-label",
+                f"{', '.join(reserved)} marks the platform's model servers or tenant-cluster "
+                "control planes, whose network access depends on it; tenant workloads may not "
+                "carry it",
+            )
+    spec = mapping(obj.get("spec"))
+    if kind == "Service" and (spec.get("type") == "ExternalName" or not spec.get("selector")):
+        yield Finding(
+            path,
+            ref,
+            "service-selector",
+            "a tenant Service needs a selector and may not be an ExternalName: without one its "
+            "endpoints, and the routes that use it, could point at any address",
+        )
+    if kind in ROUTE_KINDS:
+        for rule in spec.get("rules") or []:
+            for backend in mapping(rule).get("backendRefs") or []:
+                backend = mapping(backend)
+                if backend.get("kind", "Service") != "Service" or backend.get("group", "") not in (
+                    "",
+                    "core",
+                ):
+                    yield Finding(
+                        path,
+                        ref,
+                        "route-backend",
+                        f"backend {backend.get('group', '')}/{backend.get('kind')} "
+                        f"{backend.get('name')!r}: a tenant route may only use Services",
+                    )
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -58,10 +58,16 @@ rules mean the same for pods made by a Deployment, a Job or a vCluster):
   against a share of 24000 MiB slots would hold 384000 MiB while charged 96000;
 - ``limit-gpus-per-pod``: ``nvidia.com/gpu`` (whole GPUs) summed over a pod's containers at
   most the tenant's whole-GPU quota, and never above the fleet's per-tenant cap;
+- ``confine-route-backends``: an HTTPRoute's backends (and mirrors) are ``Service``s of the
+  tenant's own namespace;
 - ``confine-http-routes``: an HTTPRoute of the tenant names exactly the tenant's own host
   ``<slug>.<gateway hostname>`` and carries the tenant label (the same rule as the isolation
   check, in the cluster: a route on a shared host could take another tenant's requests, and
   the gateway's key check selects routes by the label).
+
+In ``tenant-creators`` (background off: the rules read who asks), for the namespace's own
+service accounts only: ``reserve-platform-labels`` and ``require-service-selectors``
+(``tenant_creator_rules``).
 
 The JMESPath expressions follow the kyverno/policies library; they are data here, never text
 assembled around user input (the only inputs are fleet settings and numbers).
@@ -225,7 +231,9 @@ def _hami_slot_rule(memory_mib: int, cores_percent: int) -> dict[str, Any]:
                     {
                         "key": f"{{{{ element.resources.limits.\"{name}\" || '0' }}}}",
                         "operator": "GreaterThan",
-                        "value": cap,
+                        # A quantity, not a number: the API server hands Kyverno quantities in
+                        # canonical form (96000 is "96k"), which compares with a quantity only.
+                        "value": str(cap),
                     }
                     for name, cap in (
                         (resources.GPUMEM, memory_mib),
@@ -368,55 +376,61 @@ VCLUSTER_ACCOUNTS_POLICY = "vcluster-accounts"
 
 
 def tenant_policies(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
-    """Everything in ``kyverno-policy.yaml``: the guardrails, and the vCluster account guard
-    while the tenant has clusters."""
+    """Everything in ``kyverno-policy.yaml``: the guardrails, what the tenant's accounts may
+    create, and the vCluster account guard while the tenant has clusters."""
     policies = [tenant_policy(tenant, fleet)]
-    rules = vcluster_account_rules(tenant)
-    if rules:
-        policies.append(
-            {
-                "apiVersion": API,
-                "kind": "Policy",
-                "metadata": metadata(
-                    VCLUSTER_ACCOUNTS_POLICY,
-                    tenant.slug,
-                    tenant=tenant.slug,
-                    annotations={"pod-policies.kyverno.io/autogen-controllers": "none"},
-                ),
-                # The rules read the requesting user, which a background scan does not have
-                # (Kyverno refuses userInfo in background policies).
-                "spec": {"background": False, "rules": rules},
-            }
-        )
+    for name, rules in (
+        (TENANT_CREATORS_POLICY, tenant_creator_rules(tenant)),
+        (VCLUSTER_ACCOUNTS_POLICY, vcluster_account_rules(tenant)),
+    ):
+        if rules:
+            policies.append(
+                {
+                    "apiVersion": API,
+                    "kind": "Policy",
+                    "metadata": metadata(
+                        name,
+                        tenant.slug,
+                        tenant=tenant.slug,
+                        annotations={"pod-policies.kyverno.io/autogen-controllers": "none"},
+                    ),
+                    # The rules read the requesting user, which a background scan does not
+                    # have (Kyverno refuses userInfo in background policies).
+                    "spec": {"background": False, "rules": rules},
+                }
+            )
     return policies
 
 
-KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+KUEUE_GATE_PREFIX = "kueue.x-k8s.io/"
 
 
-def _gates(source: str) -> str:
+def _kueue_gates(source: str) -> str:
     return (
-        f"{{{{ length({source}.spec.schedulingGates[?name == '{KUEUE_ADMISSION_GATE}'] "
-        "|| `[]`) }}"
+        f"{{{{ {source}.spec.schedulingGates[?starts_with(name, '{KUEUE_GATE_PREFIX}')].name "
+        "|| `[]` }}"
     )
 
 
 def vcluster_gate_rule(tenant: TenantSpec) -> dict[str, Any]:
-    """A tenant cluster's syncer may not lift Kueue's admission gate.
+    """A tenant cluster's syncer may not lift any of Kueue's scheduling gates.
 
-    Kueue's pod webhook gates a host pod that carries a queue name until its workload is
-    admitted. vCluster's pods syncer, on every later update of the host pod, sets its
-    ``schedulingGates`` to the virtual pod's (loft-sh/vcluster v0.35.3
-    ``pkg/controllers/resources/pods/translate/diff.go`` ``calcSpecDiff``), and the virtual pod
-    has none: the gate would go and the pod would run unadmitted, outside the tenant's quota.
-    Only Kueue removes it; the syncer's update is refused until then (it retries).
+    Kueue gates a host pod until its workload is admitted (``kueue.x-k8s.io/admission``), and
+    until topology-aware scheduling has placed it (``kueue.x-k8s.io/topology``); it has others
+    (``elastic-job``, ``multikueue``, ``concurrent-admission``: kueue v0.19.2
+    apis/kueue/v1beta2/constants.go, topology_types.go, pkg/controller/constants). vCluster's
+    pods syncer, on every later update of the host pod, sets its ``schedulingGates`` to the
+    virtual pod's (loft-sh/vcluster v0.35.3 ``pkg/controllers/resources/pods/translate/diff.go``
+    ``calcSpecDiff``), and the virtual pod has none: a gate would go and the pod would run
+    unadmitted, outside the tenant's quota, or off its topology. Only Kueue removes them; the
+    syncer's update is refused while it would drop one (it retries).
     """
     syncers = [
         f"system:serviceaccount:{tenant.slug}:{vcluster.service_account(cluster)}"
         for cluster in sorted(tenant.clusters, key=lambda c: c.name)
     ]
     return {
-        "name": "vcluster-keeps-kueue-gate",
+        "name": "vcluster-keeps-kueue-gates",
         "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]},
         "preconditions": {
             "all": [
@@ -424,12 +438,15 @@ def vcluster_gate_rule(tenant: TenantSpec) -> dict[str, Any]:
             ]
         },
         "validate": _enforce(
-            "Kueue has not admitted this pod yet; only Kueue may remove its admission gate.",
+            f"Only Kueue may remove its scheduling gates ({KUEUE_GATE_PREFIX}*) from a pod.",
             deny={
                 "conditions": {
                     "all": [
-                        {"key": _gates("request.oldObject"), "operator": "GreaterThan", "value": 0},
-                        {"key": _gates("request.object"), "operator": "Equals", "value": 0},
+                        {
+                            "key": _kueue_gates("request.oldObject"),
+                            "operator": "AnyNotIn",
+                            "value": "{{ request.object.spec.schedulingGates[].name || `[]` }}",
+                        },
                     ]
                 }
             },
@@ -507,9 +524,11 @@ def vcluster_account_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
 
 def _limits_any_in(names: list[str]) -> dict[str, Any]:
     """A precondition: some container of the pod has a limit on one of ``names``
-    (wildcards allowed)."""
+    (wildcards allowed). The pipe and filter keep ``keys`` off a missing init container list or
+    a container without limits: Kyverno's JMESPath fails the expression there, and the
+    ``|| []`` then made the precondition false for every pod without init containers."""
     return {
-        "key": "{{ request.object.spec.[initContainers, containers][]"
+        "key": "{{ request.object.spec.[initContainers, containers][] | [?resources.limits]"
         ".resources.limits.keys(@)[] || `[]` }}",
         "operator": "AnyIn",
         "value": names,
@@ -529,6 +548,134 @@ def _tas_request_rule(tas: tuple[str, ...]) -> dict[str, Any]:
             }
         },
     }
+
+
+_BACKEND_REFS = (
+    "request.object.spec.rules[].[backendRefs[], filters[].requestMirror.backendRef][][]"
+)
+
+
+def _route_backends_rule(tenant: TenantSpec) -> dict[str, Any]:
+    """An HTTPRoute's backends are Services of the tenant's namespace (with ``tenant-creators``
+    refusing selectorless ones, a route reaches only pods the tenant runs)."""
+    return {
+        "name": "confine-route-backends",
+        "match": {"any": [{"resources": {"kinds": ["gateway.networking.k8s.io/v1/HTTPRoute"]}}]},
+        "validate": _enforce(
+            f"An HTTPRoute of this tenant may only send requests to Services in {tenant.slug}.",
+            deny={
+                "conditions": {
+                    "any": [
+                        {
+                            "key": f"{{{{ {_BACKEND_REFS}.kind || `[]` }}}}",
+                            "operator": "AnyNotIn",
+                            "value": ["Service"],
+                        },
+                        {
+                            "key": f"{{{{ {_BACKEND_REFS}.group || `[]` }}}}",
+                            "operator": "AnyNotIn",
+                            "value": ["", "core"],
+                        },
+                        {
+                            "key": f"{{{{ {_BACKEND_REFS}.namespace || `[]` }}}}",
+                            "operator": "AnyNotIn",
+                            "value": [tenant.slug],
+                        },
+                    ]
+                }
+            },
+        ),
+    }
+
+
+# Labels the tenant's NetworkPolicies select platform pods by (gitops.render.network): KServe
+# puts the first on predictor pods, the vCluster chart the second on control planes.
+RESERVED_LABEL_KEYS = ("serving.kserve.io/inferenceservice",)
+RESERVED_LABELS = (("app", "vcluster"),)
+_ALL_LABELS = (
+    "request.object.[metadata.labels, spec.template.metadata.labels, "
+    "spec.jobTemplate.spec.template.metadata.labels][?@]"
+)
+TENANT_CREATORS_POLICY = "tenant-creators"
+
+
+def tenant_creator_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
+    """What the tenant's own accounts (its Flux, its vCluster syncers, its pods) may create in
+    its namespace, beyond RBAC: no pod or pod template with the labels the NetworkPolicies
+    trust (see ``gitops.render.network``), and no Service a route could use to reach what the
+    tenant does not run (an ``ExternalName``, or a Service without a selector, whose endpoints
+    anyone may write; vCluster would sync a virtual one's verbatim, ``gitops.render.vcluster``).
+    Platform controllers (KServe's, helm-controller, the ReplicaSet and StatefulSet
+    controllers) are not the namespace's accounts and are not affected."""
+    on_create_or_update = ["CREATE", "UPDATE"]
+    return [
+        {
+            "name": "reserve-platform-labels",
+            "match": {
+                "any": [
+                    {
+                        "resources": {
+                            "kinds": ["Pod", *POD_CONTROLLER_KINDS],
+                            "operations": on_create_or_update,
+                        }
+                    }
+                ]
+            },
+            "preconditions": _FROM_OWN_NAMESPACE,
+            "validate": _enforce(
+                "The labels "
+                + ", ".join([*RESERVED_LABEL_KEYS, *(f"{k}: {v}" for k, v in RESERVED_LABELS)])
+                + " mark the platform's model servers and tenant-cluster control planes, whose "
+                "network access depends on them; tenant workloads may not carry them.",
+                deny={
+                    "conditions": {
+                        "any": [
+                            {
+                                "key": f"{{{{ {_ALL_LABELS}.keys(@)[] || `[]` }}}}",
+                                "operator": "AnyIn",
+                                "value": list(RESERVED_LABEL_KEYS),
+                            },
+                            *(
+                                {
+                                    "key": f'{{{{ {_ALL_LABELS}."{key}" || `[]` }}}}',
+                                    "operator": "AnyIn",
+                                    "value": [value],
+                                }
+                                for key, value in RESERVED_LABELS
+                            ),
+                        ]
+                    }
+                },
+            ),
+        },
+        {
+            "name": "require-service-selectors",
+            "match": {
+                "any": [{"resources": {"kinds": ["Service"], "operations": on_create_or_update}}]
+            },
+            "preconditions": _FROM_OWN_NAMESPACE,
+            "validate": _enforce(
+                f"Services in {tenant.slug} select the tenant's pods: a Service without a "
+                "selector, or of type ExternalName, could point a route at any address.",
+                deny={
+                    "conditions": {
+                        "any": [
+                            {
+                                "key": "{{ request.object.spec.type || 'ClusterIP' }}",
+                                "operator": "Equals",
+                                "value": "ExternalName",
+                            },
+                            {
+                                "key": "{{ length(request.object.spec.selector || `{}`) }}",
+                                "operator": "Equals",
+                                "value": 0,
+                            },
+                        ]
+                    }
+                },
+            ),
+        },
+    ]
 
 
 def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
@@ -648,6 +795,7 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
             ),
         }
     )
+    rules.append(_route_backends_rule(tenant))
     return {
         "apiVersion": API,
         "kind": "Policy",

@@ -28,8 +28,19 @@
   server pods (where KServe's storage initializer runs) reach public HTTPS, never private
   ranges or the cloud metadata address.
 
-A vCluster adds policies of its own (``policies.networkPolicy`` in its values) for its control
-plane; policies only ever add allowed traffic, so they combine with these.
+- ``allow-vcluster-control-plane`` (with tenant clusters): their control planes reach the
+  host API server, on the fleet's ``api_server_cidrs`` (without them: ports 443 and 6443 on any
+  address outside the link-local range, where the metadata service answers), and, with the
+  fleet's ``cluster_oidc``, kustomize-controller reaches their API servers (Flux applies the
+  members' bindings through the exported kubeconfig, ``cluster_access.py``). The vCluster chart
+  renders no policies of its own (``gitops.render.vcluster``);
+- ``allow-vcluster-api`` (with ``vcluster_api_domain``): the gateway reaches the API servers.
+
+The policies select pods by labels only the platform's controllers may set: the Kyverno policy
+``tenant-creators`` (``gitops.render.kyverno``) refuses ``serving.kserve.io/inferenceservice``
+and ``app: vcluster`` on pods and pod templates that the tenant's own accounts (its Flux, a
+vCluster syncer, which copies a virtual pod's labels but ``release``) create, so a tenant pod
+cannot take a model server's public egress or a control plane's way to the API server.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from typing import Any
 
 from gitops.render import vcluster
 from gitops.render.gateway import API_KEY_HEADER, API_KEY_SECRET
-from gitops.render.meta import metadata
+from gitops.render.meta import FLUX_NAMESPACE, metadata
 from gitops.specs import FleetSpec, TenantSpec
 
 API = "networking.k8s.io/v1"
@@ -142,6 +153,10 @@ def gateway_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
 
 
 VCLUSTER_PODS = {"matchLabels": {"app": "vcluster"}}
+# The host API server's ports (443 through the kubernetes Service, 6443 on the endpoints).
+API_SERVER_PORTS = (443, 6443)
+# kustomize-controller's pods (fluxcd/kustomize-controller config/manager/deployment.yaml).
+KUSTOMIZE_CONTROLLER = {"matchLabels": {"app": "kustomize-controller"}}
 
 
 def vcluster_api_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | None:
@@ -152,6 +167,44 @@ def vcluster_api_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] 
     return _from_gateway(
         tenant, fleet, "allow-vcluster-api", VCLUSTER_PODS, vcluster.API_SERVER_PORT
     )
+
+
+def vcluster_control_plane_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | None:
+    """``allow-vcluster-control-plane`` (see the module docstring)."""
+    if not tenant.clusters:
+        return None
+    pods = {
+        "matchLabels": dict(VCLUSTER_PODS["matchLabels"]),
+        "matchExpressions": [
+            {
+                "key": "release",
+                "operator": "In",
+                "values": sorted(cluster.name for cluster in tenant.clusters),
+            }
+        ],
+    }
+    blocks: list[dict[str, Any]] = [
+        {"ipBlock": {"cidr": cidr}} for cidr in fleet.api_server_cidrs
+    ] or [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]
+    spec: dict[str, Any] = {
+        "podSelector": pods,
+        "policyTypes": ["Egress"],
+        "egress": [
+            {
+                "to": blocks,
+                "ports": [{"protocol": "TCP", "port": port} for port in API_SERVER_PORTS],
+            }
+        ],
+    }
+    if fleet.cluster_oidc is not None:
+        spec["policyTypes"] = ["Ingress", "Egress"]
+        spec["ingress"] = [
+            {
+                "from": [{**_from_namespace(FLUX_NAMESPACE), "podSelector": KUSTOMIZE_CONTROLLER}],
+                "ports": [{"protocol": "TCP", "port": vcluster.API_SERVER_PORT}],
+            }
+        ]
+    return _policy(tenant, "allow-vcluster-control-plane", spec)
 
 
 DNS_PORTS = ({"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53})
@@ -228,7 +281,10 @@ def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]
                 },
             )
         )
-    api = vcluster_api_policy(tenant, fleet)
-    if api is not None:
-        objs.append(api)
+    for optional in (
+        vcluster_control_plane_policy(tenant, fleet),
+        vcluster_api_policy(tenant, fleet),
+    ):
+        if optional is not None:
+            objs.append(optional)
     return objs

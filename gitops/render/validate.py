@@ -344,6 +344,18 @@ def validate_fleet(fleet: FleetSpec) -> None:
                 f"{fleet.node_local_dns!r} is not an IP address: give the address NodeLocal "
                 "DNSCache listens on (169.254.20.10 by default), or leave it out.",
             )
+    if not isinstance(fleet.api_server_cidrs, tuple):
+        errors.add("api_server_cidrs", "The API server's addresses must be a list of CIDRs.")
+    else:
+        for index, cidr in enumerate(fleet.api_server_cidrs):
+            try:
+                ipaddress.ip_network(cidr)
+            except (TypeError, ValueError):
+                errors.add(
+                    f"api_server_cidrs[{index}]",
+                    f"{cidr!r} is not a CIDR such as 10.0.0.1/32: give the addresses of the "
+                    "host cluster's API server.",
+                )
     if not fleet.allowed_registries:
         errors.add("allowed_registries", "List at least one image registry prefix tenants may use.")
     for index, prefix in enumerate(fleet.allowed_registries):

@@ -43,6 +43,21 @@ validates against; the facts below are read from loft-sh/vcluster at that tag):
   (``pkg/controllers/resources/pods/syncer.go``), so the cluster stays on its pools with fake
   nodes. ``rbac.clusterRole.enabled: false`` and ``rbac.enableVolumeSnapshotRules: false``
   (the latter alone makes ``auto`` create a ClusterRole) leave the release namespaced;
+- no NetworkPolicies from the chart (``policies.networkPolicy.enabled: false``). Its
+  ``vc-work-<release>`` lets the cluster's workloads reach ``0.0.0.0/0`` on any port but five
+  private ranges (the link-local metadata address among what stays open), and its
+  ``vc-cp-<release>`` lets the control plane reach any address on 443, 6443 and 8443 and be
+  reached on 8443 from anywhere (``chart/templates/networkpolicy.yaml``); policies only add,
+  so they undid the namespace's default-deny. The tenant's own policies
+  (``gitops.render.network``) give the control plane the host API server and the gateway's
+  and Flux's way in, and the workloads what every tenant pod has;
+- no Endpoints or EndpointSlices synced to the host (``sync.toHost.endpoints`` and
+  ``endpointSlices`` off). The syncers copy the endpoints of a *selectorless* virtual Service
+  verbatim, addresses included (``pkg/controllers/resources/endpoints/syncer.go``
+  ``ReconcileStart``, ``translate.go``): a Service pointing at another tenant's model server or
+  at the metadata address, which a route through the fleet gateway would then reach. Services
+  with a selector are unaffected: the host's endpoint controller fills theirs from the synced
+  pods;
 - the pools' GPU taint tolerated, the rewrite-hosts init container's image pinned to the fleet's
   ``vcluster_hosts_image`` (vCluster adds it to every StatefulSet pod it syncs,
   ``pkg/controllers/resources/pods/translate/hosts.go``; it is restricted-compliant but its
@@ -231,14 +246,24 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
             "podSecurityStandard": "restricted",
             "resourceQuota": {"enabled": False},
             "limitRange": {"enabled": False},
-            "networkPolicy": {"enabled": True},
+            # The chart's policies open what default-deny closes (see the module docstring);
+            # the tenant's NetworkPolicies cover the cluster (gitops.render.network).
+            "networkPolicy": {"enabled": False},
         },
         "rbac": {
             "clusterRole": {"enabled": False},
             "enableVolumeSnapshotRules": {"enabled": False},
         },
         "networking": {"advanced": {"proxyKubelets": {"byHostname": False, "byIP": False}}},
-        "sync": {"fromHost": {"nodes": nodes}, "toHost": {"pods": pods}},
+        "sync": {
+            "fromHost": {"nodes": nodes},
+            "toHost": {
+                "pods": pods,
+                # Only selectorless Services' endpoints are synced (see the module docstring).
+                "endpoints": {"enabled": False},
+                "endpointSlices": {"enabled": False},
+            },
+        },
         "exportKubeConfig": {
             "server": api_server_url(cluster, tenant, fleet),
             "secret": {"name": kubeconfig_secret(cluster)},

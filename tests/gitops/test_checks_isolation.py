@@ -129,9 +129,47 @@ def _queue_of_another_tenant() -> dict[str, Any]:
     return queue
 
 
+def _service(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s", "namespace": "alpha"},
+        "spec": {"ports": [{"port": 80}], **spec},
+    }
+
+
+def _deployment(labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "alpha"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "kserve/x:1"}]},
+            },
+        },
+    }
+
+
+def _route_to_backend() -> dict[str, Any]:
+    route = samples.http_route()
+    route["spec"]["rules"][0]["backendRefs"][0].update(
+        {"group": "gateway.envoyproxy.io", "kind": "Backend"}
+    )
+    return route
+
+
 @pytest.mark.parametrize(
     ("obj", "rule"),
     [
+        # Issue 26 findings 5 and 11: what a route or a NetworkPolicy would trust.
+        (_service(type="ExternalName", externalName="x.bravo.svc"), "service-selector"),
+        (_service(), "service-selector"),
+        (_route_to_backend(), "route-backend"),
+        (_deployment({"serving.kserve.io/inferenceservice": "llama"}), "reserved-label"),
+        (_deployment({"app": "vcluster"}), "reserved-label"),
         (samples.namespace("zeta"), "cluster-scoped"),
         (samples.cluster_queue("alpha"), "cluster-scoped"),
         (samples.resource_flavor(), "cluster-scoped"),
@@ -162,6 +200,11 @@ def test_each_workload_violation_is_found(obj: dict[str, Any], rule: str | None)
     findings = check(with_workload(obj))
     assert rules(findings) == [rule or "unknown-scope"], findings
     assert all(f.path == "tenants/alpha/workloads/extra.yaml" for f in findings)
+
+
+def test_ordinary_services_and_workloads_pass() -> None:
+    assert check(with_workload(_service(selector={"app": "web"}))) == []
+    assert check(with_workload(_deployment({"app": "web", "release": "dev"}))) == []
 
 
 def test_a_release_may_not_store_its_state_elsewhere() -> None:

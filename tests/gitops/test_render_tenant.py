@@ -5,13 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 import yaml
 
 from gitops.fleet import demo_fleet
 from gitops.render import kserve, kueue, kyverno, network, quota, rbac, resources, vcluster
 from gitops.render.tree import objects_for, render_tenant_tree
+from gitops.render.validate import validate_fleet
 from gitops.render.yamlio import load_documents
-from gitops.specs import TenantClusterSpec, TenantSpec
+from gitops.specs import SpecError, TenantClusterSpec, TenantSpec
+from tests.cluster_oidc import fleet_with_oidc
 from tests.gitops.render_samples import (
     CLAIMED,
     DEV,
@@ -358,6 +361,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "restrict-image-registries",
         "limit-gpus-per-pod",
         "confine-http-routes",
+        "confine-route-backends",
     }
     for rule in rules.values():
         assert "mutate" in rule or rule["validate"]["failureAction"] == "Enforce"
@@ -462,7 +466,11 @@ def test_it_releases_the_vcluster_from_flux_system_into_the_tenant_namespace() -
     policies = values["policies"]
     assert policies["resourceQuota"] == {"enabled": False}
     assert policies["limitRange"] == {"enabled": False}
-    assert policies["networkPolicy"]["enabled"] is True
+    # Issue 26 finding 6: the chart's policies opened public egress and the control plane.
+    assert policies["networkPolicy"] == {"enabled": False}
+    # Finding 5: a selectorless virtual Service's endpoints would be copied to the host.
+    to_host = values["sync"]["toHost"]
+    assert to_host["endpoints"] == to_host["endpointSlices"] == {"enabled": False}
     assert values["exportKubeConfig"]["secret"] == {"name": "dev-kubeconfig"}
 
 
@@ -624,19 +632,24 @@ def test_it_renders_a_dedicated_tenant_without_workloads_it_did_not_ask_for() ->
 
 
 def test_it_keeps_tenant_workloads_off_the_vcluster_service_accounts() -> None:
-    guardrails, accounts = kyverno.tenant_policies(rich_tenant(), FLEET)
+    guardrails, creators, accounts = kyverno.tenant_policies(rich_tenant(), FLEET)
     assert guardrails["metadata"]["name"] == "tenant-guardrails"
+    assert creators["metadata"]["name"] == "tenant-creators"
     assert accounts["metadata"]["name"] == "vcluster-accounts"
     # userInfo is not available to background scans: Kyverno refuses it there.
     assert accounts["spec"]["background"] is False
     gate, pods, templates = accounts["spec"]["rules"]
-    # Finding 13: the syncer copies the virtual pod's (empty) scheduling gates over Kueue's.
-    assert gate["name"] == "vcluster-keeps-kueue-gate"
+    # The syncer copies the virtual pod's (empty) scheduling gates over Kueue's: every one of
+    # Kueue's gates is protected, the topology gate too (issue 26 finding 8).
+    assert gate["name"] == "vcluster-keeps-kueue-gates"
     assert gate["preconditions"]["all"][0]["value"] == ["system:serviceaccount:alpha:vc-dev"]
-    old, new = gate["validate"]["deny"]["conditions"]["all"]
-    assert "request.oldObject.spec.schedulingGates" in old["key"]
-    assert "kueue.x-k8s.io/admission" in old["key"]
-    assert (old["operator"], new["operator"], new["value"]) == ("GreaterThan", "Equals", 0)
+    (dropped,) = gate["validate"]["deny"]["conditions"]["all"]
+    assert dropped == {
+        "key": "{{ request.oldObject.spec.schedulingGates[?starts_with(name, "
+        "'kueue.x-k8s.io/')].name || `[]` }}",
+        "operator": "AnyNotIn",
+        "value": "{{ request.object.spec.schedulingGates[].name || `[]` }}",
+    }
     [named, creator] = pods["validate"]["deny"]["conditions"]["all"]
     assert named["value"] == ["vc-dev"]
     assert creator == {
@@ -650,7 +663,8 @@ def test_it_keeps_tenant_workloads_off_the_vcluster_service_accounts() -> None:
     # No clusters, no guard.
     plain = dataclasses.replace(rich_tenant(), clusters=())
     assert [p["metadata"]["name"] for p in kyverno.tenant_policies(plain, FLEET)] == [
-        "tenant-guardrails"
+        "tenant-guardrails",
+        "tenant-creators",
     ]
 
 
@@ -802,12 +816,12 @@ def test_each_hami_container_asks_at_most_one_slot_per_vgpu() -> None:
         {
             "key": "{{ element.resources.limits.\"nvidia.com/gpumem\" || '0' }}",
             "operator": "GreaterThan",
-            "value": 40_000,
+            "value": "40000",
         },
         {
             "key": "{{ element.resources.limits.\"nvidia.com/gpucores\" || '0' }}",
             "operator": "GreaterThan",
-            "value": 30,
+            "value": "30",
         },
     ]
     assert "40000 MiB and 30 %" in rule["validate"]["message"]
@@ -816,3 +830,78 @@ def test_each_hami_container_asks_at_most_one_slot_per_vgpu() -> None:
     assert resources.hami_slot_caps(plain.shares) is None
     names = [r["name"] for r in kyverno.tenant_policy(plain, FLEET)["spec"]["rules"]]
     assert "cap-hami-slot-size" not in names
+
+
+def test_tenant_clusters_get_the_platforms_network_policies_not_the_charts() -> None:
+    # Issue 26 finding 6: the chart's vc-work/vc-cp policies opened 0.0.0.0/0 (metadata
+    # address included) and 8443 from anywhere; the platform renders its own instead.
+    policies = {p["metadata"]["name"]: p for p in network.tenant_objects(rich_tenant(), FLEET)}
+    control = policies["allow-vcluster-control-plane"]["spec"]
+    assert control["podSelector"] == {
+        "matchLabels": {"app": "vcluster"},
+        "matchExpressions": [{"key": "release", "operator": "In", "values": ["dev"]}],
+    }
+    (egress,) = control["egress"]
+    assert egress["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}}]
+    assert egress["ports"] == [
+        {"protocol": "TCP", "port": 443},
+        {"protocol": "TCP", "port": 6443},
+    ]
+    assert "ingress" not in control
+    pinned = dataclasses.replace(FLEET, api_server_cidrs=("10.0.0.1/32",))
+    spec = {p["metadata"]["name"]: p for p in network.tenant_objects(rich_tenant(), pinned)}[
+        "allow-vcluster-control-plane"
+    ]["spec"]
+    assert spec["egress"][0]["to"] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+    # With members' access, kustomize-controller applies their bindings through the API.
+    oidc_fleet = fleet_with_oidc()
+    oidc = {p["metadata"]["name"]: p for p in network.tenant_objects(rich_tenant(), oidc_fleet)}
+    (ingress,) = oidc["allow-vcluster-control-plane"]["spec"]["ingress"]
+    assert ingress == {
+        "from": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "flux-system"}
+                },
+                "podSelector": {"matchLabels": {"app": "kustomize-controller"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 8443}],
+    }
+    plain = dataclasses.replace(rich_tenant(), clusters=())
+    assert "allow-vcluster-control-plane" not in {
+        p["metadata"]["name"] for p in network.tenant_objects(plain, FLEET)
+    }
+
+
+def test_the_api_server_addresses_must_be_cidrs() -> None:
+    with pytest.raises(SpecError) as caught:
+        validate_fleet(dataclasses.replace(FLEET, api_server_cidrs=("10.0.0.1/33",)))
+    assert "api_server_cidrs[0]" in caught.value.errors
+
+
+def test_tenant_accounts_may_not_forge_platform_labels_or_selectorless_services() -> None:
+    # Issue 26 findings 5 and 11: a synced selectorless Service could point a route at another
+    # tenant's model server; a pod labelled as a model server got its public egress.
+    _, creators, _ = kyverno.tenant_policies(rich_tenant(), FLEET)
+    assert creators["spec"]["background"] is False
+    labels, services = creators["spec"]["rules"]
+    for rule in (labels, services):
+        assert rule["preconditions"]["all"][0]["value"] == [
+            "system:serviceaccount:{{ request.namespace }}:*"
+        ]
+    assert set(labels["match"]["any"][0]["resources"]["kinds"]) >= {"Pod", "Deployment", "Job"}
+    key, app = labels["validate"]["deny"]["conditions"]["any"]
+    assert (key["operator"], key["value"]) == ("AnyIn", ["serving.kserve.io/inferenceservice"])
+    assert "spec.template.metadata.labels" in key["key"]
+    assert (app["operator"], app["value"]) == ("AnyIn", ["vcluster"])
+    external, selector = services["validate"]["deny"]["conditions"]["any"]
+    assert (external["operator"], external["value"]) == ("Equals", "ExternalName")
+    assert selector["key"] == "{{ length(request.object.spec.selector || `{}`) }}"
+    rules = {r["name"]: r for r in kyverno.tenant_policy(rich_tenant(), FLEET)["spec"]["rules"]}
+    backends = rules["confine-route-backends"]["validate"]["deny"]["conditions"]["any"]
+    assert [(c["operator"], c["value"]) for c in backends] == [
+        ("AnyNotIn", ["Service"]),
+        ("AnyNotIn", ["", "core"]),
+        ("AnyNotIn", ["alpha"]),
+    ]
