@@ -11,11 +11,13 @@ refused shows here as refused, with the API server's message:
    ``storage-initializer`` init container for download URIs, merged with the matching
    ClusterStorageContainer (``kserve.py``); Kueue's webhook gives a pod without a queue the
    namespace's LocalQueue named ``default`` (LocalQueueDefaulting, stable since Kueue 0.17) and
-   gates every queued pod until its workload is admitted (``kueue.py``);
+   gates every queued pod until its workload is admitted (``kueue.py``); Kyverno's mutate
+   rules last (``kyverno.py``);
 3. validating admission: ``PodSecurity`` against the namespace's ``enforce`` level, on every
    container, injected ones included (``k8s.io/pod-security-admission/policy``); LimitRange
-   minimums and maximums; ``ResourceQuota`` last, against every quota of the namespace
-   (``pkg/quota/v1/evaluator/core/pods.go``, ``plugin/pkg/admission/resourcequota``).
+   minimums and maximums; Kyverno's validate rules (a validating webhook, which the API
+   server calls before ``ResourceQuota``); ``ResourceQuota`` last, against every quota of the
+   namespace (``pkg/quota/v1/evaluator/core/pods.go``, ``plugin/pkg/admission/resourcequota``).
 
 ``Rejected`` carries the 403 message; the caller (the controller) keeps retrying, as real ones
 do, and reports the message where the real controller would (a ReplicaSet's FailedCreate, a
@@ -30,6 +32,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from fleet.simulator import kyverno
 from fleet.simulator.store import (
     LIMIT_RANGES,
     NAMESPACES,
@@ -405,10 +408,13 @@ def enforce_level(store: Store, namespace: str) -> str:
     return str(labels.get(ENFORCE_LABEL, "privileged"))
 
 
-def admit_pod(store: Store, pod: JsonObject, *, webhooks: Iterable[Any] = ()) -> JsonObject:
+def admit_pod(
+    store: Store, pod: JsonObject, *, webhooks: Iterable[Any] = (), requester: str = ""
+) -> JsonObject:
     """``pod`` as the API server would store it, or ``Rejected`` with its message.
 
-    ``webhooks`` are the mutating webhooks (callables taking the pod) in their order."""
+    ``webhooks`` are the mutating webhooks (callables taking the pod) in their order;
+    ``requester`` the user creating it (``kyverno.pod_creator`` when not given)."""
     metadata = as_dict(pod.get("metadata"))
     namespace = str(metadata.get("namespace") or "default")
     name = str(metadata.get("name") or metadata.get("generateName") or "")
@@ -417,6 +423,13 @@ def admit_pod(store: Store, pod: JsonObject, *, webhooks: Iterable[Any] = ()) ->
     apply_limit_defaults(pod, items)
     for webhook in webhooks:
         webhook(pod)
+    requester = requester or kyverno.pod_creator(pod)
+    mutated, refused = kyverno.mutate(store, pod, PODS, username=requester)
+    if refused:
+        raise Rejected(refused)
+    if mutated is not pod:
+        pod.clear()
+        pod.update(mutated)
     invalid = validation_problems(pod)
     if invalid:
         raise Rejected(f'Pod "{name}" is invalid: {", ".join(invalid)}')
@@ -430,6 +443,9 @@ def admit_pod(store: Store, pod: JsonObject, *, webhooks: Iterable[Any] = ()) ->
     ranges = limit_range_problems(pod, items)
     if ranges:
         raise Rejected(f'pods "{name}" is forbidden: {"; ".join(ranges)}')
+    refused = kyverno.validate(store, pod, PODS, username=requester)
+    if refused:
+        raise Rejected(refused)
     quota = quota_problems(store, pod, namespace)
     if quota:
         raise Rejected(f'pods "{name}" is forbidden: {quota}')

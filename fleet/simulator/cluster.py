@@ -831,6 +831,7 @@ class Cluster:
         name: str = "",
         admission: bool = True,
         queue: bool = True,
+        requester: str = "",
     ) -> JsonObject:
         """Store a new pod named ``<base_name>-<5 random>`` (or ``name``) and try to place it.
 
@@ -838,9 +839,10 @@ class Cluster:
         in here. With ``admission`` (every pod a controller creates) it goes through the API
         server's admission chain first (``admission.py``) and ``Rejected`` says why it was
         refused; ``queue`` False skips Kueue's gate, for the replacement pod of a workload
-        Kueue admitted already. Without ``admission`` (pods that were running before the
-        simulator started) GPU pods get the GPU taint's toleration, as their admitted
-        flavor would have given them.
+        Kueue admitted already; ``requester`` is who creates it (its controller's service
+        account when not given, ``kyverno.pod_creator``). Without ``admission`` (pods that were
+        running before the simulator started) GPU pods get the GPU taint's toleration, as their
+        admitted flavor would have given them.
         """
         with self.store.lock:
             new = dict(pod)
@@ -884,7 +886,7 @@ class Cluster:
                     *([self.kueue.mutate] if queue else []),
                     self.hami,
                 ]
-                new = admit_pod(self.store, new, webhooks=webhooks)
+                new = admit_pod(self.store, new, webhooks=webhooks, requester=requester)
             stored = self.store.apply(PODS, new, now)
             if kueue_gated(stored):
                 self._admit_queued(stored, now)

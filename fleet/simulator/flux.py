@@ -55,7 +55,7 @@ from typing import Any, Literal
 
 import yaml
 
-from fleet.simulator import kserve
+from fleet.simulator import kserve, kyverno
 from fleet.simulator.admission import Rejected
 from fleet.simulator.cluster import Cluster, derived_uuid
 from fleet.simulator.config import SimConfig
@@ -613,6 +613,18 @@ class FluxPlayer:
             ready[kid] = False
             return previous_children
         remote = spec.get("kubeConfig") is not None
+        refused = "" if remote else self._admission(kid, spec, objects)
+        if refused:
+            self._set_status(
+                kid,
+                now,
+                ready=False,
+                reason="ReconciliationFailed",
+                message=refused,
+                attempted=revision,
+            )
+            ready[kid] = False
+            return previous_children
         if remote:
             problem = self._apply_remote(kid, spec, objects, now)
             if problem:
@@ -692,6 +704,37 @@ class FluxPlayer:
                 [],
             )
         return "", recreate
+
+    def _admission(self, kid: KId, spec: Mapping[str, Any], objects: dict[str, JsonObject]) -> str:
+        """Kyverno's webhooks on the apply's dry run, as the identity Flux applies with (its
+        ``serviceAccountName`` in the Kustomization's namespace, else kustomize-controller's
+        own account): the objects as mutated, or the first refusal in ``DryRunErr``'s words
+        (fluxcd/pkg ssa/errors/errors.go: no reason in parentheses, a webhook's refusal has
+        none)."""
+        account = spec.get("serviceAccountName")
+        user = (
+            f"system:serviceaccount:{kid[0]}:{account}"
+            if isinstance(account, str) and account
+            else "system:serviceaccount:flux-system:kustomize-controller"
+        )
+        for object_id, obj in objects.items():
+            resource = resource_of(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+            if resource is None:
+                continue
+            live = self.store.get(resource, *key_of(obj))
+            operation = "CREATE" if live is None else "UPDATE"
+            mutated, refused = kyverno.mutate(
+                self.store, obj, resource, username=user, operation=operation, old=live
+            )
+            refused = refused or kyverno.validate(
+                self.store, mutated, resource, username=user, operation=operation, old=live
+            )
+            if refused:
+                namespace, name = key_of(obj)
+                where = f"{namespace}/{name}" if namespace else name
+                return f"{obj.get('kind')}/{where} dry-run failed: {refused}"
+            objects[object_id] = mutated
+        return ""
 
     def _retry_later(self, now: float) -> None:
         """A failed Kustomization is reconciled again after its retryInterval (here the

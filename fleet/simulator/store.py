@@ -85,6 +85,11 @@ STORAGE_CONTAINERS = Resource(
     "v1alpha1",
     namespaced=False,
 )
+# The Kyverno policies Flux applies, which the simulator's Kyverno enforces (``kyverno.py``).
+POLICIES = Resource("policies", "Policy", "kyverno.io", "v1")
+CLUSTER_POLICIES = Resource(
+    "clusterpolicies", "ClusterPolicy", "kyverno.io", "v1", namespaced=False
+)
 # Served from the simulator's CRD directory (``SimConfig.crd_dir``), as the API server serves
 # the CRDs installed in it: the portal builds its schema registry from them.
 CRDS = Resource(
@@ -114,6 +119,8 @@ RESOURCES: dict[str, Resource] = {
         RESOURCE_FLAVORS,
         TOPOLOGIES,
         STORAGE_CONTAINERS,
+        POLICIES,
+        CLUSTER_POLICIES,
         CRDS,
     )
 }

@@ -424,6 +424,7 @@ MIXED = TenantSpec(
     ),
 )
 MIXED_CHAT = "tenants/epsilon/workloads/endpoints/chat.yaml"
+MIXED_POLICY = "tenants/epsilon/kyverno-policy.yaml"
 
 
 def test_a_tenant_with_whole_and_hami_shares_runs_both_endpoints(
@@ -440,14 +441,20 @@ def test_a_tenant_with_whole_and_hami_shares_runs_both_endpoints(
 def test_without_the_topology_request_the_whole_gpu_endpoint_waits_for_ever(
     simulator: Simulator, settings: Any
 ) -> None:
-    # What the portal rendered before issue 26: no annotation on the whole-GPU predictor.
+    # What the portal rendered before issue 26: no annotation on the whole-GPU predictor, and
+    # no Kyverno rule adding it.
     def unannotated(docs: list[Any]) -> None:
         for doc in docs:
             if doc["kind"] == "InferenceService":
                 assert doc["spec"]["predictor"].pop("annotations")
 
+    def no_mutation(docs: list[Any]) -> None:
+        rules = docs[0]["spec"]["rules"]
+        assert rules.pop(0)["name"] == "request-topology-aware-scheduling"
+
     files = render_repository(demo_fleet(), [MIXED])
-    play(simulator, settings, edit(files, MIXED_CHAT, unannotated))
+    files = edit(edit(files, MIXED_CHAT, unannotated), MIXED_POLICY, no_mutation)
+    play(simulator, settings, files)
     ready = endpoint_ready(simulator, "epsilon", "chat")
     assert ready["status"] == "False"
     assert 'Flavor "h200" supports only TopologyAwareScheduling' in ready["message"]
