@@ -182,6 +182,10 @@ class FleetSpec:
     # The address NodeLocal DNSCache answers on, when the cluster runs it (pods then send DNS
     # to this link-local address, 169.254.20.10 by default, not to kube-dns pods); "" when not.
     node_local_dns: str = ""
+    # The repository installs the platform's controllers too (Kueue, KServe, HAMi, the GPU
+    # Operator, the DRA driver, Envoy Gateway, Kyverno, KEDA, cert-manager, LiteLLM:
+    # gitops/render/stack.py); false: the operator installs them (docs/operator-guide.md).
+    stack: bool = False
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)
