@@ -13,7 +13,7 @@ Layout (flux2-multi-tenancy)::
                                                (one file per component, gitops/render/stack.py)
     infrastructure/configs/                    Kueue flavors/topology/cohort/priorities and
                                                manager configuration (without the stack),
-                                               pod PriorityClasses,
+                                               alerts (PrometheusRule), pod PriorityClasses,
                                                Kyverno ClusterPolicies, the tenant reconciler
                                                role, the Gateway, GPU exporters' monitors,
                                                the GPU Operator's ClusterPolicy
@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gitops.render import (
+    alerts,
     cluster_access,
     dra,
     flux,
@@ -126,6 +127,7 @@ def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
     if fleet.stack:
         controllers += stack.controller_files(fleet)
     configs: Entries = [
+        ("alerts.yaml", alerts.fleet_objects(fleet)),
         ("gateway.yaml", gateway.fleet_objects(fleet)),
         ("gpu-operator.yaml", [gpu_operator.cluster_policy(fleet)]),
         ("kserve-storage.yaml", [kserve.cluster_storage_container()]),
