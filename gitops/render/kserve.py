@@ -35,7 +35,8 @@ Choices:
   after every mutating webhook, so without a restricted security context there the namespace
   refuses the pod. ``cluster_storage_container`` renders that ClusterStorageContainer; it is
   named ``default``, the name KServe's own chart gives it, so it replaces the chart's rather
-  than competing with it (two containers claiming one scheme are picked in no defined order).
+  than competing with it (two containers claiming one scheme are picked in no defined order);
+  the stack's KServe release renders none (``gitops.render.stack``).
   Its environment reads the tenant's model-download credentials (``gitops.render.secrets``)
   from the Secret ``model-download-credentials``, each key ``optional``: the storage
   initializer runs in the predictor pod, in the tenant's namespace, so the reference resolves
