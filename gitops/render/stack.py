@@ -13,11 +13,12 @@ component dropped from the repository must not take its namespace, and everythin
 with it.
 
 Chart versions are pinned to the versions the renderers target (named in their modules); a
-chart published only as OCI comes from an OCIRepository named after the chart (what the values
-schema check matches it by, ``gitops.checks.schema``), the others from a HelmRepository. Charts
-with a ``crds/`` directory replace their CRDs on install and upgrade (``CreateReplace``; Flux's
-default upgrade policy is ``Skip``, helm-controller v1.6.3 HelmRelease CRD ``upgrade.crds``);
-the others template their CRDs, which Helm upgrades with the release.
+chart published only as OCI (or, the DRA driver's, installed from OCI by its own guide) comes
+from an OCIRepository named after the chart (what the values schema check matches it by,
+``gitops.checks.schema``), the others from a HelmRepository. Charts with a ``crds/`` directory
+replace their CRDs on install and upgrade (``CreateReplace``; Flux's default upgrade policy is
+``Skip``, helm-controller v1.6.3 HelmRelease CRD ``upgrade.crds``), but for the DRA driver's
+(see ``dra_driver``); the others template their CRDs, which Helm upgrades with the release.
 
 Install order (``dependsOn``; helm-controller reconciles a release only once those it depends on
 are Ready). ``infra-controllers`` waits for every release (``wait: true``) before
