@@ -10,7 +10,7 @@ last read that saw it.
 ``SchemaSource`` that ``gitops.checks.run_checks`` receives. Built-in kinds are always validated
 (``kubernetes-validate``, at the fleet's Kubernetes version); custom resources:
 
-- ``cluster``: the cached CRDs (with the vCluster chart's values schema from
+- ``cluster``: the cached CRDs (with the charts' values schemas from
   ``GITOPS_SCHEMA_DIR``: no cluster serves a chart's values schema);
 - ``directory``: everything from ``GITOPS_SCHEMA_DIR`` (by default ``var/schemas``, what
   ``manage.py fetch_schemas`` downloads: the offline option);

@@ -186,6 +186,10 @@ class FleetSpec:
     # control planes may reach it and nothing else. Empty: ports 443 and 6443 anywhere but the
     # link-local range (gitops/render/network.py).
     api_server_cidrs: tuple[str, ...] = ()
+    # The repository installs the platform's controllers too (Kueue, KServe, HAMi, the GPU
+    # Operator, the DRA driver, Envoy Gateway, Kyverno, KEDA, cert-manager, LiteLLM:
+    # gitops/render/stack.py); false: the operator installs them (docs/operator-guide.md).
+    stack: bool = False
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)

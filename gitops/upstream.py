@@ -446,6 +446,21 @@ COMPONENTS: tuple[Component, ...] = (
             ),
         ),
     ),
+    # The one chart of gitops/render/stack.py with a values schema at its pinned version.
+    Component(
+        "cert-manager",
+        "chart v1.21.1",
+        "cert-manager/cert-manager",
+        "24e33194fb39488eff2bbf10c6dc640f407cad44",
+        folder="cert-manager",
+        files=(
+            UpstreamFile(
+                "deploy/charts/cert-manager/values.schema.json",
+                "47730ad9154f6cde7a081de7541f88e085ff92a5e5fd65a41a3d0223ff735bea",
+                114144,
+            ),
+        ),
+    ),
 )
 
 

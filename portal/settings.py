@@ -388,7 +388,7 @@ GITOPS_MAIN_BRANCH = env("GITOPS_MAIN_BRANCH", "main")
 GITOPS_FLEET_NAME = env("GITOPS_FLEET_NAME", "ai-factory")
 # A YAML file describing the fleet's GPU flavors; empty = the built-in demo fleet.
 GITOPS_FLEET_FILE = env("GITOPS_FLEET_FILE")
-# Upstream CRD schemas (and the vCluster chart's values schema) used by the checks: what
+# Upstream CRD schemas (and the charts' values schemas) used by the checks: what
 # `manage.py fetch_schemas` downloads (the pinned releases in gitops/upstream.py), or any folder
 # of CRD files. Built-in kinds need none of it (kubernetes-validate, at the fleet's version).
 GITOPS_SCHEMA_DIR = env("GITOPS_SCHEMA_DIR", str(VAR_DIR / "schemas"))

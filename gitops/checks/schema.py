@@ -12,8 +12,11 @@ any other field. Sources:
   OpenAPI document of the fleet's Kubernetes minor version, as strict JSON Schema, from the
   pinned ``kubernetes-validate`` package (``core_schemas``): always there, offline, whatever
   else is configured;
-- Helm values: a chart's ``values.schema.json`` (the vCluster chart's) checks ``spec.values`` of
-  a Flux HelmRelease of that chart.
+- Helm values: a chart's ``values.schema.json`` (those ``gitops.upstream`` pins: the vCluster
+  and cert-manager charts') checks ``spec.values`` of a Flux HelmRelease of that chart. The
+  chart is ``spec.chart.spec.chart``, or for a release whose chart comes from an OCIRepository
+  (``spec.chartRef``) the OCIRepository's name, which the portal gives after the chart
+  (``gitops.render.stack``): the release alone does not say which chart the repository holds.
 
 What is checked: types, enums, patterns, required fields, ``additionalProperties: false`` on
 every object that lists ``properties`` (unless the CRD says ``x-kubernetes-preserve-unknown-
@@ -693,8 +696,8 @@ class SchemaRegistry:
         if kind != "HelmRelease" or not api_version.startswith("helm.toolkit.fluxcd.io/"):
             return []
         spec = mapping(obj.get("spec"))
-        chart = mapping(mapping(spec.get("chart")).get("spec")).get("chart")
-        validator = self._helm_values.get(chart) if isinstance(chart, str) else None
+        chart = helm_chart_name(spec)
+        validator = self._helm_values.get(chart) if chart else None
         values = spec.get("values")
         if validator is None or values is None:
             return []
@@ -703,8 +706,21 @@ class SchemaRegistry:
         problems: list[tuple[str, str]] = []
         for problem in validator.iter_errors(values):
             for path, message in _describe(problem):
-                problems.append((f"spec.values.{path}" if path else "spec.values", message))
+                where = f"spec.values.{path}" if path else "spec.values"
+                problems.append((where, f"chart {chart!r}: {message}"))
         return problems
+
+
+def helm_chart_name(spec: Mapping[str, Any]) -> str:
+    """The chart a HelmRelease's ``spec`` installs, as its values schema is keyed ("" when it
+    cannot be told): the chart of ``spec.chart``, else the name of the OCIRepository
+    ``spec.chartRef`` points at."""
+    chart = mapping(mapping(spec.get("chart")).get("spec")).get("chart")
+    if isinstance(chart, str):
+        return chart
+    ref = mapping(spec.get("chartRef"))
+    name = ref.get("name")
+    return name if ref.get("kind") == "OCIRepository" and isinstance(name, str) else ""
 
 
 def _drop_nulls(value: Any) -> Any:
@@ -900,6 +916,7 @@ __all__ = [
     "UnsupportedKubernetesVersion",
     "core_schemas",
     "get_registry",
+    "helm_chart_name",
     "helm_values_schemas",
     "load_crd_file",
     "supported_kubernetes_versions",

@@ -28,7 +28,8 @@ One ClusterPolicy serves every pool; pools differ by node labels, which the flav
   the device plugin off there while it serves every other GPU node.
 - No DRA field: the v26.7.0 ClusterPolicy has none. The operator's own DRA stack is a separate
   resource (GPUCluster, chart value ``gpuCluster``), and a ``dra`` pool is served by the NVIDIA
-  DRA driver chart (k8s-dra-driver-gpu) installed beside the operator (docs/operator-guide.md).
+  DRA driver chart (dra-driver-nvidia-gpu) installed beside the operator (docs/operator-guide.md;
+  ``gitops.render.stack`` renders it with the fleet's ``stack``).
 - ``dcgmExporter`` on, its ``serviceMonitor`` off: the portal's own ServiceMonitor
   (``gitops.render.monitoring``) scrapes the exporter with ``honorLabels``; with the operator's
   as well every sample would be scraped twice. The operator deletes its ServiceMonitor when

@@ -35,11 +35,25 @@ Choices:
   after every mutating webhook, so without a restricted security context there the namespace
   refuses the pod. ``cluster_storage_container`` renders that ClusterStorageContainer; it is
   named ``default``, the name KServe's own chart gives it, so it replaces the chart's rather
-  than competing with it (two containers claiming one scheme are picked in no defined order).
+  than competing with it (two containers claiming one scheme are picked in no defined order);
+  the stack's KServe release renders none (``gitops.render.stack``).
   Its environment reads the tenant's model-download credentials (``gitops.render.secrets``)
   from the Secret ``model-download-credentials``, each key ``optional``: the storage
   initializer runs in the predictor pod, in the tenant's namespace, so the reference resolves
   to that tenant's own Secret, and a missing Secret or key leaves the variable unset.
+- Disruptions: an endpoint of more than one replica (``min_replicas`` > 1) gets a
+  PodDisruptionBudget ``<name>-predictor`` beside it, ``maxUnavailable: 1``, so a node drain
+  takes its replicas one at a time. It selects the labels KServe puts on every predictor pod,
+  last so that no user label can override them (kserve v0.20.0
+  pkg/controller/v1beta1/inferenceservice/components/predictor.go ``buildObjectMeta``:
+  ``serving.kserve.io/inferenceservice: <name>``, ``component: predictor``; the Deployment's
+  pod template takes them, reconcilers/deployment/deployment_reconciler.go
+  ``createRawDefaultDeployment``). Pods that are not ready may always be evicted
+  (``unhealthyPodEvictionPolicy: AlwaysAllow``, kubernetes.io/docs/tasks/run-application/
+  configure-pdb, "Unhealthy Pod Eviction Policy"):
+  a replica that cannot start must not hold a drain. A single replica gets none: the budget
+  would protect nothing (with ``maxUnavailable: 1``) or, as ``minAvailable: 1``, block every
+  drain of its node for good.
 - Metrics: the model container declares port 8080, where the runtime serves the API and
   ``/metrics``. KServe's Standard-mode Service already targets 8080 without it (kserve v0.20.0
   pkg/controller/v1beta1/inferenceservice/reconcilers/service/service_reconciler.go), but the
@@ -53,7 +67,7 @@ from typing import Any
 from gitops.render import dra, gateway, kueue, litellm, resources, secrets
 from gitops.render.kueue import INFERENCE_PRIORITY
 from gitops.render.meta import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, metadata
-from gitops.render.monitoring import MODEL_SERVER_PORT
+from gitops.render.monitoring import ISVC_POD_LABEL, MODEL_SERVER_PORT
 from gitops.render.validate import DRA_TEMPLATE_SUFFIX
 from gitops.specs import EndpointSpec, FleetSpec, GpuShare, TenantSpec
 
@@ -222,6 +236,27 @@ def inference_service(
     }
 
 
+PREDICTOR_COMPONENT_LABEL = "component"
+
+
+def predictor_pod_selector(endpoint: EndpointSpec) -> dict[str, str]:
+    """Labels every predictor pod of the endpoint carries (see the module docstring)."""
+    return {ISVC_POD_LABEL: endpoint.name, PREDICTOR_COMPONENT_LABEL: "predictor"}
+
+
+def disruption_budget(tenant: TenantSpec, endpoint: EndpointSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(gateway.predictor_service(endpoint), tenant.slug, tenant=tenant.slug),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": predictor_pod_selector(endpoint)},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def endpoint_objects(
     tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec
 ) -> list[dict[str, Any]]:
@@ -240,4 +275,6 @@ def endpoint_objects(
     objs.append(inference_service(tenant, endpoint, share, fleet))
     if endpoint.expose:
         objs.append(gateway.http_route(tenant, endpoint, fleet))
+    if endpoint.min_replicas > 1:
+        objs.append(disruption_budget(tenant, endpoint))
     return objs

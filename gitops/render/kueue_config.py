@@ -34,7 +34,8 @@ are also the values the release's own file sets:
   only the listed combinations. Left out when the fleet turns fair sharing off.
 
 Kueue reads the file once, at start: after a change, restart the ``kueue-controller-manager``
-Deployment (the operator's guide says so).
+Deployment (the operator's guide says so). With the fleet's ``stack`` the document is the Kueue
+chart's ``managerConfig`` value instead, and the chart restarts Kueue (``gitops.render.stack``).
 """
 
 from __future__ import annotations

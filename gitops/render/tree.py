@@ -8,9 +8,12 @@ Layout (flux2-multi-tenancy)::
     clusters/<fleet>/infrastructure.yaml       Kustomizations infra-controllers, infra-configs
     clusters/<fleet>/tenants.yaml              Kustomization tenants
     clusters/<fleet>/portal.yaml               opt-in: Kustomizations portal-setup, portal
-    infrastructure/controllers/                Flux sources the portal's objects use
+    infrastructure/controllers/                Flux sources the portal's objects use and, with
+                                               the fleet's ``stack``, the platform's controllers
+                                               (one file per component, gitops/render/stack.py)
     infrastructure/configs/                    Kueue flavors/topology/cohort/priorities and
-                                               manager configuration, pod PriorityClasses,
+                                               manager configuration (without the stack),
+                                               alerts (PrometheusRule), pod PriorityClasses,
                                                Kyverno ClusterPolicies, the tenant reconciler
                                                role, the Gateway, GPU exporters' monitors,
                                                the GPU Operator's ClusterPolicy
@@ -34,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gitops.render import (
+    alerts,
     cluster_access,
     dra,
     flux,
@@ -52,6 +56,7 @@ from gitops.render import (
     rbac,
     secrets,
     specfiles,
+    stack,
     vcluster,
 )
 from gitops.render.meta import kustomization
@@ -62,6 +67,7 @@ from gitops.specs import FleetSpec, PortalDeploySpec, SpecError, TenantSpec
 
 KUSTOMIZATION = "kustomization.yaml"
 WORKLOADS = "workloads"
+Entries = list[tuple[str, list[dict[str, Any]]]]
 
 
 def _files(entries: Iterable[tuple[str, list[dict[str, Any]]]]) -> dict[str, bytes]:
@@ -113,47 +119,32 @@ def render_portal_deployment(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[s
 
 
 def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
-    """``infrastructure/controllers`` and ``infrastructure/configs``."""
+    """``infrastructure/controllers`` and ``infrastructure/configs``. With the fleet's
+    ``stack`` the controllers are installed from here too (``gitops.render.stack``), and
+    Kueue's configuration goes into its HelmRelease instead of a ConfigMap of its own."""
     validate_fleet(fleet)
-    return _files(
-        [
-            (
-                "infrastructure/controllers/kustomization.yaml",
-                [kustomization(["helm-repositories.yaml"])],
-            ),
-            ("infrastructure/controllers/helm-repositories.yaml", [vcluster.helm_repository()]),
-            (
-                "infrastructure/configs/kustomization.yaml",
-                [
-                    kustomization(
-                        [
-                            "gateway.yaml",
-                            "gpu-operator.yaml",
-                            "kserve-storage.yaml",
-                            "kueue-manager-config.yaml",
-                            "kueue.yaml",
-                            "kyverno-policies.yaml",
-                            "monitoring.yaml",
-                            "priority-classes.yaml",
-                            "rbac.yaml",
-                        ]
-                    )
-                ],
-            ),
-            ("infrastructure/configs/gateway.yaml", gateway.fleet_objects(fleet)),
-            ("infrastructure/configs/gpu-operator.yaml", [gpu_operator.cluster_policy(fleet)]),
-            ("infrastructure/configs/kserve-storage.yaml", [kserve.cluster_storage_container()]),
-            (
-                "infrastructure/configs/kueue-manager-config.yaml",
-                [kueue_config.manager_config_map(fleet)],
-            ),
-            ("infrastructure/configs/kueue.yaml", kueue.fleet_objects(fleet)),
-            ("infrastructure/configs/kyverno-policies.yaml", kyverno.cluster_policies()),
-            ("infrastructure/configs/monitoring.yaml", monitoring.fleet_objects(fleet)),
-            ("infrastructure/configs/priority-classes.yaml", priority.priority_classes()),
-            ("infrastructure/configs/rbac.yaml", [rbac.tenant_reconciler_role()]),
-        ]
-    )
+    controllers: Entries = [("helm-repositories.yaml", [vcluster.helm_repository()])]
+    if fleet.stack:
+        controllers += stack.controller_files(fleet)
+    configs: Entries = [
+        ("alerts.yaml", alerts.fleet_objects(fleet)),
+        ("gateway.yaml", gateway.fleet_objects(fleet)),
+        ("gpu-operator.yaml", [gpu_operator.cluster_policy(fleet)]),
+        ("kserve-storage.yaml", [kserve.cluster_storage_container()]),
+        ("kueue.yaml", kueue.fleet_objects(fleet)),
+        ("kyverno-policies.yaml", kyverno.cluster_policies()),
+        ("monitoring.yaml", monitoring.fleet_objects(fleet)),
+        ("priority-classes.yaml", priority.priority_classes()),
+        ("rbac.yaml", [rbac.tenant_reconciler_role()]),
+    ]
+    if not fleet.stack:
+        configs.append(("kueue-manager-config.yaml", [kueue_config.manager_config_map(fleet)]))
+    entries: Entries = []
+    for folder, files in (("controllers", controllers), ("configs", configs)):
+        files = sorted(files)
+        files.append((KUSTOMIZATION, [kustomization([name for name, _ in files])]))
+        entries += [(f"infrastructure/{folder}/{name}", objs) for name, objs in files]
+    return _files(entries)
 
 
 def render_tenants_index(slugs: Iterable[str]) -> dict[str, bytes]:
@@ -167,9 +158,6 @@ def render_tenants_index(slugs: Iterable[str]) -> dict[str, bytes]:
     if errors:
         raise SpecError(errors)
     return _files([(f"tenants/{KUSTOMIZATION}", [kustomization(unique)])])
-
-
-Entries = list[tuple[str, list[dict[str, Any]]]]
 
 
 def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:

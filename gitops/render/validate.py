@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
-from gitops.render import cluster_access, kueue_config, resources, vcluster
+from gitops.render import cluster_access, kueue_config, resources, stack, vcluster
 from gitops.render.meta import FLUX_NAMESPACE
 from gitops.specs import (
     ClusterMember,
@@ -474,6 +474,16 @@ def validate_fleet(fleet: FleetSpec) -> None:
     )
     if fleet.cluster_oidc is not None:
         _validate_cluster_oidc(errors, "cluster_oidc", fleet.cluster_oidc)
+    if not isinstance(fleet.stack, bool):
+        errors.add("stack", "stack must be true or false.")
+    splits = {f.hami_split for f in fleet.flavors if isinstance(f, Flavor) and f.mode == "hami"}
+    if fleet.stack is True and len(splits) > 1:
+        # The stack's HAMi release takes one devicePlugin.deviceSplitCount for every node.
+        errors.add(
+            "flavors",
+            "With stack: true the HAMi pools must share one hami_split (HAMi's chart sets one "
+            f"split count for all its nodes); they have {sorted(splits)}.",
+        )
     errors.raise_if_any()
 
 
@@ -953,6 +963,13 @@ def _validate_cluster(
         elif len(cluster.name) > HELM_RELEASE_MAX:
             errors.add(
                 f"{path}.name", f"The cluster name must be at most {HELM_RELEASE_MAX} characters."
+            )
+        elif release in stack.RELEASE_NAMES:
+            # Both are HelmReleases in flux-system (gitops.render.vcluster, .stack).
+            errors.add(
+                f"{path}.name",
+                f"The cluster would be released as {release!r}, the name of a platform "
+                "component's release; rename the cluster.",
             )
     _check_choice(
         errors,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from gitops.checks import run_checks
 from gitops.fleet import demo_fleet
 from gitops.render import render_repository
@@ -13,9 +15,12 @@ from gitops.specs import GpuShare
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 
 
-def test_it_passes_every_check_on_the_rendered_repository(schema_dir: Path) -> None:
-    fleet = demo_fleet()
+@pytest.mark.parametrize("stack", [False, True])
+def test_it_passes_every_check_on_the_rendered_repository(schema_dir: Path, stack: bool) -> None:
+    # With the stack, infrastructure/controllers holds every controller's HelmRelease.
+    fleet = replace(demo_fleet(), stack=stack)
     files = render_repository(fleet, [rich_tenant(), dedicated_tenant()])
+    assert any(p.startswith("infrastructure/controllers/kueue") for p in files) == stack
     results = run_checks(files, fleet=fleet, schema_dir=schema_dir)
     assert {r.name: r.status for r in results} == {
         "schemas": "passed",

@@ -21,9 +21,10 @@ from gitops.specs import (
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 
 
+@pytest.mark.parametrize("stack", [False, True])
 @pytest.mark.parametrize("implementation", get_args(GatewayImplementation))
 def test_it_renders_only_objects_the_schemas_accept(
-    schema_dir: Path, implementation: GatewayImplementation
+    schema_dir: Path, implementation: GatewayImplementation, stack: bool
 ) -> None:
     fleet = demo_fleet()
     fleet = dataclasses.replace(
@@ -32,6 +33,7 @@ def test_it_renders_only_objects_the_schemas_accept(
             fleet.gateway, implementation=implementation, cluster_issuer="letsencrypt"
         ),
         secret_store="vault",
+        stack=stack,
     )
     files = render_repository(fleet, [rich_tenant(), dedicated_tenant()])
     objs = objects_for(files)
@@ -40,6 +42,9 @@ def test_it_renders_only_objects_the_schemas_accept(
     assert ("SecurityPolicy" in kinds) == (implementation == "envoy-gateway")
     assert ("CiliumNetworkPolicy" in kinds) == (implementation == "cilium")
     assert ("GatewayClass" in kinds) == (implementation == "envoy-gateway")
+    # The stack's releases and sources, strictly against Flux's CRDs.
+    assert ("OCIRepository" in kinds) == stack
+    assert {"HelmRelease", "HelmRepository"} <= kinds
     # The production platform's kinds (the Kueue manager configuration is a ConfigMap; its
     # content is checked against Kueue's own fields in test_render_platform).
     assert {

@@ -1,4 +1,4 @@
-"""Download the pinned upstream CRDs (and the vCluster chart's values schema) the checks use."""
+"""Download the pinned upstream CRDs (and the charts' values schemas) the checks use."""
 
 from __future__ import annotations
 
