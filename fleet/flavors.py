@@ -137,7 +137,8 @@ def _new_flavor(
     sharing = str(_most_common([n.sharing for n in members], "whole"))
     mode = sharing if sharing in ("mig", "hami", "dra") else "whole"
     labels: list[tuple[str, str]] = [(settings.FLEET_POOL_LABEL, pool)]
-    if mode == "dra":
+    if mode in ("dra", "hami"):
+        # NVIDIA's device plugin off: the DRA driver or HAMi's plugin serves these GPUs.
         labels.append((DEVICE_PLUGIN_LABEL, "false"))
     flavor = Flavor(
         name=pool,

@@ -92,8 +92,12 @@ def demo_fleet() -> FleetSpec:
                 mode="hami",
                 gpus=32,
                 gpu_memory_mib=H200_MEMORY_MIB,
-                # HAMi's device plugin only runs on nodes labelled gpu=on.
-                node_labels=((POOL_LABEL, "h200-hami"), ("gpu", "on")),
+                # HAMi's device plugin only runs on nodes labelled gpu=on; NVIDIA's must not.
+                node_labels=(
+                    (POOL_LABEL, "h200-hami"),
+                    ("gpu", "on"),
+                    (DEVICE_PLUGIN_LABEL, "false"),
+                ),
                 hami_split=10,
             ),
             Flavor(

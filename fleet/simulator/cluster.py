@@ -49,7 +49,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleet.simulator.admission import Rejected, admit_pod
-from fleet.simulator.config import POOL_LABEL, QUEUE_LABEL, NodeGroup, SeedWorkload, SimConfig
+from fleet.simulator.config import (
+    DEVICE_PLUGIN_LABEL,
+    POOL_LABEL,
+    QUEUE_LABEL,
+    NodeGroup,
+    SeedWorkload,
+    SimConfig,
+)
 from fleet.simulator.dcgm import GpuSample
 from fleet.simulator.hami import HamiWebhook
 from fleet.simulator.kserve import StorageInitializerWebhook
@@ -540,6 +547,13 @@ class Cluster:
         gpus = list(gpus)
         if not group.gpus_per_node:
             return {}
+        # The GPU Operator runs NVIDIA's device plugin on every GPU node unless the node says
+        # nvidia.com/gpu.deploy.device-plugin=false: it labels GPU nodes "true" where the label
+        # is missing (gpu-operator v26.7.0 controllers/state_manager.go ``gpuStateLabels``) and
+        # the plugin's DaemonSet selects "true". On a HAMi or DRA node it would advertise the
+        # same GPUs as whole ones beside HAMi's slots or the DRA driver's devices.
+        plugin = dict(group.labels).get(DEVICE_PLUGIN_LABEL, "true") != "false"
+        nvidia = {GPU: len(gpus)} if plugin else {}
         if group.mode == "mig":
             counts: Counter[str] = Counter()
             for gpu in gpus:
@@ -557,10 +571,11 @@ class Cluster:
             # (nvinternal/plugin/register.go ``RegisterInAnnotation``), and the chart lists
             # them ``ignoredByScheduler`` for kube-scheduler (charts/hami/templates/_helpers.tpl
             # ``managedResources``).
-            return {VGPU: len(gpus) * group.hami_split}
+            shared = {VGPU: len(gpus) * group.hami_split}
+            return {**shared, **nvidia}
         if group.mode == "dra":
             # The DRA driver publishes its GPUs in ResourceSlices, not in the node's status.
-            return {}
+            return nvidia
         return {GPU: len(gpus)}
 
     def _capacity(self, node: SimNode, *, allocatable: bool) -> dict[str, str]:

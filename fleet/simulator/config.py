@@ -168,7 +168,11 @@ class SimConfig:
                     nodes=4,
                     mode="hami",
                     hami_split=10,
-                    labels=((POOL_LABEL, "h200-hami"), ("gpu", "on")),
+                    labels=(
+                        (POOL_LABEL, "h200-hami"),
+                        ("gpu", "on"),
+                        (DEVICE_PLUGIN_LABEL, "false"),
+                    ),
                 ),
                 NodeGroup(
                     pool="h200-dra",

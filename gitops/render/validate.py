@@ -630,13 +630,14 @@ def _validate_serving(errors: _Errors, path: str, flavor: Flavor) -> None:
     Operator reads per node and what Kueue selects the pool's nodes by."""
     labels = {pair[0]: pair[1] for pair in flavor.node_labels if isinstance(pair, tuple)}
     plugin = labels.get(resources.DEVICE_PLUGIN_LABEL)
-    if flavor.mode == "dra" and plugin != "false":
+    if flavor.mode in ("dra", "hami") and plugin != "false":
+        other = "the DRA driver" if flavor.mode == "dra" else "HAMi's device plugin"
         errors.add(
             f"{path}.node_labels",
-            f"A DRA pool's nodes must run no device plugin: select them by "
-            f"{resources.DEVICE_PLUGIN_LABEL}: 'false' (the GPU Operator then leaves the device "
-            "plugin off), or the device plugin and the DRA driver would both hand out their "
-            "GPUs.",
+            f"A {flavor.mode.upper() if flavor.mode == 'dra' else 'HAMi'} pool's nodes must run "
+            f"no NVIDIA device plugin: select them by {resources.DEVICE_PLUGIN_LABEL}: 'false' "
+            f"(the GPU Operator then leaves its device plugin off), or it and {other} would "
+            "both hand out their GPUs.",
         )
     elif flavor.mode in ("whole", "mig") and plugin == "false":
         errors.add(

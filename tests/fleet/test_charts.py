@@ -31,7 +31,14 @@ MIG = Flavor(
     gpu_memory_mib=1,
     mig_profiles=(("1g.18gb", 16), ("2g.35gb", 8), ("3g.71gb", 8)),
 )
-HAMI = Flavor(name="h200-hami", product="NVIDIA-H200", mode="hami", gpus=8, gpu_memory_mib=1)
+HAMI = Flavor(
+    name="h200-hami",
+    product="NVIDIA-H200",
+    mode="hami",
+    gpus=8,
+    gpu_memory_mib=1,
+    node_labels=(("nvidia.com/gpu.deploy.device-plugin", "false"),),
+)
 FLEET = FleetSpec(flavors=(WHOLE, MIG, HAMI))
 
 

@@ -187,3 +187,24 @@ def test_it_stores_counts_and_opens_one_pull_request_for_new_flavors(
     change.refresh_from_db()
     assert change.status == "closed"
     assert ChangeRequest.objects.filter(status="open", kind="platform").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_new_hami_pool_selects_nodes_without_nvidias_device_plugin() -> None:
+    # Issue 26 finding 10: validate_fleet refuses a HAMi pool without the label.
+    _demo_nodes()
+    _node(
+        "l40s-hami-1",
+        "l40s-hami",
+        product="NVIDIA-L40S",
+        sharing="hami",
+        gpu_capacity={"nvidia.com/vgpu": 32},
+        labels={"nvidia.com/gpu.deploy.device-plugin": "false"},
+    )
+    derived = derive_flavors(demo_fleet(), list(Node.objects.all()))
+    new = next(f for f in derived.flavors if f.name == "l40s-hami")
+    assert new.mode == "hami"
+    assert dict(new.node_labels) == {
+        POOL: "l40s-hami",
+        "nvidia.com/gpu.deploy.device-plugin": "false",
+    }

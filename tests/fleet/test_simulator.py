@@ -17,8 +17,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from fleet.simulator import Simulator
+from fleet.simulator.cluster import Cluster
 from fleet.simulator.config import ConfigError, SimConfig, load_config
-from fleet.simulator.store import RESOURCES
+from fleet.simulator.store import NODES, RESOURCES, Store
 from gitops.fleet import POOL_LABEL, demo_fleet
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
@@ -164,6 +165,27 @@ def test_it_lists_the_demo_nodes_with_gpu_feature_discovery_labels(
     assert dra.metadata.labels["nvidia.com/gpu.deploy.device-plugin"] == "false"
     assert dra.metadata.labels["nvidia.com/gpu.count"] == "8"
     assert not any(k.startswith("nvidia.com/") for k in dra.status.allocatable)
+
+
+def test_nvidias_device_plugin_runs_where_the_node_does_not_turn_it_off() -> None:
+    # Issue 26 finding 10: without nvidia.com/gpu.deploy.device-plugin=false the GPU Operator
+    # runs NVIDIA's device plugin on a HAMi node too, and both advertise the same GPUs.
+    demo = SimConfig.demo()
+    groups = tuple(
+        dataclasses.replace(
+            group,
+            labels=tuple(p for p in group.labels if p[0] != "nvidia.com/gpu.deploy.device-plugin"),
+        )
+        if group.mode in ("hami", "dra")
+        else group
+        for group in demo.node_groups
+    )
+    store = Store()
+    Cluster(dataclasses.replace(demo, node_groups=groups), store, 0.0)
+    nodes = {n["metadata"]["name"]: n for n in store.list(NODES, "")}
+    hami = nodes["h200-hami-01"]["status"]["allocatable"]
+    assert (hami["nvidia.com/vgpu"], hami["nvidia.com/gpu"]) == ("80", "8")
+    assert nodes["h200-dra-01"]["status"]["allocatable"]["nvidia.com/gpu"] == "8"
 
 
 def _place(

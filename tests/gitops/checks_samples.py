@@ -31,6 +31,7 @@ FLEET = FleetSpec(
             gpus=8,
             gpu_memory_mib=46_068,
             hami_split=4,
+            node_labels=(("nvidia.com/gpu.deploy.device-plugin", "false"),),
         ),
     ),
 )

@@ -62,13 +62,14 @@ def test_a_dra_pool_of_mig_devices_needs_the_mig_manager() -> None:
     assert spec["mig"] == {"strategy": "mixed"}
 
 
-def test_the_device_plugin_runs_fleet_wide_and_the_label_keeps_it_off_dra_nodes() -> None:
+def test_the_device_plugin_runs_fleet_wide_and_the_label_keeps_it_off_dra_and_hami_nodes() -> None:
     # One ClusterPolicy: the device plugin is on, and the operator leaves it off on nodes
-    # whose gpu.deploy.device-plugin label is already "false", which every DRA pool carries.
+    # whose gpu.deploy.device-plugin label is already "false", which every DRA and HAMi pool
+    # carries (HAMi's device plugin serves those GPUs: issue 26 finding 10).
     assert _policy(FLEET)["spec"]["devicePlugin"]["enabled"] is True
     for flavor in FLEET.flavors:
         plugin = dict(flavor.node_labels).get(DEVICE_PLUGIN_LABEL)
-        assert (plugin == "false") == (flavor.mode == "dra"), flavor.name
+        assert (plugin == "false") == (flavor.mode in ("dra", "hami")), flavor.name
 
 
 def test_a_fleet_without_device_plugin_pools_turns_the_device_plugin_off() -> None:

@@ -432,7 +432,19 @@ BAD_FLEETS: list[tuple[str, FleetSpec, str, str]] = [
         "dra pool with a device plugin",
         dataclasses.replace(FLEET, flavors=(dataclasses.replace(FLEET.flavors[0], mode="dra"),)),
         "flavors[0].node_labels",
-        "must run no device plugin",
+        "must run no NVIDIA device plugin",
+    ),
+    (
+        # Issue 26 finding 10: NVIDIA's and HAMi's device plugins both advertised the GPUs.
+        "hami pool with NVIDIA's device plugin",
+        dataclasses.replace(
+            FLEET,
+            flavors=(
+                dataclasses.replace(FLEET.flavors[0], mode="hami", hami_split=10, topology=None),
+            ),
+        ),
+        "flavors[0].node_labels",
+        "or it and HAMi's device plugin would both hand out their GPUs",
     ),
     (
         "device plugin pool without a device plugin",
