@@ -89,16 +89,16 @@ def run(trials: int) -> None:
     from django.test import Client
 
     from fleet import services as fleet
-    from fleet.simulator import Simulator
-    from fleet.simulator.config import SimConfig
-    from fleet.simulator.notify import Notifier
-    from fleet.simulator.store import KUSTOMIZATIONS, WatchEvent
     from fleet.watch import Watcher
     from gitops import services as gitops
     from gitops.fleet import configured_fleet
     from gitops.models import ChangeRequest
     from gitops.sources import simulator_git_options
     from gitops.specs import TenantSpec
+    from simulator import Simulator
+    from simulator.config import SimConfig
+    from simulator.notify import Notifier
+    from simulator.store import KUSTOMIZATIONS, WatchEvent
     from tenants.models import PlatformRole, Tenant
 
     server = make_server("127.0.0.1", 0, WSGIHandler(), server_class=_Server, handler_class=_Quiet)

@@ -143,8 +143,8 @@ def synced_placements() -> list[Placement]:
 
 def simulator_placements() -> list[Placement]:
     """The seed workloads of the fleet simulator ``make demo`` starts, before any sync."""
-    from fleet.simulator.config import POOL_LABEL, SimConfig, load_config
     from gitops.fleet import base_fleet
+    from simulator.config import POOL_LABEL, SimConfig, load_config
 
     config = (
         load_config(settings.FLEET_SIMULATOR_CONFIG)

@@ -17,8 +17,8 @@ from billing import demo, services
 from billing.costing import PriceBook, priced, totals
 from billing.models import Budget, GpuPrice, Source, UsageHour
 from fleet import services as fleet_services
-from fleet.simulator import Simulator
-from fleet.simulator.config import SeedWorkload, SimConfig
+from simulator import Simulator
+from simulator.config import SeedWorkload, SimConfig
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)

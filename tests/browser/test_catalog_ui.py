@@ -17,9 +17,9 @@ from playwright.sync_api import Browser, Page, expect
 from catalog import services as catalog
 from catalog.models import Resource, ResourceRequest
 from fleet import services as fleet
-from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
+from simulator import Simulator
 from tenants.specs import tenant_spec
 from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
 

@@ -17,10 +17,10 @@ import yaml
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
 from catalog.models import Resource
 from catalog.specs import to_json
-from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
 from gitops.models import ChangeRequest
 from gitops.specs import GpuShare, TenantClusterSpec
+from simulator import Simulator
+from simulator.config import SimConfig
 from tenants.specs import tenant_spec
 from tests import cluster_oidc
 from tests.cluster_oidc import ISSUER

@@ -14,10 +14,10 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.models import FluxObject, Node, SyncState, Workload
-from fleet.simulator import Simulator
-from fleet.simulator.config import NodeGroup, SimConfig
-from fleet.simulator.store import RESOURCES
 from portal.models import AuditEvent, Job
+from simulator import Simulator
+from simulator.config import NodeGroup, SimConfig
+from simulator.store import RESOURCES
 
 NODE = "gpu-01.example.com"
 SHA = "0123456789abcdef0123456789abcdef01234567"

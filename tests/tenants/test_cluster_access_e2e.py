@@ -25,10 +25,10 @@ from catalog.models import Kind, Resource
 from catalog.specs import to_json
 from fleet import services as fleet_services
 from fleet.kube import Kube
-from fleet.simulator import Simulator
 from gitops.models import ChangeRequest
 from gitops.specs import GpuShare, TenantClusterSpec
 from portal.models import AuditEvent
+from simulator import Simulator
 from tenants.models import Membership, Role
 from tenants.services import ACCESS_TITLE, do_change_member_role, do_remove_member
 from tenants.specs import tenant_spec

@@ -10,10 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fleet.simulator import SimConfig, Simulator, load_config
-from fleet.simulator.config import ConfigError
 from gitops.schemas import directory_with_crds
 from gitops.sources import simulator_git_options
+from simulator import SimConfig, Simulator, load_config
+from simulator.config import ConfigError
 
 
 def parse_addr(addr: str) -> tuple[str, int]:

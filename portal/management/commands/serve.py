@@ -54,8 +54,8 @@ class Command(BaseCommand):
                 simulator.stop()
 
     def _start_simulator(self, addrport: str) -> Any:
-        from fleet.simulator import Simulator
-        from fleet.simulator.config import SimConfig, load_config
+        from simulator import Simulator
+        from simulator.config import SimConfig, load_config
 
         host, _, port = settings.FLEET_SIMULATOR_ADDR.rpartition(":")
         config = (

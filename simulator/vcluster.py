@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from fleet.simulator.store import JsonObject, as_dict
+from simulator.store import JsonObject, as_dict
 
 CHART = "vcluster"
 DEFAULT_SECRET_PREFIX = "vc-"

@@ -55,11 +55,15 @@ from typing import Any, Literal
 
 import yaml
 
-from fleet.simulator import kserve
-from fleet.simulator.admission import Rejected
-from fleet.simulator.cluster import Cluster, derived_uuid
-from fleet.simulator.config import SimConfig
-from fleet.simulator.store import (
+from gitops.checks.controllers import forced
+from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
+from gitops.checks.manifests import normalise_dir
+from gitops.repo import GitRepository, GitRepositoryError
+from simulator import kserve
+from simulator.admission import Rejected
+from simulator.cluster import Cluster, derived_uuid
+from simulator.config import SimConfig
+from simulator.store import (
     GIT_REPOSITORIES,
     HELM_RELEASES,
     HTTP_ROUTES,
@@ -79,14 +83,14 @@ from fleet.simulator.store import (
     resource_of,
     timestamp,
 )
-from fleet.simulator.vcluster import (
+from simulator.vcluster import (
     admin_certificate,
     control_plane_pod,
     exported_kubeconfigs,
     host_policies,
     is_vcluster,
 )
-from fleet.simulator.virtual import (
+from simulator.virtual import (
     ApiServerRefused,
     Forbidden,
     Unauthenticated,
@@ -95,11 +99,7 @@ from fleet.simulator.virtual import (
     WriteRefused,
     api_server_flags,
 )
-from fleet.simulator.virtual import object_key as virtual_key
-from gitops.checks.controllers import forced
-from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
-from gitops.checks.manifests import normalise_dir
-from gitops.repo import GitRepository, GitRepositoryError
+from simulator.virtual import object_key as virtual_key
 
 logger = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from fleet.simulator.admission import pod_usage, quantity
-from fleet.simulator.store import (
+from simulator.admission import pod_usage, quantity
+from simulator.store import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     NODES,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fleet.simulator.kueue import (
+from simulator.kueue import (
     ADMITTED_ANNOTATION,
     PREFERRED_TOPOLOGY,
     QUEUE_LABEL,
@@ -26,7 +26,7 @@ from fleet.simulator.kueue import (
     UNCONSTRAINED_TOPOLOGY,
     Kueue,
 )
-from fleet.simulator.store import (
+from simulator.store import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     NODES,

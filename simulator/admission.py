@@ -30,7 +30,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from fleet.simulator.store import (
+from simulator.store import (
     LIMIT_RANGES,
     NAMESPACES,
     PODS,

@@ -29,14 +29,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fleet.simulator.cluster import Cluster
-from fleet.simulator.config import SimConfig, load_config, validate_config
-from fleet.simulator.crds import install_crds, load_crds
-from fleet.simulator.dcgm import GpuSample
-from fleet.simulator.flux import FluxPlayer, Resolver, Verifier
-from fleet.simulator.notify import Notifier
-from fleet.simulator.server import Api, ApiServer
-from fleet.simulator.store import RESOURCES, SECRETS, JsonObject, Store
+from simulator.cluster import Cluster
+from simulator.config import SimConfig, load_config, validate_config
+from simulator.crds import install_crds, load_crds
+from simulator.dcgm import GpuSample
+from simulator.flux import FluxPlayer, Resolver, Verifier
+from simulator.notify import Notifier
+from simulator.server import Api, ApiServer
+from simulator.store import RESOURCES, SECRETS, JsonObject, Store
 
 __all__ = ["SimConfig", "Simulator", "load_config"]
 

@@ -16,13 +16,13 @@ from django.core.management import CommandError, call_command
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleet.simulator import Simulator
-from fleet.simulator.config import ConfigError, SimConfig, load_config
-from fleet.simulator.store import RESOURCES
 from gitops.fleet import POOL_LABEL, demo_fleet
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+from simulator import Simulator
+from simulator.config import ConfigError, SimConfig, load_config
+from simulator.store import RESOURCES
 
 JSON = "application/json"
 AUTHOR = Identity("Test Author", "author@example.com")

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from fleet.simulator.config import ConfigError
-from fleet.simulator.store import CRDS, JsonObject, Store, as_dict, as_list, timestamp
+from simulator.config import ConfigError
+from simulator.store import CRDS, JsonObject, Store, as_dict, as_list, timestamp
 
 # libyaml when present: the upstream CRDs run to megabytes.
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from fleet.simulator.store import HELM_RELEASES, KUSTOMIZATIONS, WatchEvent, as_dict, as_list
+from simulator.store import HELM_RELEASES, KUSTOMIZATIONS, WatchEvent, as_dict, as_list
 
 logger = logging.getLogger(__name__)
 
