@@ -1,7 +1,7 @@
 """How long after Flux reports a merged change applied the change page shows it, by polling
 alone (the schedule before status events) and with events, side by side in one run.
 
-Demo-like: the fleet simulator with the demo fleet and the demo's controller delays ticking
+Demo-like: the simulator with the demo fleet and the demo's controller delays ticking
 in this process, the portal served over HTTP by a threaded WSGI server in this process, a
 fallback sync on the demo's schedule (FLEET_SYNC_SECONDS, 5 s) in both variants, and a
 "browser" that polls the change page's live region as the page does:

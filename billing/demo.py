@@ -142,7 +142,7 @@ def synced_placements() -> list[Placement]:
 
 
 def simulator_placements() -> list[Placement]:
-    """The seed workloads of the fleet simulator ``make demo`` starts, before any sync."""
+    """The seed workloads of the simulator ``make demo`` starts, before any sync."""
     from gitops.fleet import base_fleet
     from simulator.config import POOL_LABEL, SimConfig, load_config
 

@@ -118,9 +118,7 @@ class Notifier:
             self._queue.put(payload)
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name="fleet-simulator-notify", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="simulator-notify", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -1,4 +1,4 @@
-"""The production path with real parts: Debian's ``prometheus`` scrapes the fleet simulator's
+"""The production path with real parts: Debian's ``prometheus`` scrapes the simulator's
 dcgm-exporter, and the ingest reads it back through the HTTP API into ledger lines that
 match the simulator's placements to the GPU-second.
 

@@ -1,4 +1,4 @@
-"""The catalog in a real browser, against the fleet simulator: bob asks for a model endpoint,
+"""The catalog in a real browser, against the simulator: bob asks for a model endpoint,
 pam approves it and merges its pull request, and bob's request page turns ready with the URL
 by itself (htmx polling), as the fleet sync and the catalog's follow-up run in the background.
 """

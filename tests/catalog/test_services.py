@@ -1,5 +1,5 @@
 """The catalog workflow end to end on a real Git repository: request, decide, pull request,
-merge, and the cluster (the fleet simulator) reporting the resource ready."""
+merge, and the cluster (the simulator) reporting the resource ready."""
 
 from __future__ import annotations
 

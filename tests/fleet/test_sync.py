@@ -1,4 +1,4 @@
-"""The sync against the fleet simulator over HTTP: inventory, applied/failed changes, stale data,
+"""The sync against the simulator over HTTP: inventory, applied/failed changes, stale data,
 faults, malformed objects and the drain flow. The same client code a real cluster gets."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The fleet pages: who sees them, what they show from the cached rows (stale or odd), and the
-node actions. The cluster is only reached by cordon and drain: the fleet simulator, over HTTP."""
+node actions. The cluster is only reached by cordon and drain: the simulator, over HTTP."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def pod_json(name: str, namespace: str, node: str, *, owner: str = "Job", gpus: 
 
 
 class SimCluster:
-    """The fleet simulator holding node ``gpu-01.example.com``, its pods and what was done to
+    """The simulator holding node ``gpu-01.example.com``, its pods and what was done to
     them. Cordon and drain reach it over HTTP through the real ``Kube`` client."""
 
     def __init__(self, sim: Simulator, settings: Any) -> None:

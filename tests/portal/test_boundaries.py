@@ -34,7 +34,7 @@ SHARED = ("tenants.access", "gitops.specs", "gitops.fleet")
 # The composition root: management commands that seed and serve the whole portal.
 ROOTS = ("portal/management/",)
 # Code that imports no Django and no Django app: the renderers, the checks, the Git engine,
-# the specs they read and the fleet simulator (which stands in for a cluster).
+# the specs they read and the simulator (which stands in for a cluster).
 PURE = ("gitops/render/", "gitops/checks/", "gitops/repo.py", "gitops/specs.py", "simulator/")
 PURE_MODULES = ("gitops.render", "gitops.checks", "gitops.repo", "gitops.specs", "simulator")
 # The only module that talks to libgit2.

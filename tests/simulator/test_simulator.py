@@ -1,4 +1,4 @@
-"""The fleet simulator through the official Kubernetes client over HTTP: nodes, selectors,
+"""The simulator through the official Kubernetes client over HTTP: nodes, selectors,
 cordon, eviction, errors, Flux play on a real bare repository, faults and DCGM metrics."""
 
 from __future__ import annotations
@@ -973,8 +973,8 @@ def test_it_loads_another_fleet_from_yaml(tmp_path: Path) -> None:
 
 def test_it_refuses_a_bad_address_or_config_on_the_command_line(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="host:port"):
-        call_command("fleet_simulator", "--addr", "localhost:http")
+        call_command("simulator", "--addr", "localhost:http")
     bad = tmp_path / "bad.yaml"
     bad.write_text("speed: 11\n")
     with pytest.raises(CommandError, match="speed: unknown key"):
-        call_command("fleet_simulator", "--config", str(bad))
+        call_command("simulator", "--config", str(bad))

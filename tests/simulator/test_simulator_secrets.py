@@ -1,4 +1,4 @@
-"""Secrets in the fleet simulator: a vCluster release exports its kubeconfigs once Ready and
+"""Secrets in the simulator: a vCluster release exports its kubeconfigs once Ready and
 takes them away when removed, read through the official client and through ``Kube.read_secret``."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Membership is the key to a tenant's clusters, end to end, with nothing mocked.
 
 A real identity provider (tests/oidc/server.mjs over HTTPS, with kubectl's public client)
-issues a member an ID token the way kubelogin gets one; the fleet simulator runs the tenant's
+issues a member an ID token the way kubelogin gets one; the simulator runs the tenant's
 vCluster from the portal's Git repository, with the API server flags the portal rendered, and
 Flux applies the member bindings into it through the exported kubeconfig. The token works
 while the person is a member; once they are removed, the access change merges by itself
