@@ -1,4 +1,4 @@
-"""A member's kubeconfig for a tenant cluster: the cluster's address and CA, read from the fleet
+"""A member's kubeconfig for a tenant cluster: the cluster's address and CA, read from the
 simulator over HTTP once the vCluster release is ready, and a kubelogin user, never the admin
 credential; refused with a reason when there is none to give this person."""
 
