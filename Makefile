@@ -74,7 +74,7 @@ test-sqlite-subset: $(VENV)/.installed-test system-deps node-deps
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy portal tenants gitops fleet catalog billing api portalctl
+	$(BIN)/mypy portal tenants gitops fleet catalog billing api portalctl simulator
 
 format: $(VENV)/.installed-test
 	$(BIN)/ruff format .

@@ -23,7 +23,7 @@ os.environ.setdefault(
 
 def setup_django(tmp: Path) -> None:
     """Django on a migrated SQLite database in ``tmp`` (``BENCH_DATABASE_URL`` to use another),
-    with the fleet simulator off: a benchmark starts what it measures itself."""
+    with the simulator off: a benchmark starts what it measures itself."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL", f"sqlite:///{tmp}/b.db")
     os.environ["PORTAL_VAR_DIR"] = str(tmp)

@@ -4,7 +4,7 @@ The portal lists nodes with the official ``kubernetes`` client but reads the ans
 JSON (``_preload_content=False``) and parses each node on its own (``fleet.inventory``). The
 baseline is the client's usual path: ``CoreV1Api.list_node()`` deserialising into typed
 ``V1Node`` models, then reading the same facts from their attributes. Both run in this
-process, one after the other, against the same fleet simulator over HTTP in a process of its
+process, one after the other, against the same simulator over HTTP in a process of its
 own (so its JSON encoding is not counted).
 
 Also timed: the whole ``fleet.services.sync_all()`` (nodes, pods, Flux objects,
@@ -81,7 +81,7 @@ def start_simulator(config: str) -> tuple[str, subprocess.Popen[bytes]]:
         [
             sys.executable,
             str(ROOT / "manage.py"),
-            "fleet_simulator",
+            "simulator",
             "--addr",
             f"127.0.0.1:{port}",
             "--config",
@@ -98,7 +98,7 @@ def start_simulator(config: str) -> tuple[str, subprocess.Popen[bytes]]:
         except OSError:
             time.sleep(0.1)
     process.kill()
-    raise SystemExit("the fleet simulator did not start")
+    raise SystemExit("the simulator did not start")
 
 
 def break_one_node(url: str, core: Any, raw: Callable[[], int], typed: Callable[[], int]) -> str:

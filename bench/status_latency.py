@@ -1,7 +1,7 @@
 """How long after Flux reports a merged change applied the change page shows it, by polling
 alone (the schedule before status events) and with events, side by side in one run.
 
-Demo-like: the fleet simulator with the demo fleet and the demo's controller delays ticking
+Demo-like: the simulator with the demo fleet and the demo's controller delays ticking
 in this process, the portal served over HTTP by a threaded WSGI server in this process, a
 fallback sync on the demo's schedule (FLEET_SYNC_SECONDS, 5 s) in both variants, and a
 "browser" that polls the change page's live region as the page does:
@@ -89,16 +89,16 @@ def run(trials: int) -> None:
     from django.test import Client
 
     from fleet import services as fleet
-    from fleet.simulator import Simulator
-    from fleet.simulator.config import SimConfig
-    from fleet.simulator.notify import Notifier
-    from fleet.simulator.store import KUSTOMIZATIONS, WatchEvent
     from fleet.watch import Watcher
     from gitops import services as gitops
     from gitops.fleet import configured_fleet
     from gitops.models import ChangeRequest
     from gitops.sources import simulator_git_options
     from gitops.specs import TenantSpec
+    from simulator import Simulator
+    from simulator.config import SimConfig
+    from simulator.notify import Notifier
+    from simulator.store import KUSTOMIZATIONS, WatchEvent
     from tenants.models import PlatformRole, Tenant
 
     server = make_server("127.0.0.1", 0, WSGIHandler(), server_class=_Server, handler_class=_Quiet)

@@ -4,7 +4,7 @@ A new demo has no usage until its exporter has been scraped for an hour, and no 
 so the cost pages would be empty for days. This writes what the real ingest would have
 written had the demo's workloads run for the last 30 days: the same namespaces, flavors, GPU
 models, MIG profiles and workload names (the synced ``fleet.Workload`` rows when the fleet
-has been synced, else the simulator's seed workloads that ``make demo`` will run), attributed
+has been synced, else the workloads ``seed_demo`` says the demo's cluster will run), attributed
 by namespace with the ingest's own rules, with ``source="demo"`` so it can never be mistaken
 for metered usage. Utilisation is pseudo-random from a fixed seed with a daily cycle, so two
 runs write the same rows; one tenant is left nearly idle so that waste and right-sizing have
@@ -21,12 +21,12 @@ import dataclasses
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -66,6 +66,23 @@ class Placement:
     workload: str
     gpu_equivalents: Fraction
     memory_mib: int  # the framebuffer the placement holds
+
+
+@dataclass(frozen=True)
+class PlannedWorkload:
+    """A workload the demo's cluster will run before the fleet is first synced: its pods and
+    their GPU requests on one node pool (``seed_demo`` reads them from the simulator's
+    configuration, which this app does not import)."""
+
+    namespace: str
+    kind: str
+    name: str
+    pods: int
+    pool: str
+    product: str
+    mode: str
+    gpu_memory_mib: int
+    requests: Mapping[str, int] = field(default_factory=dict)  # a pod's nvidia.com/* requests
 
 
 @dataclass(frozen=True)
@@ -141,16 +158,10 @@ def synced_placements() -> list[Placement]:
     return _merge(found)
 
 
-def simulator_placements() -> list[Placement]:
-    """The seed workloads of the fleet simulator ``make demo`` starts, before any sync."""
-    from fleet.simulator.config import POOL_LABEL, SimConfig, load_config
-    from gitops.fleet import base_fleet
+def planned_placements(planned: Iterable[PlannedWorkload]) -> list[Placement]:
+    """The placements of ``planned`` workloads, on the flavors of their pools."""
+    from gitops.fleet import POOL_LABEL, base_fleet
 
-    config = (
-        load_config(settings.FLEET_SIMULATOR_CONFIG)
-        if settings.FLEET_SIMULATOR_CONFIG
-        else SimConfig.demo()
-    )
     flavor_of_pool = {
         value: flavor.name
         for flavor in base_fleet().flavors
@@ -158,34 +169,31 @@ def simulator_placements() -> list[Placement]:
         if key == POOL_LABEL
     }
     found = []
-    for seed in config.seed_workloads:
-        group = config.pool(seed.pool)
-        if group is None or not group.gpus_per_node:
-            continue
-        requests = {r: int(v) for r, v in seed.resources if r.startswith("nvidia.com/")}
+    for seed in planned:
+        requests = dict(seed.requests)
         try:
-            held = gpu_equivalents(requests, mode=group.mode, gpu_memory_mib=group.gpu_memory_mib)
+            held = gpu_equivalents(requests, mode=seed.mode, gpu_memory_mib=seed.gpu_memory_mib)
         except FractionError:
             continue
         if not held:
             continue
-        profile = _mig_profile(requests) if group.mode == "mig" else ""
+        profile = _mig_profile(requests) if seed.mode == "mig" else ""
         found += [
             Placement(
                 seed.namespace,
-                flavor_of_pool.get(group.pool, group.pool),
-                group.product,
+                flavor_of_pool.get(seed.pool, seed.pool),
+                seed.product,
                 profile,
                 workload_name(seed.kind, seed.name, ""),
                 held,
-                _memory_mib(held, profile, group.gpu_memory_mib),
+                _memory_mib(held, profile, seed.gpu_memory_mib),
             )
         ] * seed.pods
     return _merge(found)
 
 
-def placements() -> list[Placement]:
-    return synced_placements() or simulator_placements()
+def placements(planned: Iterable[PlannedWorkload] = ()) -> list[Placement]:
+    return synced_placements() or planned_placements(planned)
 
 
 def _busy(rng: random.Random, hour: datetime, idle: bool) -> float:
@@ -309,12 +317,13 @@ def seed_budget(start: datetime, end: datetime) -> str:
 
 
 @transaction.atomic
-def seed_history(now: datetime | None = None) -> Seeded:
+def seed_history(now: datetime | None = None, *, planned: Iterable[PlannedWorkload] = ()) -> Seeded:
     """Prices, the last ``DAYS`` days of demo ledger rows up to the last complete hour, and
-    a budget. Idempotent: the demo rows are replaced, other sources' hours skipped."""
+    a budget; ``planned``: what the cluster will run, for a fleet not synced yet.
+    Idempotent: the demo rows are replaced, other sources' hours skipped."""
     end = last_complete_hour(now) + HOUR
     start = end - timedelta(days=DAYS)
-    found = placements()
+    found = placements(planned)
     prices = seed_prices(found, (now or timezone.now()).date())
     UsageHour.objects.filter(source=Source.DEMO).delete()
     metered = set(

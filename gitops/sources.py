@@ -146,7 +146,7 @@ def may_read(repository: Served, token: str) -> bool:
 
 def check_credentials(url: str, username: str, password: str) -> bool:
     """Whether the portal's Git endpoint would serve ``url`` to these credentials (HTTP basic:
-    the password is the token, any user name). The fleet simulator's Flux asks this."""
+    the password is the token, any user name). The simulator's Flux asks this."""
     repository = served_for_url(url)
     return repository is not None and bool(password) and may_read(repository, password)
 
@@ -266,13 +266,13 @@ def tokenless(slugs: Iterable[str]) -> set[str]:
 
 
 def local_repository(url: str) -> Path | None:
-    """The local bare repository a source URL reads, for the fleet simulator's Flux."""
+    """The local bare repository a source URL reads, for the simulator's Flux."""
     repository = served_for_url(url)
     return repository.path if repository is not None else None
 
 
 def simulator_git_options() -> dict[str, Any]:
-    """How the fleet simulator's Flux reads the portal's Git: through the same token checks
+    """How the simulator's Flux reads the portal's Git: through the same token checks
     as the Git endpoint, with a platform token in its ``flux-system`` Secret (as ``flux
     bootstrap`` writes it). Without ``GITOPS_HTTP_TOKENS`` the process makes one up."""
     if not settings.GITOPS_HTTP_TOKENS:

@@ -6,7 +6,7 @@ lists them: per component, the repository, the commit of that release, and each 
 SHA-256 and size. ``fetch`` downloads them from ``raw.githubusercontent.com`` (or a mirror laid
 out the same way: ``<base>/<owner>/<repo>/<commit>/<path>``) into a schema directory, the
 portal's ``GITOPS_SCHEMA_DIR`` (``var/schemas`` by default), as ``<folder>/<file name>``,
-which ``gitops.checks.schema.SchemaRegistry.from_dir`` reads and the fleet simulator serves.
+which ``gitops.checks.schema.SchemaRegistry.from_dir`` reads and the simulator serves.
 
 A file is installed only whole and verified: a wrong checksum, a short or long file, a file
 that is not CRDs (or JSON, for a chart's values schema), a network error: that file's previous

@@ -480,7 +480,7 @@ CELERY_BEAT_SCHEDULE["gitops-merge-queue"] = {
 # --- Fleet (the Kubernetes cluster the portal reads) ---------------------------------------
 # Where the API server is, in this order: FLEET_KUBECONFIG (a kubeconfig file, optionally a
 # context), FLEET_IN_CLUSTER (the pod's service account), FLEET_API_URL (a plain URL with an
-# optional bearer token). With none of them, the portal talks to the built-in fleet simulator,
+# optional bearer token). With none of them, the portal talks to the built-in simulator,
 # which `manage.py serve` starts at FLEET_SIMULATOR_ADDR unless FLEET_SIMULATOR is false.
 FLEET_KUBECONFIG = env("FLEET_KUBECONFIG")
 FLEET_KUBE_CONTEXT = env("FLEET_KUBE_CONTEXT")
@@ -593,7 +593,7 @@ if BILLING_SOURCE == "exporter":
 
 # --- Billing: OpenCost ----------------------------------------------------------------------
 # OpenCost's API (port 9003; Kubecost's ends in /model) for CPU, RAM, storage and network cost
-# per namespace. The demo's fleet simulator answers the same allocation API from its own
+# per namespace. The demo's simulator answers the same allocation API from its own
 # placements and prices; with a real cluster and no OpenCost, leave it empty.
 BILLING_OPENCOST_URL = env(
     "BILLING_OPENCOST_URL", f"http://{FLEET_SIMULATOR_ADDR}" if FLEET_SIMULATOR else ""

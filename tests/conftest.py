@@ -185,9 +185,9 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
     """
     import dataclasses
 
-    from fleet.simulator import Simulator
-    from fleet.simulator.config import SimConfig
     from gitops.sources import simulator_git_options
+    from simulator import Simulator
+    from simulator.config import SimConfig
 
     started: list[Any] = []
 

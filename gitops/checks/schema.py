@@ -53,7 +53,7 @@ from gitops.checks.manifests import load_documents
 Scope = Literal["Namespaced", "Cluster"]
 
 # The Kubernetes minor version whose built-in schemas are used when none is given: the fleet
-# spec's default (``FleetSpec.kubernetes_version``), the version the fleet simulator serves.
+# spec's default (``FleetSpec.kubernetes_version``), the version the simulator serves.
 DEFAULT_KUBERNETES_VERSION = "1.34"
 
 # Built-in kinds are namespaced unless listed here (by API group and kind): the OpenAPI

@@ -17,8 +17,9 @@ from billing import demo, services
 from billing.costing import PriceBook, priced, totals
 from billing.models import Budget, GpuPrice, Source, UsageHour
 from fleet import services as fleet_services
-from fleet.simulator import Simulator
-from fleet.simulator.config import SeedWorkload, SimConfig
+from portal.management.commands.seed_demo import planned_workloads
+from simulator import Simulator
+from simulator.config import SeedWorkload, SimConfig
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)
@@ -175,7 +176,10 @@ def test_it_uses_the_simulators_workloads_before_the_fleet_is_synced(
     tenants: None, settings: Any
 ) -> None:
     settings.FLEET_SIMULATOR_CONFIG = ""
-    found = {(p.namespace, p.flavor, p.mig_profile, p.workload): p for p in demo.placements()}
+    planned = planned_workloads()
+    found = {
+        (p.namespace, p.flavor, p.mig_profile, p.workload): p for p in demo.placements(planned)
+    }
     assert {key: p.gpu_equivalents for key, p in found.items()} == {
         # Two HAMi shares of 24000 MiB and 30% of the cores: 0.3 of an H200 each.
         ("llm-platform", "h200-hami", "", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): (
@@ -185,7 +189,9 @@ def test_it_uses_the_simulators_workloads_before_the_fleet_is_synced(
         ("vision", "h200-mig", "1g.18gb", "Job/eval-vit-small"): Fraction(3, 7),
         ("vision", "h200-mig", "3g.71gb", "Job/eval-vit-large"): Fraction(3, 7),
     }
-    seeded = demo.seed_history(now=datetime.fromisoformat("2026-06-01T12:30:00+00:00"))
+    seeded = demo.seed_history(
+        now=datetime.fromisoformat("2026-06-01T12:30:00+00:00"), planned=planned
+    )
     assert seeded.rows == demo.DAYS * 24 * 4
     assert set(UsageHour.objects.values_list("tenant_slug", flat=True)) == {
         "vision",

@@ -17,7 +17,7 @@ from billing.ingest import (
     rollup,
     workload_labels,
 )
-from fleet.simulator.dcgm import GpuSample, render_exposition
+from simulator.dcgm import GpuSample, render_exposition
 from tests.support import shared_dir
 
 H200_MIB = 143771

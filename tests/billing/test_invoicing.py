@@ -16,10 +16,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from billing import invoicing
 from billing.models import Budget, GpuPrice, Invoice, InvoiceLine, Source, UsageHour
-from fleet.simulator import Simulator
-from fleet.simulator.config import Prices, SimConfig
 from portal.jobs import enqueue
 from portal.models import AuditEvent, Job
+from simulator import Simulator
+from simulator.config import Prices, SimConfig
 from tenants.models import Tenant
 
 H200 = "NVIDIA-H200"
@@ -277,7 +277,7 @@ def test_opencost_down_still_drafts_with_a_warning(october: dict[str, Any], sett
 
 @pytest.fixture
 def opencost(settings: Any) -> Iterator[Simulator]:
-    """The demo fleet's simulator answering OpenCost's allocation API (as tests/fleet's), at
+    """The demo fleet's simulator answering OpenCost's allocation API (as tests/simulator's), at
     a price per second rather than per hour, so the second a test waits costs whole cents."""
     config = dataclasses.replace(
         SimConfig.demo(),

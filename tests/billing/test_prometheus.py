@@ -1,4 +1,4 @@
-"""The production path with real parts: Debian's ``prometheus`` scrapes the fleet simulator's
+"""The production path with real parts: Debian's ``prometheus`` scrapes the simulator's
 dcgm-exporter, and the ingest reads it back through the HTTP API into ledger lines that
 match the simulator's placements to the GPU-second.
 
@@ -24,7 +24,7 @@ from billing.ingest import workload_labels
 from billing.models import IngestRun, UsageHour
 from billing.prometheus import MAX_POINTS, Prometheus, PrometheusError
 from fleet import services as fleet_services
-from fleet.simulator import Simulator
+from simulator import Simulator
 from tenants.models import Tenant
 from tests.support import free_port, wait_until
 from tests.support.prometheus import RunningPrometheus, run_prometheus

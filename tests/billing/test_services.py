@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from billing import services
 from billing.models import ExporterSample, IngestCursor, IngestRun, UsageDay, UsageHour
 from fleet import services as fleet_services
-from fleet.simulator import Simulator
-from fleet.simulator.config import SeedWorkload, SimConfig
-from fleet.simulator.dcgm import render_exposition
 from portal.jobs import enqueue
 from portal.models import AuditEvent, Job
+from simulator import Simulator
+from simulator.config import SeedWorkload, SimConfig
+from simulator.dcgm import render_exposition
 from tenants.models import Tenant
 
 HOUR = timedelta(hours=1)
@@ -57,7 +57,7 @@ def fleet(start_fleet: Callable[..., Simulator], settings: Any, db: None) -> Sim
 
 
 def sim_pods() -> Any:
-    from fleet.simulator.store import PODS
+    from simulator.store import PODS
 
     return PODS
 

@@ -1,4 +1,4 @@
-"""The catalog in a real browser, against the fleet simulator: bob asks for a model endpoint,
+"""The catalog in a real browser, against the simulator: bob asks for a model endpoint,
 pam approves it and merges its pull request, and bob's request page turns ready with the URL
 by itself (htmx polling), as the fleet sync and the catalog's follow-up run in the background.
 """
@@ -17,9 +17,9 @@ from playwright.sync_api import Browser, Page, expect
 from catalog import services as catalog
 from catalog.models import Resource, ResourceRequest
 from fleet import services as fleet
-from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
+from simulator import Simulator
 from tenants.specs import tenant_spec
 from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
 

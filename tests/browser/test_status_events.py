@@ -15,10 +15,10 @@ from playwright.sync_api import Page, expect
 from fleet import services as fleet
 from fleet.kube import Kube
 from fleet.models import FluxEventReceipt
-from fleet.simulator import Simulator
-from fleet.simulator.store import NAMESPACES
 from gitops.models import ChangeRequest
 from gitops.specs import TenantSpec
+from simulator import Simulator
+from simulator.store import NAMESPACES
 from tests.support import wait_until
 
 pytestmark = pytest.mark.browser

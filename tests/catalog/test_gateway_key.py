@@ -1,5 +1,5 @@
 """A tenant's gateway key (issue 9, finding 9): made, rotated and revoked by the tenant's
-admins, written into the tenant's namespace through the Kubernetes API (here the fleet
+admins, written into the tenant's namespace through the Kubernetes API (here the
 simulator over HTTP), shown once and stored only as a digest."""
 
 from __future__ import annotations

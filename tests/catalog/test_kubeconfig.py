@@ -1,4 +1,4 @@
-"""A member's kubeconfig for a tenant cluster: the cluster's address and CA, read from the fleet
+"""A member's kubeconfig for a tenant cluster: the cluster's address and CA, read from the
 simulator over HTTP once the vCluster release is ready, and a kubelogin user, never the admin
 credential; refused with a reason when there is none to give this person."""
 
@@ -17,10 +17,10 @@ import yaml
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
 from catalog.models import Resource
 from catalog.specs import to_json
-from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
 from gitops.models import ChangeRequest
 from gitops.specs import GpuShare, TenantClusterSpec
+from simulator import Simulator
+from simulator.config import SimConfig
 from tenants.specs import tenant_spec
 from tests import cluster_oidc
 from tests.cluster_oidc import ISSUER

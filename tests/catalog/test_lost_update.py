@@ -16,10 +16,10 @@ import pytest
 from catalog import services
 from catalog.models import Resource, ResourceRequest
 from fleet import services as fleet
-from fleet.simulator import Simulator
 from gitops import merge_queue
 from gitops import services as gitops
 from gitops.models import MergeQueueBatch
+from simulator import Simulator
 from tests.support.kueue import nominal_gpus
 
 S = ResourceRequest.State

@@ -1,5 +1,5 @@
 """The catalog workflow end to end on a real Git repository: request, decide, pull request,
-merge, and the cluster (the fleet simulator) reporting the resource ready."""
+merge, and the cluster (the simulator) reporting the resource ready."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from catalog import services, states
 from catalog.models import Notification, RequestEvent, Resource, ResourceRequest
 from fleet import services as fleet
-from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
+from simulator import Simulator
 from tests.support.kueue import nominal_gpus
 
 S = ResourceRequest.State

@@ -16,10 +16,10 @@ from django.utils import timezone
 from catalog import services
 from catalog.models import Kind, Resource, ResourceRequest
 from fleet import services as fleet
-from fleet.simulator import Simulator
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
+from simulator import Simulator
 from tests import cluster_oidc
 from tests.support.text import refusal, refused_params
 

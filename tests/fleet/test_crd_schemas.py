@@ -17,11 +17,11 @@ from kubernetes import client
 from fleet import schemas, services
 from fleet.kube import Kube
 from fleet.models import SyncState
-from fleet.simulator import Simulator
-from fleet.simulator.config import ConfigError
 from gitops import schemas as gitops_schemas
 from gitops.checks import run_checks
 from gitops.models import ServedCrd
+from simulator import Simulator
+from simulator.config import ConfigError
 from tests.gitops import checks_samples as samples
 from tests.gitops.checks_support import require_crds
 

@@ -17,9 +17,9 @@ from django.urls import reverse
 
 from fleet import services
 from fleet.models import FluxEventReceipt, FluxObject
-from fleet.simulator import Simulator
 from gitops.models import ChangeRequest
 from gitops.specs import TenantSpec
+from simulator import Simulator
 
 SECRET = "flux-events-test-key"
 URL = "/hooks/flux/"

@@ -17,10 +17,6 @@ from kubernetes import client
 
 from fleet import services
 from fleet.kube import Kube, KubeError
-from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
-from fleet.simulator.flux import SOURCE_RETRY_SECONDS
-from fleet.simulator.store import SECRETS
 from gitops import sources
 from gitops.fleet import demo_fleet
 from gitops.models import ChangeRequest, SourceToken
@@ -28,6 +24,10 @@ from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
 from gitops.specs import EndpointSpec, GpuShare, TenantSpec
 from portal.models import AuditEvent
+from simulator import Simulator
+from simulator.config import SimConfig
+from simulator.flux import SOURCE_RETRY_SECONDS
+from simulator.store import SECRETS
 from tenants.models import PlatformRole
 
 ALICE = Identity("Alice Admin", "alice@example.com")

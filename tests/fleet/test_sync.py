@@ -1,4 +1,4 @@
-"""The sync against the fleet simulator over HTTP: inventory, applied/failed changes, stale data,
+"""The sync against the simulator over HTTP: inventory, applied/failed changes, stale data,
 faults, malformed objects and the drain flow. The same client code a real cluster gets."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from django.test import Client
 
 from fleet import services
 from fleet.models import FluxObject, Node, SyncState, Workload
-from fleet.simulator import Simulator
 from gitops.models import ChangeRequest, SourceToken
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
 from portal.jobs import enqueue
 from portal.models import AuditEvent, Job
+from simulator import Simulator
 
 # Bulk upserts (update_conflicts, ignore_conflicts) and row locks.
 pytestmark = pytest.mark.db_engine

@@ -1,5 +1,5 @@
 """The fleet pages: who sees them, what they show from the cached rows (stale or odd), and the
-node actions. The cluster is only reached by cordon and drain: the fleet simulator, over HTTP."""
+node actions. The cluster is only reached by cordon and drain: the simulator, over HTTP."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from django.test import Client
 from django.utils import timezone
 
 from fleet.models import FluxObject, Node, SyncState, Workload
-from fleet.simulator import Simulator
-from fleet.simulator.config import NodeGroup, SimConfig
-from fleet.simulator.store import RESOURCES
 from portal.models import AuditEvent, Job
+from simulator import Simulator
+from simulator.config import NodeGroup, SimConfig
+from simulator.store import RESOURCES
 
 NODE = "gpu-01.example.com"
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -133,7 +133,7 @@ def pod_json(name: str, namespace: str, node: str, *, owner: str = "Job", gpus: 
 
 
 class SimCluster:
-    """The fleet simulator holding node ``gpu-01.example.com``, its pods and what was done to
+    """The simulator holding node ``gpu-01.example.com``, its pods and what was done to
     them. Cordon and drain reach it over HTTP through the real ``Kube`` client."""
 
     def __init__(self, sim: Simulator, settings: Any) -> None:

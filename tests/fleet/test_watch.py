@@ -18,10 +18,10 @@ from django.utils import timezone
 from fleet import services, watch
 from fleet.kube import Kube
 from fleet.models import FluxObject, Node, WatchState
-from fleet.simulator import Simulator
-from fleet.simulator.store import KUSTOMIZATIONS
 from gitops.models import ChangeRequest
 from gitops.specs import TenantSpec
+from simulator import Simulator
+from simulator.store import KUSTOMIZATIONS
 from tests.support import wait_until
 
 NODES = next(w for w in watch.WATCHED if w.name == "nodes")

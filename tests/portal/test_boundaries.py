@@ -7,6 +7,9 @@ file and line. Imports inside functions count too (a lazy import is still a depe
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,10 +36,19 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 SHARED = ("tenants.access", "gitops.specs", "gitops.fleet")
 # The composition root: management commands that seed and serve the whole portal.
 ROOTS = ("portal/management/",)
-# Code that imports no Django and no Django app: the renderers, the checks, the Git engine,
-# the specs they read and the fleet simulator (which stands in for a cluster).
-PURE = ("gitops/render/", "gitops/checks/", "gitops/repo.py", "gitops/specs.py", "fleet/simulator/")
-PURE_MODULES = ("gitops.render", "gitops.checks", "gitops.repo", "gitops.specs", "fleet.simulator")
+# Code that imports no Django and no Django app: the renderers, the checks, the Git engine and
+# the specs they read.
+PURE = ("gitops/render/", "gitops/checks/", "gitops/repo.py", "gitops/specs.py")
+PURE_MODULES = ("gitops.render", "gitops.checks", "gitops.repo", "gitops.specs")
+# The simulator stands in for a cluster and must not share the portal's mistakes: it reads Git
+# through the Git engine and nothing else of the project, and imports no Django. Only the
+# composition roots that start it (management commands: ``serve``, ``simulator``,
+# ``seed_demo``) import it; tests and bench may.
+SIMULATOR = "simulator"
+SIMULATOR_MAY_IMPORT = ("gitops.repo",)
+PROJECT = (*APPS, "portalctl", SIMULATOR)
+SIMULATOR_ROOTS = "/management/commands/"
+DJANGO = ("django", "rest_framework", "allauth", "drf_spectacular", "template_partials", "csp")
 # The only module that talks to libgit2.
 PYGIT2_HOME = "gitops/repo.py"
 
@@ -71,9 +83,9 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{module}.{alias.name}"
 
 
-def _sources() -> list[Path]:
+def _sources(folders: tuple[str, ...] = APPS) -> list[Path]:
     return sorted(
-        p for app in APPS for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts
+        p for app in folders for p in (ROOT / app).rglob("*.py") if "migrations" not in p.parts
     )
 
 
@@ -90,6 +102,8 @@ def test_the_walk_finds_every_app_and_their_imports() -> None:
     assert {_rel(p).split("/")[0] for p in sources} == set(APPS)
     found = {module for _, module in _imports(ROOT / "billing" / "costing.py")}
     assert {"billing.models", "billing.models.GpuPrice", "django.db.models"} <= found
+    found = {module for _, module in _imports(ROOT / SIMULATOR / "flux.py")}
+    assert {"gitops.repo", "gitops.repo.GitRepository", "simulator.kustomize"} <= found
 
 
 def test_apps_import_only_what_the_design_allows() -> None:
@@ -146,3 +160,52 @@ def test_the_command_line_client_is_a_client_only() -> None:
     ]
     assert list((ROOT / "portalctl").rglob("*.py"))
     assert broken == []
+
+
+def _is_django(module: str) -> bool:
+    top = module.split(".")[0]
+    return top in DJANGO or top.startswith("django")
+
+
+def test_the_simulator_imports_nothing_of_the_portal_but_the_git_engine() -> None:
+    """No Django, no app, no renderer or check: what it models comes from upstream."""
+    broken = []
+    for path in _sources((SIMULATOR,)):
+        for line, module in _imports(path):
+            top = module.split(".")[0]
+            if top == SIMULATOR:
+                continue
+            # "from gitops.repo import X" also names "gitops.repo.X"; "gitops" is the package.
+            allowed = module == "gitops" or any(_is(module, m) for m in SIMULATOR_MAY_IMPORT)
+            if _is_django(module) or (top in PROJECT and not allowed):
+                broken.append(f"{_rel(path)}:{line} imports {module}")
+    assert _sources((SIMULATOR,))
+    assert broken == []
+
+
+def test_only_the_composition_roots_import_the_simulator() -> None:
+    broken = [
+        f"{_rel(path)}:{line} imports {module}"
+        for path in _sources()
+        if SIMULATOR_ROOTS not in f"/{_rel(path)}"
+        for line, module in _imports(path)
+        if module.split(".")[0] == SIMULATOR
+    ]
+    assert broken == []
+
+
+def test_importing_the_simulator_loads_no_django_and_only_the_git_engine() -> None:
+    """What the interpreter actually loads, lazy and indirect imports included."""
+    script = (
+        "import json, pkgutil, sys, importlib, simulator\n"
+        "for m in pkgutil.walk_packages(simulator.__path__, 'simulator.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    loaded = json.loads(out)
+    project = {m for m in loaded if m.split(".")[0] in PROJECT and m.split(".")[0] != SIMULATOR}
+    assert project == {"gitops", "gitops.repo"}
+    assert [m for m in loaded if _is_django(m)] == []

@@ -1,5 +1,5 @@
 """/healthz and /readyz against real parts: Redis, bare repositories, the portal's own Git
-HTTP endpoint as a remote, the fleet simulator, and closed ports for each one down.
+HTTP endpoint as a remote, the simulator, and closed ports for each one down.
 
 A kubelet probes plain HTTP with the pod's IP as Host and no session, so every probe here is
 also made that way, with the HTTPS redirect on and the IP not in ALLOWED_HOSTS.

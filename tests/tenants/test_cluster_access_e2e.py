@@ -1,7 +1,7 @@
 """Membership is the key to a tenant's clusters, end to end, with nothing mocked.
 
 A real identity provider (tests/oidc/server.mjs over HTTPS, with kubectl's public client)
-issues a member an ID token the way kubelogin gets one; the fleet simulator runs the tenant's
+issues a member an ID token the way kubelogin gets one; the simulator runs the tenant's
 vCluster from the portal's Git repository, with the API server flags the portal rendered, and
 Flux applies the member bindings into it through the exported kubeconfig. The token works
 while the person is a member; once they are removed, the access change merges by itself
@@ -25,10 +25,10 @@ from catalog.models import Kind, Resource
 from catalog.specs import to_json
 from fleet import services as fleet_services
 from fleet.kube import Kube
-from fleet.simulator import Simulator
 from gitops.models import ChangeRequest
 from gitops.specs import GpuShare, TenantClusterSpec
 from portal.models import AuditEvent
+from simulator import Simulator
 from tenants.models import Membership, Role
 from tenants.services import ACCESS_TITLE, do_change_member_role, do_remove_member
 from tenants.specs import tenant_spec

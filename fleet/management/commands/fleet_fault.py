@@ -1,4 +1,4 @@
-"""Inject a fault into the running fleet simulator, to see the portal show it.
+"""Inject a fault into the running simulator, to see the portal show it.
 
     python manage.py fleet_fault xid h200-03 --gpu 5 --xid 79   # GPU 5 falls off the bus
     python manage.py fleet_fault not-ready h200-07              # the kubelet stops reporting
@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
-    help = "Inject a GPU XID or a NotReady node into the fleet simulator, or clear all faults."
+    help = "Inject a GPU XID or a NotReady node into the simulator, or clear all faults."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("kind", choices=["xid", "not-ready", "clear"])

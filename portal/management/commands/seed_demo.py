@@ -5,16 +5,50 @@ from __future__ import annotations
 from typing import Any
 
 from allauth.account.models import EmailAddress
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.test import override_settings
 
+from billing.demo import PlannedWorkload
 from gitops import services as gitops
 from gitops.models import ChangeRequest
 from tenants import services
 from tenants.models import Membership, PlatformRole, Role, Tenant
+
+
+def planned_workloads() -> list[PlannedWorkload]:
+    """The seed workloads of the simulator ``make demo`` starts (FLEET_SIMULATOR_CONFIG, else
+    the demo fleet's), for the billing history of a fleet not synced yet."""
+    from simulator.config import SimConfig, load_config
+
+    config = (
+        load_config(settings.FLEET_SIMULATOR_CONFIG)
+        if settings.FLEET_SIMULATOR_CONFIG
+        else SimConfig.demo()
+    )
+    planned = []
+    for seed in config.seed_workloads:
+        group = config.pool(seed.pool)
+        if group is None or not group.gpus_per_node:
+            continue
+        planned.append(
+            PlannedWorkload(
+                namespace=seed.namespace,
+                kind=seed.kind,
+                name=seed.name,
+                pods=seed.pods,
+                pool=group.pool,
+                product=group.product,
+                mode=group.mode,
+                gpu_memory_mib=group.gpu_memory_mib,
+                requests={r: int(v) for r, v in seed.resources if r.startswith("nvidia.com/")},
+            )
+        )
+    return planned
+
 
 DEMO_PASSWORD = "demo-password-1"  # printed in the README; the demo only listens on 127.0.0.1
 
@@ -228,7 +262,7 @@ class Command(BaseCommand):
         history before the demo's own exporter has been scraped for an hour."""
         from billing.demo import seed_history
 
-        seeded = seed_history()
+        seeded = seed_history(planned=planned_workloads())
         self.stdout.write(
             f"Demo billing: {seeded.rows} usage rows over the last 30 days "
             f"({seeded.skipped_hours} hours already metered), {seeded.prices} new prices, "

@@ -2,7 +2,7 @@
 
 Without CELERY_BROKER_URL, jobs run on the in-process thread pool and the beat schedule on a
 timer thread in this process; with a broker, this only serves HTTP and Celery does the rest.
-With FLEET_SIMULATOR (the default when no cluster is configured) the fleet simulator serves
+With FLEET_SIMULATOR (the default when no cluster is configured) the simulator serves
 its Kubernetes API at FLEET_SIMULATOR_ADDR from this process too, playing Flux on the portal's
 own repository, and posting Flux events, signed, to the portal's /hooks/flux/. With
 FLEET_WATCH the fleet watcher (``fleet.watch``) runs as threads here too, so status arrives as
@@ -54,8 +54,8 @@ class Command(BaseCommand):
                 simulator.stop()
 
     def _start_simulator(self, addrport: str) -> Any:
-        from fleet.simulator import Simulator
-        from fleet.simulator.config import SimConfig, load_config
+        from simulator import Simulator
+        from simulator.config import SimConfig, load_config
 
         host, _, port = settings.FLEET_SIMULATOR_ADDR.rpartition(":")
         config = (
@@ -85,5 +85,5 @@ class Command(BaseCommand):
             **simulator_git_options(),
         )
         url = simulator.start(host or "127.0.0.1", int(port))
-        self.stdout.write(f"Fleet simulator (Kubernetes API, DCGM /metrics) on {url}")
+        self.stdout.write(f"Simulator (Kubernetes API, DCGM /metrics) on {url}")
         return simulator

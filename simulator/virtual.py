@@ -53,7 +53,7 @@ import jwt
 import requests
 import yaml
 
-from fleet.simulator.store import JsonObject, as_dict, as_list, timestamp
+from simulator.store import JsonObject, as_dict, as_list, timestamp
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 MASTERS = "system:masters"

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.simulator.store import STORAGE_CONTAINERS, JsonObject, Store, as_dict, as_list
+from simulator.store import STORAGE_CONTAINERS, JsonObject, Store, as_dict, as_list
 
 VERSION = "v0.20.0"
 SOURCE_URI_ANNOTATION = "internal.serving.kserve.io/storage-initializer-sourceuri"

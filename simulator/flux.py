@@ -15,16 +15,19 @@ a Kustomization or GitRepository, as the notification Receiver does) it reconcil
   successful build output exists from then on and is reconciled in the same pass, parents
   before children and after its ``dependsOn``, so the tenants' ``<slug>-workloads`` appear
   once the ``tenants`` Kustomization that defines them applied;
-- every build is ``kubectl kustomize`` through ``gitops.checks.kustomize``; the paths are
-  found with ``flux_kustomizations`` and built in parallel before anything is applied;
-- a successful build is applied (objects get the ``kustomize.toolkit.fluxcd.io/name`` labels,
-  ``targetNamespace`` is honoured) and what left the output is pruned; a failed build leaves
-  the cluster as it was and marks the Kustomization ``Stalled``/``BuildFailed``;
+- every build is kustomize-controller's, in the simulator's own code (``kustomize``: Flux's
+  generator and the real ``kubectl kustomize``); the Kustomizations a build outputs are
+  built next, in parallel, before anything is applied (Flux finds them no other way: a
+  Kustomization exists once its parent applied it);
+- a successful build is applied (objects get the ``kustomize.toolkit.fluxcd.io/name`` labels)
+  and what left the output is pruned; a failed build leaves the cluster as it was and marks
+  the Kustomization ``Stalled``/``BuildFailed`` (a missing path: ``ArtifactFailed``);
 - an update the API server refuses as immutable (a ResourceClaimTemplate's spec) fails the
-  apply: nothing of that build is applied and the Kustomization is Ready False
-  ``ReconciliationFailed`` with the dry-run error, unless the object (new or live) carries
-  ``kustomize.toolkit.fluxcd.io/force: enabled`` or the Kustomization sets ``spec.force``,
-  when it is deleted and created again;
+  apply of its stage and of every later one (fluxcd/pkg ssa ``ApplyAllStaged``: Namespaces,
+  CRDs and ClusterRoles, then ``*Class`` kinds, then the rest), and the Kustomization is Ready
+  False ``ReconciliationFailed`` with the dry-run error, unless the object (new or live)
+  carries ``kustomize.toolkit.fluxcd.io/force: enabled`` or the Kustomization sets
+  ``spec.force``, when it is deleted and created again (``shouldForceApply``);
 - a Kustomization with ``spec.kubeConfig`` applies to the vCluster the kubeconfig's server
   names, with the kubeconfig's credentials, acting as ``system:serviceaccount:<namespace>:
   <serviceAccountName>`` there (fluxcd/pkg ``runtime/client/impersonator.go``), through that
@@ -42,11 +45,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import hashlib
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -55,11 +59,13 @@ from typing import Any, Literal
 
 import yaml
 
-from fleet.simulator import kserve, kyverno
-from fleet.simulator.admission import Rejected
-from fleet.simulator.cluster import Cluster, derived_uuid
-from fleet.simulator.config import SimConfig
-from fleet.simulator.store import (
+from gitops.repo import GitRepository, GitRepositoryError
+from simulator import kserve, kyverno
+from simulator.admission import Rejected
+from simulator.cluster import Cluster, derived_uuid
+from simulator.config import SimConfig
+from simulator.kustomize import Build, Workspace, build_dir
+from simulator.store import (
     GIT_REPOSITORIES,
     HELM_RELEASES,
     HTTP_ROUTES,
@@ -79,14 +85,14 @@ from fleet.simulator.store import (
     resource_of,
     timestamp,
 )
-from fleet.simulator.vcluster import (
+from simulator.vcluster import (
     admin_certificate,
     control_plane_pod,
     exported_kubeconfigs,
     host_policies,
     is_vcluster,
 )
-from fleet.simulator.virtual import (
+from simulator.virtual import (
     ApiServerRefused,
     Forbidden,
     Unauthenticated,
@@ -95,11 +101,7 @@ from fleet.simulator.virtual import (
     WriteRefused,
     api_server_flags,
 )
-from fleet.simulator.virtual import object_key as virtual_key
-from gitops.checks.controllers import forced
-from gitops.checks.kustomize import BuildResult, flux_kustomizations, kustomize_build
-from gitops.checks.manifests import normalise_dir
-from gitops.repo import GitRepository, GitRepositoryError
+from simulator.virtual import object_key as virtual_key
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +112,10 @@ ISVC_LABEL = "serving.kserve.io/inferenceservice"
 ROOT = ("flux-system", "flux-system")
 # A failed source is fetched again after this long (Flux: the source's interval, 30s+).
 SOURCE_RETRY_SECONDS = 2.0
-# Kinds without a namespace, which ``targetNamespace`` leaves alone.
+# Kinds without a namespace. kustomize's namespace transformer (``targetNamespace``) sets one
+# on every kind it does not know as cluster-scoped, custom kinds included; the API server
+# clears it on a cluster-scoped object (k8s.io/apiserver pkg/registry/rest/meta.go
+# ``EnsureObjectNamespaceMatchesRequestNamespace``: "cluster-scoped, clear namespace").
 CLUSTER_SCOPED = frozenset(
     {
         "Namespace",
@@ -139,6 +144,60 @@ KId = tuple[str, str]
 # Kinds whose spec the API server refuses to change (kubernetes pkg/apis/resource/validation
 # ``ValidateResourceClaimTemplateUpdate``: ``ValidateImmutableField`` on ``spec``).
 IMMUTABLE_SPEC_KINDS = frozenset({("resource.k8s.io", "ResourceClaimTemplate")})
+# kustomize-controller v1.9.4 ``apply``: ``ForceSelector`` is ``<group>/force: enabled``.
+FORCE_SELECTOR = (f"{FLUX_GROUP}/force", "enabled")
+# The Kustomization's fields fluxcd/pkg's generator writes into the kustomization file.
+_GENERATOR_FIELDS = (
+    "targetNamespace",
+    "namePrefix",
+    "nameSuffix",
+    "patches",
+    "components",
+    "ignoreMissingComponents",
+    "images",
+    "buildMetadata",
+)
+
+
+def force_selected(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` matches the force selector: fluxcd/pkg ssa v0.76.1 ``utils/meta.go``
+    ``AnyInMetadata``, a label or an annotation with the key and a non-empty value equal to
+    ``enabled`` ignoring case (``strings.EqualFold``)."""
+    key, wanted = FORCE_SELECTOR
+    metadata = as_dict(obj.get("metadata"))
+    for part in ("labels", "annotations"):
+        value = as_dict(metadata.get(part)).get(key)
+        if isinstance(value, str) and value and value.casefold() == wanted.casefold():
+            return True
+    return False
+
+
+def apply_stages(objects: Iterable[JsonObject]) -> list[list[JsonObject]]:
+    """fluxcd/pkg ssa ``ApplyAllStaged``'s stages: CustomResourceDefinitions, Namespaces and
+    ClusterRoles (``utils/is.go`` ``IsClusterDefinition``); kinds named ``*Class``
+    (``IsClassDefinition``); the rest (this fleet sets no ``CustomStageKinds``)."""
+    definitions: list[JsonObject] = []
+    classes: list[JsonObject] = []
+    rest: list[JsonObject] = []
+    for obj in objects:
+        kind, api_version = str(obj.get("kind", "")), str(obj.get("apiVersion", ""))
+        if (
+            (
+                kind.lower() == "customresourcedefinition"
+                and api_version.startswith("apiextensions.k8s.io/")
+            )
+            or (kind.lower() == "namespace" and api_version == "v1")
+            or (
+                kind.lower() == "clusterrole"
+                and api_version.startswith("rbac.authorization.k8s.io/")
+            )
+        ):
+            definitions.append(obj)
+        elif kind.endswith("Class"):
+            classes.append(obj)
+        else:
+            rest.append(obj)
+    return [stage for stage in (definitions, classes, rest) if stage]
 
 
 def inventory_id(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -300,7 +359,10 @@ class FluxPlayer:
         # Per GitRepository: the last artifact it stored; per pass: what each fetch gave.
         self._artifacts: dict[KId, _Artifact] = {}
         self._fetched: dict[KId, _Fetch] = {}
-        self._builds: dict[tuple[str, str], BuildResult] = {}
+        # Per pass: the builds by (artifact, path, the spec fields the generator reads), and
+        # where they run.
+        self._builds: dict[tuple[str, str, str], Build] = {}
+        self._workspace: Workspace | None = None
         # Per Kustomization: the object as its parent applied it, and what it applied.
         self._specs: dict[KId, JsonObject] = {}
         self._inventory: dict[KId, dict[str, JsonObject]] = {}
@@ -472,11 +534,55 @@ class FluxPlayer:
         artifact = fetched.artifact or self._artifacts.get(key)
         return artifact, fetched.message
 
-    def _build(self, artifact: _Artifact, path: str) -> BuildResult:
-        key = (artifact.sha, path)
+    def _known_artifact(self, obj: Mapping[str, Any]) -> _Artifact | None:
+        """The artifact a Kustomization ``obj`` would read now, without fetching anything."""
+        ref = as_dict(as_dict(obj.get("spec")).get("sourceRef"))
+        if ref.get("kind", "GitRepository") != "GitRepository":
+            return None
+        key = (str(ref.get("namespace") or key_of(obj)[0]), str(ref.get("name", "")))
+        fetched = self._fetched.get(key)
+        return (fetched.artifact if fetched else None) or self._artifacts.get(key)
+
+    @staticmethod
+    def _build_key(artifact: _Artifact, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+        spec = as_dict(obj.get("spec"))
+        read = {k: spec.get(k) for k in _GENERATOR_FIELDS if k in spec}
+        return artifact.sha, build_dir(spec.get("path")), json.dumps(read, sort_keys=True)
+
+    def _run_build(self, artifact: _Artifact, obj: Mapping[str, Any]) -> Build:
+        workspace = self._workspace
+        assert workspace is not None, "builds run inside reconcile"
+        spec = as_dict(obj.get("spec"))
+        return workspace.build(artifact.sha, artifact.files, spec.get("path"), spec)
+
+    def _build(self, artifact: _Artifact, obj: Mapping[str, Any]) -> Build:
+        key = self._build_key(artifact, obj)
         if key not in self._builds:
-            self._builds[key] = kustomize_build(artifact.files, path)
+            self._builds[key] = self._run_build(artifact, obj)
         return self._builds[key]
+
+    def _build_ahead(self, now: float) -> None:
+        """Build what this pass will apply, kubectl in parallel and outside the store's lock
+        (the API keeps answering meanwhile): the Kustomizations known, then those their
+        builds output (reading sources fetched already), and so on."""
+        wanted: list[tuple[_Artifact, Mapping[str, Any]]] = []
+        for kid, obj in self._specs.items():
+            artifact, _ = self._source(kid, now)
+            if artifact is not None:
+                wanted.append((artifact, obj))
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            while wanted:
+                jobs = {self._build_key(a, o): (a, o) for a, o in wanted}
+                jobs = {k: job for k, job in jobs.items() if k not in self._builds}
+                results = pool.map(lambda job: self._run_build(*job), jobs.values())
+                self._builds.update(zip(jobs, results, strict=True))
+                wanted = []
+                for key in jobs:
+                    for obj in self._builds[key].objects:
+                        if _is_kustomization(obj):
+                            artifact = self._known_artifact(obj)
+                            if artifact is not None:
+                                wanted.append((artifact, obj))
 
     # --- kustomize-controller ----------------------------------------------------------------
 
@@ -490,28 +596,16 @@ class FluxPlayer:
             self._fetched[key_of(obj)] = self._fetch(obj, now)
         root_path = f"clusters/{self.config.fleet_name}"
         self._specs.setdefault(ROOT, self._root_object(root_path))
-        # kubectl runs outside the lock and in parallel: the API keeps answering meanwhile.
-        wanted: set[tuple[_Artifact, str]] = set()
-        for kid, obj in self._specs.items():
-            artifact, _ = self._source(kid, now)
-            if artifact is not None:
-                wanted.add((artifact, self._path(obj)))
-                if kid == ROOT:
-                    platform = flux_kustomizations(artifact.files)
-                    wanted |= {
-                        (artifact, found.path)
-                        for found in platform
-                        if found.kustomization.startswith(f"{ROOT[0]}/")
-                    }
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            jobs = sorted(wanted, key=lambda item: (item[0].sha, item[1]))
-            for (artifact, path), result in zip(
-                jobs,
-                pool.map(lambda item: kustomize_build(item[0].files, item[1]), jobs),
-                strict=True,
-            ):
-                self._builds[(artifact.sha, path)] = result
-        logger.info("reconciling (%d builds)", len(self._builds))
+        with Workspace() as workspace:
+            self._workspace = workspace
+            try:
+                self._build_ahead(now)
+                logger.info("reconciling (%d builds)", len(self._builds))
+                self._reconcile_all(now)
+            finally:
+                self._workspace = None
+
+    def _reconcile_all(self, now: float) -> None:
         with self.store.lock:
             ready: dict[KId, bool] = {}
             queue: list[KId] = [ROOT]
@@ -539,11 +633,6 @@ class FluxPlayer:
                 "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
             },
         }
-
-    @staticmethod
-    def _path(obj: Mapping[str, Any]) -> str:
-        path = as_dict(obj.get("spec")).get("path")
-        return normalise_dir(path if isinstance(path, str) else "")
 
     def _dependencies(self, kid: KId) -> list[KId]:
         spec = as_dict(self._specs[kid].get("spec"))
@@ -584,49 +673,33 @@ class FluxPlayer:
             ready[kid] = False
             return previous_children
         revision = artifact.revision
-        result = self._build(artifact, self._path(obj))
-        if not result.ok:
-            logger.info("%s/%s: build failed: %s", *kid, result.error_text)
+        result = self._build(artifact, obj)
+        if result.reason == "ArtifactFailed":
+            # The path is checked before the revision counts as attempted (reconcile).
+            self._set_status(kid, now, ready=False, reason=result.reason, message=result.message)
+            ready[kid] = False
+            return previous_children
+        # kustomize-controller builds its client (for spec.kubeConfig: the remote cluster's)
+        # before it builds the manifests.
+        remote = spec.get("kubeConfig") is not None
+        target, identity, problem = self._remote_client(kid, spec) if remote else (ROOT, None, "")
+        if not problem and not result.ok:
+            logger.info("%s/%s: build failed: %s", *kid, result.message)
             self._set_status(
                 kid,
                 now,
                 ready=False,
                 reason="BuildFailed",
-                message=result.error_text,
+                message=result.message,
                 attempted=revision,
             )
             ready[kid] = False
             return previous_children
-        objects = self._prepare(kid, result.output_objects, spec)
-        refused, recreate = self._immutable_changes(objects, force=spec.get("force") is True)
-        if refused:
-            # kustomize-controller dry-runs a stage before applying any of it (fluxcd/pkg ssa
-            # ApplyAllStaged), so a refused object applies nothing of its build.
-            self._set_status(
-                kid,
-                now,
-                ready=False,
-                reason="ReconciliationFailed",
-                message=refused,
-                attempted=revision,
-            )
-            ready[kid] = False
-            return previous_children
-        remote = spec.get("kubeConfig") is not None
-        refused = "" if remote else self._admission(kid, spec, objects)
-        if refused:
-            self._set_status(
-                kid,
-                now,
-                ready=False,
-                reason="ReconciliationFailed",
-                message=refused,
-                attempted=revision,
-            )
-            ready[kid] = False
-            return previous_children
+        objects = self._prepare(kid, result.objects) if result.ok else {}
         if remote:
-            problem = self._apply_remote(kid, spec, objects, now)
+            if not problem:
+                assert identity is not None
+                problem = self._apply_remote(kid, target, identity, spec, objects, now)
             if problem:
                 self._set_status(
                     kid,
@@ -641,8 +714,37 @@ class FluxPlayer:
                 ready[kid] = False
                 return previous_children
         else:
-            for obj in recreate:
-                self._delete(obj, now)
+            # Kyverno's webhooks answer the dry run of every object before anything applies.
+            refused = self._admission(kid, spec, objects)
+            if refused:
+                self._set_status(
+                    kid,
+                    now,
+                    ready=False,
+                    reason="ReconciliationFailed",
+                    message=refused,
+                    attempted=revision,
+                )
+                ready[kid] = False
+                return previous_children
+            refused, recreate, applied = self._dry_run(objects, force=spec.get("force") is True)
+            for live in recreate:
+                self._delete(live, now)
+            if refused:
+                # What the stages before the refused one applied stays; the inventory and
+                # what it would prune do not change.
+                for staged in applied:
+                    self._upsert(kid, staged, now)
+                self._set_status(
+                    kid,
+                    now,
+                    ready=False,
+                    reason="ReconciliationFailed",
+                    message=refused,
+                    attempted=revision,
+                )
+                ready[kid] = False
+                return previous_children
             self._apply(kid, objects, spec.get("prune") is True, now)
         self._set_status(
             kid,
@@ -658,52 +760,60 @@ class FluxPlayer:
             return []
         return [key_of(o) for o in objects.values() if _is_kustomization(o) and key_of(o) != kid]
 
-    def _prepare(
-        self, kid: KId, outputs: list[JsonObject], spec: Mapping[str, Any]
-    ) -> dict[str, JsonObject]:
-        """The build output as Flux applies it, keyed by inventory id."""
-        target = spec.get("targetNamespace")
+    def _prepare(self, kid: KId, outputs: list[JsonObject]) -> dict[str, JsonObject]:
+        """The build output as the API server takes it, keyed by inventory id."""
         objects: dict[str, JsonObject] = {}
-        for obj in outputs:
+        for obj in copy.deepcopy(outputs):
             metadata = obj["metadata"] = as_dict(obj.get("metadata"))
-            if isinstance(target, str) and target and obj.get("kind") not in CLUSTER_SCOPED:
-                metadata["namespace"] = target
+            if obj.get("kind") in CLUSTER_SCOPED:
+                metadata.pop("namespace", None)
             labels = metadata["labels"] = as_dict(metadata.get("labels"))
             labels[f"{FLUX_GROUP}/name"] = kid[1]
             labels[f"{FLUX_GROUP}/namespace"] = kid[0]
             objects[inventory_id(obj)[0]] = obj
         return objects
 
-    def _immutable_changes(
+    def _dry_run(
         self, objects: Mapping[str, JsonObject], *, force: bool
-    ) -> tuple[str, list[JsonObject]]:
-        """(the dry-run error of the first refused update or "", live objects to recreate).
+    ) -> tuple[str, list[JsonObject], list[JsonObject]]:
+        """kustomize-controller's server-side apply, stage by stage (fluxcd/pkg ssa v0.76.1
+        ``manager_apply.go`` ``ApplyAllStaged``): (the dry-run error of the first refused
+        object or "", the live objects of the stages that passed to delete and create again,
+        the objects of the stages before the refused one: [] when none is refused, and the
+        caller applies everything).
 
-        The message is the shape kustomize-controller reports (fluxcd/pkg ssa errors.go
-        ``DryRunErr``: "<Kind>/<namespace>/<name> dry-run failed (Invalid): ..."), wrapping the
-        API server's "field is immutable". With force, kustomize-controller deletes the live
-        object and applies again (ssa manager_apply.go ``shouldForceApply``).
+        The API server refuses an update of an immutable field (``IMMUTABLE_SPEC_KINDS``);
+        ``shouldForceApply`` then recreates the live object when the Kustomization sets
+        ``spec.force`` or the new or the live object carries the force selector, else the
+        apply fails with ``DryRunErr`` (ssa ``errors/errors.go``: "<Kind>/<namespace>/<name>
+        dry-run failed (Invalid): ..."), which ends the stage and the ones after it.
         """
         recreate: list[JsonObject] = []
-        for obj in objects.values():
-            group = str(obj.get("apiVersion", "")).rpartition("/")[0]
-            kind = str(obj.get("kind", ""))
-            if (group, kind) not in IMMUTABLE_SPEC_KINDS:
-                continue
-            resource = resource_of(str(obj.get("apiVersion", "")), kind)
-            live = self.store.get(resource, *key_of(obj)) if resource is not None else None
-            if live is None or live.get("spec") == obj.get("spec"):
-                continue
-            if force or forced(obj) or forced(live):
-                recreate.append(live)
-                continue
-            namespace, name = key_of(obj)
-            return (
-                f"{kind}/{namespace}/{name} dry-run failed (Invalid): {kind}.{group} "
-                f'"{name}" is invalid: spec: Invalid value: "object": field is immutable',
-                [],
-            )
-        return "", recreate
+        applied: list[JsonObject] = []
+        for stage in apply_stages(objects.values()):
+            stage_recreate: list[JsonObject] = []
+            for obj in stage:
+                group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+                kind = str(obj.get("kind", ""))
+                if (group, kind) not in IMMUTABLE_SPEC_KINDS:
+                    continue
+                resource = resource_of(str(obj.get("apiVersion", "")), kind)
+                live = self.store.get(resource, *key_of(obj)) if resource is not None else None
+                if live is None or live.get("spec") == obj.get("spec"):
+                    continue
+                if force or force_selected(obj) or force_selected(live):
+                    stage_recreate.append(live)
+                    continue
+                namespace, name = key_of(obj)
+                return (
+                    f"{kind}/{namespace}/{name} dry-run failed (Invalid): {kind}.{group} "
+                    f'"{name}" is invalid: spec: Invalid value: "object": field is immutable',
+                    recreate,
+                    applied,
+                )
+            recreate += stage_recreate
+            applied += stage
+        return "", recreate, []
 
     def _admission(self, kid: KId, spec: Mapping[str, Any], objects: dict[str, JsonObject]) -> str:
         """Kyverno's webhooks on the apply's dry run, as the identity Flux applies with (its
@@ -816,12 +926,16 @@ class FluxPlayer:
         return found, identity, ""
 
     def _apply_remote(
-        self, kid: KId, spec: Mapping[str, Any], objects: dict[str, JsonObject], now: float
+        self,
+        kid: KId,
+        target: KId,
+        identity: UserInfo,
+        spec: Mapping[str, Any],
+        objects: dict[str, JsonObject],
+        now: float,
     ) -> str:
-        """Apply a remote Kustomization's build into its vCluster; "" or why it failed."""
-        target, identity, problem = self._remote_client(kid, spec)
-        if problem or identity is None:
-            return problem
+        """Apply a remote Kustomization's build into its vCluster ``target`` as ``identity``;
+        "" or why it failed."""
         cluster = self.virtual[target]
         old = self._inventory.get(kid, {}) if self._remote.get(kid) == target else {}
         prune = [o for i, o in old.items() if i not in objects] if spec.get("prune") is True else []

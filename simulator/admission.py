@@ -32,8 +32,8 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from fleet.simulator import kyverno
-from fleet.simulator.store import (
+from simulator import kyverno
+from simulator.store import (
     LIMIT_RANGES,
     NAMESPACES,
     PODS,

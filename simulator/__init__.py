@@ -1,11 +1,11 @@
-"""The fleet simulator: a GPU fleet that speaks the Kubernetes REST API over real HTTP.
+"""The simulator: a GPU fleet that speaks the Kubernetes REST API over real HTTP.
 
 The portal's client code runs against it unchanged, for ``make demo`` and for the tests. It
 simulates nodes with GPUs (``cluster``), plays Flux, helm-controller and KServe against the
 portal's Git repository (``flux``), serves the API, DCGM metrics and OpenCost's allocation
 API (``server``, ``opencost``) and each tenant cluster's own API (``virtual``), and takes
 faults. It imports no Django models: it runs
-in a thread of ``manage.py serve`` or alone through ``manage.py fleet_simulator``.
+in a thread of ``manage.py serve`` or alone through ``manage.py simulator``.
 
 Usage::
 
@@ -29,14 +29,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from fleet.simulator.cluster import Cluster
-from fleet.simulator.config import SimConfig, load_config, validate_config
-from fleet.simulator.crds import install_crds, load_crds
-from fleet.simulator.dcgm import GpuSample
-from fleet.simulator.flux import FluxPlayer, Resolver, Verifier
-from fleet.simulator.notify import Notifier
-from fleet.simulator.server import Api, ApiServer
-from fleet.simulator.store import RESOURCES, SECRETS, JsonObject, Store
+from simulator.cluster import Cluster
+from simulator.config import SimConfig, load_config, validate_config
+from simulator.crds import install_crds, load_crds
+from simulator.dcgm import GpuSample
+from simulator.flux import FluxPlayer, Resolver, Verifier
+from simulator.notify import Notifier
+from simulator.server import Api, ApiServer
+from simulator.store import RESOURCES, SECRETS, JsonObject, Store
 
 __all__ = ["SimConfig", "Simulator", "load_config"]
 
@@ -130,7 +130,7 @@ class Simulator:
             threading.Thread(
                 target=self._server.serve_forever,
                 kwargs={"poll_interval": 0.2},
-                name="fleet-simulator-api",
+                name="simulator-api",
                 daemon=True,
             )
         ]
@@ -139,7 +139,7 @@ class Simulator:
                 threading.Thread(
                     target=self._tick_forever,
                     args=(tick_seconds,),
-                    name="fleet-simulator-tick",
+                    name="simulator-tick",
                     daemon=True,
                 )
             )
@@ -147,7 +147,7 @@ class Simulator:
             thread.start()
         if self.notifier is not None:
             self.notifier.start()
-        logger.info("fleet simulator serving at %s", self.url)
+        logger.info("simulator serving at %s", self.url)
         return self.url
 
     @property
@@ -184,7 +184,7 @@ class Simulator:
                 self.tick()
             except Exception:
                 # A bad commit or a failing kubectl must not stop the fleet from ticking.
-                logger.exception("fleet simulator tick failed")
+                logger.exception("simulator tick failed")
 
     def tick(self, now: float | None = None) -> None:
         """One step of every controller: Flux, the scheduler, helm-controller and KServe."""

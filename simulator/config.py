@@ -1,4 +1,4 @@
-"""What the fleet simulator simulates: node groups, topology, timing and seed workloads.
+"""What the simulator simulates: node groups, topology, timing and seed workloads.
 
 ``SimConfig.demo()`` is the fleet of ``gitops.fleet.demo_fleet()`` (16 HGX nodes of 8 H200 in
 two NVLink domains) with a few tenant workloads already running, so the demo looks used.

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
+from simulator import Simulator
+from simulator.config import SimConfig
 
 
 @pytest.fixture

@@ -34,11 +34,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from fleet.simulator import opencost, virtual
-from fleet.simulator.cluster import EvictionBlocked, NotFound
-from fleet.simulator.dcgm import render_exposition
-from fleet.simulator.flux import REQUESTED_AT
-from fleet.simulator.store import (
+from simulator import opencost, virtual
+from simulator.cluster import EvictionBlocked, NotFound
+from simulator.dcgm import render_exposition
+from simulator.flux import REQUESTED_AT
+from simulator.store import (
     GIT_REPOSITORIES,
     KUSTOMIZATIONS,
     NAMESPACES,
@@ -61,7 +61,7 @@ from fleet.simulator.store import (
 )
 
 if TYPE_CHECKING:
-    from fleet.simulator import Simulator
+    from simulator import Simulator
 
 logger = logging.getLogger(__name__)
 

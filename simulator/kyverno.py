@@ -69,7 +69,7 @@ from jmespath import exceptions as jmespath_errors
 from jmespath import functions as jmespath_functions
 from jmespath import visitor as jmespath_visitor
 
-from fleet.simulator.store import (
+from simulator.store import (
     CLUSTER_POLICIES,
     POLICIES,
     JsonObject,

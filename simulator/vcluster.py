@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from fleet.simulator.store import JsonObject, as_dict
+from simulator.store import JsonObject, as_dict
 
 CHART = "vcluster"
 DEFAULT_SECRET_PREFIX = "vc-"
@@ -43,21 +43,21 @@ def _fake_pem(label: str, *seed: str) -> bytes:
     return "\n".join([f"-----BEGIN {label}-----", *lines, f"-----END {label}-----", ""]).encode()
 
 
-def kubeconfig(server: str, context: str, ca: bytes, cert: bytes, key: bytes) -> bytes:
+def kubeconfig(
+    server: str, context: str, ca: bytes, cert: bytes, key: bytes, *, insecure: bool = False
+) -> bytes:
     """A kubeconfig with one cluster, user and context, all named ``context``, as
-    ``clientcmd.Write`` lays it out (keys sorted)."""
+    ``clientcmd.Write`` lays it out (keys sorted). ``insecure``: ``insecure-skip-tls-verify``
+    and no CA (``pkg/setup/controllers.go`` ``CreateVClusterKubeConfigForExport``)."""
+    cluster: JsonObject = {"server": server}
+    if insecure:
+        cluster["insecure-skip-tls-verify"] = True
+    else:
+        cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {
-                "name": context,
-                "cluster": {
-                    "server": server,
-                    "certificate-authority-data": base64.b64encode(ca).decode(),
-                },
-            }
-        ],
+        "clusters": [{"name": context, "cluster": cluster}],
         "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
         "current-context": context,
         "preferences": {},
@@ -120,12 +120,19 @@ def _kubeconfig_secret(
     ca = _fake_pem("CERTIFICATE", namespace, release_name, "ca")
     cert = admin_certificate(namespace, release_name)
     key = _fake_pem("EC PRIVATE KEY", namespace, release_name, "admin")
+    insecure = properties.get("insecure") is True
     config = kubeconfig(
-        server if isinstance(server, str) and server else DEFAULT_SERVER, context, ca, cert, key
+        server if isinstance(server, str) and server else DEFAULT_SERVER,
+        context,
+        ca,
+        cert,
+        key,
+        insecure=insecure,
     )
     data = {
         KUBECONFIG_KEY: config,
-        "certificate-authority": ca,
+        # pkg/util/kubeconfig WriteKubeConfig: the client config's CA data, none when insecure.
+        "certificate-authority": b"" if insecure else ca,
         "client-certificate": cert,
         "client-key": key,
         "token": b"",
@@ -176,7 +183,7 @@ CHART_DEFAULTS: dict[str, Any] = {
                 },
             },
         },
-        "advanced": {"serviceAccount": {"name": ""}},
+        "advanced": {"defaultImageRegistry": "", "serviceAccount": {"name": ""}},
     },
     "policies": {
         "resourceQuota": {
@@ -263,9 +270,12 @@ def host_policies(values: Mapping[str, Any], namespace: str, release: str) -> li
     return objects
 
 
-def _image(image: Mapping[str, Any], default_tag: str) -> str:
-    registry = image.get("registry") or "docker.io"
-    return f"{registry}/{image.get('repository')}:{image.get('tag') or default_tag}"
+def _image(image: Mapping[str, Any], tag: str, default_registry: object) -> str:
+    """``vcluster.image`` (``chart/templates/_helper.tpl``): ``controlPlane.advanced.
+    defaultImageRegistry`` over the image's own registry; neither: the bare repository."""
+    registry = default_registry or image.get("registry")
+    repository = image.get("repository")
+    return f"{registry}/{repository}:{tag}" if registry else f"{repository}:{tag}"
 
 
 def control_plane_pod(
@@ -280,10 +290,15 @@ def control_plane_pod(
     statefulset = as_dict(control.get("statefulSet"))
     security = as_dict(statefulset.get("security"))
     k8s = as_dict(as_dict(control.get("distro")).get("k8s"))
-    account = as_dict(as_dict(control.get("advanced")).get("serviceAccount")).get("name")
+    advanced = as_dict(control.get("advanced"))
+    account = as_dict(advanced.get("serviceAccount")).get("name")
+    k8s_image = as_dict(k8s.get("image"))
+    # ``vcluster.k8s.image.tag`` (``_init-containers.tpl``): ``distro.k8s.version`` wins over
+    # the image's tag (private nodes, with their ``-full`` images, are not modelled).
+    k8s_tag = str(k8s.get("version") or k8s_image.get("tag") or "")
     init: JsonObject = {
         "name": "kubernetes",
-        "image": _image(as_dict(k8s.get("image")), "v1.36.0"),
+        "image": _image(k8s_image, k8s_tag, advanced.get("defaultImageRegistry")),
         "command": ["cp"],
         "args": ["-r", "/kubernetes/.", "/binaries/"],
         "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
@@ -293,7 +308,12 @@ def control_plane_pod(
         init["securityContext"] = as_dict(k8s.get("securityContext"))
     syncer: JsonObject = {
         "name": "syncer",
-        "image": _image(as_dict(statefulset.get("image")), chart_version),
+        "image": _image(
+            as_dict(statefulset.get("image")),
+            # ``vcluster.controlPlane.image``: the image's tag, else the chart's version.
+            str(as_dict(statefulset.get("image")).get("tag") or chart_version),
+            advanced.get("defaultImageRegistry"),
+        ),
         "resources": as_dict(statefulset.get("resources")),
         "volumeMounts": [{"name": "binaries", "mountPath": "/binaries"}],
     }

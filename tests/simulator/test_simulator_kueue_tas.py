@@ -18,17 +18,19 @@ from typing import Any
 
 import pytest
 
-from fleet.simulator.kueue import (
+from simulator.kueue import (
     ADMITTED_ANNOTATION,
     PREFERRED_TOPOLOGY,
     QUEUE_LABEL,
     REQUIRED_TOPOLOGY,
     UNCONSTRAINED_TOPOLOGY,
     Kueue,
+    parse_admission,
 )
-from fleet.simulator.store import (
+from simulator.store import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
+    NAMESPACES,
     NODES,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
@@ -40,8 +42,10 @@ HOSTNAME = "kubernetes.io/hostname"
 
 def _store(*flavors: str) -> Store:
     """``defaultSingleNode``, ``defaultSingleLevelTopology``, both flavors, and ``tas-main``
-    listing ``flavors`` (in that order) with 50 CPUs each."""
+    listing ``flavors`` (in that order) with 50 CPUs each; namespace ``default`` and the
+    ``namespaceSelector: {}`` of the test wrapper ``MakeClusterQueue``."""
     store = Store()
+    store.apply(NAMESPACES, {"metadata": {"name": "default"}}, 0)
     store.apply(
         NODES,
         {
@@ -69,6 +73,7 @@ def _store(*flavors: str) -> Store:
         {
             "metadata": {"name": "tas-main"},
             "spec": {
+                "namespaceSelector": {},
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu"],
@@ -77,7 +82,7 @@ def _store(*flavors: str) -> Store:
                             for name in flavors
                         ],
                     }
-                ]
+                ],
             },
         },
         0,
@@ -112,7 +117,9 @@ def _admit(store: Store, pod: dict[str, Any]) -> str:
     """The flavor Kueue admitted the pod to, or why it did not."""
     kueue = Kueue(store)
     if kueue.admit(pod):
-        return str(pod["metadata"]["annotations"][ADMITTED_ANNOTATION]).split("/")[1]
+        admission = parse_admission(pod["metadata"]["annotations"][ADMITTED_ANNOTATION])
+        assert admission is not None
+        return admission[1]["cpu"]
     return kueue.pending[("default", "foo")]
 
 

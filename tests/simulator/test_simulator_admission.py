@@ -14,22 +14,22 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet.simulator import Simulator
-from fleet.simulator.admission import (
+from gitops.fleet import demo_fleet
+from gitops.render.quota import limit_range, resource_quota
+from gitops.render.tree import render_repository
+from gitops.repo import GitRepository, Identity
+from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+from simulator import Simulator
+from simulator.admission import (
     Rejected,
     admit_pod,
     apply_limit_defaults,
     pod_security_problems,
     pod_usage,
 )
-from fleet.simulator.hami import HamiWebhook
-from fleet.simulator.store import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Store
-from gitops.fleet import demo_fleet
-from gitops.render.quota import limit_range, resource_quota
-from gitops.render.tree import render_repository
-from gitops.repo import GitRepository, Identity
-from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
-from tests.fleet.test_simulator import git_secret
+from simulator.hami import HamiWebhook
+from simulator.store import LIMIT_RANGES, NAMESPACES, PODS, RESOURCE_QUOTAS, Store
+from tests.simulator.test_simulator import git_secret
 
 AUTHOR = Identity("Test Author", "author@example.com")
 BETA = TenantSpec(

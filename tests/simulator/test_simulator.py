@@ -1,4 +1,4 @@
-"""The fleet simulator through the official Kubernetes client over HTTP: nodes, selectors,
+"""The simulator through the official Kubernetes client over HTTP: nodes, selectors,
 cordon, eviction, errors, Flux play on a real bare repository, faults and DCGM metrics."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from django.core.management import CommandError, call_command
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fleet.simulator import Simulator
-from fleet.simulator.cluster import Cluster
-from fleet.simulator.config import ConfigError, SimConfig, load_config
-from fleet.simulator.store import NODES, RESOURCES, Store
 from gitops.fleet import POOL_LABEL, demo_fleet
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository, Identity
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec, TenantSpec
+from simulator import Simulator
+from simulator.cluster import Cluster
+from simulator.config import ConfigError, SimConfig, load_config
+from simulator.store import NODES, RESOURCES, Store
 
 JSON = "application/json"
 AUTHOR = Identity("Test Author", "author@example.com")
@@ -995,8 +995,8 @@ def test_it_loads_another_fleet_from_yaml(tmp_path: Path) -> None:
 
 def test_it_refuses_a_bad_address_or_config_on_the_command_line(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="host:port"):
-        call_command("fleet_simulator", "--addr", "localhost:http")
+        call_command("simulator", "--addr", "localhost:http")
     bad = tmp_path / "bad.yaml"
     bad.write_text("speed: 11\n")
     with pytest.raises(CommandError, match="speed: unknown key"):
-        call_command("fleet_simulator", "--config", str(bad))
+        call_command("simulator", "--config", str(bad))

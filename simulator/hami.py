@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fleet.simulator.admission import Rejected, quantity
-from fleet.simulator.store import PODS, RESOURCE_QUOTAS, JsonObject, Store, as_dict, as_list
+from simulator.admission import Rejected, quantity
+from simulator.store import PODS, RESOURCE_QUOTAS, JsonObject, Store, as_dict, as_list
 
 VGPU = "nvidia.com/vgpu"
 GPUMEM = "nvidia.com/gpumem"

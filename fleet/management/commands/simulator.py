@@ -1,4 +1,4 @@
-"""Run the fleet simulator in the foreground: a Kubernetes API for the demo fleet (or the
+"""Run the simulator in the foreground: a Kubernetes API for the demo fleet (or the
 fleet in ``--config``) that plays Flux against the portal's repository."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from fleet.simulator import SimConfig, Simulator, load_config
-from fleet.simulator.config import ConfigError
 from gitops.schemas import directory_with_crds
 from gitops.sources import simulator_git_options
+from simulator import SimConfig, Simulator, load_config
+from simulator.config import ConfigError
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -72,10 +72,10 @@ class Command(BaseCommand):
             url = simulator.start(host, port)
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc}") from exc
-        self.stdout.write(f"Fleet simulator: Kubernetes API at {url} (Ctrl-C to stop)")
+        self.stdout.write(f"Simulator: Kubernetes API at {url} (Ctrl-C to stop)")
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
-            self.stdout.write("Stopping the fleet simulator.")
+            self.stdout.write("Stopping the simulator.")
         finally:
             simulator.stop()

@@ -14,9 +14,13 @@ import pytest
 import requests
 import yaml
 
-from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
-from fleet.simulator.virtual import (
+from gitops.render.tree import render_repository
+from gitops.render.yamlio import dump_documents, load_documents
+from gitops.repo import GitRepository, Identity
+from gitops.specs import ClusterMember, GpuShare, TenantClusterSpec, TenantSpec
+from simulator import Simulator
+from simulator.config import SimConfig
+from simulator.virtual import (
     ApiServerRefused,
     Attributes,
     Forbidden,
@@ -28,10 +32,6 @@ from fleet.simulator.virtual import (
     WriteRefused,
     parse_api_server_args,
 )
-from gitops.render.tree import render_repository
-from gitops.render.yamlio import dump_documents, load_documents
-from gitops.repo import GitRepository, Identity
-from gitops.specs import ClusterMember, GpuShare, TenantClusterSpec, TenantSpec
 from tests.cluster_oidc import ISSUER, fleet_with_oidc
 from tests.support.oidc import (
     CLUSTER_CLIENT_ID,

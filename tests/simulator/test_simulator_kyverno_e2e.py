@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet.simulator import Simulator
-from fleet.simulator.admission import Rejected
-from fleet.simulator.store import CLUSTER_POLICIES, KUSTOMIZATIONS, NAMESPACES, POLICIES
 from gitops.fleet import demo_fleet
 from gitops.render.tree import render_repository
 from gitops.repo import GitRepository
-from tests.fleet.test_simulator import commit
-from tests.fleet.test_simulator_admission import MIXED, edit, play
+from simulator import Simulator
+from simulator.admission import Rejected
+from simulator.store import CLUSTER_POLICIES, KUSTOMIZATIONS, NAMESPACES, POLICIES
+from tests.simulator.test_simulator import commit
+from tests.simulator.test_simulator_admission import MIXED, edit, play
 
 Files = dict[str, bytes]
 SLUG = MIXED.slug

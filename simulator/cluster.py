@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from fleet.simulator.admission import Rejected, admit_pod
-from fleet.simulator.config import (
+from simulator.admission import Rejected, admit_pod
+from simulator.config import (
     DEVICE_PLUGIN_LABEL,
     POOL_LABEL,
     QUEUE_LABEL,
@@ -57,13 +57,13 @@ from fleet.simulator.config import (
     SeedWorkload,
     SimConfig,
 )
-from fleet.simulator.dcgm import GpuSample
-from fleet.simulator.hami import HamiWebhook
-from fleet.simulator.kserve import StorageInitializerWebhook
-from fleet.simulator.kueue import Kueue
-from fleet.simulator.kueue import gated as kueue_gated
-from fleet.simulator.opencost import NodeCapacity, Placement, pod_requests
-from fleet.simulator.store import (
+from simulator.dcgm import GpuSample
+from simulator.hami import HamiWebhook
+from simulator.kserve import StorageInitializerWebhook
+from simulator.kueue import Kueue
+from simulator.kueue import gated as kueue_gated
+from simulator.opencost import NodeCapacity, Placement, pod_requests
+from simulator.store import (
     CLAIM_TEMPLATES,
     NAMESPACES,
     NODES,

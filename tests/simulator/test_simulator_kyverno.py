@@ -1,4 +1,4 @@
-"""The simulator's Kyverno (fleet/simulator/kyverno.py) against cases transcribed from Kyverno's
+"""The simulator's Kyverno (simulator/kyverno.py) against cases transcribed from Kyverno's
 own unit tests at v1.19.0 (each names its file and test), and the constructs the portal's
 rendered policies use, on hand-written policies."""
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fleet.simulator import kyverno
-from fleet.simulator.admission import Rejected, admit_pod
-from fleet.simulator.store import CLUSTER_POLICIES, HTTP_ROUTES, PODS, POLICIES, Store
+from simulator import kyverno
+from simulator.admission import Rejected, admit_pod
+from simulator.store import CLUSTER_POLICIES, HTTP_ROUTES, PODS, POLICIES, Store
 
 # --- ext/wildcard/match_test.go TestMatch -------------------------------------------------------
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import urllib3
 
-from fleet.simulator import Simulator
-from fleet.simulator.config import SimConfig
-from fleet.simulator.store import KUSTOMIZATIONS, NODES
+from simulator import Simulator
+from simulator.config import SimConfig
+from simulator.store import KUSTOMIZATIONS, NODES
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from fleet.simulator.store import HELM_RELEASES, KUSTOMIZATIONS, WatchEvent, as_dict, as_list
+from simulator.store import HELM_RELEASES, KUSTOMIZATIONS, WatchEvent, as_dict, as_list
 
 logger = logging.getLogger(__name__)
 
@@ -118,9 +118,7 @@ class Notifier:
             self._queue.put(payload)
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run, name="fleet-simulator-notify", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="simulator-notify", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleet.simulator.dcgm import GpuSample, render_exposition, utilisation
+from simulator.dcgm import GpuSample, render_exposition, utilisation
 from tests.support import shared_dir
 
 NOW = 1_767_225_600.0

@@ -1,4 +1,4 @@
-"""Secrets in the fleet simulator: a vCluster release exports its kubeconfigs once Ready and
+"""Secrets in the simulator: a vCluster release exports its kubeconfigs once Ready and
 takes them away when removed, read through the official client and through ``Kube.read_secret``."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from fleet.kube import Kube, KubeError
-from fleet.simulator import Simulator
-from fleet.simulator.vcluster import exported_kubeconfigs
 from gitops.models import ChangeRequest
 from gitops.specs import GpuShare, TenantClusterSpec, TenantSpec
+from simulator import Simulator
+from simulator.vcluster import exported_kubeconfigs
 
 SHARE = GpuShare(name="infer", flavor="h200", kind="whole", count=2)
 CLUSTER = TenantClusterSpec(name="dev", node_pools=("h200",), gpu_quota=2)

@@ -18,9 +18,9 @@ import pytest
 
 from billing.opencost import IDLE, OpenCostClient, OpenCostError, costs_by_owner
 from fleet.services import platform_namespaces
-from fleet.simulator import Simulator
-from fleet.simulator.config import ConfigError, Prices, SimConfig, load_config
-from fleet.simulator.opencost import (
+from simulator import Simulator
+from simulator.config import ConfigError, Prices, SimConfig, load_config
+from simulator.opencost import (
     BadRequest,
     BadWindow,
     NodeCapacity,

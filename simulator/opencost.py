@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from fleet.simulator.config import Prices
+from simulator.config import Prices
 
 HOUR = 3600.0
 DAY = 86400.0

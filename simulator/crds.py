@@ -19,19 +19,19 @@ from typing import Any
 
 import yaml
 
-from fleet.simulator.config import ConfigError
-from fleet.simulator.store import CRDS, JsonObject, Store, as_dict, as_list, timestamp
+from simulator.config import ConfigError
+from simulator.store import CRDS, JsonObject, Store, as_dict, as_list, timestamp
 
 # libyaml when present: the upstream CRDs run to megabytes.
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _JsonLoader(_BaseLoader):  # type: ignore[valid-type,misc]
+class JsonLoader(_BaseLoader):  # type: ignore[valid-type,misc]
     """Safe YAML without the timestamp type: the API server decodes YAML through JSON, where
     an unquoted date stays a string (and a datetime could not be served as JSON)."""
 
 
-_JsonLoader.yaml_implicit_resolvers = {
+JsonLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
@@ -59,7 +59,7 @@ def _parse(files: tuple[tuple[Path, int, int], ...]) -> list[JsonObject]:
     crds: list[JsonObject] = []
     for path, _mtime, _size in files:
         try:
-            docs = list(yaml.load_all(path.read_text(encoding="utf-8"), Loader=_JsonLoader))
+            docs = list(yaml.load_all(path.read_text(encoding="utf-8"), Loader=JsonLoader))
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ConfigError(f"crd_dir: cannot read {path.name}: {exc}") from exc
         for doc in docs:
