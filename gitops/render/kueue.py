@@ -92,6 +92,15 @@ PRIORITY_CLASSES = (
     ("batch-low", 100, "Evaluation and batch work that yields to everything else."),
 )
 INFERENCE_PRIORITY = "inference-critical"
+# The priority classes (pod PriorityClass and Kueue WorkloadPriorityClass alike) a tenant's pods
+# may name, by trust level; model servers may always name INFERENCE_PRIORITY (see
+# gitops.render.kyverno). On shared nodes a pod naming it would preempt other tenants' pods, on
+# the node (kube-scheduler) and in the queue (Kueue). Dedicated tenants still share nodes (their
+# own nodes are issue 29), so for now they get the same.
+TRUST_PRIORITIES = {
+    "shared": ("training", "batch-low"),
+    "dedicated": ("training", "batch-low"),
+}
 # Borrowers may preempt other queues' workloads up to this priority (training).
 BORROW_PREEMPT_THRESHOLD = 500
 

@@ -58,6 +58,9 @@ rules mean the same for pods made by a Deployment, a Job or a vCluster):
   against a share of 24000 MiB slots would hold 384000 MiB while charged 96000;
 - ``limit-gpus-per-pod``: ``nvidia.com/gpu`` (whole GPUs) summed over a pod's containers at
   most the tenant's whole-GPU quota, and never above the fleet's per-tenant cap;
+- ``restrict-priority-classes`` and, for shared tenants, ``inference-priority-for-model-servers``:
+  the priority classes (pod and Kueue) a tenant's pods may name by trust level, and
+  ``inference-critical`` only on model servers (``priority_rules``);
 - ``confine-route-backends``: an HTTPRoute's backends (and mirrors) are ``Service``s of the
   tenant's own namespace;
 - ``confine-http-routes``: an HTTPRoute of the tenant names exactly the tenant's own host
@@ -82,6 +85,7 @@ from gitops.render.gateway import tenant_host
 from gitops.render.meta import (
     LITELLM_MODEL_LABEL,
     LOCAL_QUEUE,
+    PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     TENANT_LABEL,
     metadata,
@@ -678,6 +682,72 @@ def tenant_creator_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     ]
 
 
+def priority_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
+    """Which priority classes the tenant's pods may name, by its trust level
+    (``gitops.render.kueue.TRUST_PRIORITIES``): the pod's ``priorityClassName`` (kube-scheduler's
+    preemption on a node, the kubelet's eviction order) and its ``kueue.x-k8s.io/priority-class``
+    label (Kueue's order and preemption) alike. ``inference-critical`` is for model servers:
+    pods KServe creates carry ``serving.kserve.io/inferenceservice``, which the tenant's own
+    accounts may not set (``tenant-creators``)."""
+    allowed = kueue.TRUST_PRIORITIES[tenant.trust_level]
+    names = (
+        "{{ request.object.spec.priorityClassName || '' }}",
+        f"{{{{ request.object.metadata.labels.\"{PRIORITY_CLASS_LABEL}\" || '' }}}}",
+    )
+    rules: list[dict[str, Any]] = [
+        {
+            "name": "restrict-priority-classes",
+            "match": _PODS,
+            "validate": _enforce(
+                f"Pods of a {tenant.trust_level} tenant may name the priority classes "
+                f"{', '.join(allowed)} (model servers also {kueue.INFERENCE_PRIORITY}).",
+                deny={
+                    "conditions": {
+                        "any": [
+                            {
+                                "key": key,
+                                "operator": "AnyNotIn",
+                                "value": ["", *sorted({*allowed, kueue.INFERENCE_PRIORITY})],
+                            }
+                            for key in names
+                        ]
+                    }
+                },
+            ),
+        }
+    ]
+    if kueue.INFERENCE_PRIORITY not in allowed:
+        rules.append(
+            {
+                "name": "inference-priority-for-model-servers",
+                "match": _PODS,
+                "preconditions": {
+                    "any": [
+                        {"key": key, "operator": "Equals", "value": kueue.INFERENCE_PRIORITY}
+                        for key in names
+                    ]
+                },
+                "validate": _enforce(
+                    f"Only model servers (pods KServe creates for an endpoint) may use "
+                    f"{kueue.INFERENCE_PRIORITY}: it preempts other tenants' work.",
+                    deny={
+                        "conditions": {
+                            "all": [
+                                {
+                                    "key": f"{{{{ request.object.metadata.labels."
+                                    f"\"{RESERVED_LABEL_KEYS[0]}\" || '' }}}}",
+                                    "operator": "Equals",
+                                    "value": "",
+                                }
+                            ]
+                        }
+                    },
+                ),
+            }
+        )
+    return rules
+
+
 def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     images = image_patterns(tenant, fleet)
     cap = gpu_cap(tenant, fleet)
@@ -796,6 +866,7 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
         }
     )
     rules.append(_route_backends_rule(tenant))
+    rules.extend(priority_rules(tenant))
     return {
         "apiVersion": API,
         "kind": "Policy",

@@ -362,6 +362,8 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "limit-gpus-per-pod",
         "confine-http-routes",
         "confine-route-backends",
+        "restrict-priority-classes",
+        "inference-priority-for-model-servers",
     }
     for rule in rules.values():
         assert "mutate" in rule or rule["validate"]["failureAction"] == "Enforce"
@@ -905,3 +907,26 @@ def test_tenant_accounts_may_not_forge_platform_labels_or_selectorless_services(
         ("AnyNotIn", ["", "core"]),
         ("AnyNotIn", ["alpha"]),
     ]
+
+
+def test_pods_name_the_priority_classes_their_trust_level_allows() -> None:
+    # Issue 26 finding 9: inference-critical preempts, and every tenant pod could name it.
+    rules = {r["name"]: r for r in kyverno.tenant_policy(rich_tenant(), FLEET)["spec"]["rules"]}
+    allowed = rules["restrict-priority-classes"]["validate"]["deny"]["conditions"]["any"]
+    assert [c["key"] for c in allowed] == [
+        "{{ request.object.spec.priorityClassName || '' }}",
+        "{{ request.object.metadata.labels.\"kueue.x-k8s.io/priority-class\" || '' }}",
+    ]
+    assert {tuple(c["value"]) for c in allowed} == {
+        ("", "batch-low", "inference-critical", "training")
+    }
+    model_servers = rules["inference-priority-for-model-servers"]
+    assert [c["value"] for c in model_servers["preconditions"]["any"]] == [
+        "inference-critical",
+        "inference-critical",
+    ]
+    (unlabelled,) = model_servers["validate"]["deny"]["conditions"]["all"]
+    assert "serving.kserve.io/inferenceservice" in unlabelled["key"]
+    assert "system-cluster-critical" not in str(allowed)
+    # The label the rule trusts is one the tenant's own accounts may not set.
+    assert "serving.kserve.io/inferenceservice" in kyverno.RESERVED_LABEL_KEYS

@@ -216,3 +216,16 @@ def test_a_hami_container_may_not_ask_more_than_a_slot_per_vgpu(rendered: Simula
     assert set(failures["tenant-guardrails"]) == {"cap-hami-slot-size"}
     assert "at most 24000 MiB and 30 %" in failures["tenant-guardrails"]["cap-hami-slot-size"]
     _create(rendered, _pod(labels={QUEUE: "gpu"}, **_gpu({**slot, "nvidia.com/gpumem": "24000"})))
+
+
+def test_only_model_servers_name_the_inference_priority(rendered: Simulator) -> None:
+    # Issue 26 finding 9: a tenant pod naming inference-critical would preempt other tenants.
+    critical = {"priorityClassName": "inference-critical"}
+    failures = _refusal(rendered, {**_pod(), "spec": {**_pod()["spec"], **critical}})
+    assert set(failures["tenant-guardrails"]) == {"inference-priority-for-model-servers"}
+    foreign = _refusal(rendered, {**_pod(), "spec": {**_pod()["spec"], "priorityClassName": "x"}})
+    assert set(foreign["tenant-guardrails"]) == {"restrict-priority-classes"}
+    _create(rendered, {**_pod(), "spec": {**_pod()["spec"], "priorityClassName": "training"}})
+    # A model server (KServe's predictor pods carry the label) may.
+    server = _pod(labels={"serving.kserve.io/inferenceservice": "chat"})
+    _create(rendered, {**server, "spec": {**server["spec"], **critical}})
