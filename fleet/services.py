@@ -691,7 +691,8 @@ class DrainPlan:
 
 def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
     """Read the node's pods now (not from the cache) and decide which a drain evicts, as
-    ``kubectl drain`` does: DaemonSet pods and mirror pods stay, finished pods are ignored."""
+    ``kubectl drain`` does: DaemonSet pods and mirror pods stay, finished pods are ignored;
+    unlike it, only tenants' pods go (the platform's are the operator's to move)."""
     own = kube is None
     kube = kube or Kube()
     try:
@@ -701,6 +702,7 @@ def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
             kube.close()
     evict: list[inventory.PodInfo] = []
     skipped: list[tuple[inventory.PodInfo, str]] = []
+    platform = platform_namespaces()
     for obj in raw:
         pod = inventory.parse_pod(obj)
         if pod is None or pod.node != node.name:
@@ -711,6 +713,10 @@ def drain_plan(node: Node, kube: Kube | None = None) -> DrainPlan:
             skipped.append((pod, "DaemonSet pod (recreated on the node by its controller)"))
         elif pod.owner_kind == "Node":
             skipped.append((pod, "static (mirror) pod"))
+        elif not tenant_of(pod.namespace, platform):
+            # The portal's write-scope policy lets it evict tenants' pods only
+            # (gitops.render.portal.write_scope_policy).
+            skipped.append((pod, "platform pod (the operator drains those)"))
         else:
             evict.append(pod)
     return DrainPlan(node.name, tuple(evict), tuple(skipped))

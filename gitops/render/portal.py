@@ -50,7 +50,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gitops.render import flux, monitoring, network
-from gitops.render.meta import FLUX_NAMESPACE, kustomization, metadata
+from gitops.render.meta import FLUX_NAMESPACE, TENANT_LABEL, kustomization, metadata
 from gitops.render.validate import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -313,7 +313,94 @@ def rbac_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
             }
         ],
     }
-    return [account, role, binding]
+    return [account, role, binding, *write_scope_policy(fleet)]
+
+
+# What the portal's ClusterRole cannot say (RBAC grants a verb on a resource, not on some
+# objects or fields of it), held by a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1,
+# GA in Kubernetes 1.30) on the portal's own requests only.
+WRITE_SCOPE_POLICY = "ai-factory-portal-write-scope"
+GPU_NODE_LABEL = "nvidia.com/gpu.present"  # GPU feature discovery's label on GPU nodes
+_UNCHANGED = ("metadata", "labels"), ("metadata", "annotations"), ("spec", "taints")
+
+
+def _unchanged(*path: str) -> str:
+    new, old = ".".join(("object", *path)), ".".join(("oldObject", *path))
+    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+
+
+def write_scope_policy(fleet: FleetSpec) -> list[dict[str, Any]]:
+    """The portal writes nodes only to cordon GPU nodes and evicts only tenants' pods.
+
+    Its ClusterRole has ``patch`` on every node and ``create`` on every ``pods/eviction``. The
+    policy narrows both for requests from its service account: a node update may change
+    ``spec.unschedulable`` and nothing the scheduler reads besides (labels, annotations and
+    taints stay as they were) and only on a GPU node (GPU feature discovery's
+    ``nvidia.com/gpu.present``); an eviction only in a namespace carrying the tenant label
+    (``namespaceObject``, the request's namespace). A drain leaves other pods on the node to
+    the operator (``fleet.services.drain_plan``)."""
+    account = f"system:serviceaccount:{fleet.portal_namespace}:{fleet.portal_service_account}"
+    nodes = "request.resource.resource != 'nodes' || "
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": metadata(WRITE_SCOPE_POLICY, extra_labels=_labels()),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["nodes"],
+                    },
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods/eviction"],
+                    },
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "from-the-portal",
+                    "expression": f"request.userInfo.username == '{account}'",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": nodes
+                    + f"(has(oldObject.metadata.labels) && '{GPU_NODE_LABEL}' in "
+                    f"oldObject.metadata.labels && oldObject.metadata.labels['{GPU_NODE_LABEL}'] "
+                    "== 'true')",
+                    "message": "The portal cordons and uncordons GPU nodes only.",
+                },
+                *(
+                    {
+                        "expression": nodes + f"({_unchanged(*path)})",
+                        "message": f"The portal may change a node's spec.unschedulable only, "
+                        f"not {'.'.join(path)}.",
+                    }
+                    for path in _UNCHANGED
+                ),
+                {
+                    "expression": "request.resource.resource != 'pods' || "
+                    f"(has(namespaceObject.metadata.labels) && '{TENANT_LABEL}' in "
+                    "namespaceObject.metadata.labels)",
+                    "message": "The portal evicts pods of tenant namespaces only.",
+                },
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": metadata(WRITE_SCOPE_POLICY, extra_labels=_labels()),
+        "spec": {"policyName": WRITE_SCOPE_POLICY, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
 
 
 def config_data(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, str]:

@@ -585,12 +585,16 @@ def test_it_lists_the_tenants_and_pods_a_drain_would_affect(
         pod_json("bravo-train-0", "bravo", "gpu-01.example.com", gpus=4),
         pod_json("dcgm-exporter-x", "gpu-operator", "gpu-01.example.com", owner="DaemonSet"),
         pod_json("elsewhere", "alpha", "gpu-02"),
+        pod_json("coredns-1", "kube-system", "gpu-01.example.com"),
     )
     response = login("pam").get("/fleet/nodes/gpu-01.example.com/drain/")
     page = response.content.decode()
     assert response.context["plan"].tenants == ["alpha", "bravo"]
     assert "alpha/alpha-train-0" in page and "bravo/bravo-train-0" in page
     assert "DaemonSet pod" in page
+    # Issue 26 finding 13: the portal may evict tenants' pods only.
+    assert [p.name for p in response.context["plan"].evict] == ["alpha-train-0", "bravo-train-0"]
+    assert "platform pod (the operator drains those)" in page
     assert "elsewhere" not in page
     assert 'name="confirm"' in page
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import celpy
 import pytest
 import yaml
 
@@ -358,3 +359,64 @@ def test_one_watcher_and_the_web_pods_share_a_metrics_directory() -> None:
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert env["PROMETHEUS_MULTIPROC_DIR"] == mounts["metrics"]
     assert {"name": "metrics", "emptyDir": {}} in web["volumes"]
+
+
+def _admits(validations: list[dict[str, Any]], request: dict[str, Any]) -> list[str]:
+    """The messages of the validations that refuse ``request``, evaluated with a CEL
+    interpreter (cel-python) over the variables a ValidatingAdmissionPolicy sees."""
+    environment = celpy.Environment()
+    activation = {name: celpy.json_to_cel(value) for name, value in request.items()}
+    return [
+        v["message"]
+        for v in validations
+        if not environment.program(environment.compile(v["expression"])).evaluate(activation)
+    ]
+
+
+def _node(labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "n", "labels": labels}, "spec": spec}
+
+
+def test_the_portal_may_cordon_gpu_nodes_and_evict_tenant_pods_only() -> None:
+    # Issue 26 finding 13: the ClusterRole's nodes patch and pods/eviction are cluster-wide.
+    (policy,) = _by_name("ValidatingAdmissionPolicy").values()
+    (binding,) = _by_name("ValidatingAdmissionPolicyBinding").values()
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    spec = policy["spec"]
+    assert spec["matchConditions"] == [
+        {
+            "name": "from-the-portal",
+            "expression": "request.userInfo.username == "
+            "'system:serviceaccount:portal-system:portal'",
+        }
+    ]
+    checks = spec["validations"]
+    gpu = {"nvidia.com/gpu.present": "true", "ai-factory.io/pool": "h200"}
+    nodes = {"resource": {"group": "", "version": "v1", "resource": "nodes"}}
+    cordon = {
+        "request": nodes,
+        "oldObject": _node(gpu),
+        "object": _node(gpu, unschedulable=True),
+    }
+    assert _admits(checks, cordon) == []
+    system = {**cordon, "oldObject": _node({}), "object": _node({}, unschedulable=True)}
+    assert _admits(checks, system) == ["The portal cordons and uncordons GPU nodes only."]
+    relabel = {**cordon, "object": _node({**gpu, "ai-factory.io/pool": "other"})}
+    assert _admits(checks, relabel) == [
+        "The portal may change a node's spec.unschedulable only, not metadata.labels."
+    ]
+    taint = {**cordon, "object": _node(gpu, taints=[{"key": "x", "effect": "NoSchedule"}])}
+    assert _admits(checks, taint) == [
+        "The portal may change a node's spec.unschedulable only, not spec.taints."
+    ]
+    pods = {"resource": {"group": "", "version": "v1", "resource": "pods"}}
+    eviction = {"request": pods, "object": {"metadata": {"name": "p"}}}
+    tenant = {"metadata": {"name": "alpha", "labels": {"ai-factory.io/tenant": "alpha"}}}
+    assert _admits(checks, {**eviction, "namespaceObject": tenant}) == []
+    platform = {"metadata": {"name": "kube-system", "labels": {}}}
+    assert _admits(checks, {**eviction, "namespaceObject": platform}) == [
+        "The portal evicts pods of tenant namespaces only."
+    ]
