@@ -64,10 +64,14 @@ def demo_fleet() -> FleetSpec:
     - ``h200-hami``: 4 nodes, 32 GPUs shared by HAMi, 10 vGPU slots each;
     - ``h200-dra``: 2 nodes, 16 GPUs claimed through the NVIDIA DRA driver, with the device
       plugin off (a device plugin and the DRA driver cannot serve the same nodes).
+
+    Tenants' model-download credentials come from the External Secrets ClusterSecretStore
+    ``demo-secrets`` (``gitops.render.secrets``).
     """
     return FleetSpec(
         name="ai-factory",
         vcluster_api_domain="clusters.ai-factory.example.com",
+        secret_store="demo-secrets",
         flavors=(
             Flavor(
                 name="h200",

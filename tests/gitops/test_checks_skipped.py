@@ -84,7 +84,7 @@ def test_a_change_with_a_partial_check_is_partial_not_passed(
 ) -> None:
     runs = {c.name: c for c in CheckRun.objects.filter(change=incomplete_change)}
     assert runs["schemas"].status == "partial"
-    assert runs["schemas"].summary.startswith("13 objects validated, 7 custom resources without ")
+    assert runs["schemas"].summary.startswith("13 objects validated, 8 custom resources without ")
     assert runs["schemas"].details[0].endswith("(no GITOPS_SCHEMA_DIR is set)"), runs[
         "schemas"
     ].details[0]

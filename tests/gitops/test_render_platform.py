@@ -243,7 +243,7 @@ def test_a_tenant_without_endpoints_has_no_pod_monitor() -> None:
 def test_model_credentials_come_from_the_configured_cluster_secret_store() -> None:
     tenant = rich_tenant()
     path = f"tenants/{tenant.slug}/model-credentials.yaml"
-    assert path not in render_tenant_tree(tenant, FLEET)
+    assert path not in render_tenant_tree(tenant, dataclasses.replace(FLEET, secret_store=""))
     files = render_tenant_tree(tenant, dataclasses.replace(FLEET, secret_store="vault"))
     [external] = load_documents(files[path])
     assert external["metadata"]["namespace"] == tenant.slug

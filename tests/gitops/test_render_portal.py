@@ -274,7 +274,7 @@ def test_network_policy_admits_only_its_peers() -> None:
 def test_an_external_secret_needs_the_fleets_store(schema_dir: Path) -> None:
     spec = replace(SPEC, external_secret_key="platform/portal")
     with pytest.raises(SpecError) as excinfo:
-        render_portal_deployment(spec, demo_fleet())
+        render_portal_deployment(spec, replace(demo_fleet(), secret_store=""))
     assert "external_secret_key" in excinfo.value.errors
     fleet = replace(demo_fleet(), secret_store="vault")
     files = render_repository(fleet, [])

@@ -22,6 +22,8 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
         ("vision", "claims"),
         ("vision", "lab"),
         ("vision", "caption"),
+        ("llm-platform", "serve"),
+        ("llm-platform", "small"),
     }
     waiting = ResourceRequest.objects.get(state="submitted")
     assert (waiting.tenant.slug, waiting.resource.name) == ("llm-platform", "frac")

@@ -117,6 +117,29 @@ CATALOG = [
         {"name": "lab", "node_pools": ["h200"], "cpu_quota": 16, "memory_gib": 64},
         True,
     ),
+    # llm-platform holds whole GPUs and HAMi slots: a queue mixing topology-aware and other
+    # flavors (gitops.render.kueue).
+    (
+        "llm-platform",
+        "carol",
+        "gpu-share",
+        {"name": "serve", "flavor": "h200", "kind": "whole", "count": 1},
+        True,
+    ),
+    (
+        "llm-platform",
+        "carol",
+        "gpu-share",
+        {
+            "name": "small",
+            "flavor": "h200-hami",
+            "kind": "hami",
+            "count": 2,
+            "gpumem_mib": 24000,
+            "gpucores_percent": 25,
+        },
+        True,
+    ),
     (
         "llm-platform",
         "dave",
