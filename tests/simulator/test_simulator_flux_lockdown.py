@@ -1,5 +1,9 @@
-"""The Flux the simulator runs: what ``flux install --export`` gives for it, and the flags its
-controllers read."""
+"""The Flux the simulator runs: what ``flux install --export`` gives for it, and the
+flux2-multi-tenancy lockdown once those controllers and the portal's patches are in Git.
+
+Without ``gotk-components.yaml`` the controllers run as ``flux bootstrap`` installed them,
+without the lockdown: a tenant's own Kustomization may read the platform's source and applies
+as kustomize-controller, past the tenant's Kyverno policies. With it, neither."""
 
 from __future__ import annotations
 
@@ -9,7 +13,11 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from kubernetes import client
 
+from gitops.fleet import demo_fleet
+from gitops.render.tree import render_cluster_bootstrap, render_repository
+from gitops.specs import TenantSpec
 from gitops.upstream import COMPONENTS
 from simulator import Simulator
 from simulator.flux_install import (
@@ -19,6 +27,24 @@ from simulator.flux_install import (
     export,
     install_objects,
     parse_flags,
+)
+from tests.simulator.test_simulator import (
+    HELM,
+    commit,
+    condition,
+    custom,
+    git_secret,
+    kustomizations,
+    repository,
+)
+
+FLUX_SYSTEM = "clusters/ai-factory/flux-system"
+LOCKDOWN = ControllerFlags(
+    no_cross_namespace_refs=True, default_service_account="default", no_remote_bases=True
+)
+CROSS_DENIED = (
+    "can't access 'GitRepository/flux-system/flux-system', "
+    "cross-namespace references have been blocked"
 )
 
 
@@ -114,3 +140,155 @@ def test_it_serves_the_export_to_the_operator(simulator: Simulator) -> None:
 )
 def test_it_reads_the_flags_as_pflag_does(args: list[str], flags: ControllerFlags) -> None:
     assert parse_flags(args) == flags
+
+
+# --- the lockdown in the simulated cluster -----------------------------------------------------
+
+# A tenant's own Flux objects, in its workloads: one reads the platform's source, one names no
+# service account and applies a pod with a label only the platform's model servers carry (the
+# tenant's Kyverno policy refuses it from the tenant's accounts), and two releases whose charts
+# are in flux-system.
+TENANT_FLUX = b"""\
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: cross}
+spec:
+  interval: 5m
+  path: ./tenants/alpha/cross
+  prune: true
+  targetNamespace: alpha
+  sourceRef: {kind: GitRepository, name: flux-system, namespace: flux-system}
+---
+apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata: {name: own}
+spec:
+  interval: 5m
+  path: ./tenants/alpha/own
+  prune: true
+  targetNamespace: alpha
+  sourceRef: {kind: GitRepository, name: alpha}
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: borrowed}
+spec:
+  interval: 10m
+  chart:
+    spec:
+      chart: tool
+      version: 1.0.0
+      sourceRef: {kind: HelmRepository, name: charts, namespace: flux-system}
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: borrowed-oci}
+spec:
+  interval: 10m
+  chartRef: {kind: OCIRepository, name: charts, namespace: flux-system}
+"""
+PRETENDER = b"""\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: pretender
+  labels: {serving.kserve.io/inferenceservice: chat}
+spec:
+  containers:
+  - name: main
+    image: ghcr.io/ai-factory/tool:1
+"""
+CONFIG_MAP = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: platform-data}\n"
+
+
+def tenant_files(*, components: bool) -> dict[str, bytes]:
+    files = render_repository(demo_fleet(), [TenantSpec(slug="alpha")])
+    files.update(
+        {
+            "tenants/alpha/workloads/kustomization.yaml": b"resources: [flux.yaml]\n",
+            "tenants/alpha/workloads/flux.yaml": TENANT_FLUX,
+            "tenants/alpha/own/pod.yaml": PRETENDER,
+            "tenants/alpha/cross/config.yaml": CONFIG_MAP,
+        }
+    )
+    if components:
+        files.update(render_cluster_bootstrap(demo_fleet(), include_components=True))
+        files[f"{FLUX_SYSTEM}/gotk-components.yaml"] = export()
+    return files
+
+
+def helm_release(kube: client.ApiClient, name: str) -> dict[str, Any]:
+    release: dict[str, Any] = custom(kube).get_namespaced_custom_object(
+        *HELM[:2], "alpha", HELM[2], name
+    )
+    return release
+
+
+def test_without_the_components_flux_runs_as_bootstrap_installed_it(
+    simulator: Simulator, kube: client.ApiClient, settings: Any
+) -> None:
+    git_secret(simulator)
+    commit(repository(settings), tenant_files(components=False), None)
+    simulator.tick()
+    for name in ("kustomize-controller", "helm-controller"):
+        assert simulator.flux.controller_flags(name) == ControllerFlags()
+    found = kustomizations(kube)
+    # The tenant reads the platform's source, and applies as kustomize-controller: the
+    # tenant's policy does not see its own account and lets the pod in.
+    for name in ("alpha/cross", "alpha/own"):
+        assert condition(found[name], "Ready")["status"] == "True", name
+    entries = found["alpha/cross"]["status"]["inventory"]["entries"]
+    assert {"id": "alpha_platform-data__ConfigMap", "v": "v1"} in entries
+    assert simulator.get_object("pods", "alpha", "pretender")
+    simulator.tick()  # helm-controller installs what the pass applied
+    for name in ("borrowed", "borrowed-oci"):
+        assert condition(helm_release(kube, name), "Ready")["status"] == "True", name
+
+
+def test_with_the_components_the_lockdown_holds(
+    simulator: Simulator, kube: client.ApiClient, settings: Any
+) -> None:
+    git_secret(simulator)
+    commit(repository(settings), tenant_files(components=True), None)
+    simulator.tick()
+    # The flux-system build patched the controllers it applied.
+    assert simulator.flux.controller_flags("kustomize-controller") == LOCKDOWN
+    assert simulator.flux.controller_flags("helm-controller") == ControllerFlags(
+        no_cross_namespace_refs=True, default_service_account="default"
+    )
+    found = kustomizations(kube)
+    root = {e["id"] for e in found["flux-system/flux-system"]["status"]["inventory"]["entries"]}
+    assert "flux-system_kustomize-controller_apps_Deployment" in root
+    # The platform's own Kustomizations name their account and keep applying.
+    for name in ("flux-system/infra-configs", "flux-system/tenants", "alpha/alpha-workloads"):
+        assert condition(found[name], "Ready")["status"] == "True", name
+
+    cross = found["alpha/cross"]
+    for kind in ("Ready", "Stalled"):
+        assert (condition(cross, kind)["reason"], condition(cross, kind)["message"]) == (
+            "AccessDenied",
+            CROSS_DENIED,
+        )
+    assert condition(cross, "Ready")["status"] == "False"
+    assert "lastAttemptedRevision" not in cross["status"]
+
+    own = condition(found["alpha/own"], "Ready")
+    assert (own["status"], own["reason"]) == ("False", "ReconciliationFailed")
+    assert own["message"].startswith("Pod/alpha/pretender dry-run failed: ")
+    assert "reserve-platform-labels" in own["message"]  # the tenant's policy saw alpha:default
+    with pytest.raises(LookupError):
+        simulator.get_object("pods", "alpha", "pretender")
+
+    simulator.tick()
+    # A chart template's HelmChart is refused before any condition is written.
+    borrowed = helm_release(kube, "borrowed")
+    assert not borrowed.get("status", {}).get("conditions")
+    oci = helm_release(kube, "borrowed-oci")
+    message = (
+        "cross-namespace references are not allowed: cannot access OCIRepository flux-system/charts"
+    )
+    for kind in ("Ready", "Stalled"):
+        assert (condition(oci, kind)["reason"], condition(oci, kind)["message"]) == (
+            "AccessDenied",
+            message,
+        )
