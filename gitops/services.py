@@ -319,10 +319,33 @@ def flux_components_changes(fleet: FleetSpec, components: bytes) -> dict[str, by
         f"{base}/kustomization.yaml": bootstrap[f"{base}/kustomization.yaml"],
     }
     repo = repository()
-    main = repo.head(settings.GITOPS_MAIN_BRANCH)
+    main = main_sha()
     if main is None:
         raise ValidationError("The fleet repository is not bootstrapped yet.")
     return {path: data for path, data in wanted.items() if repo.read_file(main, path) != data}
+
+
+def flux_components_title(fleet: FleetSpec) -> str:
+    return f"Commit the Flux controllers of the {fleet.name} fleet"
+
+
+def open_flux_components_change(
+    fleet: FleetSpec, components: bytes, *, acting_user: Any
+) -> ChangeRequest:
+    """Open the change that commits ``components`` (``flux install --export`` output) with the
+    lockdown patches (``flux_components_changes``), a platform change for review; raises
+    ``ValidationError`` when main holds them already."""
+    with reading_main():
+        return open_change(
+            acting_user=acting_user,
+            title=flux_components_title(fleet),
+            description=(
+                "gotk-components.yaml from `flux install --export`; the flux-system "
+                "kustomization now lists it and patches the controllers (lockdown)."
+            ),
+            changes=flux_components_changes(fleet, components),
+            scope=[],  # the platform's files: no tenant's resources
+        )
 
 
 def portal_deployment_changes(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, bytes | None]:

@@ -34,6 +34,13 @@ a Kustomization or GitRepository, as the notification Receiver does) it reconcil
   cluster's RBAC (``virtual``); a missing Secret, a cluster not running or a refusal leaves it
   Ready False and is retried ``flux_delay`` later (its ``retryInterval``, scaled like the other
   delays); ``deletionPolicy`` decides whether deleting it deletes what it applied;
+- kustomize- and helm-controller run with the flags of their Deployments as ``flux-system``
+  applied them (``gotk-components.yaml`` with the flux2-multi-tenancy patches; without it,
+  Flux's defaults, as ``flux bootstrap`` installed it; ``flux_install``):
+  ``--no-cross-namespace-refs`` refuses a Kustomization's or HelmRelease's source in another
+  namespace (``AccessDenied``), ``--default-service-account`` is the account a Kustomization
+  that names none applies as (Kyverno sees that requester), and ``--no-remote-bases`` decides
+  whether a build may fetch a remote base;
 - HelmReleases become Ready ``ready_delay`` after each install or upgrade, and a vCluster
   release then exports its kubeconfig Secrets (``vcluster``), removed with the release, and
   answers on its API (``virtual``) until it is removed; an
@@ -60,10 +67,11 @@ from typing import Any, Literal
 import yaml
 
 from gitops.repo import GitRepository, GitRepositoryError
-from simulator import kserve, kyverno
+from simulator import flux_install, kserve, kyverno
 from simulator.admission import Rejected
 from simulator.cluster import Cluster, derived_uuid
 from simulator.config import SimConfig
+from simulator.flux_install import ControllerFlags
 from simulator.kustomize import Build, Workspace, build_dir
 from simulator.store import (
     GIT_REPOSITORIES,
@@ -110,6 +118,12 @@ FLUX_FINALIZER = "finalizers.fluxcd.io"
 REQUESTED_AT = "reconcile.fluxcd.io/requestedAt"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 ROOT = ("flux-system", "flux-system")
+KUSTOMIZE_CONTROLLER = "kustomize-controller"
+HELM_CONTROLLER = "helm-controller"
+# fluxcd/pkg apis/acl ``AccessDeniedReason``.
+ACCESS_DENIED = "AccessDenied"
+# The failures kustomize-controller marks Stalled: it does not retry them on its own.
+STALLED_REASONS = frozenset({"BuildFailed", ACCESS_DENIED})
 # A failed source is fetched again after this long (Flux: the source's interval, 30s+).
 SOURCE_RETRY_SECONDS = 2.0
 # Kinds without a namespace. kustomize's namespace transformer (``targetNamespace``) sets one
@@ -359,9 +373,9 @@ class FluxPlayer:
         # Per GitRepository: the last artifact it stored; per pass: what each fetch gave.
         self._artifacts: dict[KId, _Artifact] = {}
         self._fetched: dict[KId, _Fetch] = {}
-        # Per pass: the builds by (artifact, path, the spec fields the generator reads), and
-        # where they run.
-        self._builds: dict[tuple[str, str, str], Build] = {}
+        # Per pass: the builds by (artifact, path, the spec fields the generator reads, whether
+        # remote bases may be fetched), and where they run.
+        self._builds: dict[tuple[str, str, str, bool], Build] = {}
         self._workspace: Workspace | None = None
         # Per Kustomization: the object as its parent applied it, and what it applied.
         self._specs: dict[KId, JsonObject] = {}
@@ -543,17 +557,32 @@ class FluxPlayer:
         fetched = self._fetched.get(key)
         return (fetched.artifact if fetched else None) or self._artifacts.get(key)
 
-    @staticmethod
-    def _build_key(artifact: _Artifact, obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    def _remote_bases(self) -> bool:
+        """Whether a build may fetch remote bases: kustomize-controller without
+        ``--no-remote-bases`` (``kustomization_controller.go`` ``build``)."""
+        return not self.controller_flags(KUSTOMIZE_CONTROLLER).no_remote_bases
+
+    def _build_key(self, artifact: _Artifact, obj: Mapping[str, Any]) -> tuple[str, str, str, bool]:
         spec = as_dict(obj.get("spec"))
         read = {k: spec.get(k) for k in _GENERATOR_FIELDS if k in spec}
-        return artifact.sha, build_dir(spec.get("path")), json.dumps(read, sort_keys=True)
+        return (
+            artifact.sha,
+            build_dir(spec.get("path")),
+            json.dumps(read, sort_keys=True),
+            self._remote_bases(),
+        )
 
     def _run_build(self, artifact: _Artifact, obj: Mapping[str, Any]) -> Build:
         workspace = self._workspace
         assert workspace is not None, "builds run inside reconcile"
         spec = as_dict(obj.get("spec"))
-        return workspace.build(artifact.sha, artifact.files, spec.get("path"), spec)
+        return workspace.build(
+            artifact.sha,
+            artifact.files,
+            spec.get("path"),
+            spec,
+            remote_bases=self._remote_bases(),
+        )
 
     def _build(self, artifact: _Artifact, obj: Mapping[str, Any]) -> Build:
         key = self._build_key(artifact, obj)
@@ -567,6 +596,8 @@ class FluxPlayer:
         builds output (reading sources fetched already), and so on."""
         wanted: list[tuple[_Artifact, Mapping[str, Any]]] = []
         for kid, obj in self._specs.items():
+            if self._access_denied(kid, as_dict(obj.get("spec"))):
+                continue
             artifact, _ = self._source(kid, now)
             if artifact is not None:
                 wanted.append((artifact, obj))
@@ -579,12 +610,47 @@ class FluxPlayer:
                 wanted = []
                 for key in jobs:
                     for obj in self._builds[key].objects:
-                        if _is_kustomization(obj):
+                        spec = as_dict(obj.get("spec"))
+                        if _is_kustomization(obj) and not self._access_denied(key_of(obj), spec):
                             artifact = self._known_artifact(obj)
                             if artifact is not None:
                                 wanted.append((artifact, obj))
 
     # --- kustomize-controller ----------------------------------------------------------------
+
+    def controller_flags(self, controller: str) -> ControllerFlags:
+        """The flags a Flux controller runs with: its Deployment's, as the root Kustomization
+        last applied it (``gotk-components.yaml`` and the lockdown patches on it), else Flux's
+        defaults, as ``flux bootstrap`` installed it outside the repository. A changed
+        Deployment counts at once, as if its pod had restarted with it."""
+        return flux_install.controller_flags(self._inventory.get(ROOT, {}).values(), controller)
+
+    def _access_denied(self, kid: KId, spec: Mapping[str, Any]) -> str:
+        """kustomize-controller v1.9.4 ``getSource`` (``kustomization_controller.go``): with
+        ``--no-cross-namespace-refs`` a source in another namespace is refused with fluxcd/pkg
+        runtime ``acl.AccessDeniedError``, before the dependencies are checked; ``reconcile``
+        then marks it Ready False and Stalled, ``AccessDenied``, and does not retry it (a
+        terminal error). "" when it may read its source."""
+        ref = as_dict(spec.get("sourceRef"))
+        namespace = str(ref.get("namespace") or kid[0])
+        if namespace == kid[0]:
+            return ""
+        if not self.controller_flags(KUSTOMIZE_CONTROLLER).no_cross_namespace_refs:
+            return ""
+        return (
+            f"can't access '{ref.get('kind', '')}/{namespace}/{ref.get('name', '')}', "
+            "cross-namespace references have been blocked"
+        )
+
+    def _impersonated(self, spec: Mapping[str, Any]) -> str:
+        """The service account a Kustomization applies as, in its namespace: its
+        ``serviceAccountName``, else kustomize-controller's ``--default-service-account``
+        (fluxcd/pkg runtime/client ``impersonator.go`` ``setImpersonationConfig``, for the
+        cluster and for a ``kubeConfig`` alike); "" when neither is set (no impersonation)."""
+        account = spec.get("serviceAccountName")
+        if isinstance(account, str) and account:
+            return account
+        return self.controller_flags(KUSTOMIZE_CONTROLLER).default_service_account
 
     def reconcile(self, now: float) -> None:
         """Fetch every source and apply every Kustomization, parents first."""
@@ -658,6 +724,11 @@ class FluxPlayer:
             if _is_kustomization(child)
         ]
         if spec.get("suspend") is True:
+            ready[kid] = False
+            return previous_children
+        denied = self._access_denied(kid, spec)
+        if denied:
+            self._set_status(kid, now, ready=False, reason=ACCESS_DENIED, message=denied)
             ready[kid] = False
             return previous_children
         waiting = [dep for dep in self._dependencies(kid) if not ready.get(dep)]
@@ -816,16 +887,16 @@ class FluxPlayer:
         return "", recreate, []
 
     def _admission(self, kid: KId, spec: Mapping[str, Any], objects: dict[str, JsonObject]) -> str:
-        """Kyverno's webhooks on the apply's dry run, as the identity Flux applies with (its
-        ``serviceAccountName`` in the Kustomization's namespace, else kustomize-controller's
-        own account): the objects as mutated, or the first refusal in ``DryRunErr``'s words
-        (fluxcd/pkg ssa/errors/errors.go: no reason in parentheses, a webhook's refusal has
-        none)."""
-        account = spec.get("serviceAccountName")
+        """Kyverno's webhooks on the apply's dry run, as the identity Flux applies with (the
+        account ``_impersonated`` names in the Kustomization's namespace, else
+        kustomize-controller's own account): the objects as mutated, or the first refusal in
+        ``DryRunErr``'s words (fluxcd/pkg ssa/errors/errors.go: no reason in parentheses, a
+        webhook's refusal has none)."""
+        account = self._impersonated(spec)
         user = (
             f"system:serviceaccount:{kid[0]}:{account}"
-            if isinstance(account, str) and account
-            else "system:serviceaccount:flux-system:kustomize-controller"
+            if account
+            else f"system:serviceaccount:flux-system:{KUSTOMIZE_CONTROLLER}"
         )
         for object_id, obj in objects.items():
             resource = resource_of(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
@@ -916,7 +987,7 @@ class FluxPlayer:
         cluster = self.virtual[found]
         try:
             identity = cluster.authenticate_certificate(certificate)
-            account = str(spec.get("serviceAccountName") or "")
+            account = self._impersonated(spec)
             if account:
                 identity = cluster.impersonate(
                     identity, f"system:serviceaccount:{namespace}:{account}"
@@ -1071,7 +1142,7 @@ class FluxPlayer:
             generation = _generation(obj)
             previous = as_list(status.get("conditions"))
             conditions = []
-            if reason == "BuildFailed":
+            if reason in STALLED_REASONS:
                 conditions.append(
                     _condition("Stalled", "True", reason, message, now, previous, generation)
                 )
@@ -1164,7 +1235,57 @@ class FluxPlayer:
 
     # --- helm-controller ---------------------------------------------------------------------
 
+    def _release_denied(self, key: KId, obj: JsonObject, now: float) -> bool:
+        """helm-controller v1.6.3 with ``--no-cross-namespace-refs`` refuses a chart in another
+        namespace (``internal/acl/acl.go`` ``AllowsAccessTo``); nothing is installed or
+        upgraded. A ``chartRef`` is Stalled and Ready False, ``AccessDenied``
+        (``helmrelease_controller.go`` ``reconcileRelease``). A chart template's HelmChart
+        lives in its ``sourceRef``'s namespace (``api/v2`` ``HelmChartTemplate.GetNamespace``)
+        and is refused before any condition is written (``internal/reconcile/
+        helmchart_template.go`` returns the error, which is retried): its status stays."""
+        if not self.controller_flags(HELM_CONTROLLER).no_cross_namespace_refs:
+            return False
+        namespace, name = key
+        spec = as_dict(obj.get("spec"))
+        chart_ref = as_dict(spec.get("chartRef"))
+        if chart_ref:
+            kind = str(chart_ref.get("kind", ""))
+            if kind not in ("OCIRepository", "ExternalArtifact"):
+                kind = "HelmChart"
+            source = (str(chart_ref.get("namespace") or namespace), str(chart_ref.get("name")))
+        else:
+            template = as_dict(as_dict(spec.get("chart")).get("spec"))
+            ref = as_dict(template.get("sourceRef"))
+            kind, source = (
+                "HelmChart",
+                (str(ref.get("namespace") or namespace), f"{namespace}-{name}"),
+            )
+        if source[0] == namespace:
+            return False
+        message = (
+            "cross-namespace references are not allowed: "
+            f"cannot access {kind} {source[0]}/{source[1]}"
+        )
+        logger.info("%s/%s: %s", *key, message)
+        if not chart_ref:
+            return True
+
+        def change(current: JsonObject) -> None:
+            status = current["status"] = as_dict(current.get("status"))
+            previous = as_list(status.get("conditions"))
+            generation = _generation(current)
+            status["conditions"] = [
+                _condition("Stalled", "True", ACCESS_DENIED, message, now, previous, generation),
+                _condition("Ready", "False", ACCESS_DENIED, message, now, previous, generation),
+            ]
+            status["observedGeneration"] = generation
+
+        self.store.mutate(HELM_RELEASES, *key, change)
+        return True
+
     def _start_release(self, key: KId, obj: JsonObject, now: float) -> None:
+        if self._release_denied(key, obj, now):
+            return
         state = self._releases.get(key)
         action: Literal["install", "upgrade"] = "install" if state is None else "upgrade"
         version = 1 if state is None else state.version + 1

@@ -18,8 +18,10 @@ v1.35.4, the version its go.mod pins (``kustomize/kustomize_generator.go``):
   ``images`` (merged by name) and ``buildMetadata`` into that file;
 - the build is the real ``kubectl kustomize`` with ``LoadRestrictionsNone`` (``SecureBuild``:
   loads may leave the directory but not the artifact, which fluxcd/pkg's secure file system
-  enforces and ``_escape`` checks here before kubectl runs; remote bases are refused, as
-  kustomize-controller runs ``--no-remote-bases`` in this fleet);
+  enforces and ``_escape`` checks here before kubectl runs); a remote base is refused when
+  kustomize-controller runs with ``--no-remote-bases`` (``SecureBuild(..., !NoRemoteBases)``:
+  the secure file system then allows no clone directory), else kubectl fetches it, as
+  kustomize does;
 - every object of the output needs apiVersion, kind and name (``build``).
 
 Each build gets a fresh copy of the whole artifact, as kustomize-controller extracts it per
@@ -288,10 +290,21 @@ def _references(config: Mapping[str, Any]) -> list[str]:
     return refs
 
 
-def _escape(files: Mapping[str, bytes], directory: str, kfile: bytes) -> str | None:
+def _is_remote(ref: str) -> bool:
+    """A reference kustomize fetches (a Git repository or an HTTP file), not a local path;
+    ``file://`` names this machine's files."""
+    if ref.lower().startswith("file://"):
+        return False
+    return "://" in ref or ref.startswith(("git@", "github.com/", "gh:")) or "?ref=" in ref
+
+
+def _escape(
+    files: Mapping[str, bytes], directory: str, kfile: bytes, *, remote_bases: bool = False
+) -> str | None:
     """A reference of the build rooted at ``directory`` (kustomization ``kfile``) or of any
-    kustomization it reaches that leaves the artifact or is remote, if any: fluxcd/pkg's
-    secure file system refuses to read it, and kubectl must not read this machine's files."""
+    kustomization it reaches that leaves the artifact, or is remote while ``remote_bases`` is
+    off, if any: fluxcd/pkg's secure file system refuses to read it, and kubectl must not read
+    this machine's files."""
     pending = [(directory, kfile)]
     seen: set[str] = set()
     while pending:
@@ -304,9 +317,11 @@ def _escape(files: Mapping[str, bytes], directory: str, kfile: bytes) -> str | N
         except yaml.YAMLError:
             continue  # kustomize reports it
         for ref in _references(config):
-            if "://" in ref or ref.startswith(("git@", "github.com/", "gh:")) or "?ref=" in ref:
+            if _is_remote(ref):
+                if remote_bases:
+                    continue
                 return ref
-            if ref.startswith("/"):
+            if ref.startswith("/") or "://" in ref:
                 return ref
             target = posixpath.normpath(posixpath.join(current or ".", ref))
             if target == ".." or target.startswith("../"):
@@ -420,10 +435,12 @@ class Workspace:
         path: object,
         spec: Mapping[str, Any],
         *,
+        remote_bases: bool = False,
         command: Sequence[str] | None = None,
     ) -> Build:
         """Build ``spec.path`` (``path``) of the artifact ``files`` (``key`` names it) for a
-        Kustomization with ``spec``."""
+        Kustomization with ``spec``; ``remote_bases``: kustomize-controller runs without
+        ``--no-remote-bases``."""
         directory = build_dir(path)
         if directory in files or (
             directory and not any(p.startswith(f"{directory}/") for p in files)
@@ -438,7 +455,7 @@ class Workspace:
             kfile, content = generate(files, directory, spec)
         except GeneratorError as exc:
             return Build(False, message=str(exc), reason="BuildFailed")
-        escaped = _escape(files, directory, content)
+        escaped = _escape(files, directory, content, remote_bases=remote_bases)
         if escaped is not None:
             return Build(
                 False,

@@ -13,7 +13,9 @@ DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are
 allocation API (``opencost``), outside the token like OpenCost's own.
 
 ``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:
-it stands for the operator's hands, not for the API.
+it stands for the operator's hands, not for the API. ``GET /sim/flux-install`` is what ``flux
+install --export`` prints for the Flux this cluster runs (``flux_install``), for the operator
+to commit as ``gotk-components.yaml``.
 
 ``/vclusters/<namespace>/<release>/...`` is a tenant's virtual cluster, the API its gateway
 hostname or Service would reach (``virtual``): its own authentication (the identity provider's
@@ -34,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator import opencost, virtual
+from simulator import flux_install, opencost, virtual
 from simulator.cluster import EvictionBlocked, NotFound
 from simulator.dcgm import render_exposition
 from simulator.flux import REQUESTED_AT
@@ -714,6 +716,8 @@ class Api:
                     400, "BadRequest", f"give 'resource' (one of {known}) and an 'object'"
                 )
             return _json(200, sim.store.put_raw(resource, obj))
+        if parts == ["flux-install"] and method == "GET":
+            return Response(200, flux_install.export(), "application/yaml")
         if parts == ["tick"] and method == "POST":
             sim.tick()
             return _json(200, {"resourceVersion": sim.store.resource_version})

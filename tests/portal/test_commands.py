@@ -38,6 +38,26 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     main = repo.head("main")
     assert main is not None
     assert check_duplicates(repo.read_tree(main)) == []
+    # The Flux controllers the demo's cluster runs are in Git, through a reviewed change, and
+    # the flux-system build gives them the lockdown's flags.
+    from gitops.models import ChangeRequest
+    from simulator.flux_install import ControllerFlags, controller_flags, export
+    from simulator.kustomize import Workspace
+
+    flux_system = "clusters/ai-factory/flux-system"
+    (components,) = ChangeRequest.objects.filter(title__startswith="Commit the Flux controllers")
+    assert (components.status, components.author.username) == ("merged", "platform")
+    assert [r.reviewer.username for r in components.reviews.all()] == ["ops"]
+    assert repo.read_file(main, f"{flux_system}/gotk-components.yaml") == export()
+    with Workspace() as workspace:
+        built = workspace.build(main, repo.read_tree(main), flux_system, {})
+    assert built.ok, built.message
+    assert controller_flags(built.objects, "kustomize-controller") == ControllerFlags(
+        no_cross_namespace_refs=True, default_service_account="default", no_remote_bases=True
+    )
+    assert controller_flags(built.objects, "helm-controller") == ControllerFlags(
+        no_cross_namespace_refs=True, default_service_account="default"
+    )
     # A month of made-up GPU usage for the cost pages (tests/billing/test_demo_history.py).
     from billing.models import Budget, GpuPrice, UsageHour
 
@@ -59,6 +79,10 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
         Budget.objects.count(),
     )
     assert UsageHour.objects.filter(source="demo").count() == history
+    assert (
+        ChangeRequest.objects.filter(title__startswith="Commit the Flux controllers").count() == 1
+    )
+    assert repo.head("main") == main
     assert set(Tenant.objects.values_list("slug", flat=True)) == {
         "vision",
         "llm-platform",

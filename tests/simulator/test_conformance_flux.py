@@ -1,6 +1,7 @@
 """The simulator's Flux against Flux's own unit tests: fluxcd/pkg ``kustomize`` v1.35.4 (the
-version kustomize-controller v1.9.4 pins), ``kustomize/kustomize_generator_test.go``, and
-fluxcd/pkg ``ssa`` v0.76.1, ``ssa/manager_apply_test.go``.
+version kustomize-controller v1.9.4 pins), ``kustomize/kustomize_generator_test.go``,
+fluxcd/pkg ``ssa`` v0.76.1, ``ssa/manager_apply_test.go``, and kustomize-controller v1.9.4
+``internal/controller/kustomization_acl_test.go``.
 
 Inputs and expected outcomes are the upstream tests'; each test names its Go test (and case).
 The builds run the real ``kubectl kustomize``, as the simulator does.
@@ -8,6 +9,7 @@ The builds run the real ``kubectl kustomize``, as the simulator does.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +30,7 @@ from tests.simulator.test_simulator import (
     kustomizations,
     repository,
 )
+from tests.simulator.test_simulator_flux_lockdown import CROSS_DENIED, tenant_files
 
 GENERATOR_TEST = "fluxcd/pkg kustomize/v1.35.4 kustomize/kustomize_generator_test.go"
 
@@ -370,12 +373,63 @@ def test_a_missing_path_is_an_artifact_failure(workspace: Workspace) -> None:
 
 def test_a_reference_out_of_the_artifact_is_refused(workspace: Workspace) -> None:
     """``SecureBuild`` reads nothing outside the artifact's root (fluxcd/pkg
-    ``kustomize/filesys``), and kustomize-controller runs ``--no-remote-bases`` here."""
+    ``kustomize/filesys``), and with ``--no-remote-bases`` no remote base either."""
     for reference in ("../../etc", "/etc/hostname", "https://github.com/org/repo//base"):
         files = {"apps/kustomization.yaml": f"resources:\n- {reference}\n".encode()}
         result = build(workspace, files, {"path": "./apps"})
         assert (result.ok, result.reason) == (False, "BuildFailed")
         assert "is not in or below" in result.message
+
+
+def test_remote_bases_are_fetched_without_no_remote_bases(workspace: Workspace) -> None:
+    """``SecureBuild(workDir, dirPath, !r.NoRemoteBases)``: without the flag kustomize fetches
+    a remote base (a stand-in for kubectl answers here, offline); the artifact's root still
+    holds for local paths and ``file://``."""
+    fetched = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\n"
+    kubectl = [sys.executable, "-c", f"print({fetched!r})"]
+    for reference, ok in (
+        ("https://github.com/org/repo//base?ref=v1", True),
+        ("github.com/org/repo/base", True),
+        ("file:///etc", False),
+        ("../../etc", False),
+    ):
+        files = {"apps/kustomization.yaml": f"resources:\n- {reference}\n".encode()}
+        result = workspace.build("test", files, "./apps", {}, remote_bases=True, command=kubectl)
+        assert result.ok is ok, reference
+        if ok:
+            assert [o["metadata"]["name"] for o in result.objects] == ["fetched"]
+        else:
+            assert "is not in or below" in result.message
+
+
+def test_a_cross_namespace_source_is_refused_once_the_flag_is_set(
+    simulator: Simulator, kube: client.ApiClient, settings: Any
+) -> None:
+    """TestKustomizationReconciler_NoCrossNamespaceRefs: a Kustomization reconciles from a
+    source in another namespace; once kustomize-controller runs with
+    ``--no-cross-namespace-refs`` (here: the flux-system build now holds the controllers with
+    the lockdown) it is Ready False with ``AccessDenied`` and Stalled, and keeps what it
+    applied (the last applied revision and its inventory)."""
+    git_secret(simulator)
+    repo = repository(settings)
+    first = commit(repo, tenant_files(components=False), None)
+    simulator.tick()
+    cross = kustomizations(kube)["alpha/cross"]
+    assert condition(cross, "Ready")["reason"] == "ReconciliationSucceeded"
+    applied = cross["status"]["inventory"]
+
+    commit(repo, tenant_files(components=True), first)
+    simulator.tick()
+    cross = kustomizations(kube)["alpha/cross"]
+    ready, stalled = condition(cross, "Ready"), condition(cross, "Stalled")
+    assert (ready["status"], ready["reason"], ready["message"]) == (
+        "False",
+        "AccessDenied",
+        CROSS_DENIED,
+    )
+    assert (stalled["status"], stalled["reason"]) == ("True", "AccessDenied")
+    assert cross["status"]["lastAppliedRevision"] == f"main@sha1:{first}"
+    assert cross["status"]["inventory"] == applied
 
 
 # --- server-side apply: force and stages (fluxcd/pkg ssa v0.76.1) -----------------------------

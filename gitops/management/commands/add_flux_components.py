@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from gitops.fleet import configured_fleet
-from gitops.services import flux_components_changes, open_change
+from gitops.services import open_flux_components_change
 
 
 class Command(BaseCommand):
@@ -33,18 +33,8 @@ class Command(BaseCommand):
             components = Path(options["file"]).read_bytes()
         except OSError as exc:
             raise CommandError(f"Cannot read {options['file']}: {exc.strerror}.") from exc
-        fleet = configured_fleet()
         try:
-            change = open_change(
-                acting_user=user,
-                title=f"Commit the Flux controllers of the {fleet.name} fleet",
-                description=(
-                    "gotk-components.yaml from `flux install --export`; the flux-system "
-                    "kustomization now lists it and patches the controllers (lockdown)."
-                ),
-                changes=flux_components_changes(fleet, components),
-                scope=[],  # the platform's files: no tenant's resources
-            )
+            change = open_flux_components_change(configured_fleet(), components, acting_user=user)
         except ValidationError as exc:
             raise CommandError(exc.messages[0]) from exc
         self.stdout.write(f"Opened change {change.pk} on {change.branch}.")

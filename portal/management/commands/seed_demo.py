@@ -178,6 +178,7 @@ class Command(BaseCommand):
         with override_settings(PORTAL_TASK_RUNNER="eager"):
             self._seed()
             self._merge_onboarding()
+            self._commit_flux_components()
             self._seed_catalog()
             self._seed_billing()
             self.stdout.write(
@@ -246,6 +247,39 @@ class Command(BaseCommand):
                     gitops.do_review(change, acting_user=ops, state="approve", body="Looks right.")
                 with transaction.atomic():
                     gitops.do_merge(change, acting_user=ops)
+
+    def _commit_flux_components(self) -> None:
+        """The controllers of the Flux the demo's cluster runs (the simulator's ``flux install
+        --export``), committed as an operator does (``add_flux_components``): a platform admin
+        opens the change, a second one approves and merges it, and Flux applies the
+        multi-tenancy lockdown. Nothing to do once main holds them; a real cluster's operator
+        commits its own."""
+        if not settings.FLEET_SIMULATOR:
+            return
+        from gitops.fleet import configured_fleet
+        from simulator.flux_install import export
+
+        fleet, components = configured_fleet(), export()
+        users = get_user_model().objects
+        change = ChangeRequest.objects.filter(
+            status=ChangeRequest.Status.OPEN, title=gitops.flux_components_title(fleet)
+        ).first()
+        if change is None:
+            if not gitops.flux_components_changes(fleet, components):
+                return
+            with transaction.atomic():
+                change = gitops.open_flux_components_change(
+                    fleet, components, acting_user=users.get(username="platform")
+                )
+            change.refresh_from_db()
+        if change.checks_state not in (ChangeRequest.Checks.PASSED, ChangeRequest.Checks.PARTIAL):
+            self.stderr.write(f"the Flux controllers' change {change.pk} did not pass its checks")
+            return
+        ops = users.get(username="ops")
+        with transaction.atomic():
+            gitops.do_review(change, acting_user=ops, state="approve", body="The demo's Flux.")
+        with transaction.atomic():
+            gitops.do_merge(change, acting_user=ops)
 
     def _seed_catalog(self) -> None:
         """Requests through the real workflow: asked by a member, approved and merged by a
