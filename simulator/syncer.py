@@ -1,4 +1,4 @@
-"""vCluster's syncer, the translation part so far (loft-sh/vcluster v0.35.3, the chart the
+"""vCluster's syncer, its translations (loft-sh/vcluster v0.35.3, the chart the
 portal pins; every rule below names the file it is read from, under ``pkg/``).
 
 - **Names and labels** (``util/translate``): a virtual object ``<name>`` in ``<namespace>``
@@ -16,6 +16,13 @@ portal pins; every rule below names the file it is read from, under ``pkg/``).
 - **Configuration**: what the syncer reads from the release's values, the chart's
   values.yaml defaults under them; ``sync.toHost.pods.enforceTolerations`` parsed as
   ``util/toleration`` does.
+- **Pods** (``controllers/resources/pods/translate``): ``translate_pod`` for a new host pod
+  (``translator.go``, ``hosts.go``, ``envvars.go``), ``pod_diff`` for later updates and the
+  status back (``diff.go``).
+- **Services, Endpoints, EndpointSlices** (``controllers/resources/services``,
+  ``endpoints``, ``endpointslices``): the host objects and their later updates; the selector
+  translated like labels, none for none; endpoints copied verbatim, only pod references
+  translated, and only for a virtual Service without a selector (``ReconcileStart``).
 - **Event notes** name virtual objects, not host ones
   (``syncer/translator/sanitising_event_recorder.go``).
 """
@@ -743,6 +750,884 @@ def sync_config(values: Mapping[str, Any], namespace: str, release: str) -> Sync
         set_owner=owner is not False,
         virtual_version=(int(match.group(1)), int(match.group(2))) if match else None,
     )
+
+
+# --- pods: virtual -> host (controllers/resources/pods/translate/translator.go) --------------
+
+POD_NAMESPACE_ANNOTATION = "vcluster.loft.sh/namespace"
+POD_NAME_ANNOTATION = "vcluster.loft.sh/name"
+POD_UID_ANNOTATION = "vcluster.loft.sh/uid"
+LABELS_ANNOTATION = "vcluster.loft.sh/labels"
+OWNER_REFERENCES_ANNOTATION = "vcluster.loft.sh/owner-references"
+OWNER_SET_KIND_ANNOTATION = "vcluster.loft.sh/owner-set-kind"
+SERVICE_ACCOUNT_NAME_ANNOTATION = "vcluster.loft.sh/service-account-name"
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+DAEMONSET_POD_ANNOTATION = "cluster-autoscaler.kubernetes.io/daemonset-pod"
+# translate/hosts.go
+HOSTS_REWRITTEN_ANNOTATION = "vcluster.loft.sh/hosts-rewritten"
+DISABLE_SUBDOMAIN_REWRITE_ANNOTATION = "vcluster.loft.sh/disable-subdomain-rewrite"
+HOSTS_CONTAINER = "vcluster-rewrite-hosts"
+HOSTS_VOLUME = "vcluster-rewrite-hosts"
+_FIELD_PATH_LABEL = re.compile(r"^metadata\.labels\['(.+)'\]$")
+_OWNER_SET_KINDS = ("DaemonSet", "Job", "ReplicaSet", "StatefulSet")
+MAX_PRIORITY = 1_000_000_000
+# metav1.OwnerReference's fields in the order encoding/json writes them.
+_OWNER_FIELDS = ("apiVersion", "kind", "name", "uid", "controller", "blockOwnerDeletion")
+
+
+def labels_annotation(obj: Mapping[str, Any]) -> str:
+    """``translator.go`` ``LabelsAnnotation``: ``key=<JSON value>``, sorted, one a line."""
+    labels = _strings(_meta(obj).get("labels"))
+    return "\n".join(sorted(f"{k}={go_json(v)}" for k, v in labels.items()))
+
+
+def _owner_annotations(annotations: dict[str, str], vpod: Mapping[str, Any]) -> None:
+    owners = [
+        {k: as_dict(o)[k] for k in _OWNER_FIELDS if k in as_dict(o)}
+        for o in as_list(_meta(vpod).get("ownerReferences"))
+    ]
+    annotations[OWNER_REFERENCES_ANNOTATION] = go_json(owners)
+    for owner in owners:
+        if owner.get("apiVersion") == "apps/v1" and owner.get("kind") in _OWNER_SET_KINDS:
+            annotations[OWNER_SET_KIND_ANNOTATION] = str(owner["kind"])
+            break
+
+
+def translate_field_ref(names: Names, ref: JsonObject | None) -> None:
+    """``translator.go`` ``translateFieldRef``: downward API fields the host pod holds under
+    other names."""
+    if not ref:
+        return
+    path = str(ref.get("fieldPath", ""))
+    match = _FIELD_PATH_LABEL.match(path)
+    if match:
+        ref["fieldPath"] = f"metadata.labels['{names.host_label(match.group(1))}']"
+        return
+    moved = {
+        "metadata.labels": LABELS_ANNOTATION,
+        "metadata.name": POD_NAME_ANNOTATION,
+        "metadata.namespace": POD_NAMESPACE_ANNOTATION,
+        "metadata.uid": POD_UID_ANNOTATION,
+        "spec.serviceAccountName": SERVICE_ACCOUNT_NAME_ANNOTATION,
+    }
+    if path in moved:
+        ref["fieldPath"] = f"metadata.annotations['{moved[path]}']"
+
+
+def _has_cluster_ip(service: Mapping[str, Any]) -> bool:
+    ip = as_dict(service.get("spec")).get("clusterIP")
+    return ip not in (None, "", "None")
+
+
+def _env_name(name: str) -> str:
+    return name.replace("-", "_").upper()
+
+
+def services_environment(
+    enable_service_links: object, services: Iterable[Mapping[str, Any]], kube_ip: str
+) -> dict[str, str]:
+    """``translator.go`` ``ServicesToEnvironmentVariables`` with ``envvars.go``
+    ``buildEnvironmentVariables``: the namespace's Services (with service links) and the
+    ``kubernetes`` Service, which is the vCluster's own address."""
+    env: dict[str, str] = {}
+    if enable_service_links is True:
+        for service in services:
+            if not _has_cluster_ip(service):
+                continue
+            spec = as_dict(service.get("spec"))
+            ip = str(spec.get("clusterIP"))
+            prefix = _env_name(str(_meta(service).get("name", "")))
+            ports = [as_dict(p) for p in as_list(spec.get("ports"))]
+            if not ports:
+                continue
+            env[f"{prefix}_SERVICE_HOST"] = ip
+            env[f"{prefix}_SERVICE_PORT"] = str(ports[0].get("port", 0))
+            for port in ports:
+                if port.get("name"):
+                    env[f"{prefix}_SERVICE_PORT_{_env_name(str(port['name']))}"] = str(port["port"])
+            for index, port in enumerate(ports):
+                protocol = str(port.get("protocol") or "TCP")
+                host_port = f"[{ip}]:{port['port']}" if ":" in ip else f"{ip}:{port['port']}"
+                url = f"{protocol.lower()}://{host_port}"
+                if index == 0:
+                    env[f"{prefix}_PORT"] = url
+                base = f"{prefix}_PORT_{port['port']}_{protocol.upper()}"
+                env[base] = url
+                env[f"{base}_PROTO"] = protocol.lower()
+                env[f"{base}_PORT"] = str(port["port"])
+                env[f"{base}_ADDR"] = ip
+    for name, value in (
+        ("KUBERNETES_PORT", "tcp://IP:443"),
+        ("KUBERNETES_PORT_443_TCP", "tcp://IP:443"),
+        ("KUBERNETES_PORT_443_TCP_ADDR", "IP"),
+        ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+        ("KUBERNETES_SERVICE_HOST", "IP"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+    ):
+        env[name] = value.replace("IP", kube_ip)
+    return env
+
+
+def _config_map_name(names: Names, name: str, namespace: str) -> str:
+    """``mappings/resources/configmaps.go``: ``kube-root-ca.crt`` has a name of its own."""
+    if name == "kube-root-ca.crt":
+        return safe_concat_name("vcluster", "kube-root-ca.crt", "x", names.vcluster)
+    return names.host_name(name, namespace)
+
+
+def translate_container_env(
+    names: Names, container: JsonObject, namespace: str, service_env: Mapping[str, str]
+) -> None:
+    """``translator.go`` ``TranslateContainerEnv``: references to ConfigMaps and Secrets
+    under their host names, downward API fields moved, the Services' variables first."""
+    env = [as_dict(e) for e in as_list(container.get("env"))]
+    for item in env:
+        source = as_dict(item.get("valueFrom"))
+        translate_field_ref(names, as_dict(source.get("fieldRef")) or None)
+        config_map = as_dict(source.get("configMapKeyRef"))
+        if config_map.get("name"):
+            config_map["name"] = _config_map_name(names, str(config_map["name"]), namespace)
+        secret = as_dict(source.get("secretKeyRef"))
+        if secret.get("name"):
+            secret["name"] = names.host_name(str(secret["name"]), namespace)
+    for source in as_list(container.get("envFrom")):
+        source = as_dict(source)
+        if as_dict(source.get("configMapRef")).get("name"):
+            ref = source["configMapRef"]
+            ref["name"] = _config_map_name(names, str(ref["name"]), namespace)
+        if as_dict(source.get("secretRef")).get("name"):
+            source["secretRef"]["name"] = names.host_name(
+                str(source["secretRef"]["name"]), namespace
+            )
+    named = {str(item.get("name")) for item in env}
+    extra = [
+        {"name": name, "value": value}
+        for name, value in sorted(service_env.items())
+        if name not in named
+    ]
+    container["env"] = extra + env
+
+
+def rewrite_hosts(
+    config: SyncConfig, pod: JsonObject, from_host: str, to_hostname: str, fqdn: str
+) -> None:
+    """``translate/hosts.go`` ``rewritePodHostnameFQDN``: an init container that writes the
+    pod's FQDN into an ``/etc/hosts`` every container mounts."""
+    annotations = as_dict(_meta(pod).get("annotations"))
+    if (
+        annotations.get(DISABLE_SUBDOMAIN_REWRITE_ANNOTATION) == "true"
+        and annotations.get(HOSTS_REWRITTEN_ANNOTATION) == "true"
+    ):
+        return
+    spec = pod.setdefault("spec", {})
+    init = {
+        "name": HOSTS_CONTAINER,
+        "image": config.hosts_image,
+        "command": ["sh"],
+        "args": [
+            "-c",
+            "sed -E -e 's/^(\\d+.\\d+.\\d+.\\d+\\s+)"
+            + from_host
+            + "$/\\1 "
+            + fqdn
+            + " "
+            + to_hostname
+            + "/' /etc/hosts > /hosts/hosts",
+        ],
+        "securityContext": {
+            "runAsUser": config.hosts_user,
+            "runAsGroup": config.hosts_group,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "allowPrivilegeEscalation": False,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "resources": copy.deepcopy(dict(config.hosts_resources)),
+        "volumeMounts": [{"mountPath": "/hosts", "name": HOSTS_VOLUME}],
+    }
+    spec["volumes"] = [*as_list(spec.get("volumes")), {"name": HOSTS_VOLUME, "emptyDir": {}}]
+    spec["initContainers"] = [init, *as_list(spec.get("initContainers"))]
+    pod.setdefault("metadata", {}).setdefault("annotations", {})[HOSTS_REWRITTEN_ANNOTATION] = (
+        "true"
+    )
+    mount = {"mountPath": "/etc/hosts", "name": HOSTS_VOLUME, "subPath": "hosts"}
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for container in as_list(spec.get(kind)):
+            if as_dict(container).get("name") != HOSTS_CONTAINER or kind != "initContainers":
+                container["volumeMounts"] = [*as_list(container.get("volumeMounts")), dict(mount)]
+
+
+def _dns_config(
+    config: SyncConfig, host: JsonObject, virtual: Mapping[str, Any], nameserver: str
+) -> None:
+    """``translator.go`` ``translateDNSConfig``: ClusterFirst resolves through the virtual
+    cluster's DNS Service."""
+    spec = host["spec"]
+    policy = spec.get("dnsPolicy")
+    cluster_first = policy == "ClusterFirstWithHostNet" or (
+        policy == "ClusterFirst" and not spec.get("hostNetwork")
+    )
+    if not cluster_first or not nameserver:
+        return
+    dns: JsonObject = {
+        "nameservers": [nameserver],
+        "options": [{"name": "ndots", "value": "5"}],
+    }
+    domain = config.cluster_domain
+    if domain:
+        namespace = _meta(virtual).get("namespace")
+        dns["searches"] = [f"{namespace}.svc.{domain}", f"svc.{domain}", domain]
+    existing = as_dict(spec.get("dnsConfig"))
+    if existing:
+        for key in ("nameservers", "searches"):
+            dns[key] = list(dict.fromkeys([*as_list(dns.get(key)), *as_list(existing.get(key))]))
+    spec["dnsPolicy"] = "None"
+    spec["dnsConfig"] = dns
+
+
+def translate_pod_affinity_term(
+    names: Names, vpod: Mapping[str, Any], term: Mapping[str, Any]
+) -> tuple[JsonObject, list[str]]:
+    """``translator.go`` ``translatePodAffinityTerm``: the term in the host's labels, limited
+    to this cluster's pods of the namespaces it meant; and the warning events it records."""
+    selector = term.get("labelSelector")
+    out: JsonObject = {}
+    host_selector = names.host_label_selector(as_dict(selector) if selector is not None else None)
+    if host_selector is not None:
+        out["labelSelector"] = host_selector
+    if term.get("topologyKey"):
+        out["topologyKey"] = term["topologyKey"]
+    warnings: list[str] = []
+    if selector is None or host_selector is None:
+        return out, warnings
+    namespaces = [str(n) for n in as_list(term.get("namespaces"))]
+    namespace_selector = term.get("namespaceSelector")
+    ns_terms = len(as_dict(as_dict(namespace_selector).get("matchLabels"))) + len(
+        as_list(as_dict(namespace_selector).get("matchExpressions"))
+    )
+    if namespaces:
+        if namespace_selector is not None and ns_terms:
+            warnings.append(
+                "Warning SyncWarning Inter-pod affinity rule(s) that use both .namespaces and "
+                ".namespaceSelector fields in the same term are not supported by vcluster yet. "
+                "The .namespaceSelector fields of the unsupported affinity entries will be "
+                "ignored."
+            )
+        if namespace_selector is None or ns_terms:
+            host_selector.setdefault("matchExpressions", []).append(
+                {"key": NAMESPACE_LABEL, "operator": "In", "values": list(namespaces)}
+            )
+    elif namespace_selector is not None:
+        out["labelSelector"] = host_selector = merge_label_selectors(
+            host_selector, names.host_label_selector_namespace(as_dict(namespace_selector))
+        )
+    else:
+        host_selector.setdefault("matchLabels", {})[NAMESPACE_LABEL] = _meta(vpod).get(
+            "namespace", ""
+        )
+    host_selector.setdefault("matchLabels", {})[MARKER_LABEL] = names.vcluster
+    return out, warnings
+
+
+def _translate_affinity(names: Names, vpod: Mapping[str, Any], spec: JsonObject) -> None:
+    affinity = as_dict(spec.get("affinity"))
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = as_dict(affinity.get(kind))
+        for weighted in as_list(section.get("preferredDuringSchedulingIgnoredDuringExecution")):
+            weighted["podAffinityTerm"], _ = translate_pod_affinity_term(
+                names, vpod, as_dict(weighted.get("podAffinityTerm"))
+            )
+        required = as_list(section.get("requiredDuringSchedulingIgnoredDuringExecution"))
+        for index, term in enumerate(required):
+            required[index], _ = translate_pod_affinity_term(names, vpod, as_dict(term))
+
+
+def _translate_volumes(
+    names: Names, spec: JsonObject, namespace: str, vpod: Mapping[str, Any]
+) -> None:
+    """``translator.go`` ``translateVolumes``: ConfigMaps, Secrets and claims by their host
+    names, an ephemeral volume as the claim the virtual cluster makes for it, downward API
+    fields moved."""
+    for volume in as_list(spec.get("volumes")):
+        volume = as_dict(volume)
+        if as_dict(volume.get("configMap")):
+            ref = volume["configMap"]
+            ref["name"] = _config_map_name(names, str(ref.get("name", "")), namespace)
+        if as_dict(volume.get("secret")):
+            ref = volume["secret"]
+            ref["secretName"] = names.host_name(str(ref.get("secretName", "")), namespace)
+        if as_dict(volume.get("persistentVolumeClaim")):
+            ref = volume["persistentVolumeClaim"]
+            ref["claimName"] = names.host_name(str(ref.get("claimName", "")), namespace)
+        if "ephemeral" in volume:
+            # k8s.io/component-helpers storage/ephemeral VolumeClaimName: <pod>-<volume>.
+            claim = f"{_meta(vpod).get('name')}-{volume.get('name')}"
+            volume["persistentVolumeClaim"] = {"claimName": names.host_name(claim, namespace)}
+            del volume["ephemeral"]
+        for source in as_list(as_dict(volume.get("projected")).get("sources")):
+            source = as_dict(source)
+            if as_dict(source.get("secret")):
+                source["secret"]["name"] = names.host_name(
+                    str(source["secret"].get("name")), namespace
+                )
+            if as_dict(source.get("configMap")):
+                ref = source["configMap"]
+                ref["name"] = _config_map_name(names, str(ref.get("name", "")), namespace)
+            for item in as_list(as_dict(source.get("downwardAPI")).get("items")):
+                translate_field_ref(names, as_dict(as_dict(item).get("fieldRef")) or None)
+        for item in as_list(as_dict(volume.get("downwardAPI")).get("items")):
+            translate_field_ref(names, as_dict(as_dict(item).get("fieldRef")) or None)
+
+
+def translate_pod(
+    config: SyncConfig,
+    vpod: Mapping[str, Any],
+    vnamespace: Mapping[str, Any],
+    services: Sequence[Mapping[str, Any]],
+    kube_ip: str,
+    dns_ip: str,
+    owner: Mapping[str, Any] | None = None,
+) -> JsonObject:
+    """``translator.go`` ``Translate``: the host pod for virtual pod ``vpod`` in the virtual
+    namespace ``vnamespace``, whose ``services`` give it environment variables; ``kube_ip`` is
+    the chart's Service (the virtual ``kubernetes`` Service), ``dns_ip`` the synced DNS
+    Service. Runs as the workload service account, without service links or an automounted
+    token; the virtual namespace's labels on it under ``ns-label`` keys; the enforced
+    tolerations added. (``SyncToHost`` adds the node selector: ``pod_to_host``.)"""
+    names = config.names
+    vmeta = _meta(vpod)
+    namespace = str(vmeta.get("namespace") or "")
+    pod = host_metadata(names, vpod, owner if config.set_owner else None)
+    pod["status"] = {}
+    spec = pod.setdefault("spec", {})
+    vspec = as_dict(vpod.get("spec"))
+    spec.pop("serviceAccount", None)
+    spec["serviceAccountName"] = config.workload_service_account
+    spec["automountServiceAccountToken"] = False
+    spec["enableServiceLinks"] = False
+    if config.priority_classes_to_host and spec.get("priorityClassName"):
+        spec["priorityClassName"] = names.host_name_cluster(str(spec["priorityClassName"]))
+        if int(spec.get("priority") or 0) > MAX_PRIORITY:
+            spec["priority"] = MAX_PRIORITY
+    elif not config.priority_classes_to_host and not config.priority_classes_from_host:
+        spec.pop("priorityClassName", None)
+        spec.pop("priority", None)
+    if config.priority_class_name and not spec.get("priorityClassName"):
+        spec["priorityClassName"] = config.priority_class_name
+        spec.pop("priority", None)
+    metadata = pod["metadata"]
+    annotations = metadata.setdefault("annotations", {})
+    vannotations = vmeta.get("annotations")
+    if vannotations is not None:
+        vannotations = _strings(vannotations)
+        for key in (
+            POD_NAMESPACE_ANNOTATION,
+            POD_NAME_ANNOTATION,
+            POD_UID_ANNOTATION,
+            SERVICE_ACCOUNT_NAME_ANNOTATION,
+        ):
+            annotations[key] = vannotations.get(key, "")
+        if LABELS_ANNOTATION in vannotations:
+            annotations[LABELS_ANNOTATION] = vannotations[LABELS_ANNOTATION]
+    for key, value in (
+        (POD_NAMESPACE_ANNOTATION, namespace),
+        (POD_NAME_ANNOTATION, str(vmeta.get("name") or "")),
+        (POD_UID_ANNOTATION, str(vmeta.get("uid") or "")),
+        (SERVICE_ACCOUNT_NAME_ANNOTATION, str(vspec.get("serviceAccountName") or "")),
+    ):
+        if not annotations.get(key):
+            annotations[key] = value
+    annotations.setdefault(LABELS_ANNOTATION, labels_annotation(vpod))
+    if SAFE_TO_EVICT_ANNOTATION not in annotations:
+        controller = next(
+            (
+                as_dict(o)
+                for o in as_list(vmeta.get("ownerReferences"))
+                if as_dict(o).get("controller") is True
+            ),
+            None,
+        )
+        annotations[SAFE_TO_EVICT_ANNOTATION] = "true" if controller is not None else "false"
+        if controller is not None and controller.get("kind") == "DaemonSet":
+            annotations[DAEMONSET_POD_ANNOTATION] = "true"
+    if OWNER_REFERENCES_ANNOTATION not in annotations and as_list(vmeta.get("ownerReferences")):
+        _owner_annotations(annotations, vpod)
+    labels = metadata.setdefault("labels", {})
+    for key, value in _strings(_meta(vnamespace).get("labels")).items():
+        labels[names.host_label_namespace(key)] = value
+    service_env = services_environment(vspec.get("enableServiceLinks"), services, kube_ip)
+    aliases = ["kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    if config.cluster_domain:
+        aliases.insert(0, f"kubernetes.default.svc.{config.cluster_domain}")
+    spec["hostAliases"] = [*as_list(spec.get("hostAliases")), {"ip": kube_ip, "hostnames": aliases}]
+    _dns_config(config, pod, vpod, dns_ip)
+    if not spec.get("hostname"):
+        hostname = str(vmeta.get("name") or "")[:63].replace(".", "-")
+        spec["hostname"] = hostname.removesuffix("-")
+    if spec.get("subdomain"):
+        if config.rewrite_hosts:
+            hostname = str(spec["hostname"])
+            fqdn = f"{hostname}.{spec['subdomain']}.{namespace}.svc.{config.cluster_domain}"
+            rewrite_hosts(config, pod, hostname, hostname, fqdn)
+        spec.pop("subdomain")
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        # The rewrite-hosts container is in the list by now, and gets the same variables.
+        for container in as_list(spec.get(kind)):
+            translate_container_env(names, container, namespace, service_env)
+            image = str(container.get("image", ""))
+            container["image"] = config.translate_image.get(image, image)
+    for secret in as_list(spec.get("imagePullSecrets")):
+        secret["name"] = names.host_name(str(as_dict(secret).get("name", "")), namespace)
+    _translate_volumes(names, spec, namespace, vpod)
+    if config.runtime_class_name:
+        spec["runtimeClassName"] = config.runtime_class_name
+    for constraint in as_list(spec.get("topologySpreadConstraints")):
+        selector = names.host_label_selector(
+            as_dict(constraint.get("labelSelector")) if "labelSelector" in constraint else None
+        )
+        if selector is not None:
+            selector.setdefault("matchLabels", {}).update(
+                {NAMESPACE_LABEL: namespace, MARKER_LABEL: names.vcluster}
+            )
+            constraint["labelSelector"] = selector
+    _translate_affinity(names, vpod, spec)
+    for toleration in config.enforced_tolerations:
+        if not any(same(t, toleration) for t in as_list(spec.get("tolerations"))):
+            spec["tolerations"] = [*as_list(spec.get("tolerations")), dict(toleration)]
+    return pod
+
+
+def pod_to_host(
+    config: SyncConfig,
+    vpod: Mapping[str, Any],
+    vnamespace: Mapping[str, Any],
+    services: Sequence[Mapping[str, Any]],
+    kube_ip: str,
+    dns_ip: str,
+    owner: Mapping[str, Any] | None = None,
+) -> JsonObject:
+    """``pods/syncer.go`` ``SyncToHost`` after the checks: the translated pod with
+    ``sync.fromHost.nodes.selector.labels`` over its node selector (none when the pod names
+    its node)."""
+    pod = translate_pod(config, vpod, vnamespace, services, kube_ip, dns_ip, owner)
+    spec = pod["spec"]
+    if config.node_selector and not spec.get("nodeName"):
+        spec["nodeSelector"] = {**as_dict(spec.get("nodeSelector")), **config.node_selector}
+    return pod
+
+
+# --- pods: later changes, both ways (controllers/resources/pods/translate/diff.go) -----------
+
+
+def excluded_pod_annotations() -> tuple[str, ...]:
+    """``diff.go`` ``GetExcludedAnnotations`` (service account token annotations aside: the
+    simulator's virtual cluster mounts no tokens)."""
+    return (
+        SAFE_TO_EVICT_ANNOTATION,
+        OWNER_REFERENCES_ANNOTATION,
+        OWNER_SET_KIND_ANNOTATION,
+        POD_NAMESPACE_ANNOTATION,
+        POD_NAME_ANNOTATION,
+        POD_UID_ANNOTATION,
+        SERVICE_ACCOUNT_NAME_ANNOTATION,
+        HOSTS_REWRITTEN_ANNOTATION,
+        LABELS_ANNOTATION,
+    )
+
+
+def _without_observed_generation(conditions: object) -> list[Any]:
+    out = [dict(as_dict(c)) for c in as_list(conditions)]
+    for condition in out:
+        condition.pop("observedGeneration", None)
+    return out
+
+
+def _compared_conditions(conditions: object, strips: bool) -> object:
+    return _without_observed_generation(conditions) if strips else conditions
+
+
+def desired_virtual_status(
+    host: Mapping[str, Any], virtual: Mapping[str, Any], *, strips_generation: bool = False
+) -> JsonObject:
+    """``diff.go`` ``DesiredVirtualStatus``: the host pod's status, but the virtual QoS class;
+    and the virtual ``observedGeneration``s when the virtual API server (before Kubernetes
+    1.34) throws them away."""
+    status = copy.deepcopy(as_dict(host))
+    _set(status, "qosClass", as_dict(virtual).get("qosClass"))
+    if strips_generation:
+        _set(status, "observedGeneration", as_dict(virtual).get("observedGeneration"))
+        _set(status, "conditions", _without_observed_generation(status.get("conditions")))
+    return status
+
+
+def _container_images(
+    host: list[Any], virtual: list[Any], translate: Mapping[str, str], skip: Sequence[str]
+) -> list[Any] | None:
+    """``diff.go`` ``calcContainerImageDiff``: the host containers with the virtual images,
+    or None when none changed (host containers the virtual pod lacks are dropped then)."""
+    out: list[Any] = []
+    changed = False
+    for container in host:
+        name = as_dict(container).get("name")
+        if name in skip:
+            out.append(container)
+            continue
+        for other in virtual:
+            if as_dict(other).get("name") != name:
+                continue
+            image = str(as_dict(other).get("image", ""))
+            image = translate.get(image, image)
+            if str(as_dict(container).get("image") or "") != image:
+                out.append({**as_dict(container), "image": image})
+                changed = True
+            else:
+                out.append(container)
+            break
+    return out if changed else None
+
+
+def calc_spec_diff(config: SyncConfig, host: JsonObject, virtual: Mapping[str, Any]) -> None:
+    """``diff.go`` ``calcSpecDiff``: what the syncer sets on the host pod on every update —
+    the active deadline, container images, **the scheduling gates (the virtual pod's, so a
+    gate only the host pod has goes)** and the tolerations (the virtual pod's, then those only
+    the host pod has, then the enforced ones)."""
+    spec = host.setdefault("spec", {})
+    vspec = as_dict(virtual.get("spec"))
+    _set(spec, "activeDeadlineSeconds", vspec.get("activeDeadlineSeconds"))
+    images = _container_images(
+        as_list(spec.get("containers")),
+        as_list(vspec.get("containers")),
+        config.translate_image,
+        (),
+    )
+    if images is not None:
+        spec["containers"] = images
+    rewritten = as_dict(_meta(host).get("annotations")).get(HOSTS_REWRITTEN_ANNOTATION) == "true"
+    images = _container_images(
+        as_list(spec.get("initContainers")),
+        as_list(vspec.get("initContainers")),
+        config.translate_image,
+        (HOSTS_CONTAINER,) if rewritten else (),
+    )
+    if images is not None:
+        spec["initContainers"] = images
+    _set(spec, "schedulingGates", copy.deepcopy(vspec.get("schedulingGates")))
+    tolerations = [copy.deepcopy(t) for t in as_list(vspec.get("tolerations"))]
+    for toleration in [*as_list(spec.get("tolerations")), *config.enforced_tolerations]:
+        if not any(same(t, toleration) for t in tolerations):
+            tolerations.append(copy.deepcopy(toleration))
+    _set(spec, "tolerations", tolerations)
+
+
+@dataclass
+class Pair:
+    """A virtual object and its host object as a reconcile sees them: as they are now, and
+    as the syncer last saw or wrote them (``syncer/syncer.go`` ``getObjects``)."""
+
+    virtual_old: JsonObject
+    virtual: JsonObject
+    host_old: JsonObject
+    host: JsonObject
+
+
+def pod_diff(
+    config: SyncConfig, pair: Pair, vnamespace: Mapping[str, Any]
+) -> tuple[JsonObject, JsonObject]:
+    """``diff.go`` ``Diff``: (the virtual pod, the host pod) as the syncer writes them back —
+    the host's status on the virtual pod (its own containers' statuses only), the spec diff on
+    the host pod, labels and annotations both ways."""
+    names = config.names
+    virtual, host = copy.deepcopy(pair.virtual), copy.deepcopy(pair.host)
+    vstatus = virtual.setdefault("status", {})
+    hstatus = host.setdefault("status", {})
+    strips = config.strips_observed_generation
+    virtual_old_conditions = as_dict(pair.virtual_old.get("status")).get("conditions")
+    # diff.go conditionsCopyBidirectional: the virtual conditions go to the host when they
+    # changed (observedGeneration ignored where it is stripped); the other way the virtual
+    # status is the host's anyway.
+    if not same(
+        _compared_conditions(virtual_old_conditions, strips),
+        _compared_conditions(vstatus.get("conditions"), strips),
+    ):
+        _set(hstatus, "conditions", copy.deepcopy(vstatus.get("conditions")))
+    vstatus = virtual["status"] = desired_virtual_status(hstatus, vstatus, strips_generation=strips)
+    vspec = as_dict(virtual.get("spec"))
+    for kind, statuses in (
+        ("initContainers", "initContainerStatuses"),
+        ("containers", "containerStatuses"),
+    ):
+        wanted = {as_dict(c).get("name") for c in as_list(vspec.get(kind))}
+        kept = [s for s in as_list(hstatus.get(statuses)) if as_dict(s).get("name") in wanted]
+        _set(vstatus, statuses, copy.deepcopy(kept))
+    calc_spec_diff(config, host, virtual)
+    vmeta, hmeta = virtual.setdefault("metadata", {}), host.setdefault("metadata", {})
+    new_annotations, host_annotations_ = annotations_bidirectional(
+        pair.virtual_old, pair.virtual, pair.host_old, pair.host, *excluded_pod_annotations()
+    )
+    _set(vmeta, "annotations", new_annotations)
+    new_labels, host_labels = labels_bidirectional(
+        names,
+        _strings(_meta(pair.virtual_old).get("labels"))
+        if _meta(pair.virtual_old).get("labels") is not None
+        else None,
+        _strings(vmeta.get("labels")) if vmeta.get("labels") is not None else None,
+        _strings(_meta(pair.host_old).get("labels"))
+        if _meta(pair.host_old).get("labels") is not None
+        else None,
+        _strings(hmeta.get("labels")) if hmeta.get("labels") is not None else None,
+        exclude_prefix=NAMESPACE_LABEL_PREFIX,
+    )
+    _set(vmeta, "labels", new_labels)
+    host_labels = {
+        k: v for k, v in (host_labels or {}).items() if not k.startswith(NAMESPACE_LABEL_PREFIX)
+    }
+    for key, value in _strings(_meta(vnamespace).get("labels")).items():
+        host_labels[names.host_label_namespace(key)] = value
+    _set(hmeta, "labels", host_labels)
+    host_annotations_[LABELS_ANNOTATION] = labels_annotation(virtual)
+    if as_list(vmeta.get("ownerReferences")):
+        _owner_annotations(host_annotations_, virtual)
+    else:
+        host_annotations_.pop(OWNER_REFERENCES_ANNOTATION, None)
+        host_annotations_.pop(OWNER_SET_KIND_ANNOTATION, None)
+    _set(hmeta, "annotations", host_annotations_)
+    return virtual, host
+
+
+# --- services (controllers/resources/services, server/filters/service.go) -------------------
+
+SERVICE_BLOCK_DELETION = "vcluster.loft.sh/block-deletion"
+RANCHER_ENDPOINTS_ANNOTATION = "field.cattle.io/publicEndpoints"
+# services/syncer.go Sync: the spec fields that follow whichever side changed.
+_SERVICE_FIELDS = (
+    "type",
+    "externalIPs",
+    "externalName",
+    "loadBalancerIP",
+    "ports",
+    "publishNotReadyAddresses",
+    "externalTrafficPolicy",
+    "sessionAffinity",
+    "sessionAffinityConfig",
+    "loadBalancerSourceRanges",
+    "healthCheckNodePort",
+)
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str] | None:
+    value = _meta(obj).get("labels")
+    return _strings(value) if value is not None else None
+
+
+def _selector(obj: Mapping[str, Any]) -> dict[str, str] | None:
+    value = as_dict(obj.get("spec")).get("selector")
+    return _strings(value) if value else None
+
+
+def service_to_host(
+    names: Names, virtual: Mapping[str, Any], owner: Mapping[str, Any] | None = None
+) -> JsonObject:
+    """``services/translate.go`` ``translate``: the host Service, its selector translated
+    like labels (none when the virtual one has none), no cluster IPs, families or node ports
+    of its own."""
+    vnamespace = str(_meta(virtual).get("namespace") or "")
+    service = host_metadata(names, virtual, owner, RANCHER_ENDPOINTS_ANNOTATION)
+    spec = service.setdefault("spec", {})
+    _set(spec, "selector", names.host_labels_map(_selector(virtual), None, vnamespace, False))
+    if spec.get("clusterIP") != "None":
+        spec.pop("clusterIP", None)
+    for key in ("clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+        spec.pop(key, None)
+    for port in as_list(spec.get("ports")):
+        as_dict(port).pop("nodePort", None)
+    return service
+
+
+def service_created_through_proxy(
+    names: Names, virtual: Mapping[str, Any], owner: Mapping[str, Any] | None = None
+) -> JsonObject:
+    """``server/filters/service.go`` ``createService``: the host Service the virtual API's
+    filter creates before the virtual one (not translated further than the metadata and the
+    selector, and marked ``block-deletion`` until the syncer sees it)."""
+    vnamespace = str(_meta(virtual).get("namespace") or "")
+    service = host_metadata(names, virtual, owner)
+    service["metadata"].setdefault("annotations", {})[SERVICE_BLOCK_DELETION] = "true"
+    spec = service.setdefault("spec", {})
+    _set(spec, "selector", names.host_labels_map(_selector(virtual), None, vnamespace, False))
+    return service
+
+
+@dataclass
+class ServiceSync:
+    """What one services reconcile writes: the virtual and host Services, or that the
+    virtual one is recreated with the host's cluster IP (then nothing else this pass)."""
+
+    virtual: JsonObject
+    host: JsonObject
+    recreate_virtual: bool = False
+    wait: bool = False
+
+
+def service_sync(names: Names, pair: Pair) -> ServiceSync:
+    """``services/syncer.go`` ``Sync``."""
+    virtual, host = copy.deepcopy(pair.virtual), copy.deepcopy(pair.host)
+    vspec, hspec = virtual.setdefault("spec", {}), host.setdefault("spec", {})
+    if (
+        vspec.get("type") == "ExternalName"
+        and hspec.get("type") != vspec.get("type")
+        and hspec.get("clusterIP")
+    ):
+        return ServiceSync(virtual, host, wait=True)  # isSwitchingFromExternalName
+    if (vspec.get("clusterIP") or "") != (hspec.get("clusterIP") or ""):
+        vspec.pop("clusterIPs", None)
+        _set(vspec, "clusterIP", hspec.get("clusterIP"))
+        return ServiceSync(virtual, host, recreate_virtual=True)
+    vold = as_dict(pair.virtual_old.get("spec"))
+    hold = as_dict(pair.host_old.get("spec"))
+    for key in _SERVICE_FIELDS:
+        new_virtual, new_host = copy_bidirectional(
+            vold.get(key), vspec.get(key), hold.get(key), hspec.get(key)
+        )
+        _set(vspec, key, copy.deepcopy(new_virtual))
+        _set(hspec, key, copy.deepcopy(new_host))
+    # ensureLoadBalancerStatus
+    if hspec.get("type") != "LoadBalancer":
+        hspec.pop("loadBalancerIP", None)
+        status = host.setdefault("status", {})
+        balancer = as_dict(status.get("loadBalancer"))
+        balancer.pop("ingress", None)
+        _set(status, "loadBalancer", balancer)
+    _set(virtual, "status", copy.deepcopy(host.get("status")))
+    vmeta, hmeta = virtual.setdefault("metadata", {}), host.setdefault("metadata", {})
+    new_annotations, new_host_annotations = annotations_bidirectional(
+        pair.virtual_old, pair.virtual, pair.host_old, pair.host, RANCHER_ENDPOINTS_ANNOTATION
+    )
+    _set(vmeta, "annotations", new_annotations)
+    new_host_annotations.pop(SERVICE_BLOCK_DELETION, None)
+    _set(hmeta, "annotations", new_host_annotations)
+    new_labels, new_host_labels = labels_bidirectional(
+        names,
+        _labels(pair.virtual_old),
+        _labels(pair.virtual),
+        _labels(pair.host_old),
+        _labels(pair.host),
+    )
+    _set(vmeta, "labels", new_labels)
+    _set(hmeta, "labels", new_host_labels)
+    if not same(vold.get("selector"), vspec.get("selector")) or same(
+        hold.get("selector"), hspec.get("selector")
+    ):
+        namespace = str(vmeta.get("namespace") or "")
+        _set(
+            hspec,
+            "selector",
+            names.host_labels_map(_selector(virtual), _selector(host), namespace, False),
+        )
+    else:
+        _set(vspec, "selector", names.virtual_labels_map(_selector(host), _selector(virtual)))
+    return ServiceSync(virtual, host)
+
+
+# --- endpoints and endpoint slices (controllers/resources/endpoints, endpointslices) ---------
+
+LEADER_ANNOTATION = "control-plane.alpha.kubernetes.io/leader"
+
+
+def _target_ref(names: Names, ref: JsonObject | None, *, clear: bool) -> None:
+    """``endpoints/translate.go`` ``translateSpec``: a pod reference names the host pod."""
+    if not ref or ref.get("kind") != "Pod":
+        return
+    ref["name"] = names.host_name(str(ref.get("name", "")), str(ref.get("namespace", "")))
+    ref["namespace"] = names.namespace if ref.get("namespace") else ""
+    if clear:
+        ref.pop("uid", None)
+        ref.pop("resourceVersion", None)
+    _set(ref, "namespace", ref.get("namespace"))
+
+
+def _endpoint_subsets(names: Names, virtual: Mapping[str, Any]) -> list[Any]:
+    subsets = copy.deepcopy(as_list(virtual.get("subsets")))
+    for subset in subsets:
+        for key in ("addresses", "notReadyAddresses"):
+            for address in as_list(as_dict(subset).get(key)):
+                _target_ref(names, as_dict(address.get("targetRef")) or None, clear=True)
+    return subsets
+
+
+def endpoints_to_host(
+    names: Names, virtual: Mapping[str, Any], owner: Mapping[str, Any] | None = None
+) -> JsonObject:
+    """``endpoints/translate.go`` ``translate``: the subsets verbatim, addresses included."""
+    endpoints = host_metadata(names, virtual, owner, LEADER_ANNOTATION)
+    _set(endpoints, "subsets", _endpoint_subsets(names, virtual))
+    return endpoints
+
+
+def endpoints_sync(names: Names, pair: Pair) -> tuple[JsonObject, JsonObject]:
+    """``endpoints/syncer.go`` ``Sync``: the virtual subsets on the host, labels and
+    annotations both ways."""
+    virtual, host = copy.deepcopy(pair.virtual), copy.deepcopy(pair.host)
+    _set(host, "subsets", _endpoint_subsets(names, virtual))
+    _metadata_both_ways(names, pair, virtual, host, LEADER_ANNOTATION)
+    return virtual, host
+
+
+def _metadata_both_ways(
+    names: Names, pair: Pair, virtual: JsonObject, host: JsonObject, *excluded: str
+) -> None:
+    vmeta, hmeta = virtual.setdefault("metadata", {}), host.setdefault("metadata", {})
+    new_annotations, new_host_annotations = annotations_bidirectional(
+        pair.virtual_old, pair.virtual, pair.host_old, pair.host, *excluded
+    )
+    _set(vmeta, "annotations", new_annotations)
+    _set(hmeta, "annotations", new_host_annotations)
+    new_labels, new_host_labels = labels_bidirectional(
+        names,
+        _labels(pair.virtual_old),
+        _labels(pair.virtual),
+        _labels(pair.host_old),
+        _labels(pair.host),
+    )
+    _set(vmeta, "labels", new_labels)
+    _set(hmeta, "labels", new_host_labels)
+
+
+def _slice_endpoints(names: Names, virtual: Mapping[str, Any]) -> list[Any]:
+    endpoints = copy.deepcopy(as_list(virtual.get("endpoints")))
+    for endpoint in endpoints:
+        _target_ref(names, as_dict(as_dict(endpoint).get("targetRef")) or None, clear=False)
+    return endpoints
+
+
+def endpoint_slice_to_host(
+    names: Names, virtual: Mapping[str, Any], owner: Mapping[str, Any] | None = None
+) -> JsonObject:
+    """``endpointslices/translate.go`` ``translate``: the endpoints verbatim, the
+    ``kubernetes.io/service-name`` label naming the host Service (``translateSvcName``)."""
+    endpoint_slice = host_metadata(names, virtual, owner, LEADER_ANNOTATION)
+    labels = endpoint_slice["metadata"].setdefault("labels", {})
+    service = labels.get(SERVICE_NAME_LABEL, "")
+    labels[SERVICE_NAME_LABEL] = (
+        f"{service}-x-{labels.get(NAMESPACE_LABEL, '')}-x-{labels.get(MARKER_LABEL, '')}"
+    )
+    _set(endpoint_slice, "endpoints", _slice_endpoints(names, virtual))
+    return endpoint_slice
+
+
+def endpoint_slice_sync(names: Names, pair: Pair) -> tuple[JsonObject, JsonObject]:
+    """``endpointslices/syncer.go`` ``Sync``."""
+    virtual, host = copy.deepcopy(pair.virtual), copy.deepcopy(pair.host)
+    _set(host, "endpoints", _slice_endpoints(names, virtual))
+    _metadata_both_ways(names, pair, virtual, host, LEADER_ANNOTATION)
+    return virtual, host
+
+
+def endpoints_wanted(service: Mapping[str, Any] | None) -> bool:
+    """``endpoints/syncer.go`` (and ``endpointslices``) ``ReconcileStart``: synced only for a
+    virtual Service that exists and has no selector."""
+    return service is not None and not _selector(service)
 
 
 # --- events (syncer/translator/sanitising_event_recorder.go) ---------------------------------

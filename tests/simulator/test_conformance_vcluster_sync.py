@@ -2,17 +2,22 @@
 at the pinned chart version (loft-sh/vcluster v0.35.3): each test names the upstream file, the
 Go test and the case (``t.Run`` name), whose inputs and expected outcomes it repeats.
 
-Upstream's translator is the single-namespace one with target namespace ``test``
-(``pkg/util/testing/config.go``), and ``translate.VClusterName`` is ``suffix`` unless a test
-sets it (``pkg/util/translate/types.go``).
+Upstream's syncer tests run against fake clients and compare objects after
+``pkg/syncer/testing/testing.go`` ``stripObject`` (no resourceVersion, uid, ownerReferences or
+``vcluster.loft.sh/managed-by`` label); ``strip`` does the same here. Their translator is the
+single-namespace one with target namespace ``test`` (``pkg/util/testing/config.go``), and
+``translate.VClusterName`` is ``suffix`` unless a test sets it (``pkg/util/translate/types.go``).
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import pytest
 
+from simulator.admission import pod_security_problems
 from simulator.syncer import (
     HOST_NAME_ANNOTATION,
     KIND_ANNOTATION,
@@ -23,17 +28,51 @@ from simulator.syncer import (
     UID_ANNOTATION,
     InvalidToleration,
     Names,
+    Pair,
+    SyncConfig,
     annotations_bidirectional,
     copy_object_with_name,
+    desired_virtual_status,
+    endpoint_slice_sync,
+    endpoint_slice_to_host,
+    endpoints_sync,
+    endpoints_to_host,
     host_annotations,
     host_name,
+    labels_annotation,
+    normalized,
     parse_toleration,
+    pod_diff,
+    pod_to_host,
+    rewrite_hosts,
+    same,
     sanitised,
+    service_sync,
+    service_to_host,
+    sync_config,
+    translate_pod_affinity_term,
     virtual_annotations,
 )
 
 SUFFIX = Names("suffix", "test")
 RELEASE_KEY = "vcluster.loft.sh/label-suffix-x-a4d451ec23"  # HostLabel("release")
+
+
+def strip(obj: dict[str, Any]) -> dict[str, Any]:
+    """``pkg/syncer/testing/testing.go`` ``stripObject``."""
+    out = copy.deepcopy(obj)
+    metadata = out.setdefault("metadata", {})
+    for key in ("resourceVersion", "ownerReferences", "generation", "uid", "selfLink"):
+        metadata.pop(key, None)
+    labels = metadata.get("labels") or {}
+    labels.pop(MARKER_LABEL, None)
+    if not labels:
+        metadata.pop("labels", None)
+    if not metadata.get("annotations"):
+        metadata.pop("annotations", None)
+    out.pop("apiVersion", None)
+    out.pop("kind", None)
+    return out
 
 
 # --- pkg/util/translate/translate_test.go ----------------------------------------------------
@@ -369,3 +408,924 @@ def test_parse_toleration(case: str, spec: str, want: dict[str, str] | None) -> 
             parse_toleration(spec)
     else:
         assert parse_toleration(spec) == want, case
+
+
+# --- pkg/controllers/resources/pods/translate/translator_test.go -----------------------------
+
+
+def test_labels_annotation_is_go_json() -> None:
+    """The ``vcluster.loft.sh/labels`` annotation quotes values as encoding/json does
+    (translator.go LabelsAnnotation)."""
+    pod = {"metadata": {"labels": {"b": "x", "a": "y"}}}
+    assert labels_annotation(pod) == f"a={json.dumps('y')}\nb={json.dumps('x')}"
+
+
+EQUESTRIA = {"metadata": {"name": "my-little-pody", "namespace": "equestria"}}
+BASIC = {"matchLabels": {"random-key": "value"}}
+BASIC_WITH_MARKER = {"matchLabels": {"random-key": "value", MARKER_LABEL: "suffix"}}
+LONG_KEY = "pretty-loooooooooooong-test-key"
+
+
+def with_namespaces(*namespaces: str) -> dict[str, Any]:
+    """translator_test.go appendNamespacesToMatchExpressions."""
+    return {
+        **copy.deepcopy(BASIC_WITH_MARKER),
+        "matchExpressions": [
+            {"key": NAMESPACE_LABEL, "operator": "In", "values": list(namespaces)}
+        ],
+    }
+
+
+WARNING = (
+    "Warning SyncWarning Inter-pod affinity rule(s) that use both .namespaces and "
+    ".namespaceSelector fields in the same term are not supported by vcluster yet. The "
+    ".namespaceSelector fields of the unsupported affinity entries will be ignored."
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "term", "expected", "events"),
+    [
+        ("no selector", {"namespaces": ["blabla"]}, {}, []),
+        (
+            "empty namespaces array and null namespaceSelector",
+            {"labelSelector": BASIC, "namespaces": []},
+            {
+                "labelSelector": {
+                    "matchLabels": {
+                        "random-key": "value",
+                        MARKER_LABEL: "suffix",
+                        NAMESPACE_LABEL: "equestria",
+                    }
+                }
+            },
+            [],
+        ),
+        (
+            "null namespaceSelector and defined namespaces array",
+            {"labelSelector": BASIC, "namespaces": ["equestria", "dummy namespace"]},
+            {"labelSelector": with_namespaces("equestria", "dummy namespace")},
+            [],
+        ),
+        (
+            "empty namespaceSelector and defined namespaces array",
+            {"labelSelector": BASIC, "namespaces": ["equestria"], "namespaceSelector": {}},
+            {"labelSelector": BASIC_WITH_MARKER},
+            [],
+        ),
+        (
+            "namespaces array specified together with the namespaceSelector",
+            {"labelSelector": BASIC, "namespaces": ["equestria"], "namespaceSelector": BASIC},
+            {"labelSelector": with_namespaces("equestria")},
+            [WARNING],
+        ),
+        (
+            "defined namespaceSelector and no namespaces",
+            {
+                "labelSelector": BASIC,
+                "namespaceSelector": {"matchLabels": {LONG_KEY: "good-value"}},
+            },
+            {
+                "labelSelector": {
+                    "matchLabels": {
+                        "random-key": "value",
+                        MARKER_LABEL: "suffix",
+                        SUFFIX.host_label_namespace(LONG_KEY): "good-value",
+                    }
+                }
+            },
+            [],
+        ),
+        (
+            "namespaceSelector with MatchExpressions",
+            {
+                "labelSelector": BASIC,
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": LONG_KEY, "operator": "NotIn", "values": ["bad-value"]}
+                    ]
+                },
+            },
+            {
+                "labelSelector": {
+                    "matchLabels": {"random-key": "value", MARKER_LABEL: "suffix"},
+                    "matchExpressions": [
+                        {
+                            "key": SUFFIX.host_label_namespace(LONG_KEY),
+                            "operator": "NotIn",
+                            "values": ["bad-value"],
+                        }
+                    ],
+                }
+            },
+            [],
+        ),
+    ],
+)
+def test_pod_affinity_terms_translation(
+    case: str, term: dict[str, Any], expected: dict[str, Any], events: list[str]
+) -> None:
+    """translator_test.go TestPodAffinityTermsTranslation: an affinity term is limited to this
+    cluster's pods (marker label) in the namespaces the term meant."""
+    result, warnings = translate_pod_affinity_term(SUFFIX, EQUESTRIA, copy.deepcopy(term))
+    assert result == expected, case
+    assert warnings == events, case
+
+
+def test_namespace_label_keys_are_hashed() -> None:
+    """translator_test.go TestPodAffinityTermsTranslation's namespace selector keys, as
+    single_namespace.go HostLabelNamespace writes them: ns-label, the vCluster, a hash."""
+    assert SUFFIX.host_label_namespace(LONG_KEY).startswith("vcluster.loft.sh/ns-label-suffix-x-")
+
+
+def hosts_config(**values: Any) -> Any:
+    return sync_config(values, "test", "vcluster")
+
+
+@pytest.mark.parametrize(
+    ("case", "values", "image"),
+    [
+        ("Add init container that rewrites /etc/hosts", {}, "mirror.gcr.io/library/alpine:3.20"),
+        (
+            "Default registry has precedence over specified registry",
+            {
+                "controlPlane": {"advanced": {"defaultImageRegistry": "my-registry"}},
+                "sync": {
+                    "toHost": {
+                        "pods": {
+                            "rewriteHosts": {
+                                "initContainer": {"image": {"registry": "mirror.gcr.io"}}
+                            }
+                        }
+                    }
+                },
+            },
+            "my-registry/library/alpine:3.20",
+        ),
+        (
+            "Use image overrides if specified",
+            {
+                "sync": {
+                    "toHost": {
+                        "pods": {
+                            "rewriteHosts": {
+                                "initContainer": {
+                                    "image": {
+                                        "registry": "private",
+                                        "repository": "minimal/sed",
+                                        "tag": "very-specific-tag",
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+            "private/minimal/sed:very-specific-tag",
+        ),
+    ],
+)
+def test_rewrite_hosts_translation(case: str, values: dict[str, Any], image: str) -> None:
+    """translator_test.go TestRewriteHostsTranslation: a pod with a subdomain gets the
+    init container that writes its FQDN into the /etc/hosts every container mounts."""
+    pod: dict[str, Any] = {
+        "metadata": {"name": "pod-name", "namespace": "test-ns"},
+        "spec": {"subdomain": "subdomain", "containers": [{}]},
+    }
+    fqdn = "pod-name.subdomain.test-ns.cluster.local"
+    rewrite_hosts(hosts_config(**values), pod, "pod-name", "pod-name", fqdn)
+    [init] = pod["spec"]["initContainers"]
+    assert init["image"] == image, case
+    assert init["args"][1] == (
+        r"sed -E -e 's/^(\d+.\d+.\d+.\d+\s+)pod-name$/\1 "
+        r"pod-name.subdomain.test-ns.cluster.local pod-name/' /etc/hosts > /hosts/hosts"
+    )
+    [mount] = pod["spec"]["containers"][0]["volumeMounts"]
+    assert mount["mountPath"] == "/etc/hosts"
+
+
+# --- pkg/controllers/resources/pods/translate/diff_test.go -----------------------------------
+
+ENFORCED = {"key": "vcluster-enforced", "operator": "Exists", "effect": "NoExecute"}
+INITIAL = {"key": "initial", "operator": "Equal", "value": "v1", "effect": "NoSchedule"}
+NEW = {"key": "new-key", "operator": "Exists"}
+ADMISSION = {"key": "admission-injected", "operator": "Exists"}
+LATE = {"key": "late-webhook", "operator": "Exists"}
+TESTNS: dict[str, Any] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "testns"}}
+
+
+def diff_config(**fields: Any) -> Any:
+    return SyncConfig(names=Names("suffix", "test"), **fields)
+
+
+def pod(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "virtual_old", "virtual", "host", "host_live", "expected"),
+    [
+        (
+            "add toleration: new virtual toleration propagated and enforced toleration applied",
+            [INITIAL],
+            [INITIAL, NEW],
+            [INITIAL, ENFORCED],
+            None,
+            [INITIAL, NEW, ENFORCED],
+        ),
+        (
+            "remove toleration: virtual toleration removed but preserved on host "
+            "(additive-only constraint)",
+            [INITIAL, NEW],
+            [INITIAL],
+            [INITIAL, NEW, ENFORCED],
+            None,
+            [INITIAL, NEW, ENFORCED],
+        ),
+        (
+            "enforced toleration re-applied even if missing from physical pod",
+            [INITIAL],
+            [INITIAL, NEW],
+            [INITIAL],
+            None,
+            [INITIAL, NEW, ENFORCED],
+        ),
+        (
+            "admission webhook toleration preserved when virtual tolerations change",
+            [INITIAL],
+            [INITIAL, NEW],
+            [INITIAL, ENFORCED, ADMISSION],
+            None,
+            [INITIAL, NEW, ENFORCED, ADMISSION],
+        ),
+        (
+            "drift recovery: enforced toleration missing from host is re-added even when "
+            "virtual tolerations unchanged",
+            [INITIAL],
+            [INITIAL],
+            [INITIAL],
+            None,
+            [INITIAL, ENFORCED],
+        ),
+        (
+            "drift recovery: virtual toleration missing from host is re-added even when "
+            "virtual tolerations unchanged",
+            [INITIAL, NEW],
+            [INITIAL, NEW],
+            [INITIAL, ENFORCED],
+            None,
+            [INITIAL, NEW, ENFORCED],
+        ),
+        (
+            "race: toleration added to host after HostOld snapshot is preserved",
+            [INITIAL],
+            [INITIAL, NEW],
+            [INITIAL, ENFORCED],
+            [INITIAL, ENFORCED, LATE],
+            [INITIAL, NEW, ENFORCED, LATE],
+        ),
+    ],
+)
+def test_diff_toleration_sync(
+    case: str,
+    virtual_old: list[Any],
+    virtual: list[Any],
+    host: list[Any],
+    host_live: list[Any] | None,
+    expected: list[Any],
+) -> None:
+    """diff_test.go TestDiffTolerationSync (calcSpecDiff): the virtual pod's tolerations,
+    then the host's own, then the enforced ones."""
+    pair = Pair(
+        pod("testpod", "testns", tolerations=virtual_old),
+        pod("testpod", "testns", tolerations=virtual),
+        pod("testpod-x-testns", "test", tolerations=host),
+        pod("testpod-x-testns", "test", tolerations=host_live or host),
+    )
+    _, new_host = pod_diff(diff_config(enforced_tolerations=(ENFORCED,)), pair, TESTNS)
+    assert new_host["spec"]["tolerations"] == expected, case
+
+
+def test_diff_qos_class_preservation() -> None:
+    """diff_test.go TestDiffQOSClassPreservation: the virtual pod keeps its QoS class, the
+    host pod its own."""
+    virtual = {**pod("testpod", "testns"), "status": {"qosClass": "BestEffort"}}
+    host = {**pod("testpod-x-testns", "test"), "status": {"qosClass": "Burstable"}}
+    new_virtual, new_host = pod_diff(
+        diff_config(), Pair(pod("testpod", "testns"), virtual, host, host), TESTNS
+    )
+    assert new_virtual["status"]["qosClass"] == "BestEffort"
+    assert new_host["status"]["qosClass"] == "Burstable"
+
+
+@pytest.mark.parametrize(
+    ("case", "strips", "generation", "condition_generation"),
+    [
+        (
+            "v1.33: virtual apiserver strips ObservedGeneration, keep the virtual values",
+            True,
+            2,
+            None,
+        ),
+        (
+            "v1.34: virtual apiserver persists ObservedGeneration, take the host values",
+            False,
+            5,
+            5,
+        ),
+    ],
+)
+def test_desired_virtual_status(
+    case: str, strips: bool, generation: int, condition_generation: int | None
+) -> None:
+    """diff_test.go TestDesiredVirtualStatus."""
+    host: dict[str, Any] = {
+        "phase": "Running",
+        "qosClass": "Burstable",
+        "observedGeneration": 5,
+        "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 5}],
+    }
+    virtual = {"phase": "Pending", "qosClass": "Guaranteed", "observedGeneration": 2}
+    desired = desired_virtual_status(host, virtual, strips_generation=strips)
+    assert desired["phase"] == "Running", case
+    [condition] = desired["conditions"]
+    assert condition["type"] == "Ready"
+    assert desired["qosClass"] == "Guaranteed"
+    assert desired["observedGeneration"] == generation
+    assert condition.get("observedGeneration") == condition_generation
+    # TestDesiredVirtualStatusDoesNotMutateInputs
+    condition["status"] = "False"
+    assert host["conditions"][0]["status"] == "True"
+    assert host["qosClass"] == "Burstable"
+
+
+def test_the_virtual_version_decides_whether_generations_are_stripped() -> None:
+    """translator.go virtualClusterStripsObservedGeneration: before 1.34, from the values'
+    Kubernetes image (the chart's default, v1.36.0, keeps them)."""
+
+    def image(tag: str) -> dict[str, Any]:
+        return {"controlPlane": {"distro": {"k8s": {"image": {"tag": tag}}}}}
+
+    assert sync_config(image("v1.33.4"), "t", "v").strips_observed_generation
+    assert not sync_config(image("v1.34.0"), "t", "v").strips_observed_generation
+    assert not sync_config({}, "t", "v").strips_observed_generation
+
+
+# --- pkg/controllers/resources/pods/syncer_test.go -------------------------------------------
+
+KUBE_IP, DNS_IP = "1.2.3.4", "2.2.2.2"  # pVclusterService, pDNSService
+HOST_POD = host_name("testpod", "testns", "suffix")
+
+
+def syncer_config(**fields: Any) -> Any:
+    """pods syncer_test.go: NewFakeConfig (workload account vc-workload-vcluster)."""
+    return diff_config(workload_service_account="vc-workload-vcluster", **fields)
+
+
+def expected_host_pod(**spec: Any) -> dict[str, Any]:
+    """syncer_test.go TestSyncTable pObjectMeta and pPodFinal."""
+    return {
+        "metadata": {
+            "name": HOST_POD,
+            "namespace": "test",
+            "annotations": {
+                "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                "vcluster.loft.sh/labels": "",
+                "vcluster.loft.sh/name": "testpod",
+                "vcluster.loft.sh/namespace": "testns",
+                NAME_ANNOTATION: "testpod",
+                UID_ANNOTATION: "",
+                "vcluster.loft.sh/object-namespace": "testns",
+                KIND_ANNOTATION: "/v1, Kind=Pod",
+                "vcluster.loft.sh/object-host-namespace": "test",
+                HOST_NAME_ANNOTATION: HOST_POD,
+                "vcluster.loft.sh/service-account-name": "",
+                "vcluster.loft.sh/uid": "",
+            },
+            "labels": {NAMESPACE_LABEL: "testns", MARKER_LABEL: "suffix"},
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostAliases": [
+                {
+                    "ip": KUBE_IP,
+                    "hostnames": [
+                        "kubernetes.default.svc.cluster.local",
+                        "kubernetes",
+                        "kubernetes.default",
+                        "kubernetes.default.svc",
+                    ],
+                }
+            ],
+            "serviceAccountName": "vc-workload-vcluster",
+            "hostname": "testpod",
+            **spec,
+        },
+    }
+
+
+def comparable(obj: dict[str, Any]) -> Any:
+    return normalized(strip(obj))
+
+
+@pytest.mark.parametrize(
+    ("case", "node_selector", "option", "expected_selector", "labels", "standard"),
+    [
+        (
+            "SyncToHost and enforce NodeSelector",
+            {"labelA": "valueA", "labelB": "valueB"},
+            {"labelB": "enforcedB", "otherLabel": "abc"},
+            {"labelA": "valueA", "labelB": "enforcedB", "otherLabel": "abc"},
+            None,
+            "",
+        ),
+        ("SyncToHost without security standard", None, {}, None, None, ""),
+        ("SyncToHost with privileged security standard", None, {}, None, None, "privileged"),
+        (
+            "SyncToHost with labels wildcard",
+            None,
+            {},
+            None,
+            {"test.sh/abcd": "yes"},
+            "",
+        ),
+    ],
+)
+def test_sync_to_host(
+    case: str,
+    node_selector: dict[str, str] | None,
+    option: dict[str, str],
+    expected_selector: dict[str, str] | None,
+    labels: dict[str, str] | None,
+    standard: str,
+) -> None:
+    """syncer_test.go TestSyncTable, the SyncToHost cases: the host pod's metadata, account,
+    links, host aliases, hostname, and the node selector with
+    ``sync.fromHost.nodes.selector.labels`` over it."""
+    from simulator.syncer import labels_annotation, pod_to_host
+
+    virtual = pod("testpod", "testns", **({"nodeSelector": node_selector} if node_selector else {}))
+    if labels:
+        virtual["metadata"]["labels"] = labels
+    assert not standard or not pod_security_problems(virtual, standard)
+    config = syncer_config(node_selector=option, pod_security_standard=standard)
+    host = pod_to_host(config, virtual, TESTNS, [], KUBE_IP, DNS_IP)
+    expected = expected_host_pod(
+        **({"nodeSelector": expected_selector} if expected_selector else {})
+    )
+    if labels:
+        expected["metadata"]["labels"].update(labels)
+        expected["metadata"]["annotations"]["vcluster.loft.sh/labels"] = labels_annotation(virtual)
+    assert comparable(host) == comparable(expected), case
+
+
+def test_sync_to_host_with_restricted_security_standard() -> None:
+    """syncer_test.go TestSyncTable "SyncToHost with restricted security standard": upstream
+    checks only that the virtual pod stays as it was (no host expectation); a pod without
+    containers passes the restricted checks (pod-security-admission policy
+    check_runAsNonRoot.go, check_seccompProfile_restricted.go visit containers only)."""
+    assert pod_security_problems(pod("testpod", "testns"), "restricted") == []
+
+
+def test_check_injected_sidecar() -> None:
+    """syncer_test.go TestSyncTable "Check injected sidecar": a container only the host pod
+    has (a webhook's) stays there, and the virtual pod's spec is not touched."""
+    containers = [{"name": "nginx-not-injected"}]
+    virtual = pod("testpod", "testns", containers=containers, nodeName="test123")
+    host = expected_host_pod(
+        containers=[{"name": "nginx-not-injected"}, {"name": "nginx-injected"}], nodeName="test123"
+    )
+    host.update(apiVersion="v1", kind="Pod")
+    new_virtual, new_host = pod_diff(syncer_config(), Pair(virtual, virtual, host, host), TESTNS)
+    assert new_virtual["spec"] == virtual["spec"]
+    assert comparable(new_host) == comparable(host)
+
+
+@pytest.mark.parametrize(
+    ("case", "values", "virtual_class", "host_class"),
+    [
+        (
+            "From Host PriorityClasses sync enabled",
+            {"sync": {"fromHost": {"priorityClasses": {"enabled": True}}}},
+            "high-priority",
+            "high-priority",
+        ),
+        (
+            "To Host PriorityClasses sync enabled",
+            {"sync": {"toHost": {"priorityClasses": {"enabled": True}}}},
+            "high-priority",
+            "vcluster-high-priority-x-test-x-vcluster",
+        ),
+        (
+            "To Host Pods.PriorityClassName set",
+            {"sync": {"toHost": {"pods": {"priorityClassName": "high-priority"}}}},
+            None,
+            "high-priority",
+        ),
+        ("(neither: the class is dropped)", {}, "high-priority", None),
+    ],
+)
+def test_priority_classes(
+    case: str, values: dict[str, Any], virtual_class: str | None, host_class: str | None
+) -> None:
+    """syncer_test.go TestSync, the PriorityClass cases (VClusterName ``vcluster``); and,
+    with no priority class sync, translator.go resetting the class."""
+    config = sync_config(values, "test", "vcluster")
+    spec = {"priorityClassName": virtual_class} if virtual_class else {}
+    host = pod_to_host(config, pod("testpod", "testns", **spec), TESTNS, [], KUBE_IP, DNS_IP)
+    assert host["spec"].get("priorityClassName") == host_class, case
+
+
+def test_map_hostpaths_container_env() -> None:
+    """syncer_test.go TestSync "Map hostpaths", its ``pPodContainerEnv``: a container gets
+    the ``kubernetes`` Service's variables at the vCluster's address (host path mapping
+    itself is not modelled)."""
+    virtual = pod("test", "testns", containers=[{"name": "nginx-placeholder", "image": "nginx"}])
+    host = pod_to_host(syncer_config(), virtual, TESTNS, [], KUBE_IP, DNS_IP)
+    assert host["spec"]["containers"][0]["env"] == [
+        {"name": "KUBERNETES_PORT", "value": "tcp://1.2.3.4:443"},
+        {"name": "KUBERNETES_PORT_443_TCP", "value": "tcp://1.2.3.4:443"},
+        {"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": "1.2.3.4"},
+        {"name": "KUBERNETES_PORT_443_TCP_PORT", "value": "443"},
+        {"name": "KUBERNETES_PORT_443_TCP_PROTO", "value": "tcp"},
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "1.2.3.4"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "443"},
+        {"name": "KUBERNETES_SERVICE_PORT_HTTPS", "value": "443"},
+    ]
+
+
+# --- pkg/controllers/resources/services/syncer_test.go TestSync ------------------------------
+
+V_SERVICE = {"name": "testservice", "namespace": "testns"}
+HOST_SERVICE = host_name("testservice", "testns", "suffix")
+P_SERVICE: dict[str, Any] = {
+    "name": HOST_SERVICE,
+    "namespace": "test",
+    "annotations": {
+        NAME_ANNOTATION: "testservice",
+        "vcluster.loft.sh/object-namespace": "testns",
+        UID_ANNOTATION: "",
+        KIND_ANNOTATION: "/v1, Kind=Service",
+        "vcluster.loft.sh/object-host-namespace": "test",
+        HOST_NAME_ANNOTATION: HOST_SERVICE,
+    },
+    "labels": {NAMESPACE_LABEL: "testns", MARKER_LABEL: "suffix"},
+}
+
+
+def service(
+    metadata: dict[str, Any], spec: dict[str, Any] | None = None, **rest: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": copy.deepcopy(metadata),
+        **({"spec": copy.deepcopy(spec)} if spec else {}),
+        **copy.deepcopy(rest),
+    }
+
+
+BASE = service(V_SERVICE)
+CREATED = service(P_SERVICE)
+SELECTED = {"test": "test-key", MARKER_LABEL: "suffix", NAMESPACE_LABEL: "testns"}
+HTTP = [{"name": "http", "port": 80}]
+HTTP_8080 = [{"name": "http", "port": 8080}]
+PORTS_567 = [{"name": "test", "port": 123, "nodePort": 567, "targetPort": 10}]
+PORTS_456 = [{"name": "test", "port": 123, "nodePort": 456, "targetPort": 10}]
+FORWARD_SPEC = {
+    "ports": [{"name": "somePort", "port": 123}],
+    "publishNotReadyAddresses": True,
+    "type": "NodePort",
+    "externalTrafficPolicy": "Local",
+    "sessionAffinity": "ClientIP",
+    "sessionAffinityConfig": {"clientIP": {}},
+    "healthCheckNodePort": 112,
+}
+BACKWARD_RECREATE = {
+    "clusterIP": "123:123:123:123",
+    "externalName": "backwardExternal",
+    "externalIPs": ["123:221:123:221"],
+    "loadBalancerIP": "123:213:123:213",
+}
+EXTERNAL_BEFORE = service(V_SERVICE, {"externalName": "test.com"})
+LB_STATUS = {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}
+
+
+def sync_services(
+    stored_virtual: dict[str, Any],
+    stored_host: dict[str, Any],
+    host_old: dict[str, Any],
+    host: dict[str, Any],
+    virtual_old: dict[str, Any],
+    virtual: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """One ``serviceSyncer.Sync`` against fake clients holding ``stored_*``: a side is written
+    when the syncer changed it (the patcher's before/after), the virtual one recreated when
+    asked."""
+    result = service_sync(SUFFIX, Pair(virtual_old, virtual, host_old, host))
+    if result.recreate_virtual:
+        return result.virtual, stored_host, True
+    new_virtual = result.virtual if not same(result.virtual, virtual) else stored_virtual
+    new_host = result.host if not same(result.host, host) else stored_host
+    return new_virtual, new_host, False
+
+
+def test_create_forward() -> None:
+    """services syncer_test.go TestSync "Create Forward": a Service without a selector is a
+    host Service without one."""
+    assert comparable(service_to_host(SUFFIX, BASE)) == comparable(CREATED)
+
+
+@pytest.mark.parametrize(
+    ("case", "stored", "event", "expected"),
+    [
+        (
+            "Sync node ports physical -> virtual",
+            (service(V_SERVICE, {"ports": PORTS_567}), service(P_SERVICE, {"ports": PORTS_456})),
+            (BASE, service(P_SERVICE, {"ports": PORTS_456}), "v", "v"),
+            (service(V_SERVICE, {"ports": PORTS_456}), service(P_SERVICE, {"ports": PORTS_456})),
+        ),
+        (
+            "Sync ports virtual -> physical",
+            (
+                service(V_SERVICE, {"ports": PORTS_567}),
+                service(P_SERVICE, {"ports": [{**PORTS_456[0], "name": "test123"}]}),
+            ),
+            ("p", "p", BASE, service(V_SERVICE, {"ports": PORTS_567})),
+            (service(V_SERVICE, {"ports": PORTS_567}), service(P_SERVICE, {"ports": PORTS_567})),
+        ),
+        (
+            "Update forward",
+            (
+                service({**V_SERVICE, "annotations": {"a": "b"}}, FORWARD_SPEC),
+                service(
+                    {
+                        **P_SERVICE,
+                        "annotations": {
+                            **P_SERVICE["annotations"],
+                            "vcluster.loft.sh/block-deletion": "true",
+                        },
+                    }
+                ),
+            ),
+            ("p", "p", CREATED, "v"),
+            (
+                service({**V_SERVICE, "annotations": {"a": "b"}}, FORWARD_SPEC),
+                service(
+                    {**P_SERVICE, "annotations": {**P_SERVICE["annotations"], "a": "b"}},
+                    FORWARD_SPEC,
+                ),
+            ),
+        ),
+        ("Update forward not needed", (BASE, CREATED), ("p", "p", "v", "v"), (BASE, CREATED)),
+        (
+            "Update backward status",
+            (
+                BASE,
+                service(
+                    P_SERVICE,
+                    status={
+                        "loadBalancer": {
+                            "ingress": [{"ip": "121:121:121:121", "hostname": "ingresshost"}]
+                        }
+                    },
+                ),
+            ),
+            (
+                service(P_SERVICE, {"type": "ExternalName", "externalName": "backwardExternal"}),
+                "p",
+                "v",
+                "v",
+            ),
+            (
+                service(V_SERVICE, status={"loadBalancer": {}}),
+                service(P_SERVICE, status={"loadBalancer": {}}),
+            ),
+        ),
+        ("Update backward not needed", (BASE, CREATED), ("p", "p", "v", "v"), (BASE, CREATED)),
+        (
+            "Sync kubernetes service change type ExternalName to ClusterIP",
+            (
+                service(V_SERVICE, {"type": "ClusterIP", "ports": HTTP}),
+                service(P_SERVICE, {"externalName": "test.com", "type": "ExternalName"}),
+            ),
+            ("p", "p", EXTERNAL_BEFORE, "v"),
+            (
+                service(V_SERVICE, {"type": "ClusterIP", "ports": HTTP}),
+                service(P_SERVICE, {"type": "ClusterIP", "ports": HTTP}),
+            ),
+        ),
+        (
+            "Sync kubernetes service change type ExternalName to NodePort",
+            (
+                service(
+                    V_SERVICE, {"selector": {"test": "test-key"}, "type": "NodePort", "ports": HTTP}
+                ),
+                service(P_SERVICE, {"externalName": "test.com", "type": "ExternalName"}),
+            ),
+            ("p", "p", EXTERNAL_BEFORE, "v"),
+            (
+                service(
+                    V_SERVICE, {"selector": {"test": "test-key"}, "type": "NodePort", "ports": HTTP}
+                ),
+                service(P_SERVICE, {"selector": SELECTED, "type": "NodePort", "ports": HTTP}),
+            ),
+        ),
+        (
+            "Sync kubernetes service change type LoadBalancer to NodePort",
+            (
+                service(
+                    V_SERVICE,
+                    {"selector": {"test": "test-key"}, "type": "NodePort", "ports": HTTP_8080},
+                ),
+                service(P_SERVICE, {"selector": SELECTED, "type": "ClusterIP", "ports": HTTP_8080}),
+            ),
+            (
+                "p",
+                "p",
+                service(
+                    V_SERVICE,
+                    {"selector": {"test": "test-key"}, "type": "LoadBalancer", "ports": HTTP_8080},
+                    status=LB_STATUS,
+                ),
+                "v",
+            ),
+            (
+                service(
+                    V_SERVICE,
+                    {"selector": {"test": "test-key"}, "type": "NodePort", "ports": HTTP_8080},
+                ),
+                service(P_SERVICE, {"selector": SELECTED, "type": "NodePort", "ports": HTTP_8080}),
+            ),
+        ),
+        (
+            "Sync kubernetes service change type LoadBalancer to ClusterIP",
+            (
+                service(
+                    V_SERVICE,
+                    {"selector": {"test": "test-key"}, "type": "ClusterIP", "ports": HTTP_8080},
+                ),
+                service(P_SERVICE, {"selector": SELECTED, "type": "ClusterIP", "ports": HTTP_8080}),
+            ),
+            (
+                "p",
+                "p",
+                service(
+                    V_SERVICE,
+                    {"selector": {"test": "test-key"}, "type": "LoadBalancer", "ports": HTTP_8080},
+                    status=LB_STATUS,
+                ),
+                "v",
+            ),
+            (
+                service(
+                    V_SERVICE,
+                    {"selector": {"test": "test-key"}, "type": "ClusterIP", "ports": HTTP_8080},
+                ),
+                service(P_SERVICE, {"selector": SELECTED, "type": "ClusterIP", "ports": HTTP_8080}),
+            ),
+        ),
+    ],
+)
+def test_service_sync(
+    case: str,
+    stored: tuple[dict[str, Any], dict[str, Any]],
+    event: tuple[Any, Any, Any, Any],
+    expected: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """services syncer_test.go TestSync: ``event`` is NewSyncEventWithOld's (hostOld, host,
+    virtualOld, virtual), "p"/"v" standing for the stored host/virtual object."""
+    virtual, host = stored
+    objects = {"p": host, "v": virtual}
+    host_old, host_now, virtual_old, virtual_now = (
+        objects[e] if isinstance(e, str) else e for e in event
+    )
+    new_virtual, new_host, _ = sync_services(
+        virtual, host, host_old, host_now, virtual_old, virtual_now
+    )
+    assert comparable(new_virtual) == comparable(expected[0]), case
+    assert comparable(new_host) == comparable(expected[1]), case
+
+
+def test_update_backward_spec_no_recreation() -> None:
+    """services syncer_test.go TestSync "Update backward spec no recreation": the host's type
+    and external name reach the virtual Service; a second pass with the virtual object as it
+    was read before writes nothing."""
+    host = service(P_SERVICE, {"type": "ExternalName", "externalName": "backwardExternal"})
+    virtual, stored_host, _ = sync_services(BASE, host, BASE, host, BASE, BASE)
+    virtual, stored_host, _ = sync_services(
+        virtual, stored_host, stored_host, stored_host, BASE, BASE
+    )
+    assert comparable(virtual) == comparable(
+        service(V_SERVICE, {"type": "ExternalName", "externalName": "backwardExternal"})
+    )
+    assert comparable(stored_host) == comparable(host)
+
+
+def test_update_backward_spec_with_recreation() -> None:
+    """services syncer_test.go TestSync "Update backward spec with recreation": a host cluster
+    IP the virtual Service lacks recreates it (Requeue), then the host's fields come back; the
+    host loses the load balancer IP a non-LoadBalancer Service may not keep."""
+    host = service(P_SERVICE, BACKWARD_RECREATE)
+    virtual, stored_host, recreated = sync_services(BASE, host, BASE, host, BASE, BASE)
+    assert recreated
+    assert virtual["spec"] == {"clusterIP": "123:123:123:123"}
+    virtual, stored_host, recreated = sync_services(
+        virtual, stored_host, BASE, stored_host, virtual, virtual
+    )
+    assert not recreated
+    assert comparable(virtual) == comparable(service(V_SERVICE, BACKWARD_RECREATE))
+    assert comparable(stored_host) == comparable(
+        service(P_SERVICE, {k: v for k, v in BACKWARD_RECREATE.items() if k != "loadBalancerIP"})
+    )
+
+
+# --- pkg/controllers/resources/endpoints/syncer_test.go, endpointslices/syncer_test.go --------
+
+
+def endpoints(name: str, namespace: str, **rest: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {"name": name, "namespace": namespace},
+        **rest,
+    }
+
+
+def host_meta(name: str, kind: str, **labels: str) -> dict[str, Any]:
+    host = host_name(name, "test", "suffix")
+    return {
+        "name": host,
+        "namespace": "test",
+        "annotations": {
+            NAME_ANNOTATION: name,
+            "vcluster.loft.sh/object-namespace": "test",
+            UID_ANNOTATION: "",
+            KIND_ANNOTATION: kind,
+            "vcluster.loft.sh/object-host-namespace": "test",
+            HOST_NAME_ANNOTATION: host,
+        },
+        "labels": {NAMESPACE_LABEL: "test", **labels},
+    }
+
+
+def test_endpoints_forward_create_and_update() -> None:
+    """endpoints syncer_test.go TestSync "Forward create", "Forward update": the subsets go
+    to the host verbatim."""
+    base = endpoints("test-secret", "test")
+    synced = {"metadata": host_meta("test-secret", "/v1, Kind=Endpoints")}
+    assert comparable(endpoints_to_host(SUFFIX, base)) == comparable(synced)
+    subsets = [{"addresses": [{"ip": "127.0.0.1"}]}]
+    updated = endpoints("test-secret", "test", subsets=subsets)
+    stored = {"apiVersion": "v1", "kind": "Endpoints", **synced}
+    _, host = endpoints_sync(SUFFIX, Pair(base, updated, stored, stored))
+    assert comparable(host) == comparable({**synced, "subsets": subsets})
+
+
+def endpoint_slice(name: str, service_name: str, **rest: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": "test",
+            "labels": {"kubernetes.io/service-name": service_name},
+        },
+        **rest,
+    }
+
+
+def test_endpoint_slices_forward_create_and_update() -> None:
+    """endpointslices syncer_test.go TestSync "Forward create", "Forward update": the
+    endpoints verbatim, the service-name label naming the host Service."""
+    base = endpoint_slice("test-eps", "test-svc")
+    synced = {
+        "metadata": host_meta(
+            "test-eps",
+            "discovery.k8s.io/v1, Kind=EndpointSlice",
+            **{"kubernetes.io/service-name": host_name("test-svc", "test", "suffix")},
+        )
+    }
+    assert comparable(endpoint_slice_to_host(SUFFIX, base)) == comparable(synced)
+    stored = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", **synced}
+    updated = endpoint_slice("test-eps", "test-svc", endpoints=[{"addresses": ["127.0.0.1,"]}])
+    _, host = endpoint_slice_sync(SUFFIX, Pair(base, updated, stored, stored))
+    assert comparable(host) == comparable({**synced, "endpoints": updated["endpoints"]})
+
+
+def test_endpoints_are_synced_by_default() -> None:
+    """The chart's values.yaml at v0.35.3: ``sync.toHost.endpoints`` and ``endpointSlices``
+    enabled (controllers/resources/register.go registers their syncers then)."""
+    config = sync_config({}, "test", "suffix")
+    assert config.endpoints and config.endpoint_slices and config.services and config.pods
+    off = {
+        "sync": {"toHost": {"endpoints": {"enabled": False}, "endpointSlices": {"enabled": False}}}
+    }
+    config = sync_config(off, "test", "suffix")
+    assert not config.endpoints and not config.endpoint_slices
