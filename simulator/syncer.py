@@ -1,4 +1,5 @@
-"""vCluster's syncer, its translations (loft-sh/vcluster v0.35.3, the chart the
+"""vCluster's syncer: what a tenant cluster's pods, Services, Endpoints and EndpointSlices
+become in the host namespace, and what flows back (loft-sh/vcluster v0.35.3, the chart the
 portal pins; every rule below names the file it is read from, under ``pkg/``).
 
 - **Names and labels** (``util/translate``): a virtual object ``<name>`` in ``<namespace>``
@@ -12,32 +13,66 @@ portal pins; every rule below names the file it is read from, under ``pkg/``).
   ``object-*`` annotations name the virtual object (``translate.go`` ``HostAnnotations``).
   Later changes go both ways, whichever side changed since the syncer last looked
   (``LabelsBidirectionalUpdate``, ``AnnotationsBidirectionalUpdate``, ``patcher/sync.go``
-  ``CopyBidirectional``).
-- **Configuration**: what the syncer reads from the release's values, the chart's
-  values.yaml defaults under them; ``sync.toHost.pods.enforceTolerations`` parsed as
-  ``util/toleration`` does.
-- **Pods** (``controllers/resources/pods/translate``): ``translate_pod`` for a new host pod
-  (``translator.go``, ``hosts.go``, ``envvars.go``), ``pod_diff`` for later updates and the
-  status back (``diff.go``).
-- **Services, Endpoints, EndpointSlices** (``controllers/resources/services``,
-  ``endpoints``, ``endpointslices``): the host objects and their later updates; the selector
-  translated like labels, none for none; endpoints copied verbatim, only pod references
-  translated, and only for a virtual Service without a selector (``ReconcileStart``).
-- **Event notes** name virtual objects, not host ones
-  (``syncer/translator/sanitising_event_recorder.go``).
+  ``CopyBidirectional``), against the objects it last saw (``syncer/syncer.go`` ``getObjects``).
+- **Pods** (``controllers/resources/pods``): created in the host *as the syncer's service
+  account* ``vc-<release>``, so the host's admission (Kueue, HAMi, quota, Kyverno with that
+  requester) and scheduler treat them like any pod of the namespace. See ``translate_pod``
+  and ``pod_diff``; status flows back (``translate/diff.go``).
+- **Services** (``controllers/resources/services``, ``server/filters/service.go``): a Service
+  created through the virtual API is created in the host first, as the syncer, and only then
+  in the virtual cluster with the host's ClusterIP, so a host refusal refuses the request; one
+  that reaches the virtual cluster otherwise (server-side apply is a PATCH, which the filter
+  does not intercept) is created in the host by the syncer. The selector is translated like
+  labels; a Service without one gets none in the host.
+- **Endpoints, EndpointSlices** (``controllers/resources/endpoints``, ``endpointslices``),
+  when ``sync.toHost.endpoints.enabled`` / ``endpointSlices.enabled`` (both true in the
+  chart's values.yaml; ``controllers/resources/register.go``): those of a virtual Service
+  *without* a selector are copied verbatim, addresses included, only pod references
+  translated; none while the virtual Service is missing or has a selector (``ReconcileStart``).
+- **Errors** become Warning ``SyncError`` events on the virtual object, with host names put
+  back to virtual ones (``syncer/translator/sanitising_event_recorder.go``); the syncer
+  retries on its next pass (the controller's requeue). A requeue, and the watch event of the
+  syncer's own write, come back within the same pass.
+
+Not modelled: the ConfigMap, Secret, PersistentVolumeClaim and ServiceAccount syncers (a pod's
+references are translated, the objects are not copied), service account tokens (the virtual
+API server mounts none), fake nodes as objects (a virtual pod is bound to its host pod's node
+name), graceful deletion, ephemeral containers, in-place resize, the host path mapper, the
+virtual and hybrid schedulers, translate patches, resource claims (off by default), the
+special ``default/kubernetes`` Service sync, the filter's ExternalName update path, and the
+CoreDNS Deployment (its Service is there, ``virtual.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from simulator.store import JsonObject, as_dict, as_list
+from simulator.admission import Rejected, admit_object, cluster_ip, pod_security_problems
+from simulator.cluster import Cluster
+from simulator.store import (
+    ENDPOINT_SLICES,
+    ENDPOINTS,
+    PODS,
+    SERVICES,
+    JsonObject,
+    Resource,
+    Store,
+    as_dict,
+    as_list,
+    key_of,
+)
+from simulator.virtual import Refused, VirtualCluster
+
+logger = logging.getLogger(__name__)
 
 # --- names, labels and annotations (util/translate/types.go) --------------------------------
 
@@ -1644,3 +1679,513 @@ def sanitised(message: str, vcluster: str, name: str, namespace: str, host: str)
         if not name.endswith(suffix):
             message = message.replace(suffix, "")
     return message
+
+
+# --- the controller --------------------------------------------------------------------------
+
+DNS_SERVICE = ("kube-system", "kube-dns")
+# How often one request is reconciled again in a pass (a requeue, the syncer's own write).
+REQUEUES = 4
+
+
+class HostRefused(Refused):
+    """The host API server refused a write of the syncer; the message is its own (a webhook's
+    refusal is a 400 to the client, apiserver ``webhook/errors/statuserror.go``)."""
+
+    def __init__(self, message: str, code: int = 400, reason: str = "BadRequest") -> None:
+        super().__init__(code, reason, message)
+
+
+@dataclass(frozen=True)
+class SyncedKind:
+    """A kind one of the syncers takes to the host: its group and kind in the virtual API,
+    its resource in the host's."""
+
+    group: str
+    kind: str
+    resource: Resource
+
+
+class Syncer:
+    """The syncers of every running tenant cluster, one pass per tick: Services first (the
+    pods syncer waits for the DNS Service's host address), then Endpoints and EndpointSlices,
+    then pods. Host writes go through the host's admission as the syncer's service account;
+    a refused one is a ``SyncError`` event on the virtual object and is tried again next pass.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        cluster: Cluster,
+        clusters: Callable[[], Iterable[VirtualCluster]],
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.clusters = clusters
+        # What each reconcile last saw or wrote: (host namespace, release, kind, virtual
+        # namespace, name) -> (virtual, host); the object cache of syncer/syncer.go.
+        self._seen: dict[tuple[str, ...], tuple[JsonObject | None, JsonObject | None]] = {}
+
+    def attach(self, vcluster: VirtualCluster) -> None:
+        """Put the syncer's Service filter in front of a virtual API."""
+        vcluster.service_proxy = partial(self.create_service, vcluster)
+
+    def tick(self, now: float) -> None:
+        for vcluster in list(self.clusters()):
+            config = sync_config(vcluster.values, vcluster.namespace, vcluster.release)
+            self.attach(vcluster)
+            with self.store.lock, vcluster.lock:
+                owner = self.store.get(SERVICES, vcluster.namespace, vcluster.release)
+                if config.services:
+                    self.reconcile(vcluster, config, SERVICE_KIND, owner, now)
+                if config.endpoints:
+                    self.reconcile(vcluster, config, ENDPOINTS_KIND, owner, now)
+                if config.endpoint_slices:
+                    self.reconcile(vcluster, config, ENDPOINT_SLICE_KIND, owner, now)
+                if config.pods:
+                    self.reconcile(vcluster, config, POD_KIND, owner, now)
+
+    # --- the generic controller (syncer/syncer.go Reconcile) -------------------------------
+
+    def _key(
+        self, config: SyncConfig, kind: SyncedKind, namespace: str, name: str
+    ) -> tuple[str, ...]:
+        return (config.names.namespace, config.names.vcluster, kind.kind, namespace, name)
+
+    def reconcile(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        kind: SyncedKind,
+        owner: JsonObject | None,
+        now: float,
+    ) -> None:
+        """One controller's pass over ``kind``: every virtual object, and every host object
+        of this cluster's (by its marker label and ``object-*`` annotations)."""
+        names = config.names
+        virtual = {
+            (str(_meta(o).get("namespace", "")), str(_meta(o).get("name", ""))): o
+            for o in vcluster.listed(kind.group, kind.kind)
+        }
+        requests = set(virtual)
+        for host in self.store.list(kind.resource, names.namespace):
+            annotations = as_dict(_meta(host).get("annotations"))
+            served = {"apiVersion": kind.resource.api_version, "kind": kind.kind}
+            if (
+                as_dict(_meta(host).get("labels")).get(MARKER_LABEL) == names.vcluster
+                and annotations.get(NAME_ANNOTATION)
+                and annotations.get(KIND_ANNOTATION) == group_version_kind(served)
+            ):
+                requests.add(
+                    (
+                        str(annotations.get(NAMESPACE_ANNOTATION, "")),
+                        str(annotations[NAME_ANNOTATION]),
+                    )
+                )
+        for namespace, name in sorted(requests):
+            try:
+                # A requeue (or the watch event of the syncer's own write) comes back within
+                # milliseconds: within the same pass here.
+                for _ in range(REQUEUES):
+                    vobj = vcluster.get(kind.group, kind.kind, namespace, name)
+                    if not self._reconcile_one(
+                        vcluster, config, kind, owner, namespace, name, vobj, now
+                    ):
+                        break
+            except HostRefused as exc:
+                logger.info(
+                    "syncer %s/%s: %s %s/%s: %s",
+                    names.namespace,
+                    names.vcluster,
+                    kind.kind,
+                    namespace,
+                    name,
+                    exc.message,
+                )
+
+    def _reconcile_one(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        kind: SyncedKind,
+        owner: JsonObject | None,
+        namespace: str,
+        name: str,
+        vobj: JsonObject | None,
+        now: float,
+    ) -> bool:
+        """One reconcile (``syncer/syncer.go`` ``Reconcile``); whether to run again."""
+        names = config.names
+        if kind in (ENDPOINTS_KIND, ENDPOINT_SLICE_KIND) and not self.endpoints_start(
+            vcluster, config, kind, namespace, name, vobj
+        ):
+            return False
+        key = self._key(config, kind, namespace, name)
+        host_key = (names.namespace, names.host_name(name, namespace))
+        host = self.store.get(kind.resource, *host_key)
+        seen_virtual, seen_host = self._seen.get(key, (None, None))
+        if vobj is not None and host is not None:
+            if kind is not SERVICE_KIND:
+                uid = as_dict(_meta(host).get("annotations")).get(UID_ANNOTATION)
+                if uid and uid != _meta(vobj).get("uid"):
+                    self._delete_host(kind, host, now)  # "virtual object uid is different"
+                    self._seen.pop(key, None)
+                    return True
+            virtual_old = seen_virtual
+            if virtual_old is None:
+                # syncer.go getObjects: labels synced once as if new
+                virtual_old = copy.deepcopy(vobj)
+                virtual_old.setdefault("metadata", {}).pop("labels", None)
+            pair = Pair(virtual_old, vobj, seen_host or host, host)
+            return self._sync(vcluster, config, kind, key, pair, now)
+        elif vobj is not None:
+            if seen_host is not None or (
+                kind is POD_KIND and as_dict(vobj.get("status")).get("startTime")
+            ):
+                # SyncToHost with HostOld: the host object went, so does the virtual one.
+                vcluster.remove(vobj)
+                self._seen.pop(key, None)
+                return False
+            return self._to_host(vcluster, config, kind, owner, key, vobj, now)
+        elif host is not None:
+            # SyncToVirtual: the virtual object went (or was never there): so does the host's.
+            self._delete_host(kind, host, now)
+            self._seen.pop(key, None)
+        return False
+
+    def endpoints_start(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        kind: SyncedKind,
+        namespace: str,
+        name: str,
+        vobj: JsonObject | None,
+    ) -> bool:
+        """``endpoints/syncer.go``, ``endpointslices/syncer.go`` ``ReconcileStart``: whether
+        to go on; host objects the host's own controllers should own are deleted."""
+        names = config.names
+        host_name_ = names.host_name(name, namespace)
+        if kind is ENDPOINT_SLICE_KIND:
+            if vobj is None:
+                host = self.store.get(kind.resource, names.namespace, host_name_)
+                if host is not None:
+                    self.store.delete(kind.resource, names.namespace, host_name_)
+                return False
+            service_name = _strings(_meta(vobj).get("labels")).get(SERVICE_NAME_LABEL)
+            if service_name is None:
+                return False  # "unable to retrieve label 'kubernetes.io/service-name'"
+        else:
+            service_name = name
+        if (namespace, service_name) == ("default", "kubernetes"):
+            return False
+        service = vcluster.get("", "Service", namespace, service_name)
+        if service is None:
+            return False
+        host = self.store.get(kind.resource, names.namespace, host_name_)
+        managed = host is not None and bool(
+            as_dict(_meta(host).get("annotations")).get(NAME_ANNOTATION)
+        )
+        if not endpoints_wanted(service):
+            if managed:
+                self.store.delete(kind.resource, names.namespace, host_name_)
+            return False
+        if host is not None and not managed:
+            self.store.delete(kind.resource, names.namespace, host_name_)
+        return True
+
+    # --- SyncToHost ----------------------------------------------------------------------
+
+    def _to_host(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        kind: SyncedKind,
+        owner: JsonObject | None,
+        key: tuple[str, ...],
+        vobj: JsonObject,
+        now: float,
+    ) -> bool:
+        """``SyncToHost``: create the host object as the syncer; whether to reconcile again
+        (its watch sees the new host object at once)."""
+        names = config.names
+        if kind is POD_KIND:
+            built = self._pod_to_host(vcluster, config, owner, vobj, now)
+            if built is None:
+                return False
+            try:
+                created = self.cluster.create_pod(
+                    built, "", now, name=_meta(built)["name"], requester=config.requester
+                )
+            except Rejected as exc:
+                self._refused(
+                    vcluster, config, vobj, "Error syncing to host cluster: create object", exc, now
+                )
+                raise HostRefused(str(exc)) from exc
+        else:
+            if kind is SERVICE_KIND:
+                built = service_to_host(names, vobj, owner if config.set_owner else None)
+            elif kind is ENDPOINTS_KIND:
+                built = endpoints_to_host(names, vobj, owner if config.set_owner else None)
+            else:
+                built = endpoint_slice_to_host(names, vobj, owner if config.set_owner else None)
+            try:
+                created = self._write_host(config, kind, built, None, now)
+            except HostRefused as exc:
+                self._refused(
+                    vcluster, config, vobj, "Error syncing to host cluster: create object", exc, now
+                )
+                raise
+        # patcher/apply.go: the cache holds the object as sent, with the server's uid.
+        sent = copy.deepcopy(built)
+        sent["metadata"]["uid"] = _meta(created).get("uid")
+        self._seen[key] = (copy.deepcopy(vobj), sent)
+        return True
+
+    def _pod_to_host(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        owner: JsonObject | None,
+        vpod: JsonObject,
+        now: float,
+    ) -> JsonObject | None:
+        """``pods/syncer.go`` ``SyncToHost`` up to the create: the virtual pod checked against
+        ``policies.podSecurityStandard``, then translated with the addresses it needs."""
+        if config.pod_security_standard and not self._pod_security(vcluster, config, vpod, now):
+            return None
+        namespace = str(_meta(vpod).get("namespace", ""))
+        vnamespace = vcluster.get("", "Namespace", "", namespace)
+        kube = self.store.get(SERVICES, config.names.namespace, config.names.vcluster)
+        dns = self.store.get(
+            SERVICES, config.names.namespace, config.names.host_name(DNS_SERVICE[1], DNS_SERVICE[0])
+        )
+        if vnamespace is None or kube is None or dns is None:
+            return None  # translate.go findKubernetesIP / "waiting for DNS service IP"
+        services = vcluster.listed("", "Service", namespace)
+        return pod_to_host(
+            config,
+            vpod,
+            vnamespace,
+            services,
+            str(as_dict(kube.get("spec")).get("clusterIP", "")),
+            str(as_dict(dns.get("spec")).get("clusterIP", "")),
+            owner if config.set_owner else None,
+        )
+
+    def _pod_security(
+        self, vcluster: VirtualCluster, config: SyncConfig, vpod: JsonObject, now: float
+    ) -> bool:
+        """``pods/validate_pod_security.go``: the virtual pod against the standard; a pod that
+        fails it is not synced, with a ``SyncError`` event."""
+        level = config.pod_security_standard
+        problems = pod_security_problems(vpod, level)
+        if problems:
+            name = str(_meta(vpod).get("name", ""))
+            message = f'violates PodSecurity "{level}:latest": ' + ", ".join(problems)
+            vcluster.record_event(
+                vpod,
+                "Warning",
+                "SyncError",
+                "SyncPod",
+                f"Pod {name} is forbidden: {message}",
+                "pod-syncer",
+                now,
+            )
+        return not problems
+
+    # --- Sync ------------------------------------------------------------------------------
+
+    def _sync(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        kind: SyncedKind,
+        key: tuple[str, ...],
+        pair: Pair,
+        now: float,
+    ) -> bool:
+        """``Sync``: both objects exist; whether to reconcile again (a requeue, or the watch
+        event of a write)."""
+        names = config.names
+        if kind is POD_KIND:
+            bound = self._pod_node(vcluster, pair)
+            if bound is not None:
+                return bound
+            if config.pod_security_standard and not self._pod_security(
+                vcluster, config, pair.virtual, now
+            ):
+                return False
+            vnamespace = vcluster.get(
+                "", "Namespace", "", str(_meta(pair.virtual).get("namespace", ""))
+            )
+            if vnamespace is None:
+                return False
+            virtual, host = pod_diff(config, pair, vnamespace)
+        elif kind is SERVICE_KIND:
+            result = service_sync(names, pair)
+            if result.wait:
+                return False
+            if result.recreate_virtual:
+                # services/syncer.go recreateService: deleted and created with the host's IP.
+                vcluster.remove(pair.virtual)
+                fresh = copy.deepcopy(result.virtual)
+                for field_ in ("uid", "resourceVersion", "creationTimestamp"):
+                    fresh.setdefault("metadata", {}).pop(field_, None)
+                vcluster.create(fresh, now)
+                return True
+            virtual, host = result.virtual, result.host
+        elif kind is ENDPOINTS_KIND:
+            virtual, host = endpoints_sync(names, pair)
+        else:
+            virtual, host = endpoint_slice_sync(names, pair)
+        written_virtual = pair.virtual
+        if not same(virtual, pair.virtual):
+            written_virtual = vcluster.write(virtual)
+        written_host = pair.host
+        try:
+            if not same(
+                {k: v for k, v in host.items() if k != "status"},
+                {k: v for k, v in pair.host.items() if k != "status"},
+            ):
+                written_host = self._update_host(config, kind, host, pair.host, now)
+            if not same(host.get("status"), pair.host.get("status")):
+                written_host = self._host_status(kind, host) or written_host
+        except HostRefused as exc:
+            self._refused(
+                vcluster,
+                config,
+                pair.virtual,
+                "Error syncing: patch host object: update object",
+                exc,
+                now,
+            )
+            # The controller requeues; the cache keeps the host as it was last seen.
+            self._seen[key] = (copy.deepcopy(written_virtual), copy.deepcopy(pair.host_old))
+            raise
+        self._seen[key] = (copy.deepcopy(written_virtual), copy.deepcopy(written_host))
+        return written_virtual is not pair.virtual or written_host is not pair.host
+
+    def _pod_node(self, vcluster: VirtualCluster, pair: Pair) -> bool | None:
+        """``pods/syncer.go`` ``ensureNode``: the virtual pod is bound to the host pod's node
+        (a fake node in the virtual cluster, not modelled as an object) and the reconcile
+        requeued (True); a virtual pod on another node is deleted (False); None: go on."""
+        node = as_dict(pair.host.get("spec")).get("nodeName")
+        vnode = as_dict(pair.virtual.get("spec")).get("nodeName")
+        if (not node and vnode) or (node and vnode and vnode != node):
+            vcluster.remove(pair.virtual)  # "node name is different between the two"
+            return False
+        if node and not vnode:
+            bound = copy.deepcopy(pair.virtual)
+            bound.setdefault("spec", {})["nodeName"] = node
+            vcluster.write(bound)
+            return True
+        return None
+
+    # --- host writes -----------------------------------------------------------------------
+
+    def _write_host(
+        self,
+        config: SyncConfig,
+        kind: SyncedKind,
+        obj: JsonObject,
+        old: JsonObject | None,
+        now: float,
+    ) -> JsonObject:
+        """Create or update a host Service, Endpoints or EndpointSlice as the syncer: Kyverno's
+        webhooks, then a ClusterIP for a new Service that wants one."""
+        operation = "CREATE" if old is None else "UPDATE"
+        try:
+            admitted = admit_object(
+                self.store,
+                obj,
+                kind.resource,
+                requester=config.requester,
+                operation=operation,
+                old=old,
+            )
+        except Rejected as exc:
+            raise HostRefused(str(exc)) from exc
+        if kind is SERVICE_KIND and old is None:
+            spec = admitted.setdefault("spec", {})
+            if spec.get("type") != "ExternalName" and spec.get("clusterIP") != "None":
+                address = cluster_ip(*key_of(admitted))
+                spec["clusterIP"], spec["clusterIPs"] = address, [address]
+            _set(spec, "type", spec.get("type") or "ClusterIP")
+        return self.store.apply(kind.resource, admitted, now)
+
+    def _update_host(
+        self, config: SyncConfig, kind: SyncedKind, host: JsonObject, old: JsonObject, now: float
+    ) -> JsonObject:
+        if kind is POD_KIND:
+            try:
+                return self.cluster.update_pod(host, now, requester=config.requester)
+            except Rejected as exc:
+                raise HostRefused(str(exc)) from exc
+        current = self.store.get(kind.resource, *key_of(host))
+        return self._write_host(config, kind, host, current or old, now)
+
+    def _host_status(self, kind: SyncedKind, host: JsonObject) -> JsonObject | None:
+        def change(obj: JsonObject) -> None:
+            _set(obj, "status", copy.deepcopy(host.get("status")))
+
+        return self.store.mutate(kind.resource, *key_of(host), change)
+
+    def _delete_host(self, kind: SyncedKind, host: JsonObject, now: float) -> None:
+        namespace, name = key_of(host)
+        if kind is POD_KIND:
+            with contextlib.suppress(LookupError):
+                self.cluster.delete_pod(namespace, name, now, recreate=False)
+        else:
+            self.store.delete(kind.resource, namespace, name)
+
+    def _refused(
+        self,
+        vcluster: VirtualCluster,
+        config: SyncConfig,
+        vobj: JsonObject,
+        what: str,
+        exc: Exception,
+        now: float,
+    ) -> None:
+        """The ``SyncError`` event the syncer records on the virtual object, sanitised."""
+        names = config.names
+        meta = _meta(vobj)
+        name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+        note = sanitised(
+            f"{what}: {exc}", names.vcluster, name, namespace, names.host_name(name, namespace)
+        )
+        kind = str(vobj.get("kind", ""))
+        vcluster.record_event(
+            vobj, "Warning", "SyncError", f"Sync{kind}", note, f"{kind.lower()}-syncer", now
+        )
+
+    # --- the virtual API's Service filter --------------------------------------------------
+
+    def create_service(
+        self, vcluster: VirtualCluster, service: JsonObject, now: float
+    ) -> JsonObject:
+        """``server/filters/service.go`` ``createService``: the host Service first, as the
+        syncer (``HostRefused`` with the host's message), then the virtual one with its
+        cluster IP, ports and status; the syncer takes it from there."""
+        config = sync_config(vcluster.values, vcluster.namespace, vcluster.release)
+        owner = self.store.get(SERVICES, vcluster.namespace, vcluster.release)
+        with self.store.lock:
+            host = service_created_through_proxy(
+                config.names, service, owner if config.set_owner else None
+            )
+            if self.store.get(SERVICES, *key_of(host)) is not None:
+                raise HostRefused(f'services "{_meta(service).get("name")}" already exists')
+            created = self._write_host(config, SERVICE_KIND, host, None, now)
+        spec = service.setdefault("spec", {})
+        hspec = as_dict(created.get("spec"))
+        for key in ("clusterIP", "clusterIPs", "ports", "healthCheckNodePort"):
+            _set(spec, key, copy.deepcopy(hspec.get(key)))
+        _set(service, "status", copy.deepcopy(created.get("status")))
+        return service
+
+
+SERVICE_KIND = SyncedKind("", "Service", SERVICES)
+ENDPOINTS_KIND = SyncedKind("", "Endpoints", ENDPOINTS)
+ENDPOINT_SLICE_KIND = SyncedKind("discovery.k8s.io", "EndpointSlice", ENDPOINT_SLICES)
+POD_KIND = SyncedKind("", "Pod", PODS)

@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 
 from simulator.admission import pod_security_problems
+from simulator.store import ENDPOINT_SLICES, ENDPOINTS, Store
 from simulator.syncer import (
+    ENDPOINT_SLICE_KIND,
+    ENDPOINTS_KIND,
     HOST_NAME_ANNOTATION,
     KIND_ANNOTATION,
     MANAGED_ANNOTATIONS,
@@ -53,6 +56,7 @@ from simulator.syncer import (
     translate_pod_affinity_term,
     virtual_annotations,
 )
+from simulator.virtual import VirtualCluster
 
 SUFFIX = Names("suffix", "test")
 RELEASE_KEY = "vcluster.loft.sh/label-suffix-x-a4d451ec23"  # HostLabel("release")
@@ -1329,3 +1333,83 @@ def test_endpoints_are_synced_by_default() -> None:
     }
     config = sync_config(off, "test", "suffix")
     assert not config.endpoints and not config.endpoint_slices
+
+
+def controller_scene() -> tuple[Any, Any, Any]:
+    """A syncer over an empty host store and a virtual cluster ``suffix`` syncing into
+    ``test``: upstream's fake clients."""
+    from simulator.syncer import Syncer, sync_config
+
+    store = Store()
+    vcluster = VirtualCluster("test", "suffix")
+    vcluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "test"}}, 0)
+    syncer = Syncer(store, None, lambda: [vcluster])  # type: ignore[arg-type]
+    return store, vcluster, (syncer, sync_config({}, "test", "suffix"))
+
+
+@pytest.mark.parametrize(
+    ("case", "kind"),
+    [
+        ("Override endpoints even if they are not managed", "Endpoints"),
+        ("Override endpointSlices even if they are not managed", "EndpointSlice"),
+    ],
+)
+def test_existing_endpoints(case: str, kind: str) -> None:
+    """endpoints syncer_test.go TestExistingEndpoints, endpointslices syncer_test.go
+    TestExistingEndpointSlices: a host object of the translated name that the syncer did not
+    write is replaced by the virtual one's copy, address and all."""
+    from simulator.syncer import ENDPOINT_SLICE_KIND, ENDPOINTS_KIND
+
+    store, vcluster, (syncer, config) = controller_scene()
+    name = "test-endpoints" if kind == "Endpoints" else "test-endpoint-slices"
+    resource, controller = (
+        (ENDPOINTS, ENDPOINTS_KIND)
+        if kind == "Endpoints"
+        else (ENDPOINT_SLICES, ENDPOINT_SLICE_KIND)
+    )
+    if kind == "Endpoints":
+        virtual = endpoints(name, "test", subsets=[{"addresses": [{"ip": "1.1.1.1"}]}])
+    else:
+        virtual = endpoint_slice(
+            name, name, addressType="IPv4", endpoints=[{"addresses": ["1.1.1.1"]}]
+        )
+    vcluster.create(virtual, 0)
+    vcluster.create(service({"name": name, "namespace": "test"}), 0)
+    store.apply(
+        resource, {"metadata": {"name": host_name(name, "test", "suffix"), "namespace": "test"}}, 0
+    )
+    syncer.reconcile(vcluster, config, controller, None, 0)
+    [host] = store.list(resource, "test")
+    gvk = (
+        "/v1, Kind=Endpoints" if kind == "Endpoints" else "discovery.k8s.io/v1, Kind=EndpointSlice"
+    )
+    meta = host_meta(name, gvk)
+    if kind == "EndpointSlice":
+        meta["labels"]["kubernetes.io/service-name"] = host_name(name, "test", "suffix")
+    expected = {
+        "metadata": meta,
+        **{k: v for k, v in virtual.items() if k not in ("apiVersion", "kind", "metadata")},
+    }
+    host["metadata"]["annotations"][UID_ANNOTATION] = ""  # upstream's objects have no uid
+    for key in ("creationTimestamp",):
+        host["metadata"].pop(key, None)
+    assert comparable(host) == comparable(expected), case
+
+
+@pytest.mark.parametrize("kind", ["Endpoints", "EndpointSlice"])
+def test_dont_sync_default_kubernetes(kind: str) -> None:
+    """endpoints and endpointslices syncer_test.go TestSync "Don't sync default/kubernetes
+    endpoint(Slice)": ReconcileStart skips it."""
+    _, vcluster, (syncer, config) = controller_scene()
+    vcluster.create(service({"name": "kubernetes", "namespace": "default"}), 0)
+    if kind == "Endpoints":
+        vobj = endpoints("kubernetes", "default")
+        assert not syncer.endpoints_start(
+            vcluster, config, ENDPOINTS_KIND, "default", "kubernetes", vobj
+        )
+    else:
+        vobj = endpoint_slice("kubernetes", "kubernetes")
+        vobj["metadata"]["namespace"] = "default"
+        assert not syncer.endpoints_start(
+            vcluster, config, ENDPOINT_SLICE_KIND, "default", "kubernetes", vobj
+        )
