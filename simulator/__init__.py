@@ -3,9 +3,10 @@
 The portal's client code runs against it unchanged, for ``make demo`` and for the tests. It
 simulates nodes with GPUs (``cluster``), plays Flux, helm-controller and KServe against the
 portal's Git repository (``flux``), serves the API, DCGM metrics and OpenCost's allocation
-API (``server``, ``opencost``) and each tenant cluster's own API (``virtual``), and takes
-faults. It imports no Django models: it runs
-in a thread of ``manage.py serve`` or alone through ``manage.py simulator``.
+API (``server``, ``opencost``) and each tenant cluster's own API (``virtual``), whose pods and
+Services vCluster's syncer takes into the host (``syncer``), and takes faults. It imports no
+Django models: it runs in a thread of ``manage.py serve`` or alone through ``manage.py
+simulator``.
 
 Usage::
 
@@ -37,6 +38,7 @@ from simulator.flux import FluxPlayer, Resolver, Verifier
 from simulator.notify import Notifier
 from simulator.server import Api, ApiServer
 from simulator.store import RESOURCES, SECRETS, JsonObject, Store
+from simulator.syncer import Syncer
 
 __all__ = ["SimConfig", "Simulator", "load_config"]
 
@@ -90,6 +92,8 @@ class Simulator:
             verifier=verify_git,
             resolve=resolve_git,
         )
+        # Each running tenant cluster's vCluster syncer (pods, Services, Endpoints to the host).
+        self.syncer = Syncer(self.store, self.cluster, self.flux.running_virtual_clusters)
         username, password = git_credentials
         self.store.apply(
             SECRETS,
@@ -187,12 +191,14 @@ class Simulator:
                 logger.exception("simulator tick failed")
 
     def tick(self, now: float | None = None) -> None:
-        """One step of every controller: Flux, the scheduler, helm-controller and KServe."""
+        """One step of every controller: Flux, the scheduler, helm-controller and KServe, and
+        the tenant clusters' syncers."""
         moment = time.time() if now is None else now
         with self._tick_lock:
             self.flux.tick(moment)
             self.cluster.tick(moment)
             self.flux.advance(moment)
+            self.syncer.tick(moment)
 
     def inject_xid(self, node: str, gpu: int, xid: int) -> None:
         self.cluster.inject_xid(node, gpu, xid, time.time())

@@ -22,10 +22,16 @@ refused shows here as refused, with the API server's message:
 ``Rejected`` carries the 403 message; the caller (the controller) keeps retrying, as real ones
 do, and reports the message where the real controller would (a ReplicaSet's FailedCreate, a
 HelmRelease's failed install).
+
+Other kinds a controller writes (a tenant cluster's syncer: Services, Endpoints, EndpointSlices
+and pod updates) meet Kyverno's webhooks alone (``admit_object``); a new Service gets a
+ClusterIP from the service range (``cluster_ip``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -39,12 +45,15 @@ from simulator.store import (
     PODS,
     RESOURCE_QUOTAS,
     JsonObject,
+    Resource,
     Store,
     as_dict,
     as_list,
 )
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+# kube-apiserver's default --service-cluster-ip-range.
+SERVICE_RANGE = ipaddress.ip_network("10.96.0.0/12")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
 # Extended resources have no limits.* quota key: requests.<name> (or the bare name) counts
 # them (pkg/quota/v1/evaluator/core/pods.go, isExtendedResourceNameForQuota).
@@ -450,3 +459,37 @@ def admit_pod(
     if quota:
         raise Rejected(f'pods "{name}" is forbidden: {quota}')
     return pod
+
+
+# --- other kinds -------------------------------------------------------------------------------
+
+
+def admit_object(
+    store: Store,
+    obj: JsonObject,
+    resource: Resource,
+    *,
+    requester: str,
+    operation: str = "CREATE",
+    old: JsonObject | None = None,
+) -> JsonObject:
+    """``obj`` as Kyverno's mutating webhook leaves it, or ``Rejected`` with the API server's
+    message when a webhook refuses it (``operation`` UPDATE with ``old``, the stored object)."""
+    mutated, refused = kyverno.mutate(
+        store, obj, resource, username=requester, operation=operation, old=old
+    )
+    refused = refused or kyverno.validate(
+        store, mutated, resource, username=requester, operation=operation, old=old
+    )
+    if refused:
+        raise Rejected(refused)
+    return mutated
+
+
+def cluster_ip(namespace: str, name: str) -> str:
+    """The ClusterIP the API server hands a new Service: an address of the service range,
+    derived from the Service (the allocator picks at random; here a run is repeatable), never
+    the range's network address or its first address (the ``kubernetes`` Service's)."""
+    digest = int.from_bytes(hashlib.sha256(f"{namespace}/{name}".encode()).digest()[:4], "big")
+    offset = 2 + digest % (SERVICE_RANGE.num_addresses - 3)
+    return str(SERVICE_RANGE.network_address + offset)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.admission import Rejected, admit_pod
+from simulator.admission import Rejected, admit_object, admit_pod
 from simulator.config import (
     DEVICE_PLUGIN_LABEL,
     POOL_LABEL,
@@ -307,10 +307,19 @@ def pod_request(pod: Mapping[str, Any], claim_devices: Callable[[str, str], int]
     )
 
 
+# The workload controllers that replace a pod they own (a tenant cluster's synced pods name
+# the chart's Service as their controller owner, which replaces nothing).
+POD_CONTROLLERS = frozenset({"ReplicaSet", "Job", "StatefulSet", "DaemonSet"})
+
+
 def controller_of(pod: Mapping[str, Any]) -> JsonObject | None:
     """The pod's controller ownerReference (a Job or ReplicaSet), if it has one."""
     for owner in as_list(as_dict(pod.get("metadata")).get("ownerReferences")):
-        if isinstance(owner, dict) and owner.get("controller") is True:
+        if (
+            isinstance(owner, dict)
+            and owner.get("controller") is True
+            and owner.get("kind") in POD_CONTROLLERS
+        ):
             return owner
     return None
 
@@ -908,6 +917,38 @@ class Cluster:
             else:
                 self._schedule(stored, now, exclude=exclude)
             return self.store.get(PODS, namespace, metadata["name"]) or stored
+
+    def update_pod(self, pod: Mapping[str, Any], now: float, *, requester: str) -> JsonObject:
+        """Replace a pod's metadata and spec as ``requester`` (its status stays), through
+        Kyverno's webhooks as an UPDATE with the stored pod as the old object; ``Rejected``
+        with the API server's message. A Pending pod no scheduling gate holds any more is
+        placed at once, as the scheduler sees the update."""
+        with self.store.lock:
+            key = key_of(pod)
+            old = self.store.get(PODS, *key)
+            if old is None:
+                raise NotFound(f'pods "{key[1]}" not found')
+            new = {**dict(pod), "status": old.get("status", {})}
+            metadata = new["metadata"] = dict(as_dict(new.get("metadata")))
+            old_meta = as_dict(old.get("metadata"))
+            for field in ("uid", "creationTimestamp", "generateName", "generation"):
+                if field in old_meta:
+                    metadata[field] = old_meta[field]
+            if new.get("spec") != old.get("spec"):
+                metadata["generation"] = int(old_meta.get("generation") or 0) + 1
+            new = admit_object(
+                self.store, new, PODS, requester=requester, operation="UPDATE", old=old
+            )
+            self.store.replace(PODS, *key, new)
+            stored = self.store.get(PODS, *key) or new
+            spec, status = as_dict(stored.get("spec")), as_dict(stored.get("status"))
+            if (
+                not spec.get("nodeName")
+                and status.get("phase") == "Pending"
+                and not as_list(spec.get("schedulingGates"))
+            ):
+                self._schedule(stored, now)
+            return self.store.get(PODS, *key) or stored
 
     def _admit_queued(self, pod: JsonObject, now: float) -> None:
         """Kueue's scheduler for one gated pod: admitted pods lose the gate and are placed."""

@@ -43,7 +43,9 @@ a Kustomization or GitRepository, as the notification Receiver does) it reconcil
   whether a build may fetch a remote base;
 - HelmReleases become Ready ``ready_delay`` after each install or upgrade, and a vCluster
   release then exports its kubeconfig Secrets (``vcluster``), removed with the release, and
-  answers on its API (``virtual``) until it is removed; an
+  answers on its API (``virtual``) until it is removed; its chart's ``<release>`` Service
+  goes with it, and with that Service what its syncer made (their ownerReferences name it:
+  the garbage collector); an
   InferenceService gets predictor pods at once (placed like any pod) and is Ready
   ``ready_delay`` later when they all run, not Ready while any is Pending.
 """
@@ -68,12 +70,14 @@ import yaml
 
 from gitops.repo import GitRepository, GitRepositoryError
 from simulator import flux_install, kserve, kyverno
-from simulator.admission import Rejected
+from simulator.admission import Rejected, cluster_ip
 from simulator.cluster import Cluster, derived_uuid
 from simulator.config import SimConfig
 from simulator.flux_install import ControllerFlags
 from simulator.kustomize import Build, Workspace, build_dir
 from simulator.store import (
+    ENDPOINT_SLICES,
+    ENDPOINTS,
     GIT_REPOSITORIES,
     HELM_RELEASES,
     HTTP_ROUTES,
@@ -85,6 +89,7 @@ from simulator.store import (
     RESOURCE_QUOTAS,
     RESOURCES,
     SECRETS,
+    SERVICES,
     JsonObject,
     Store,
     as_dict,
@@ -96,6 +101,7 @@ from simulator.store import (
 from simulator.vcluster import (
     admin_certificate,
     control_plane_pod,
+    control_plane_service,
     exported_kubeconfigs,
     host_policies,
     is_vcluster,
@@ -1107,7 +1113,9 @@ class FluxPlayer:
                 for exported in state.kubeconfigs:
                     self.store.delete(SECRETS, *exported)
                 for plural, ns, name in state.host_objects:
-                    self.store.delete(RESOURCES[plural], ns, name)
+                    gone = self.store.delete(RESOURCES[plural], ns, name)
+                    if gone is not None and plural == SERVICES.plural:
+                        self._collect_dependents(gone, now)
             if is_vcluster(obj):
                 target, release = _release_names(obj)
                 self.virtual.pop((target, release), None)
@@ -1117,6 +1125,30 @@ class FluxPlayer:
             self.cluster.delete_pods(key[1], {}, now)
             for secret in self.store.list(SECRETS, key[1]):
                 self.store.delete(SECRETS, *key_of(secret))
+
+    def _collect_dependents(self, owner: Mapping[str, Any], now: float) -> None:
+        """The garbage collector: what names ``owner`` in its ownerReferences goes with it
+        (the objects a tenant cluster's syncer created name the chart's Service)."""
+        uid = as_dict(owner.get("metadata")).get("uid")
+        namespace = key_of(owner)[0]
+        for resource in (SERVICES, ENDPOINTS, ENDPOINT_SLICES, PODS):
+            for obj in self.store.list(resource, namespace):
+                owners = as_list(as_dict(obj.get("metadata")).get("ownerReferences"))
+                if not any(as_dict(o).get("uid") == uid for o in owners):
+                    continue
+                if resource is PODS:
+                    with contextlib.suppress(LookupError):
+                        self.cluster.delete_pod(namespace, key_of(obj)[1], now, recreate=False)
+                else:
+                    self.store.delete(resource, *key_of(obj))
+
+    def running_virtual_clusters(self) -> list[VirtualCluster]:
+        """The tenant clusters whose control plane runs (their syncers run with it)."""
+        return [
+            cluster
+            for (namespace, release), cluster in sorted(self.virtual.items())
+            if self._control_plane_running(namespace, release)
+        ]
 
     def _set_status(
         self,
@@ -1318,12 +1350,24 @@ class FluxPlayer:
         namespace, release = _release_names(obj)
         values = as_dict(as_dict(obj.get("spec")).get("values"))
         for plural, ns, name in state.host_objects:
-            self.store.delete(RESOURCES[plural], ns, name)
+            if plural != SERVICES.plural:  # helm upgrades the Service in place
+                self.store.delete(RESOURCES[plural], ns, name)
         written = []
         for policy in host_policies(values, namespace, release):
             kind = RESOURCE_QUOTAS if policy["kind"] == "ResourceQuota" else LIMIT_RANGES
             self.store.apply(kind, policy, now)
             written.append((kind.plural, namespace, str(policy["metadata"]["name"])))
+        chart_version = str(
+            as_dict(as_dict(obj.get("spec")).get("chart")).get("spec", {}).get("version", "")
+        )
+        service = control_plane_service(namespace, release, chart_version)
+        live = self.store.get(SERVICES, namespace, release)
+        address = as_dict(as_dict(live).get("spec")).get("clusterIP") or cluster_ip(
+            namespace, release
+        )
+        service["spec"].update(clusterIP=address, clusterIPs=[address])
+        self.store.apply(SERVICES, service, now)
+        written.append((SERVICES.plural, namespace, release))
         state.host_objects = tuple(written)
         # A changed StatefulSet template rolls its pod.
         if self.store.get(PODS, namespace, f"{release}-0") is not None:

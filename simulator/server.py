@@ -19,7 +19,8 @@ to commit as ``gotk-components.yaml``.
 
 ``/vclusters/<namespace>/<release>/...`` is a tenant's virtual cluster, the API its gateway
 hostname or Service would reach (``virtual``): its own authentication (the identity provider's
-ID tokens, not the simulator's token) and RBAC; 503 while its control plane does not run.
+ID tokens, not the simulator's token) and RBAC, with the syncer's Service filter in front
+(``syncer``); 503 while its control plane does not run.
 """
 
 from __future__ import annotations
@@ -671,6 +672,7 @@ class Api:
             logger.info("virtual cluster %s/%s: unauthenticated: %s", namespace, release, exc)
             raise ApiError(401, "Unauthorized", "Unauthorized") from exc
         payload = _parse_body(body) if body else None
+        self.sim.syncer.attach(cluster)
         try:
             answer = virtual.serve(cluster, user, method, rest, payload)
         except virtual.Forbidden as exc:
@@ -679,6 +681,8 @@ class Api:
             raise ApiError(404, "NotFound", str(exc)) from exc
         except virtual.NotAllowed as exc:
             raise ApiError(405, "MethodNotAllowed", str(exc)) from exc
+        except virtual.Refused as exc:
+            raise ApiError(exc.code, exc.reason, exc.message) from exc
         return _json(201 if method == "POST" else 200, answer)
 
     # --- simulation control ------------------------------------------------------------------

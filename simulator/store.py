@@ -90,6 +90,11 @@ POLICIES = Resource("policies", "Policy", "kyverno.io", "v1")
 CLUSTER_POLICIES = Resource(
     "clusterpolicies", "ClusterPolicy", "kyverno.io", "v1", namespaced=False
 )
+# What a tenant cluster's syncer writes into the host namespace (``syncer.py``), besides pods;
+# the chart's own Service of the control plane.
+SERVICES = Resource("services", "Service")
+ENDPOINTS = Resource("endpoints", "Endpoints")
+ENDPOINT_SLICES = Resource("endpointslices", "EndpointSlice", "discovery.k8s.io", "v1")
 # Served from the simulator's CRD directory (``SimConfig.crd_dir``), as the API server serves
 # the CRDs installed in it: the portal builds its schema registry from them.
 CRDS = Resource(
@@ -122,6 +127,9 @@ RESOURCES: dict[str, Resource] = {
         POLICIES,
         CLUSTER_POLICIES,
         CRDS,
+        SERVICES,
+        ENDPOINTS,
+        ENDPOINT_SLICES,
     )
 }
 

@@ -348,3 +348,32 @@ def control_plane_pod(
         },
         "spec": spec,
     }
+
+
+def control_plane_service(namespace: str, release: str, chart_version: str) -> JsonObject:
+    """The ``<release>`` Service in front of the control plane (``chart/templates/
+    service.yaml`` with ``controlPlane.service`` at its defaults: ClusterIP, ``https`` 443 to
+    the syncer's 8443). Its cluster IP is the virtual cluster's ``kubernetes`` address, and it
+    owns what the syncer creates (``experimental.syncSettings.setOwner``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": release,
+            "namespace": namespace,
+            "labels": {
+                "app": "vcluster",
+                "chart": f"vcluster-{chart_version}",
+                "release": release,
+                "heritage": "Helm",
+                "vcluster.loft.sh/service": "true",
+            },
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "ports": [
+                {"name": "https", "port": 443, "targetPort": 8443, "nodePort": 0, "protocol": "TCP"}
+            ],
+            "selector": {"app": "vcluster", "release": release},
+        },
+    }

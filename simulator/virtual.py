@@ -28,9 +28,20 @@ Modelled on kube-apiserver as vCluster's k8s distro runs it (``controlPlane.dist
   right the role grants (``pkg/registry/rbac`` escalation check), and a binding's ``roleRef``
   cannot change.
 - **What it serves**: ``selfsubjectreviews`` (``kubectl auth whoami``),
-  ``selfsubjectaccessreviews`` (``kubectl auth can-i``), ClusterRoles and ClusterRoleBindings;
-  any other resource answers an authorised read with an empty list (or 404 for a name) and
-  ``Forbidden`` otherwise, with the API server's messages.
+  ``selfsubjectaccessreviews`` (``kubectl auth can-i``), reads of what it stores (ClusterRoles
+  and ClusterRoleBindings, Namespaces, events) and reads and writes of the kinds the syncer
+  takes to the host (``syncer.py``): Pods, Services, Endpoints, EndpointSlices. A create is a
+  POST, a PATCH applies (creating what is missing, as server-side apply does), a DELETE
+  removes the object at once (no graceful deletion). A pod gets the defaults of
+  ``pkg/apis/core/v1/defaults.go`` and of the admission plugins that set fields
+  (``DefaultTolerationSeconds``, ``ServiceAccount`` without a token volume, ``Priority``) and
+  its QoS class; any other resource answers an authorised read with an empty list (or 404 for
+  a name). Refusals carry the API server's messages. A Service POST goes to the syncer's
+  filter (``service_proxy``), which creates it in the host first.
+- **Its own objects**: the namespaces ``default``, ``kube-system``, ``kube-public`` and
+  ``kube-node-lease``, and once the control plane runs the ``kube-dns`` Service of the CoreDNS
+  it deploys (``controlPlane.coredns``, vCluster ``pkg/coredns/template.go``; its Deployment
+  and pods are not modelled).
 
 The manifests of ``experimental.deploy.vcluster.manifests`` are applied when the control
 plane starts, and those that left it since the last start are deleted
@@ -40,11 +51,13 @@ restarts, as they would in the cluster's own storage.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -53,7 +66,7 @@ import jwt
 import requests
 import yaml
 
-from simulator.store import JsonObject, as_dict, as_list, timestamp
+from simulator.store import JsonObject, as_dict, as_list, merge_patch, timestamp
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 MASTERS = "system:masters"
@@ -183,6 +196,16 @@ class WriteRefused(Exception):
     def __init__(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
         super().__init__(message)
         self.obj = obj
+        self.reason = reason
+        self.message = message
+
+
+class Refused(Exception):
+    """A write the API server answers with an error status (code, reason, message)."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
         self.reason = reason
         self.message = message
 
@@ -432,6 +455,11 @@ def _resource_of(obj: Mapping[str, Any]) -> tuple[str, str]:
 ObjectKey = tuple[str, str, str, str]  # (group, kind, namespace, name)
 
 
+def _derived_uid(*parts: str) -> str:
+    digest = hashlib.sha256("/".join(parts).encode()).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+
 def object_key(obj: Mapping[str, Any]) -> ObjectKey:
     metadata = as_dict(obj.get("metadata"))
     group = str(obj.get("apiVersion", "")).rpartition("/")[0]
@@ -441,6 +469,116 @@ def object_key(obj: Mapping[str, Any]) -> ObjectKey:
         str(metadata.get("namespace") or ""),
         str(metadata.get("name") or ""),
     )
+
+
+# (API group, resource) -> kind of what the virtual API serves from its storage.
+SERVED: dict[tuple[str, str], str] = {
+    (RBAC_GROUP, "clusterroles"): "ClusterRole",
+    (RBAC_GROUP, "clusterrolebindings"): "ClusterRoleBinding",
+    ("", "namespaces"): "Namespace",
+    ("events.k8s.io", "events"): "Event",
+    ("", "pods"): "Pod",
+    ("", "services"): "Service",
+    ("", "endpoints"): "Endpoints",
+    ("discovery.k8s.io", "endpointslices"): "EndpointSlice",
+}
+WRITABLE = frozenset(
+    {("", "pods"), ("", "services"), ("", "endpoints"), ("discovery.k8s.io", "endpointslices")}
+)
+NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# vCluster pkg/coredns/template.go: the Service in front of the CoreDNS it deploys.
+DNS_SERVICE: JsonObject = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {
+        "name": "kube-dns",
+        "namespace": "kube-system",
+        "annotations": {"prometheus.io/port": "9153", "prometheus.io/scrape": "true"},
+        "labels": {
+            "k8s-app": "vcluster-kube-dns",
+            "kubernetes.io/cluster-service": "true",
+            "kubernetes.io/name": "CoreDNS",
+        },
+    },
+    "spec": {
+        "type": "ClusterIP",
+        "selector": {"k8s-app": "vcluster-kube-dns"},
+        "ports": [
+            {"name": "dns", "port": 53, "targetPort": 1053, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "targetPort": 1053, "protocol": "TCP"},
+            {"name": "metrics", "port": 9153, "protocol": "TCP"},
+        ],
+    },
+}
+_NOT_READY_TOLERATIONS = (
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+)
+
+
+def qos_class(pod: Mapping[str, Any]) -> str:
+    """``pkg/apis/core/helper/qos`` ``GetPodQOS`` on cpu and memory: BestEffort without
+    requests or limits, Guaranteed when every container limits both to its requests."""
+    spec = as_dict(pod.get("spec"))
+    containers = [
+        as_dict(c) for kind in ("initContainers", "containers") for c in as_list(spec.get(kind))
+    ]
+    any_set, guaranteed = False, True
+    for container in containers:
+        resources = as_dict(container.get("resources"))
+        requests, limits = as_dict(resources.get("requests")), as_dict(resources.get("limits"))
+        if any(name in requests or name in limits for name in ("cpu", "memory")):
+            any_set = True
+        for name in ("cpu", "memory"):
+            if name not in limits or str(requests.get(name, limits[name])) != str(limits[name]):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def pod_defaults(pod: JsonObject) -> None:
+    """What the API server fills in on a new pod: ``SetDefaults_Pod``/``PodSpec`` (requests
+    from limits, DNS and restart policies, grace period, scheduler, service links), the
+    ``ServiceAccount`` (name only), ``Priority`` and ``DefaultTolerationSeconds`` admission
+    plugins, and the status a pod starts with."""
+    spec = pod.setdefault("spec", {})
+    for container in [
+        as_dict(c) for kind in ("initContainers", "containers") for c in as_list(spec.get(kind))
+    ]:
+        resources = as_dict(container.get("resources"))
+        limits = as_dict(resources.get("limits"))
+        if limits:
+            requests = resources.setdefault("requests", {})
+            for name, value in limits.items():
+                requests.setdefault(name, value)
+            container["resources"] = resources
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("serviceAccountName", "default")
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("priority", 0)
+    tolerations = [as_dict(t) for t in as_list(spec.get("tolerations"))]
+    for default in _NOT_READY_TOLERATIONS:
+        if not any(
+            t.get("key") == default["key"] and t.get("effect") in (None, "", "NoExecute")
+            for t in tolerations
+        ):
+            tolerations.append(dict(default))
+    spec["tolerations"] = tolerations
+    pod["status"] = {"phase": "Pending", "qosClass": qos_class(pod)}
 
 
 class VirtualCluster:
@@ -456,6 +594,20 @@ class VirtualCluster:
         self.admin_certificate = b""
         self._init_manifests: list[JsonObject] = []
         self.lock = threading.RLock()
+        # The release's values as of the last control-plane start (the syncer reads them).
+        self.values: Mapping[str, Any] = {}
+        self._created = 0
+        # The virtual API's Service filter, set by the syncer (``syncer.py``).
+        self.service_proxy: Callable[[JsonObject, float], JsonObject] | None = None
+        for name in NAMESPACES:
+            self._put(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+                    "status": {"phase": "Active"},
+                }
+            )
         for name, rules in BOOTSTRAP_ROLES.items():
             self._put(
                 {
@@ -491,6 +643,13 @@ class VirtualCluster:
         if route.get("enabled") is True and route.get("host"):
             hosts.add(str(route["host"]))
         with self.lock:
+            self.values = copy.deepcopy(dict(values))
+            coredns = as_dict(control.get("coredns"))
+            if (
+                coredns.get("enabled", True) is not False
+                and self.get("", "Service", "kube-system", "kube-dns") is None
+            ):
+                self._put(DNS_SERVICE, now)
             self.addresses = frozenset(hosts)
             self.admin_certificate = admin_certificate
             if flags is None:
@@ -602,11 +761,108 @@ class VirtualCluster:
 
     # --- objects -----------------------------------------------------------------------------
 
-    def _put(self, obj: Mapping[str, Any], now: float | None = None) -> None:
+    def _put(self, obj: Mapping[str, Any], now: float | None = None) -> JsonObject:
         stored = json.loads(json.dumps(obj))
         metadata = stored["metadata"] = as_dict(stored.get("metadata"))
         metadata.setdefault("creationTimestamp", timestamp(now if now is not None else time.time()))
-        self.objects[object_key(stored)] = stored
+        key = object_key(stored)
+        metadata.setdefault(
+            "uid",
+            as_dict(as_dict(self.objects.get(key)).get("metadata")).get("uid")
+            or _derived_uid(self.namespace, self.release, *key, str(self._created)),
+        )
+        self._created += 1
+        self.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    def get(self, group: str, kind: str, namespace: str, name: str) -> JsonObject | None:
+        with self.lock:
+            found = self.objects.get((group, kind, namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def create(self, obj: Mapping[str, Any], now: float) -> JsonObject:
+        """Store a new object as the API server would: a pod defaulted; ``Refused`` when the
+        name is taken or the namespace is missing."""
+        with self.lock:
+            new = copy.deepcopy(dict(obj))
+            key = object_key(new)
+            group, kind, namespace, name = key
+            if not name:
+                raise Refused(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
+            if namespace and ("", "Namespace", "", namespace) not in self.objects:
+                raise Refused(404, "NotFound", f'namespaces "{namespace}" not found')
+            if key in self.objects:
+                plural = _resource_of(new)[1]
+                qualified = f"{plural}.{group}" if group else plural
+                raise Refused(409, "AlreadyExists", f'{qualified} "{name}" already exists')
+            if kind == "Pod":
+                pod_defaults(new)
+            return self._put(new, now)
+
+    def write(self, obj: Mapping[str, Any]) -> JsonObject:
+        """Replace a stored object (a controller's update: the syncer's)."""
+        with self.lock:
+            new = copy.deepcopy(dict(obj))
+            old = as_dict(as_dict(self.objects.get(object_key(new))).get("metadata"))
+            metadata = new.setdefault("metadata", {})
+            for field in ("uid", "creationTimestamp"):
+                if field in old:
+                    metadata[field] = old[field]
+            return self._put(new)
+
+    def remove(self, obj: Mapping[str, Any]) -> None:
+        with self.lock:
+            self.objects.pop(object_key(obj), None)
+
+    def record_event(
+        self,
+        regarding: Mapping[str, Any],
+        kind: str,
+        reason: str,
+        action: str,
+        note: str,
+        controller: str,
+        now: float,
+    ) -> JsonObject:
+        """An ``events.k8s.io/v1`` Event about ``regarding`` (``client-go tools/events``
+        ``EventRecorder.Eventf``); the same reason on the same object again counts up."""
+        meta = as_dict(regarding.get("metadata"))
+        namespace = str(meta.get("namespace") or "default")
+        digest = hashlib.sha256(f"{meta.get('uid')}/{reason}/{action}".encode()).hexdigest()
+        name = f"{meta.get('name')}.{digest[:16]}"
+        with self.lock:
+            old = self.objects.get(("events.k8s.io", "Event", namespace, name))
+            count = int(as_dict(as_dict(old).get("series")).get("count") or 1) + 1 if old else 0
+            event: JsonObject = {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "eventTime": timestamp(now),
+                "type": kind,
+                "reason": reason,
+                "action": action,
+                "note": note,
+                "reportingController": controller,
+                "regarding": {
+                    "apiVersion": regarding.get("apiVersion"),
+                    "kind": regarding.get("kind"),
+                    "namespace": meta.get("namespace"),
+                    "name": meta.get("name"),
+                    "uid": meta.get("uid"),
+                },
+            }
+            if count:
+                event["series"] = {"count": count, "lastObservedTime": timestamp(now)}
+            return self._put(event, now)
+
+    def events(self, regarding: Mapping[str, Any]) -> list[JsonObject]:
+        """The events about one object, oldest first."""
+        uid = as_dict(regarding.get("metadata")).get("uid")
+        return [
+            e
+            for e in self.listed("events.k8s.io", "Event")
+            if as_dict(e.get("regarding")).get("uid") == uid
+        ]
 
     def apply(
         self,
@@ -664,12 +920,12 @@ class VirtualCluster:
                     "currently held"
                 )
 
-    def listed(self, group: str, kind: str) -> list[JsonObject]:
+    def listed(self, group: str, kind: str, namespace: str | None = None) -> list[JsonObject]:
         with self.lock:
             return [
                 json.loads(json.dumps(obj))
                 for key, obj in sorted(self.objects.items())
-                if key[:2] == (group, kind)
+                if key[:2] == (group, kind) and (namespace is None or key[2] == namespace)
             ]
 
 
@@ -759,19 +1015,47 @@ def serve(
     elif method == "DELETE" and not name:
         verb = "deletecollection"
     cluster.authorize(user, Attributes(verb, group, resource, subresource, namespace, name))
-    if method != "GET":
-        raise NotAllowed(
-            f"the simulated virtual cluster serves reads only; {method} went unanswered"
-        )
-    kinds = {"clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding"}
-    stored = (
-        cluster.listed(group, kinds[resource]) if group == RBAC_GROUP and resource in kinds else []
-    )
+    kind = SERVED.get((group, resource), "")
     api_version = f"{group}/{version}" if group else version
-    if not name:
-        return {"apiVersion": api_version, "kind": "List", "metadata": {}, "items": stored}
-    found = next((o for o in stored if as_dict(o.get("metadata")).get("name") == name), None)
-    if found is None:
-        qualified = f"{resource}.{group}" if group else resource
-        raise NotFound(f'{qualified} "{name}" not found')
-    return found
+    qualified = f"{resource}.{group}" if group else resource
+    if method == "GET":
+        stored = cluster.listed(group, kind, namespace or None) if kind and not subresource else []
+        if not name:
+            return {"apiVersion": api_version, "kind": "List", "metadata": {}, "items": stored}
+        found = next((o for o in stored if as_dict(o.get("metadata")).get("name") == name), None)
+        if found is None:
+            raise NotFound(f'{qualified} "{name}" not found')
+        return found
+    if (
+        (group, resource) not in WRITABLE
+        or subresource
+        or method not in ("POST", "PATCH", "DELETE")
+    ):
+        raise NotAllowed(f"the simulated virtual cluster does not serve {method} on {path}")
+    now = time.time()
+    existing = cluster.get(group, kind, namespace, name) if name else None
+    if method == "DELETE":
+        if existing is None:
+            raise NotFound(f'{qualified} "{name}" not found')
+        cluster.remove(existing)
+        return {"apiVersion": "v1", "kind": "Status", "status": "Success", "metadata": {}}
+    obj = copy.deepcopy(as_dict(body))
+    obj.update(apiVersion=api_version, kind=kind)
+    metadata = obj["metadata"] = as_dict(obj.get("metadata"))
+    metadata["namespace"] = namespace
+    if method == "PATCH":
+        if existing is not None:
+            # An apply of the fields given (a JSON merge patch of the object).
+            return cluster.write(
+                merge_patch(existing, {**obj, "metadata": {**metadata, "name": name}})
+            )
+        metadata["name"] = name  # server-side apply creates, and no filter sees it
+        return cluster.create(obj, now)
+    if existing is None and (group, resource) == ("", "services") and cluster.service_proxy:
+        name = str(metadata.get("name") or "")
+        if ("", "Namespace", "", namespace) not in cluster.objects:
+            raise NotFound(f'namespaces "{namespace}" not found')
+        if cluster.get(group, kind, namespace, name) is not None:
+            raise Refused(409, "AlreadyExists", f'{qualified} "{name}" already exists')
+        obj = cluster.service_proxy(obj, now)
+    return cluster.create(obj, now)

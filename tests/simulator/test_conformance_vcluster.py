@@ -9,9 +9,8 @@ leaves in the host namespace (``simulator/vcluster.py``).
   ``vc-<release>`` Secret; the syncer's own kubeconfig is the simulator's, so the cases check
   what the options change: server, context names, insecure).
 
-Inputs and expected outcomes are upstream's. The simulator does not sync pods, services or
-endpoints between the virtual and the host cluster, so the syncer's translate and syncer
-tests have nothing here to check.
+Inputs and expected outcomes are upstream's. The syncer's own tests (translate, pods,
+services, endpoints) are in test_conformance_vcluster_sync.py.
 """
 
 from __future__ import annotations
