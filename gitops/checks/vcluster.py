@@ -19,8 +19,9 @@ portal pins (``gitops.render.vcluster.CHART_VERSION``):
 - ``vcluster-chart-version``: values are validated against one chart version's schema; another
   version would be installed with values nobody checked;
 - ``vcluster-hosts-image``: the syncer adds a ``vcluster-rewrite-hosts`` init container to every
-  StatefulSet pod (``pkg/controllers/resources/pods/translate/hosts.go``); its image must be
-  one the tenant's registry policy admits, or every StatefulSet in the cluster is refused.
+  pod with a ``subdomain``, StatefulSet pods among them
+  (``pkg/controllers/resources/pods/translate/translator.go``, ``hosts.go``); its image must be
+  one the tenant's registry policy admits, or every such pod in the cluster is refused.
 
 Tenant workloads may not name a ``vc-*`` service account (the chart's control-plane and
 workload accounts, ``serviceaccount.yaml``, ``workload-serviceaccount.yaml``): the control
@@ -147,7 +148,8 @@ def release_findings(
         if not image_allowed(image, allowed_images):
             add(
                 "vcluster-hosts-image",
-                f"vCluster adds the init container image {image!r} to StatefulSet pods, and "
+                f"vCluster adds the init container image {image!r} to pods with a subdomain "
+                "(StatefulSet pods), and "
                 "the tenant's registry policy does not allow it",
             )
     return findings

@@ -359,7 +359,7 @@ def image_patterns(tenant: TenantSpec, fleet: FleetSpec) -> str:
     patterns = [f"{prefix}*" for prefix in fleet.allowed_registries]
     if tenant.clusters:
         patterns.extend(f"{prefix}*" for prefix in VCLUSTER_IMAGE_PREFIXES)
-        # Exactly the image vCluster's syncer adds to StatefulSet pods (see vcluster.py).
+        # Exactly the image vCluster's syncer adds to pods with a subdomain (see vcluster.py).
         patterns.append(fleet.vcluster_hosts_image)
     return " | ".join(sorted(set(patterns)))
 

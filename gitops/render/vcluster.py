@@ -59,10 +59,11 @@ validates against; the facts below are read from loft-sh/vcluster at that tag):
   with a selector are unaffected: the host's endpoint controller fills theirs from the synced
   pods;
 - the pools' GPU taint tolerated, the rewrite-hosts init container's image pinned to the fleet's
-  ``vcluster_hosts_image`` (vCluster adds it to every StatefulSet pod it syncs,
-  ``pkg/controllers/resources/pods/translate/hosts.go``; it is restricted-compliant but its
-  registry, ``mirror.gcr.io``, is none of the tenant's, so the tenant policy allows exactly this
-  image), and the kubeconfig exported as ``<name>-kubeconfig``;
+  ``vcluster_hosts_image`` (vCluster adds it to every pod with a ``subdomain`` it syncs, which
+  StatefulSet pods have: ``pkg/controllers/resources/pods/translate/translator.go``,
+  ``hosts.go``; it is restricted-compliant but its registry, ``mirror.gcr.io``, is none of the
+  tenant's, so the tenant policy allows exactly this image), and the kubeconfig exported as
+  ``<name>-kubeconfig``;
 - with the fleet's ``cluster_oidc``: the API server trusts the identity provider, the
   kubeconfig Flux applies the members' bindings with is exported for the in-cluster address
   too, and the bindings' reconciler is bound from the first start (``cluster_access.py``).
