@@ -793,20 +793,11 @@ class FluxPlayer:
         else:
             # Kyverno's webhooks answer the dry run of every object before anything applies.
             refused = self._admission(kid, spec, objects)
-            if refused:
-                self._set_status(
-                    kid,
-                    now,
-                    ready=False,
-                    reason="ReconciliationFailed",
-                    message=refused,
-                    attempted=revision,
-                )
-                ready[kid] = False
-                return previous_children
-            refused, recreate, applied = self._dry_run(objects, force=spec.get("force") is True)
-            for live in recreate:
-                self._delete(live, now)
+            applied: list[JsonObject] = []
+            if not refused:
+                refused, recreate, applied = self._dry_run(objects, force=spec.get("force") is True)
+                for live in recreate:
+                    self._delete(live, now)
             if refused:
                 # What the stages before the refused one applied stays; the inventory and
                 # what it would prune do not change.

@@ -1535,22 +1535,15 @@ def service_sync(names: Names, pair: Pair) -> ServiceSync:
         balancer.pop("ingress", None)
         _set(status, "loadBalancer", balancer)
     _set(virtual, "status", copy.deepcopy(host.get("status")))
-    vmeta, hmeta = virtual.setdefault("metadata", {}), host.setdefault("metadata", {})
-    new_annotations, new_host_annotations = annotations_bidirectional(
-        pair.virtual_old, pair.virtual, pair.host_old, pair.host, RANCHER_ENDPOINTS_ANNOTATION
-    )
-    _set(vmeta, "annotations", new_annotations)
-    new_host_annotations.pop(SERVICE_BLOCK_DELETION, None)
-    _set(hmeta, "annotations", new_host_annotations)
-    new_labels, new_host_labels = labels_bidirectional(
+    _metadata_both_ways(
         names,
-        _labels(pair.virtual_old),
-        _labels(pair.virtual),
-        _labels(pair.host_old),
-        _labels(pair.host),
+        pair,
+        virtual,
+        host,
+        RANCHER_ENDPOINTS_ANNOTATION,
+        drop_from_host=SERVICE_BLOCK_DELETION,
     )
-    _set(vmeta, "labels", new_labels)
-    _set(hmeta, "labels", new_host_labels)
+    vmeta = virtual["metadata"]
     if not same(vold.get("selector"), vspec.get("selector")) or same(
         hold.get("selector"), hspec.get("selector")
     ):
@@ -1610,13 +1603,20 @@ def endpoints_sync(names: Names, pair: Pair) -> tuple[JsonObject, JsonObject]:
 
 
 def _metadata_both_ways(
-    names: Names, pair: Pair, virtual: JsonObject, host: JsonObject, *excluded: str
+    names: Names,
+    pair: Pair,
+    virtual: JsonObject,
+    host: JsonObject,
+    *excluded: str,
+    drop_from_host: str = "",
 ) -> None:
     vmeta, hmeta = virtual.setdefault("metadata", {}), host.setdefault("metadata", {})
     new_annotations, new_host_annotations = annotations_bidirectional(
         pair.virtual_old, pair.virtual, pair.host_old, pair.host, *excluded
     )
     _set(vmeta, "annotations", new_annotations)
+    if drop_from_host:
+        new_host_annotations.pop(drop_from_host, None)
     _set(hmeta, "annotations", new_host_annotations)
     new_labels, new_host_labels = labels_bidirectional(
         names,
