@@ -78,6 +78,12 @@ RESOURCE_FLAVORS = Resource(
     "resourceflavors", "ResourceFlavor", "kueue.x-k8s.io", "v1beta2", namespaced=False
 )
 TOPOLOGIES = Resource("topologies", "Topology", "kueue.x-k8s.io", "v1beta2", namespaced=False)
+# Run-once work and what Kueue keeps of it: batch/v1 Jobs and JobSets (multi-node), the
+# Workload Kueue creates for each, and Cohorts (the tree ClusterQueues borrow in).
+JOBS = Resource("jobs", "Job", "batch", "v1")
+JOBSETS = Resource("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2")
+WORKLOADS = Resource("workloads", "Workload", "kueue.x-k8s.io", "v1beta2")
+COHORTS = Resource("cohorts", "Cohort", "kueue.x-k8s.io", "v1beta2", namespaced=False)
 STORAGE_CONTAINERS = Resource(
     "clusterstoragecontainers",
     "ClusterStorageContainer",
@@ -123,6 +129,10 @@ RESOURCES: dict[str, Resource] = {
         CLUSTER_QUEUES,
         RESOURCE_FLAVORS,
         TOPOLOGIES,
+        JOBS,
+        JOBSETS,
+        WORKLOADS,
+        COHORTS,
         STORAGE_CONTAINERS,
         POLICIES,
         CLUSTER_POLICIES,
