@@ -47,6 +47,13 @@ HELM_RELEASE = CustomKind("helm.toolkit.fluxcd.io", "v2", "helmreleases", "HelmR
 INFERENCE_SERVICE = CustomKind(
     "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"
 )
+WORKLOAD = CustomKind("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+CLUSTER_QUEUE = CustomKind("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue")
+LOCAL_QUEUE = CustomKind("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue")
+COHORT = CustomKind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort")
+# Kueue's visibility API, an aggregated API served by the Kueue controller (kueue v0.19.2
+# apis/visibility/v1beta2, pkg/visibility/storage/pending_workloads_cq.go).
+VISIBILITY_PENDING = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
 
 
 def api_client() -> client.ApiClient:
@@ -208,6 +215,32 @@ class Kube:
         if not isinstance(body, dict):
             raise KubeError(f"The API server's answer to read {kind.kind} is not an object.")
         return body
+
+    def pending_workloads(self, cluster_queue: str, *, offset: int, limit: int) -> Any:
+        """One page of a ClusterQueue's pending workloads from Kueue's visibility API (a
+        ``PendingWorkloadsSummary``), from position ``offset``, at most ``limit`` items.
+
+        Needs ``get`` on ``clusterqueues/pendingworkloads`` of
+        ``visibility.kueue.x-k8s.io``. The generated client has no method for an aggregated
+        API's subresource, so the request is built with its own serializer (the path, auth
+        and headers as its CustomObjectsApi builds them)."""
+
+        def call(**kw: Any) -> Any:
+            request = self.api.param_serialize(
+                method="GET",
+                resource_path=VISIBILITY_PENDING,
+                path_params={"name": cluster_queue},
+                query_params=[("offset", offset), ("limit", limit)],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*request, _request_timeout=kw["_request_timeout"])
+            response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response)
+            return response
+
+        return self._call(f"read the pending workloads of ClusterQueue {cluster_queue}", call)
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         """A Secret's ``data``, decoded. The portal reads only the Secrets it names (vCluster

@@ -1,4 +1,5 @@
-"""What the cluster says, as last read: nodes, GPU workloads, Flux and KServe objects.
+"""What the cluster says, as last read: nodes, GPU workloads, Flux and KServe objects, Kueue's
+queues and workloads.
 
 Rows are a cache of the Kubernetes API, kept current by the watcher (``fleet.watch``) and
 refreshed by the sync (``fleet.services``). Nothing
@@ -175,6 +176,8 @@ class SyncState(models.Model):
         PODS = "pods", "Workloads"
         FLUX = "flux", "Flux"
         KSERVE = "kserve", "InferenceServices"
+        KUEUE = "kueue", "Kueue queues and workloads"
+        POSITIONS = "pending", "Queue positions (Kueue's visibility API)"
         CRDS = "crds", "CRD schemas"
 
     source = models.CharField(max_length=8, choices=Source.choices, unique=True)
@@ -242,3 +245,163 @@ class FluxEventReceipt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} {self.reason}"
+
+
+# --- Kueue, read back (fleet.kueue parses, fleet.queues stores) ---------------------------------
+
+
+class QueueWorkload(models.Model):
+    """A Kueue Workload: one Job, JobSet or pod group as Kueue queues it, and where it stands.
+
+    ``tenant`` comes from the namespace (``fleet.services.tenant_of``), never from a label: a
+    tenant cluster's pods are synced into the tenant's namespace by vCluster under translated
+    names, and their Workloads are the tenant's by that namespace. ``position_*`` come from the
+    visibility API (``fleet.queues.read_positions``), 0-based as Kueue counts, null when the
+    workload is not waiting or its queue was not read yet; ``positions_read`` says when."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        QUOTA_RESERVED = "quota-reserved", "Quota reserved"
+        ADMITTED = "admitted", "Admitted"
+        PREEMPTED = "preempted", "Preempted"
+        EVICTED = "evicted", "Evicted"
+        INACTIVE = "inactive", "Inactive"
+        SUCCEEDED = "finished-succeeded", "Finished (succeeded)"
+        FAILED = "finished-failed", "Finished (failed)"
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True, db_index=True)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    owner_kind = models.CharField(max_length=63, blank=True)  # Job | JobSet | Pod | ...
+    owner_name = models.CharField(max_length=253, blank=True)
+    owner_uid = models.CharField(max_length=64, blank=True)
+    local_queue = models.CharField(max_length=253, blank=True)
+    cluster_queue = models.CharField(max_length=253, blank=True, db_index=True)
+    priority = models.IntegerField(null=True, blank=True)
+    priority_class = models.CharField(max_length=253, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    reason = models.CharField(max_length=120, blank=True)  # the explaining condition's
+    message = models.TextField(blank=True)
+    preemption_reason = models.CharField(max_length=64, blank=True)  # InClusterQueue, ...
+    preemptor_uid = models.CharField(max_length=64, blank=True)
+    preemptor_path = models.CharField(max_length=500, blank=True)  # /<cohort>/<cluster queue>
+    eviction_reason = models.CharField(max_length=64, blank=True)
+    # [{name, count, requests: {resource: "2"}, flavors: {resource: flavor}}]
+    pod_sets = models.JSONField(default=list, blank=True)
+    created = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    position_in_cluster_queue = models.PositiveIntegerField(null=True, blank=True)
+    position_in_local_queue = models.PositiveIntegerField(null=True, blank=True)
+    positions_read = models.DateTimeField(null=True, blank=True)
+    problems = models.JSONField(default=list, blank=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="queueworkload_unique"),
+        ]
+        indexes = [
+            # The job page reads a Job's or JobSet's workload by its owner.
+            models.Index(
+                fields=["namespace", "owner_kind", "owner_name"], name="queueworkload_owner"
+            ),
+            models.Index(fields=["tenant", "state"], name="queueworkload_tenant_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def waiting(self) -> bool:
+        """Still in the queue: pending, or preempted or evicted and requeued."""
+        return self.state in (self.State.PENDING, self.State.PREEMPTED, self.State.EVICTED)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (self.State.SUCCEEDED, self.State.FAILED)
+
+
+class ClusterQueueStatus(models.Model):
+    """A Kueue ClusterQueue: quotas per flavor from its spec (``quotas``: {flavor: {resource:
+    {nominal, borrowing_limit, lending_limit}}}), and from its status what it uses and has
+    reserved ({flavor: {resource: {total, borrowed}}}), its workload counts and its fair
+    share. ``tenant`` is the tenant the ClusterQueue is named after (the renderer names each
+    tenant's queue by its slug: ``gitops.render.kueue.cluster_queue``); ClusterQueues are
+    cluster-scoped and only the platform writes them."""
+
+    name = models.CharField(max_length=253, unique=True)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    cohort = models.CharField(max_length=253, blank=True)
+    weight = models.CharField(max_length=40, blank=True)  # spec.fairSharing.weight, "" if unset
+    weighted_share = models.BigIntegerField(null=True, blank=True)  # status.fairSharing
+    quotas = models.JSONField(default=dict, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    reservation = models.JSONField(default=dict, blank=True)
+    pending = models.PositiveIntegerField(default=0)
+    reserving = models.PositiveIntegerField(default=0)
+    admitted = models.PositiveIntegerField(default=0)
+    active = models.BooleanField(null=True)
+    reason = models.CharField(max_length=120, blank=True)
+    message = models.TextField(blank=True)
+    problems = models.JSONField(default=list, blank=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LocalQueueStatus(models.Model):
+    """A Kueue LocalQueue: the ClusterQueue it feeds, and the namespace's usage, reservation
+    and workload counts from its status."""
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    cluster_queue = models.CharField(max_length=253, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    reservation = models.JSONField(default=dict, blank=True)
+    pending = models.PositiveIntegerField(default=0)
+    reserving = models.PositiveIntegerField(default=0)
+    admitted = models.PositiveIntegerField(default=0)
+    weighted_share = models.BigIntegerField(null=True, blank=True)
+    problems = models.JSONField(default=list, blank=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="localqueuestatus_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class CohortStatus(models.Model):
+    """A Kueue Cohort: its parent in the cohort tree, its own quotas, weight and fair share."""
+
+    name = models.CharField(max_length=253, unique=True)
+    parent = models.CharField(max_length=253, blank=True)
+    weight = models.CharField(max_length=40, blank=True)
+    weighted_share = models.BigIntegerField(null=True, blank=True)
+    quotas = models.JSONField(default=dict, blank=True)
+    problems = models.JSONField(default=list, blank=True)
+    last_seen = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,6 +1,7 @@
 """Reading the cluster into the portal, and the few things the portal does to it.
 
-``sync_all`` reads nodes, GPU pods, Flux Kustomizations/HelmReleases and InferenceServices (and,
+``sync_all`` reads nodes, GPU pods, Flux Kustomizations/HelmReleases, InferenceServices and
+Kueue's Workloads, ClusterQueues, LocalQueues and Cohorts (and,
 less often, the served CRDs the schema check uses: ``fleet.schemas``), each source on its own: a
 source that fails keeps its last rows and records the error, so a page shows old data with a warning
 rather than an error page. After a good read of Flux, merged changes move on to applied or failed
@@ -23,10 +24,31 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from fleet import inventory, schemas
+from fleet import inventory, kueue, schemas
 from fleet.flavors import derive_flavors
-from fleet.kube import HELM_RELEASE, INFERENCE_SERVICE, KUSTOMIZATION, CustomKind, Kube, KubeError
-from fleet.models import FluxObject, Health, Node, SyncState, Workload
+from fleet.kube import (
+    CLUSTER_QUEUE,
+    COHORT,
+    HELM_RELEASE,
+    INFERENCE_SERVICE,
+    KUSTOMIZATION,
+    LOCAL_QUEUE,
+    WORKLOAD,
+    CustomKind,
+    Kube,
+    KubeError,
+)
+from fleet.models import (
+    ClusterQueueStatus,
+    CohortStatus,
+    FluxObject,
+    Health,
+    LocalQueueStatus,
+    Node,
+    QueueWorkload,
+    SyncState,
+    Workload,
+)
 from gitops import services as gitops_services
 from gitops import sources
 from gitops.applied import FluxReport, update_apply_states
@@ -113,6 +135,7 @@ def sync_all(kube: Kube | None = None, *, progress: Progress | None = None) -> S
             (SyncState.Source.PODS, lambda: sync_workloads(kube)),
             (SyncState.Source.FLUX, lambda: sync_flux(kube)),
             (SyncState.Source.KSERVE, lambda: sync_inference_services(kube)),
+            (SyncState.Source.KUEUE, lambda: sync_kueue(kube)),
         )
         for index, (source, run) in enumerate(sources):
             step(int(100 * index / (len(sources) + 1)), f"reading {source}")
@@ -569,6 +592,495 @@ def flux_reports() -> list[FluxReport]:
         )
         for row in FluxObject.objects.filter(kind=FluxObject.Kind.KUSTOMIZATION)
     ]
+
+
+# --- Kueue, read back ---------------------------------------------------------------------------
+# Workloads, ClusterQueues, LocalQueues and Cohorts (``fleet.kueue`` parses them). Like the other
+# kinds: the list replaces the rows, a watch event writes or removes one. Queue positions come
+# from the visibility API (``sync_positions``) and survive a list or an event: only a workload
+# that stops waiting loses its position.
+
+QUEUE_WORKLOAD_BATCH = 500
+QUEUE_WORKLOAD_FIELDS = (
+    "uid",
+    "tenant",
+    "owner_kind",
+    "owner_name",
+    "owner_uid",
+    "local_queue",
+    "cluster_queue",
+    "priority",
+    "priority_class",
+    "state",
+    "reason",
+    "message",
+    "preemption_reason",
+    "preemptor_uid",
+    "preemptor_path",
+    "eviction_reason",
+    "pod_sets",
+    "created",
+    "admitted_at",
+    "finished_at",
+    "problems",
+    "last_seen",
+)
+
+
+def tenant_ids() -> dict[str, int]:
+    """{slug: id} of every tenant, for the rows' tenant key. The Tenant model is the FK's own
+    (fleet imports nothing of the tenants app but its access rules: DESIGN.md)."""
+    tenant_model = QueueWorkload._meta.get_field("tenant").related_model
+    assert tenant_model is not None and not isinstance(tenant_model, str)
+    return dict(tenant_model._default_manager.values_list("slug", "id"))
+
+
+def _tenant_id(namespace: str, platform: frozenset[str], tenants: Mapping[str, int]) -> int | None:
+    slug = tenant_of(namespace, platform)
+    return tenants.get(slug) if slug else None
+
+
+def _queue_workload_row(
+    info: kueue.WorkloadInfo,
+    platform: frozenset[str],
+    tenants: Mapping[str, int],
+    local_queues: Mapping[tuple[str, str], str],
+    now: Any,
+) -> QueueWorkload:
+    _warn_problems("workload", f"{info.namespace}/{info.name}", info.problems)
+    return QueueWorkload(
+        namespace=info.namespace,
+        name=info.name,
+        uid=info.uid,
+        tenant_id=_tenant_id(info.namespace, platform, tenants),
+        owner_kind=info.owner_kind,
+        owner_name=info.owner_name,
+        owner_uid=info.owner_uid,
+        local_queue=info.local_queue,
+        # Until quota is reserved the admission names no ClusterQueue: the LocalQueue's does.
+        cluster_queue=info.cluster_queue
+        or local_queues.get((info.namespace, info.local_queue), ""),
+        priority=info.priority,
+        priority_class=info.priority_class,
+        state=info.state,
+        reason=info.reason[:120],
+        message=info.message,
+        preemption_reason=info.preemption_reason[:64],
+        preemptor_uid=info.preemptor_uid[:64],
+        preemptor_path=info.preemptor_path[:500],
+        eviction_reason=info.eviction_reason[:64],
+        pod_sets=[p.as_json() for p in info.pod_sets],
+        created=info.created,
+        admitted_at=info.admitted_at,
+        finished_at=info.finished_at,
+        problems=list(info.problems),
+        last_seen=now,
+    )
+
+
+def _local_queue_targets() -> dict[tuple[str, str], str]:
+    return {
+        (ns, name): cq
+        for ns, name, cq in LocalQueueStatus.objects.values_list(
+            "namespace", "name", "cluster_queue"
+        )
+    }
+
+
+def _clear_positions() -> None:
+    """A workload that no longer waits has no place in a queue."""
+    QueueWorkload.objects.exclude(state__in=kueue.WAITING).filter(
+        position_in_cluster_queue__isnull=False
+    ).update(position_in_cluster_queue=None, position_in_local_queue=None)
+
+
+def _upsert_workloads(rows: Sequence[QueueWorkload]) -> None:
+    # One statement per batch (INSERT ... ON CONFLICT UPDATE): the watcher and the sync may
+    # write the same row at the same moment. Positions are left as the visibility read wrote
+    # them.
+    QueueWorkload.objects.bulk_create(
+        rows,
+        batch_size=QUEUE_WORKLOAD_BATCH,
+        update_conflicts=True,
+        unique_fields=["namespace", "name"],
+        update_fields=QUEUE_WORKLOAD_FIELDS,
+    )
+
+
+def store_queue_workloads(raw: list[Any]) -> tuple[int, int]:
+    """Replace the Workload rows with the listed Workloads; returns (kept, skipped)."""
+    platform = platform_namespaces()
+    tenants = tenant_ids()
+    local_queues = _local_queue_targets()
+    now = timezone.now()
+    rows: dict[tuple[str, str], QueueWorkload] = {}
+    skipped = 0
+    for obj in raw:
+        info = kueue.parse_workload(obj)
+        if info is None:
+            skipped += 1
+            logger.warning("skipped a Workload object without a name: %.200r", obj)
+            continue
+        rows[(info.namespace, info.name)] = _queue_workload_row(
+            info, platform, tenants, local_queues, now
+        )
+    del raw
+    with transaction.atomic():
+        gone = [
+            pk
+            for pk, namespace, name in QueueWorkload.objects.values_list("pk", "namespace", "name")
+            if (namespace, name) not in rows
+        ]
+        for start in range(0, len(gone), QUEUE_WORKLOAD_BATCH):
+            QueueWorkload.objects.filter(pk__in=gone[start : start + QUEUE_WORKLOAD_BATCH]).delete()
+        _upsert_workloads(list(rows.values()))
+        _clear_positions()
+    return len(rows), skipped
+
+
+def store_queue_workload(event: str, obj: Any) -> None:
+    """One Workload as a watch reports it: its row is written, or removed on DELETED."""
+    info = kueue.parse_workload(obj)
+    if info is None:
+        logger.warning("skipped a Workload object without a name: %.200r", obj)
+        return
+    if event == "DELETED":
+        QueueWorkload.objects.filter(namespace=info.namespace, name=info.name).delete()
+        return
+    platform = platform_namespaces()
+    slug = tenant_of(info.namespace, platform)
+    tenants = tenant_ids_for(slug)
+    local_queues: dict[tuple[str, str], str] = {}
+    if not info.cluster_queue and info.local_queue:
+        target = (
+            LocalQueueStatus.objects.filter(namespace=info.namespace, name=info.local_queue)
+            .values_list("cluster_queue", flat=True)
+            .first()
+        )
+        if target:
+            local_queues[(info.namespace, info.local_queue)] = target
+    row = _queue_workload_row(info, platform, tenants, local_queues, timezone.now())
+    _upsert_workloads([row])
+    if not row.waiting:
+        QueueWorkload.objects.filter(namespace=row.namespace, name=row.name).update(
+            position_in_cluster_queue=None, position_in_local_queue=None
+        )
+
+
+def tenant_ids_for(slug: str) -> dict[str, int]:
+    """{slug: id} for one tenant slug (empty when it is no tenant's): one indexed query."""
+    if not slug:
+        return {}
+    tenant_model = QueueWorkload._meta.get_field("tenant").related_model
+    assert tenant_model is not None and not isinstance(tenant_model, str)
+    found = tenant_model._default_manager.filter(slug=slug).values_list("id", flat=True).first()
+    return {slug: found} if found is not None else {}
+
+
+CLUSTER_QUEUE_FIELDS = (
+    "tenant",
+    "cohort",
+    "weight",
+    "weighted_share",
+    "quotas",
+    "usage",
+    "reservation",
+    "pending",
+    "reserving",
+    "admitted",
+    "active",
+    "reason",
+    "message",
+    "problems",
+    "last_seen",
+)
+
+
+def _cluster_queue_row(
+    info: kueue.ClusterQueueInfo, tenants: Mapping[str, int], now: Any
+) -> ClusterQueueStatus:
+    _warn_problems("ClusterQueue", info.name, info.problems)
+    return ClusterQueueStatus(
+        name=info.name,
+        # The renderer names a tenant's ClusterQueue after the tenant (gitops.render.kueue).
+        tenant_id=tenants.get(info.name),
+        cohort=info.cohort,
+        weight=info.weight or "",
+        weighted_share=info.weighted_share,
+        quotas=info.quotas,
+        usage=info.usage,
+        reservation=info.reservation,
+        pending=max(info.pending, 0),
+        reserving=max(info.reserving, 0),
+        admitted=max(info.admitted, 0),
+        active=info.active,
+        reason=info.reason[:120],
+        message=info.message,
+        problems=list(info.problems),
+        last_seen=now,
+    )
+
+
+def store_cluster_queues(raw: list[Any]) -> tuple[int, int]:
+    """Replace the ClusterQueue rows with the listed ones; returns (kept, skipped)."""
+    tenants = tenant_ids()
+    now = timezone.now()
+    rows = {}
+    for obj in raw:
+        info = kueue.parse_cluster_queue(obj)
+        if info is not None:
+            rows[info.name] = _cluster_queue_row(info, tenants, now)
+    with transaction.atomic():
+        ClusterQueueStatus.objects.exclude(name__in=rows).delete()
+        ClusterQueueStatus.objects.bulk_create(
+            rows.values(),
+            update_conflicts=True,
+            unique_fields=["name"],
+            update_fields=CLUSTER_QUEUE_FIELDS,
+        )
+    return len(rows), len(raw) - len(rows)
+
+
+def store_cluster_queue(event: str, obj: Any) -> None:
+    info = kueue.parse_cluster_queue(obj)
+    if info is None:
+        return
+    if event == "DELETED":
+        ClusterQueueStatus.objects.filter(name=info.name).delete()
+        return
+    ClusterQueueStatus.objects.bulk_create(
+        [_cluster_queue_row(info, tenant_ids_for(info.name), timezone.now())],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=CLUSTER_QUEUE_FIELDS,
+    )
+
+
+LOCAL_QUEUE_FIELDS = (
+    "tenant",
+    "cluster_queue",
+    "usage",
+    "reservation",
+    "pending",
+    "reserving",
+    "admitted",
+    "weighted_share",
+    "problems",
+    "last_seen",
+)
+
+
+def _local_queue_row(
+    info: kueue.LocalQueueInfo, platform: frozenset[str], tenants: Mapping[str, int], now: Any
+) -> LocalQueueStatus:
+    _warn_problems("LocalQueue", f"{info.namespace}/{info.name}", info.problems)
+    return LocalQueueStatus(
+        namespace=info.namespace,
+        name=info.name,
+        tenant_id=_tenant_id(info.namespace, platform, tenants),
+        cluster_queue=info.cluster_queue,
+        usage=info.usage,
+        reservation=info.reservation,
+        pending=max(info.pending, 0),
+        reserving=max(info.reserving, 0),
+        admitted=max(info.admitted, 0),
+        weighted_share=info.weighted_share,
+        problems=list(info.problems),
+        last_seen=now,
+    )
+
+
+def store_local_queues(raw: list[Any]) -> tuple[int, int]:
+    """Replace the LocalQueue rows with the listed ones; returns (kept, skipped)."""
+    platform = platform_namespaces()
+    tenants = tenant_ids()
+    now = timezone.now()
+    rows = {}
+    for obj in raw:
+        info = kueue.parse_local_queue(obj)
+        if info is not None:
+            rows[(info.namespace, info.name)] = _local_queue_row(info, platform, tenants, now)
+    with transaction.atomic():
+        gone = [
+            pk
+            for pk, namespace, name in LocalQueueStatus.objects.values_list(
+                "pk", "namespace", "name"
+            )
+            if (namespace, name) not in rows
+        ]
+        LocalQueueStatus.objects.filter(pk__in=gone).delete()
+        LocalQueueStatus.objects.bulk_create(
+            rows.values(),
+            update_conflicts=True,
+            unique_fields=["namespace", "name"],
+            update_fields=LOCAL_QUEUE_FIELDS,
+        )
+    return len(rows), len(raw) - len(rows)
+
+
+def store_local_queue(event: str, obj: Any) -> None:
+    info = kueue.parse_local_queue(obj)
+    if info is None:
+        return
+    if event == "DELETED":
+        LocalQueueStatus.objects.filter(namespace=info.namespace, name=info.name).delete()
+        return
+    platform = platform_namespaces()
+    tenants = tenant_ids_for(tenant_of(info.namespace, platform))
+    LocalQueueStatus.objects.bulk_create(
+        [_local_queue_row(info, platform, tenants, timezone.now())],
+        update_conflicts=True,
+        unique_fields=["namespace", "name"],
+        update_fields=LOCAL_QUEUE_FIELDS,
+    )
+
+
+COHORT_FIELDS = ("parent", "weight", "weighted_share", "quotas", "problems", "last_seen")
+
+
+def _cohort_row(info: kueue.CohortInfo, now: Any) -> CohortStatus:
+    _warn_problems("Cohort", info.name, info.problems)
+    return CohortStatus(
+        name=info.name,
+        parent=info.parent,
+        weight=info.weight or "",
+        weighted_share=info.weighted_share,
+        quotas=info.quotas,
+        problems=list(info.problems),
+        last_seen=now,
+    )
+
+
+def store_cohorts(raw: list[Any]) -> tuple[int, int]:
+    """Replace the Cohort rows with the listed ones; returns (kept, skipped)."""
+    now = timezone.now()
+    rows = {}
+    for obj in raw:
+        info = kueue.parse_cohort(obj)
+        if info is not None:
+            rows[info.name] = _cohort_row(info, now)
+    with transaction.atomic():
+        CohortStatus.objects.exclude(name__in=rows).delete()
+        CohortStatus.objects.bulk_create(
+            rows.values(),
+            update_conflicts=True,
+            unique_fields=["name"],
+            update_fields=COHORT_FIELDS,
+        )
+    return len(rows), len(raw) - len(rows)
+
+
+def store_cohort(event: str, obj: Any) -> None:
+    info = kueue.parse_cohort(obj)
+    if info is None:
+        return
+    if event == "DELETED":
+        CohortStatus.objects.filter(name=info.name).delete()
+        return
+    CohortStatus.objects.bulk_create(
+        [_cohort_row(info, timezone.now())],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=COHORT_FIELDS,
+    )
+
+
+# The four kinds in the order a sync stores them: a Workload row takes its ClusterQueue from
+# its LocalQueue's row until quota is reserved, so the LocalQueues come first.
+KUEUE_KINDS: tuple[tuple[CustomKind, Callable[[list[Any]], tuple[int, int]]], ...] = (
+    (COHORT, store_cohorts),
+    (CLUSTER_QUEUE, store_cluster_queues),
+    (LOCAL_QUEUE, store_local_queues),
+    (WORKLOAD, store_queue_workloads),
+)
+
+
+def sync_kueue(kube: Kube) -> tuple[int, int]:
+    """Kueue's Cohorts, ClusterQueues, LocalQueues and Workloads; returns (kept, skipped).
+    Kueue not installed (404 on its kinds) is no error: there are no queues."""
+    kept = skipped = 0
+    for kind, store in KUEUE_KINDS:
+        try:
+            items = kube.list_custom(kind)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            items = []
+        k, s = store(items)
+        kept, skipped = kept + k, skipped + s
+    return kept, skipped
+
+
+def waiting_cluster_queues() -> list[str]:
+    """The ClusterQueues with a workload waiting, by their status or by the Workload rows
+    (whichever the watch heard first)."""
+    names = set(ClusterQueueStatus.objects.filter(pending__gt=0).values_list("name", flat=True))
+    names.update(
+        QueueWorkload.objects.filter(state__in=kueue.WAITING)
+        .exclude(cluster_queue="")
+        .values_list("cluster_queue", flat=True)
+        .distinct()
+    )
+    return sorted(names)
+
+
+def sync_positions(kube: Kube, *, page: int | None = None) -> int:
+    """Read every waiting workload's position from Kueue's visibility API, one ClusterQueue
+    at a time, ``page`` items a request (offset/limit, as ``kubectl get --raw`` pages it); write
+    them and clear the positions of the rest. Returns how many positions were read.
+
+    Cheap when nothing waits: no request at all, one query for the queues and one update. A
+    ClusterQueue deleted meanwhile (404) is skipped; any other failure raises ``KubeError``
+    and leaves the positions as they were."""
+    page = page or settings.FLEET_QUEUE_POSITIONS_PAGE
+    now = timezone.now()
+    found: dict[tuple[str, str], tuple[str, kueue.PendingPosition]] = {}
+    for cluster_queue in waiting_cluster_queues():
+        offset = 0
+        while True:
+            try:
+                body = kube.pending_workloads(cluster_queue, offset=offset, limit=page)
+            except KubeError as exc:
+                if exc.status == 404:
+                    break
+                raise
+            items = kueue.parse_pending_workloads(body)
+            for item in items:
+                found[(item.namespace, item.name)] = (cluster_queue, item)
+            if len(items) < page:
+                break
+            offset += len(items)
+    with transaction.atomic():
+        QueueWorkload.objects.filter(position_in_cluster_queue__isnull=False).update(
+            position_in_cluster_queue=None, position_in_local_queue=None
+        )
+        rows = list(
+            QueueWorkload.objects.filter(state__in=kueue.WAITING).only(
+                "pk", "namespace", "name", "cluster_queue"
+            )
+        )
+        changed = []
+        for row in rows:
+            hit = found.get((row.namespace, row.name))
+            if hit is None:
+                continue
+            cluster_queue, item = hit
+            row.cluster_queue = cluster_queue
+            row.position_in_cluster_queue = item.position_in_cluster_queue
+            row.position_in_local_queue = item.position_in_local_queue
+            row.positions_read = now
+            changed.append(row)
+        QueueWorkload.objects.bulk_update(
+            changed,
+            [
+                "cluster_queue",
+                "position_in_cluster_queue",
+                "position_in_local_queue",
+                "positions_read",
+            ],
+            batch_size=QUEUE_WORKLOAD_BATCH,
+        )
+    return len(found)
 
 
 # --- tenants' Git credentials ---------------------------------------------------------------

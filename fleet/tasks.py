@@ -1,12 +1,13 @@
-"""Background work of the fleet app: the sync, drains, and flavors from the inventory."""
+"""Background work of the fleet app: the sync, queue positions, drains, and flavors from the
+inventory."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from fleet import services
-from fleet.kube import KubeError
-from fleet.models import Node
+from fleet.kube import Kube, KubeError
+from fleet.models import Node, SyncState
 from portal.audit import record_audit
 from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
@@ -25,6 +26,22 @@ def sync(job: Job) -> None:
     if report.moved_changes:
         job.append_log(f"changes moved on: {', '.join(f'#{pk}' for pk in report.moved_changes)}")
     prune_scheduled("fleet.sync", SCHEDULED_SYNC_KEEP)
+
+
+@job_task("fleet.queue_positions")
+def queue_positions(job: Job) -> None:
+    """Read the waiting workloads' queue positions from Kueue's visibility API. A failure is
+    recorded as stale positions, not retried: the next scheduled run is the retry."""
+    try:
+        with Kube() as kube:
+            read = services.sync_positions(kube)
+    except KubeError as exc:
+        services.record_sync(SyncState.Source.POSITIONS, error=str(exc))
+        job.append_log(str(exc))
+    else:
+        services.record_sync(SyncState.Source.POSITIONS, items=read)
+        job.set_progress(100, f"read {read} queue position{'' if read == 1 else 's'}")
+    prune_scheduled("fleet.queue_positions", SCHEDULED_SYNC_KEEP)
 
 
 @job_task("fleet.drain")

@@ -1,7 +1,8 @@
 """Status as events: Kubernetes watches keep the fleet's rows current between syncs.
 
 For each kind the sync reads (nodes, pods, Flux Kustomizations and HelmReleases, KServe
-InferenceServices) one thread lists, then watches from the list's resourceVersion with
+InferenceServices, Kueue Workloads, ClusterQueues, LocalQueues and Cohorts) one thread lists,
+then watches from the list's resourceVersion with
 ``allowWatchBookmarks``, as client-go's reflector does (the Kubernetes API concepts,
 "Efficient detection of changes" and "Watch bookmarks"):
 
@@ -34,7 +35,18 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleet import services
-from fleet.kube import HELM_RELEASE, INFERENCE_SERVICE, KUSTOMIZATION, Kube, KubeError, Watchable
+from fleet.kube import (
+    CLUSTER_QUEUE,
+    COHORT,
+    HELM_RELEASE,
+    INFERENCE_SERVICE,
+    KUSTOMIZATION,
+    LOCAL_QUEUE,
+    WORKLOAD,
+    Kube,
+    KubeError,
+    Watchable,
+)
 from fleet.models import SyncState, WatchState
 from fleet.signals import status_changed
 from gitops.fleet import configured_fleet
@@ -98,6 +110,35 @@ WATCHED: tuple[Watched, ...] = (
         lambda items: services.store_custom(INFERENCE_SERVICE, items),
         lambda event, obj: services.store_custom_object(INFERENCE_SERVICE, event, obj),
         moves_requests=True,
+    ),
+    # Kueue: what the queue pages read (fleet.queues). Nothing follows from them in the catalog.
+    Watched(
+        COHORT.plural,
+        COHORT,
+        SyncState.Source.KUEUE,
+        services.store_cohorts,
+        services.store_cohort,
+    ),
+    Watched(
+        CLUSTER_QUEUE.plural,
+        CLUSTER_QUEUE,
+        SyncState.Source.KUEUE,
+        services.store_cluster_queues,
+        services.store_cluster_queue,
+    ),
+    Watched(
+        LOCAL_QUEUE.plural,
+        LOCAL_QUEUE,
+        SyncState.Source.KUEUE,
+        services.store_local_queues,
+        services.store_local_queue,
+    ),
+    Watched(
+        WORKLOAD.plural,
+        WORKLOAD,
+        SyncState.Source.KUEUE,
+        services.store_queue_workloads,
+        services.store_queue_workload,
     ),
 )
 

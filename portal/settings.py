@@ -521,6 +521,14 @@ if not FLUX_WEBHOOK_SECRET and FLEET_SIMULATOR and DEBUG:
     # notification-controller signs as a real one would; nothing to configure.
     FLUX_WEBHOOK_SECRET = secrets.token_hex(32)
 FLUX_EVENT_MAX_AGE_SECONDS = env_int("FLUX_EVENT_MAX_AGE_SECONDS", 600)
+# Queue positions: Kueue's visibility API read per ClusterQueue with work waiting, this often,
+# this many pending workloads a request (Kueue's own default page is 1,000, its maximum 100,000).
+FLEET_QUEUE_POSITIONS_SECONDS = env_int("FLEET_QUEUE_POSITIONS_SECONDS", FLEET_SYNC_SECONDS)
+FLEET_QUEUE_POSITIONS_PAGE = env_int("FLEET_QUEUE_POSITIONS_PAGE", 500)
+CELERY_BEAT_SCHEDULE["fleet-queue-positions"] = {
+    "task": "fleet.queue_positions",
+    "schedule": schedule(timedelta(seconds=FLEET_QUEUE_POSITIONS_SECONDS)),
+}
 CELERY_BEAT_SCHEDULE["fleet-flavors"] = {
     "task": "fleet.reconcile_flavors",
     "schedule": crontab(minute="*/10"),

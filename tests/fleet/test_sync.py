@@ -80,7 +80,7 @@ def test_it_reads_the_inventory_over_http(sim: Simulator) -> None:
     assert vision.exists()
     assert all(w.node for w in vision)
     states = {s.source: s for s in SyncState.objects.all()}
-    assert set(states) == {"nodes", "pods", "flux", "kserve", "crds"}
+    assert set(states) == {"nodes", "pods", "flux", "kserve", "kueue", "crds"}
     assert not any(s.stale for s in states.values())
 
 
@@ -176,7 +176,7 @@ def test_it_keeps_old_rows_and_marks_them_stale_when_the_api_is_down(
     services.sync_all()
     sim.stop()
     report = services.sync_all()
-    assert set(report.errors) == {"nodes", "pods", "flux", "kserve"}
+    assert set(report.errors) == {"nodes", "pods", "flux", "kserve", "kueue"}
     assert Node.objects.count() == 18  # the last good read stays
     nodes = SyncState.objects.get(source="nodes")
     assert nodes.stale and "did not answer" in nodes.error
@@ -223,7 +223,7 @@ def test_it_treats_a_timeout_as_stale_data_not_a_crash(silent_api: str) -> None:
     started = time.monotonic()
     report = services.sync_all()
     assert time.monotonic() - started < 30
-    assert set(report.errors) == {"nodes", "pods", "flux", "kserve", "crds"}
+    assert set(report.errors) == {"nodes", "pods", "flux", "kserve", "kueue", "crds"}
     assert all(SyncState.objects.get(source=s).stale for s in report.errors)
 
 
