@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render
 from django.urls import URLPattern, path
 from django.utils import timezone
@@ -21,6 +21,8 @@ from django.views.decorators.http import require_safe
 from billing import charts
 from billing.dashboards import PRESETS, Range, RangeError, admin_dashboard, parse_range
 from billing.dashboards import tenant_dashboard as tenant_rows
+from billing.job_usage import job_usage as usage_of
+from catalog.jobs import job_named
 from fleet.charts import figure_html
 from portal.views import plotly_js_url
 from tenants.access import Action, get_tenant_for_user, may
@@ -108,7 +110,28 @@ def tenant_dashboard(request: HttpRequest, tenant: str) -> HttpResponse:
     return render(request, _template(request, template), context)
 
 
+@login_required
+def job_usage(request: HttpRequest, tenant: str, job: str) -> HttpResponse:
+    """A batch job's GPU time, cost and efficiency: the fragment its page loads."""
+    access = get_tenant_for_user(request, tenant)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    access.require(Action.VIEW_COST)
+    found = job_named(access.tenant, job)
+    if found is None:
+        raise Http404("No such job.")
+    usage = usage_of(found)
+    context = {
+        "job": found,
+        "usage": usage,
+        "efficiency_percent": usage.efficiency * 100,
+        "currency": settings.BILLING_CURRENCY,
+    }
+    return render(request, "billing/_job_usage.html", context)
+
+
 urlpatterns: list[URLPattern] = [
     path("billing/", admin_dashboard_page, name="admin_dashboard"),
     path("t/<slug:tenant>/usage/", tenant_dashboard, name="tenant_dashboard"),
+    path("t/<slug:tenant>/jobs/<slug:job>/usage/", job_usage, name="job_usage"),
 ]

@@ -360,3 +360,69 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.message_id} to {self.endpoint.url}"
+
+
+class JobTemplate(models.Model):
+    """A platform-defined starting point for tenants' batch jobs (``BatchJob``): what it is for,
+    the image and command it runs by default, how many GPUs per pod, and the longest it may
+    run (a job's deadline may not exceed it). Platform admins manage them; a tenant's job form
+    starts from one."""
+
+    class Purpose(models.TextChoices):
+        FINE_TUNING = "fine-tuning", "Fine-tuning"
+        EVALUATION = "evaluation", "Evaluation"
+        BATCH_INFERENCE = "batch-inference", "Batch inference"
+
+    name = models.CharField(max_length=63, unique=True)
+    purpose = models.CharField(max_length=20, choices=Purpose.choices)
+    description = models.CharField(max_length=300, blank=True)
+    image = models.CharField(max_length=512)
+    command = models.JSONField(default=list, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    gpus = models.PositiveIntegerField(default=1)
+    max_runtime_seconds = models.PositiveIntegerField(default=3600)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["purpose", "name"]
+
+    def __str__(self) -> str:
+        return f"job template {self.name}"
+
+
+class BatchJob(models.Model):
+    """A batch job the portal submitted for a tenant (not a pull request: run-once work within
+    the quota Git granted), as it was submitted: the Kubernetes object's kind, namespace, name
+    and uid, and the ``BatchJobSpec`` JSON it was rendered from. Its state is the cluster's
+    (the Job, Kueue's Workload) and is read, never stored here; ``cancelled_at`` records who
+    deleted it through the portal. A name may be used again once the object is gone, so rows
+    are told apart by ``uid`` and the newest of a name is the one its page shows."""
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="batch_jobs"
+    )
+    name = models.CharField(max_length=63)
+    namespace = models.CharField(max_length=63)
+    kind = models.CharField(max_length=16)  # Job or JobSet
+    uid = models.CharField(max_length=64, unique=True)
+    template = models.ForeignKey(
+        JobTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    spec = models.JSONField(default=dict)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "name"], name="batch_job_tenant_name")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"

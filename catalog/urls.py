@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from catalog import views, views_webhooks
+from catalog import views, views_jobs, views_webhooks
 
 app_name = "catalog"
 
@@ -33,6 +33,11 @@ urlpatterns = [
         views.kubeconfig,
         name="kubeconfig",
     ),
+    path("t/<slug:tenant>/jobs/", views_jobs.job_list, name="jobs"),
+    path("t/<slug:tenant>/jobs/new/", views_jobs.job_new, name="job_new"),
+    path("t/<slug:tenant>/jobs/<slug:job>/", views_jobs.job_detail, name="job"),
+    path("t/<slug:tenant>/jobs/<slug:job>/logs/", views_jobs.job_logs, name="job_logs"),
+    path("t/<slug:tenant>/jobs/<slug:job>/cancel/", views_jobs.job_cancel, name="job_cancel"),
     path("t/<slug:tenant>/webhooks/", views_webhooks.webhooks, name="webhooks"),
     path(
         "t/<slug:tenant>/webhooks/<int:endpoint_id>/",

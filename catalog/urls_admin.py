@@ -1,6 +1,6 @@
 """Platform-admin catalog URLs (approvals) and everyone's notifications.
 
-The ``approvals/`` pages answer 404 to anyone but a platform admin; ``notifications/`` shows
+The ``approvals/`` and ``job-templates/`` pages answer 404 to anyone but a platform admin; ``notifications/`` shows
 the signed-in user's own rows only."""
 
 from __future__ import annotations
@@ -23,6 +23,13 @@ urlpatterns = [
         name="request_changes",
     ),
     path("approvals/<int:request_id>/retry/", views.retry, name="retry"),
+    path("job-templates/", views.job_templates, name="job_templates"),
+    path("job-templates/<slug:name>/", views.job_template, name="job_template"),
+    path(
+        "job-templates/<slug:name>/delete/",
+        views.job_template_delete,
+        name="job_template_delete",
+    ),
     path("notifications/", views.notifications, name="notifications"),
     path("notifications/read/", views.notifications_read, name="notifications_read"),
 ]

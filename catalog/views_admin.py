@@ -26,8 +26,9 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from catalog import services, states
-from catalog.models import Notification, ResourceRequest
+from catalog import jobs, services, states
+from catalog.job_forms import JobTemplateForm
+from catalog.models import JobTemplate, Notification, ResourceRequest
 from catalog.preview import file_patches, preview_of
 from catalog.services import CapacityRow
 from catalog.specs import CLASSES
@@ -100,7 +101,7 @@ class ApproveManyForm(forms.Form):
     merge = forms.BooleanField(required=False, initial=True)
 
 
-def _add_errors(form: forms.Form, error: ValidationError) -> None:
+def _add_errors(form: forms.BaseForm, error: ValidationError) -> None:
     """A service's refusal on the form: on its field when the form has one, else above it."""
     if not hasattr(error, "error_dict"):
         form.add_error(None, error)
@@ -423,3 +424,45 @@ def notifications_read(request: HttpRequest) -> HttpResponse:
     if "open" in request.POST and notice.url and safe:
         return redirect(notice.url)
     return redirect("approvals:notifications")
+
+
+# --- batch job templates --------------------------------------------------------------------
+
+
+@action_page(Action.MANAGE_JOB_TEMPLATES)
+def job_templates(request: HttpRequest) -> HttpResponse:
+    """The platform's job templates, and the form for a new one."""
+    return _template_page(request, None)
+
+
+@action_page(Action.MANAGE_JOB_TEMPLATES)
+def job_template(request: HttpRequest, name: str) -> HttpResponse:
+    return _template_page(request, get_object_or_404(JobTemplate, name=name))
+
+
+def _template_page(request: HttpRequest, template: JobTemplate | None) -> HttpResponse:
+    posted = request.method == "POST"
+    form = JobTemplateForm(request.POST if posted else None, instance=template)
+    if posted and form.is_valid():
+        try:
+            saved = jobs.do_save_job_template(
+                acting_user=request.user,
+                name=template.name if template else form.cleaned_data["name"],
+                values=form.values(),
+            )
+        except ValidationError as exc:
+            _add_errors(form, exc)
+        else:
+            messages.success(request, f"Template {saved.name} saved.")
+            return redirect("approvals:job_templates")
+    context = {"templates": JobTemplate.objects.all(), "form": form, "editing": template}
+    return render(request, "catalog/job_templates.html", context, status=400 if posted else 200)
+
+
+@action_page(Action.MANAGE_JOB_TEMPLATES)
+@require_POST
+def job_template_delete(request: HttpRequest, name: str) -> HttpResponse:
+    template = get_object_or_404(JobTemplate, name=name)
+    jobs.do_delete_job_template(template, acting_user=request.user)
+    messages.success(request, f"Template {name} removed.")
+    return redirect("approvals:job_templates")

@@ -254,6 +254,40 @@ class EndpointSpec:
     memory_gib: int = 64
 
 
+# Where a multi-pod job's pods must land together (Kueue topology-aware scheduling): one NVLink
+# domain (the Topology's first level) or one rack (the level above the node); "" for anywhere.
+JobTopology = Literal["", "nvlink-domain", "rack"]
+
+
+@dataclass(frozen=True)
+class BatchJobSpec:
+    """Run-once work of a tenant (fine-tuning, evaluation, batch inference): one batch/v1 Job,
+    or a JobSet of one pod per node when ``nodes`` > 1 (``gitops.render.jobs``).
+
+    Not held in Git: the portal submits it to the Kubernetes API within the quota Git granted.
+    ``gpus`` is per pod, in the unit of ``share`` (GPUs, MIG slices or vGPU slots; a DRA share's
+    claim template size); ``cpu`` and ``memory_gib`` are per pod too. ``env`` holds plain
+    values only, no secrets. ``deadline_seconds`` bounds the run (activeDeadlineSeconds),
+    ``ttl_seconds`` how long the finished job is kept (ttlSecondsAfterFinished).
+    """
+
+    name: str
+    image: str
+    share: str
+    gpus: int = 1
+    nodes: int = 1
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    priority: str = "batch-low"
+    topology: JobTopology = ""
+    deadline_seconds: int = 3600
+    ttl_seconds: int = 86400
+    cpu: int = 4
+    memory_gib: int = 32
+    template: str = ""
+
+
 @dataclass(frozen=True)
 class ClusterMember:
     """One member of the tenant as its clusters know them: the portal role, and the identity

@@ -446,6 +446,22 @@ COMPONENTS: tuple[Component, ...] = (
             ),
         ),
     ),
+    # Multi-node batch jobs (gitops/render/jobs.py): the release Kueue v0.19.2 builds against
+    # (its go.mod requires sigs.k8s.io/jobset v0.12.0).
+    Component(
+        "jobset",
+        "v0.12.0",
+        "kubernetes-sigs/jobset",
+        "f22e565ac3cc3265c7c45ef67ecffdc689af5d77",
+        folder="jobset",
+        files=(
+            UpstreamFile(
+                "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
+                "d022b87624512cf0b6741b31b24a2bea9945b5a838b50713af29332c878bb6fe",
+                823762,
+            ),
+        ),
+    ),
     # The one chart of gitops/render/stack.py with a values schema at its pinned version.
     Component(
         "cert-manager",

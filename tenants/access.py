@@ -50,6 +50,10 @@ class Action(StrEnum):
     MANAGE_INVOICES = "manage_invoices"  # draft, issue and correct invoices
     SET_BUDGET = "set_budget"  # a tenant's monthly budget and its alert thresholds
     MANAGE_WEBHOOKS = "manage_webhooks"  # add, disable, remove webhooks; rotate, redeliver
+    RUN_JOB = "run_job"  # submit a batch job (fine-tuning, evaluation, batch inference)
+    CANCEL_JOB = "cancel_job"  # cancel a batch job (owner: who submitted it)
+    READ_JOB_LOGS = "read_job_logs"  # the last lines of a batch job's pods
+    MANAGE_JOB_TEMPLATES = "manage_job_templates"  # the platform's batch job templates
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,14 @@ RULES: dict[Action, Rule] = {
     # A webhook sends the tenant's request events to a URL of its choice, signed with a secret
     # only the admins see; every reader of the tenant may read the delivery log.
     Action.MANAGE_WEBHOOKS: Rule(_ADMINS, _PLATFORM_ADMIN),
+    # A job is submitted to the cluster as the member (gitops.render.rbac), whose tenant role
+    # there is the one held here: platform admins are nobody in the tenant's namespace, and
+    # what they run themselves they run with kubectl.
+    Action.RUN_JOB: Rule(_WRITERS),
+    Action.CANCEL_JOB: Rule(_ADMINS, owner=_WRITERS),
+    # Logs may hold the tenant's data: its members read them (viewers too), nobody else.
+    Action.READ_JOB_LOGS: Rule(_ALL_TENANT_ROLES),
+    Action.MANAGE_JOB_TEMPLATES: Rule(platform=_PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -131,6 +143,11 @@ DENIED: dict[Action, str] = {
     Action.SET_BUDGET: "Only an admin of this tenant, finance or a platform admin can set its "
     "budget.",
     Action.MANAGE_WEBHOOKS: "Only an admin of this tenant can manage its webhooks.",
+    Action.RUN_JOB: "Only the tenant's members and admins run jobs; viewers cannot.",
+    Action.CANCEL_JOB: "Only who submitted the job (still a member) or a tenant admin can "
+    "cancel it.",
+    Action.READ_JOB_LOGS: "Only the tenant's members read its jobs' logs.",
+    Action.MANAGE_JOB_TEMPLATES: "Only platform admins manage job templates.",
 }
 
 

@@ -110,6 +110,13 @@ CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("serving.kserve.io", "inferenceservices", ("get", "list", "watch")),
     # The schema check validates against the CRDs the cluster serves (gitops.schemas).
     ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
+    # Tenants' batch jobs are submitted as the member (gitops.render.rbac, "batch jobs"):
+    # ``ai-factory:member:<username>`` with the group of their tenant and role. RBAC cannot
+    # name either here (user names are people's; tenant groups come and go with tenants, and
+    # the isolation check keeps cluster-scoped grants out of tenant directories), so the
+    # account may impersonate any user or group: docs/operator-guide.md says what that means.
+    ("", "users", ("impersonate",)),
+    ("", "groups", ("impersonate",)),
 )
 
 

@@ -92,8 +92,97 @@ def role_binding(tenant: TenantSpec) -> dict[str, Any]:
     }
 
 
+# --- batch jobs, submitted by the portal as the member -------------------------------------
+#
+# The portal submits a tenant's batch jobs to the API server impersonating the member
+# (``catalog.jobs``), so RBAC, admission (Kueue's, Kyverno's, Pod Security) and the API
+# server's audit log decide and record as that person, not as the portal. The user name is one
+# no identity provider can issue: the host's API server gives OIDC users the ``oidc:`` prefix
+# (``gitops.render.cluster_access``) and service accounts ``system:serviceaccount:``, so
+# ``ai-factory:member:<username>`` can only be the portal's doing. It is not the member's OIDC
+# identity: members with local accounts have none, and the host cluster need not trust the
+# portal's provider at all. What the person may do comes from a group per tenant and role,
+# bound here in the tenant's namespace only.
+
+MEMBER_USER_PREFIX = "ai-factory:member:"
+JOB_RUNNER_ROLE = "ai-factory:job-runner"
+JOB_READER_ROLE = "ai-factory:job-reader"
+JOB_RUNNERS_BINDING = "ai-factory:job-runners"
+JOB_READERS_BINDING = "ai-factory:job-readers"
+# Tenant roles that run jobs, and those that only read them (tenants.access RUN_JOB, VIEW).
+RUNNER_ROLES = ("admin", "member")
+READER_ROLES = ("viewer",)
+_READ = ["get", "list", "watch"]
+
+
+def member_user(username: str) -> str:
+    """The user the portal impersonates for ``username`` (see above)."""
+    return f"{MEMBER_USER_PREFIX}{username}"
+
+
+def tenant_group(slug: str, role: str) -> str:
+    """The group of ``role`` holders of tenant ``slug``, as the portal impersonates it."""
+    return f"ai-factory:tenant:{slug}:{role}"
+
+
+def job_roles() -> list[dict[str, Any]]:
+    """What a job runner and a job reader may do in a tenant namespace they are bound in: the
+    runner creates, reads and deletes Jobs and JobSets, the reader only reads them; both read
+    their pods, the pods' logs and Kueue's Workloads (status and queue position)."""
+    reads: list[dict[str, Any]] = [
+        {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": list(_READ)},
+    ]
+    runner = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": [*_READ, "create", "delete"]},
+        {
+            "apiGroups": ["jobset.x-k8s.io"],
+            "resources": ["jobsets"],
+            "verbs": [*_READ, "create", "delete"],
+        },
+        *reads,
+    ]
+    reader = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": list(_READ)},
+        {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": list(_READ)},
+        *reads,
+    ]
+    return [
+        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": metadata(name), "rules": rules}
+        for name, rules in ((JOB_RUNNER_ROLE, runner), (JOB_READER_ROLE, reader))
+    ]
+
+
+def job_bindings(tenant: TenantSpec) -> list[dict[str, Any]]:
+    """The tenant's groups bound to the job roles in its namespace, and nowhere else."""
+    return [
+        {
+            "apiVersion": RBAC_API,
+            "kind": "RoleBinding",
+            "metadata": metadata(name, tenant.slug, tenant=tenant.slug),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Group",
+                    "name": tenant_group(tenant.slug, held),
+                }
+                for held in roles
+            ],
+        }
+        for name, role, roles in (
+            (JOB_RUNNERS_BINDING, JOB_RUNNER_ROLE, RUNNER_ROLES),
+            (JOB_READERS_BINDING, JOB_READER_ROLE, READER_ROLES),
+        )
+    ]
+
+
 def tenant_objects(tenant: TenantSpec) -> list[dict[str, Any]]:
-    return [service_account(tenant), role_binding(tenant)]
+    return [service_account(tenant), role_binding(tenant), *job_bindings(tenant)]
 
 
 PORTAL_ACCESS_ROLE = "ai-factory-portal"

@@ -135,7 +135,7 @@ def render_infrastructure(fleet: FleetSpec) -> dict[str, bytes]:
         ("kyverno-policies.yaml", kyverno.cluster_policies()),
         ("monitoring.yaml", monitoring.fleet_objects(fleet)),
         ("priority-classes.yaml", priority.priority_classes()),
-        ("rbac.yaml", [rbac.tenant_reconciler_role()]),
+        ("rbac.yaml", [rbac.tenant_reconciler_role(), *rbac.job_roles()]),
     ]
     if not fleet.stack:
         configs.append(("kueue-manager-config.yaml", [kueue_config.manager_config_map(fleet)]))

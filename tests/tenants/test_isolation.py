@@ -41,7 +41,7 @@ def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
     url = "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
     for name in ("request_id", "resource_id", "endpoint_id", "delivery_id", "invitation_id"):
         url = url.replace(f"<int:{name}>", str(ids.get(name, 1)))
-    url = url.replace("<str:kind>", "gpu-share")
+    url = url.replace("<str:kind>", "gpu-share").replace("<slug:job>", "train-1")
     assert "<" not in url, f"unfilled URL argument in {route}"
     return url
 
@@ -82,6 +82,17 @@ def alpha_ids(world: dict[str, Any]) -> dict[str, int]:
         email="newhire@example.com",
         role="admin",
         expires_at=timezone.now() + timedelta(days=1),
+    )
+    from catalog.models import BatchJob
+
+    BatchJob.objects.create(
+        tenant=world["alpha"],
+        name="train-1",
+        namespace="alpha",
+        kind="Job",
+        uid="4b1c8a52-0000-4000-8000-000000000001",
+        spec={"name": "train-1"},
+        submitted_by=world["bob"],
     )
     return {
         "invitation_id": invitation.pk,
@@ -163,6 +174,8 @@ def test_a_member_reaches_the_catalog_pages_the_outsiders_cannot(
         "t/<slug:tenant>/requests/<int:request_id>/",
         "t/<slug:tenant>/catalog/",
         "t/<slug:tenant>/resources/<int:resource_id>/modify/",
+        "t/<slug:tenant>/jobs/",
+        "t/<slug:tenant>/jobs/new/",
     ]:
         url = _url(route, "alpha", 0, **alpha_ids)
         assert bob.get(url).status_code == 200, url

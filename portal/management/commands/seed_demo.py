@@ -170,6 +170,47 @@ TENANTS = [
 ]
 
 
+# name, fields: the demo's batch job templates (images from the fleet's allowed registries).
+JOB_TEMPLATES: list[tuple[str, dict[str, Any]]] = [
+    (
+        "fine-tuning",
+        {
+            "purpose": "fine-tuning",
+            "description": "LoRA fine-tuning of a Hugging Face model on a dataset.",
+            "image": "ghcr.io/ai-factory/finetune:0.4.0",
+            "command": ["python", "-m", "ai_factory.finetune"],
+            "args": ["--method", "lora"],
+            "gpus": 2,
+            "max_runtime_seconds": 24 * 3600,
+        },
+    ),
+    (
+        "evaluation",
+        {
+            "purpose": "evaluation",
+            "description": "lm-evaluation-harness tasks against a model.",
+            "image": "ghcr.io/ai-factory/eval:0.4.0",
+            "command": ["lm_eval"],
+            "args": ["--tasks", "mmlu,hellaswag"],
+            "gpus": 1,
+            "max_runtime_seconds": 4 * 3600,
+        },
+    ),
+    (
+        "batch-inference",
+        {
+            "purpose": "batch-inference",
+            "description": "vLLM's offline batch runner over a JSONL file of requests.",
+            "image": "docker.io/vllm/vllm-openai:v0.11.0",
+            "command": ["python", "-m", "vllm.entrypoints.openai.run_batch"],
+            "args": ["-i", "/data/requests.jsonl", "-o", "/data/results.jsonl"],
+            "gpus": 1,
+            "max_runtime_seconds": 8 * 3600,
+        },
+    ),
+]
+
+
 class Command(BaseCommand):
     help = "Create the demo users and tenants."
 
@@ -180,6 +221,7 @@ class Command(BaseCommand):
             self._merge_onboarding()
             self._commit_flux_components()
             self._seed_catalog()
+            self._seed_job_templates()
             self._seed_billing()
             self.stdout.write(
                 self.style.SUCCESS(
@@ -313,6 +355,16 @@ class Command(BaseCommand):
             with transaction.atomic():
                 gitops.do_merge(request.change, acting_user=users["platform"])
             catalog.advance_requests()
+
+    def _seed_job_templates(self) -> None:
+        """The platform's three batch job templates, as a platform admin saves them."""
+        from catalog.jobs import do_save_job_template
+        from catalog.models import JobTemplate
+
+        platform = get_user_model().objects.get(username="platform")
+        for name, values in JOB_TEMPLATES:
+            if not JobTemplate.objects.filter(name=name).exists():
+                do_save_job_template(acting_user=platform, name=name, values=values)
 
     def _seed_billing(self) -> None:
         """Prices, a month of made-up GPU usage and a budget, so the cost pages have a
