@@ -7,16 +7,24 @@ each object on its own and records what it lacked.
 
 Every failure (unreachable API server, timeout, an error status, a body that is not JSON)
 becomes ``KubeError`` with a sentence a person can act on; callers mark their data stale.
+
+Run-once work (Jobs, JobSets) is written on a member's behalf: ``Kube.impersonating`` gives a
+client whose requests carry ``Impersonate-User`` and one ``Impersonate-Group`` per group, so the
+API server's RBAC and admission (Kyverno, Kueue's webhooks, quota) decide as that member. Its
+generic ``create``, ``get``, ``list``, ``delete`` and ``pod_log`` find a kind's resource through
+discovery (cached per client and the clients derived from it) and use the raw REST paths.
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 from django.conf import settings
@@ -54,6 +62,41 @@ COHORT = CustomKind("kueue.x-k8s.io", "v1beta2", "cohorts", "Cohort")
 # Kueue's visibility API, an aggregated API served by the Kueue controller (kueue v0.19.2
 # apis/visibility/v1beta2, pkg/visibility/storage/pending_workloads_cq.go).
 VISIBILITY_PENDING = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{name}/pendingworkloads"
+
+
+IMPERSONATE_USER = "Impersonate-User"
+IMPERSONATE_GROUP = "Impersonate-Group"
+PROPAGATION_POLICIES = ("Background", "Foreground", "Orphan")
+
+
+class ImpersonatingApiClient(client.ApiClient):
+    """An ApiClient whose every request acts as ``user`` with ``groups``.
+
+    ``Impersonate-User`` is a default header; the API server reads each ``Impersonate-Group``
+    header as one group (k8s.io/apiserver ``filters/impersonation.go``), which a dict of
+    default headers cannot repeat, so the groups are added to each request's headers as
+    urllib3's multi-valued ``HTTPHeaderDict``."""
+
+    def __init__(
+        self, configuration: client.Configuration, user: str, groups: builtins.list[str]
+    ) -> None:
+        super().__init__(configuration)
+        self.set_default_header(IMPERSONATE_USER, user)
+        self.groups = tuple(groups)
+
+    def call_api(
+        self,
+        method: Any,
+        url: Any,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        headers = urllib3.HTTPHeaderDict(header_params or {})
+        for group in self.groups:
+            headers.add(IMPERSONATE_GROUP, group)
+        return super().call_api(method, url, headers, body, post_params, _request_timeout)
 
 
 def api_client() -> client.ApiClient:
@@ -100,6 +143,20 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.extensions = client.ApiextensionsV1Api(self.api)
+        # (apiVersion, kind) -> (plural, namespaced), from discovery.
+        self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
+
+    def impersonating(self, user: str, groups: builtins.list[str]) -> Kube:
+        """A client of the same API server whose requests act as ``user`` in ``groups`` (the
+        API server adds ``system:authenticated``). Close it when done; it shares discovery
+        with this one. The portal's own account needs ``impersonate`` on ``users`` and
+        ``groups`` for this (docs/architecture.md)."""
+        if not user:
+            raise ValueError("impersonating needs a user name")
+        api = ImpersonatingApiClient(self.api.configuration, user, groups)
+        acting = Kube(api, timeout=self.timeout)
+        acting._resources = self._resources
+        return acting
 
     @property
     def where(self) -> str:
@@ -119,17 +176,17 @@ class Kube:
         body = self._call("read the server version", client.VersionApi(self.api).get_code)
         return body if isinstance(body, dict) else {}
 
-    def list_nodes(self) -> list[Any]:
+    def list_nodes(self) -> builtins.list[Any]:
         return self._items("nodes", lambda **kw: self.core.list_node(**kw))
 
-    def list_pods(self, *, node: str = "") -> list[Any]:
+    def list_pods(self, *, node: str = "") -> builtins.list[Any]:
         selector = f"spec.nodeName={node}" if node else None
         return self._items(
             "pods",
             lambda **kw: self.core.list_pod_for_all_namespaces(field_selector=selector, **kw),
         )
 
-    def list_custom(self, kind: CustomKind) -> list[Any]:
+    def list_custom(self, kind: CustomKind) -> builtins.list[Any]:
         return self._items(
             kind.plural,
             lambda **kw: self.custom.list_cluster_custom_object(
@@ -137,7 +194,7 @@ class Kube:
             ),
         )
 
-    def list_crds(self) -> list[Any]:
+    def list_crds(self) -> builtins.list[Any]:
         """The CustomResourceDefinitions the API server serves.
 
         Needs ``list`` on ``customresourcedefinitions.apiextensions.k8s.io`` (cluster-wide)."""
@@ -312,7 +369,161 @@ class Kube:
             lambda **kw: self.core.create_namespaced_pod_eviction(name, namespace, body, **kw),
         )
 
-    def _items(self, what: str, call: Callable[..., Any]) -> list[Any]:
+    # --- any kind, by apiVersion and kind (run-once work) -----------------------------------
+
+    def create(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        obj: dict[str, Any],
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Create ``obj`` in ``namespace``; the object as stored (as it would be, with
+        ``dry_run``: admission runs, nothing is stored)."""
+        what = f"create {kind} in {namespace}"
+        path = self._path(what, api_version, kind, namespace)
+        query = [("dryRun", "All")] if dry_run else []
+        return self._object(what, self._request(what, "POST", path, query=query, body=obj))
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        """One object (a missing one is a ``KubeError`` with status 404)."""
+        what = f"read {kind} {namespace}/{name}"
+        path = self._path(what, api_version, kind, namespace, name)
+        return self._object(what, self._request(what, "GET", path))
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, *, label_selector: str = ""
+    ) -> builtins.list[dict[str, Any]]:
+        """The objects of ``kind`` in ``namespace`` matching ``label_selector``."""
+        what = f"list {kind} in {namespace}"
+        path = self._path(what, api_version, kind, namespace)
+        query = [("labelSelector", label_selector)] if label_selector else []
+        body = self._object(what, self._request(what, "GET", path, query=query))
+        items = body.get("items")
+        if not isinstance(items, builtins.list):
+            raise KubeError(f"The API server's answer to {what} has no items list.")
+        return [item for item in items if isinstance(item, dict)]
+
+    def delete(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        propagation: str = "Background",
+    ) -> None:
+        """Delete an object with ``propagation`` (``Background``: the garbage collector then
+        removes what it owns, a Job's pods; ``Foreground``: those first, then the object)."""
+        if propagation not in PROPAGATION_POLICIES:
+            raise ValueError(f"propagation must be one of {', '.join(PROPAGATION_POLICIES)}")
+        what = f"delete {kind} {namespace}/{name}"
+        path = self._path(what, api_version, kind, namespace, name)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        self._request(what, "DELETE", path, body=options)
+
+    def pod_log(
+        self, namespace: str, name: str, *, container: str = "", tail_lines: int = 100
+    ) -> str:
+        """The last ``tail_lines`` lines of a pod's container log (``container`` may be left
+        out when the pod has one)."""
+        if tail_lines < 0:
+            raise ValueError("tail_lines must not be negative")
+        what = f"read the log of pod {namespace}/{name}"
+        query = [("tailLines", str(tail_lines))]
+        if container:
+            query.append(("container", container))
+        path = f"/api/v1/namespaces/{_segment(namespace)}/pods/{_segment(name)}/log"
+        return self._request(what, "GET", path, query=query).decode("utf-8", errors="replace")
+
+    def _path(self, what: str, api_version: str, kind: str, namespace: str, name: str = "") -> str:
+        plural, namespaced = self._resource(what, api_version, kind)
+        base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+        path = f"{base}/namespaces/{_segment(namespace)}" if namespaced else base
+        path = f"{path}/{plural}"
+        return f"{path}/{_segment(name)}" if name else path
+
+    def _resource(self, what: str, api_version: str, kind: str) -> tuple[str, bool]:
+        """(plural, namespaced) of ``kind`` from the API server's discovery, as kubectl's
+        RESTMapper finds it."""
+        key = (api_version, kind)
+        if key not in self._resources:
+            base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+            try:
+                listing = self._object(what, self._request(what, "GET", base))
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+                listing = {}
+            for entry in listing.get("resources") or []:
+                if isinstance(entry, dict) and "/" not in str(entry.get("name", "")):
+                    found = (str(entry.get("kind")), api_version)
+                    self._resources[(found[1], found[0])] = (
+                        str(entry["name"]),
+                        bool(entry.get("namespaced")),
+                    )
+            if key not in self._resources:
+                raise KubeError(
+                    f"Could not {what}: the API server at {self.where} serves no {kind} in "
+                    f"{api_version}; is its CustomResourceDefinition installed?",
+                    404,
+                )
+        return self._resources[key]
+
+    def _request(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        *,
+        query: builtins.list[tuple[str, str]] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> bytes:
+        """One REST call; the body of a 2xx answer, else ``KubeError``."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            request = self.api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*request, _request_timeout=self.timeout)
+            data = response.read()
+        except urllib3.exceptions.HTTPError as exc:
+            # After its retries urllib3 raises MaxRetryError with the last failure as reason.
+            cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+            if isinstance(cause, urllib3.exceptions.TimeoutError):
+                raise KubeError(
+                    f"Could not {what}: the API server at {self.where} did not answer within "
+                    f"{self.timeout:g} s."
+                ) from exc
+            raise KubeError(
+                f"Could not {what}: the API server at {self.where} did not answer ({exc})."
+            ) from exc
+        except (OSError, ValueError) as exc:
+            raise KubeError(f"Could not {what} at {self.where}: {exc}.") from exc
+        if not 200 <= response.status < 300:
+            raise KubeError(_refusal(what, response.status, data), response.status)
+        return bytes(data or b"")
+
+    @staticmethod
+    def _object(what: str, raw: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise KubeError(f"Could not {what}: the answer is not JSON.") from exc
+        if not isinstance(body, dict):
+            raise KubeError(f"Could not {what}: the answer is not an object.")
+        return body
+
+    def _items(self, what: str, call: Callable[..., Any]) -> builtins.list[Any]:
         body = self._call(f"list {what}", call)
         if not isinstance(body, dict) or not isinstance(body.get("items"), list):
             raise KubeError(f"The API server's answer to list {what} has no items list.")
@@ -362,3 +573,46 @@ def _api_message(what: str, exc: ApiException) -> str:
         detail = (exc.body or "")[:200] if isinstance(exc.body, str) else ""
     status = f"HTTP {exc.status}" if exc.status else "an error"
     return f"Could not {what}: {status}{f' - {detail}' if detail else f' {exc.reason}'}."
+
+
+def _segment(value: str) -> str:
+    """A path segment, escaped (a name is a DNS label, but the caller may pass anything)."""
+    return quote(value, safe="")
+
+
+def _refusal(what: str, status: int, raw: bytes) -> str:
+    """A sentence for an error status, from the API server's Status: its message, and for an
+    invalid object the fields at fault."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        text = raw.decode("utf-8", errors="replace").strip()[:200]
+        return f"Could not {what}: HTTP {status}{f' - {text}' if text else ''}."
+    message = str(body.get("message") or "").strip()
+    details = body.get("details")
+    if not isinstance(details, dict):
+        details = {}
+    if status == 403:
+        return f"Kubernetes refused: {message}"
+    if status == 409 and body.get("reason") == "AlreadyExists":
+        return f"Kubernetes refused: {message}; choose another name or delete the old one."
+    if status == 409:
+        return f"Kubernetes refused: {message}; read the object again and retry."
+    if status == 422:
+        causes = [
+            f"{cause.get('field')}: {cause.get('message')}"
+            for cause in details.get("causes") or []
+            if isinstance(cause, dict) and cause.get("field")
+        ]
+        shown = "; ".join(causes) if causes else message
+        return f"Could not {what}: Kubernetes found it invalid: {shown}."
+    if status == 404:
+        return f"Could not {what}: {message or 'not found'}."
+    if status == 401:
+        return (
+            f"Could not {what}: the API server did not accept the portal's credentials "
+            "(HTTP 401); check FLEET_API_TOKEN or the kubeconfig."
+        )
+    return f"Could not {what}: HTTP {status}{f' - {message}' if message else ''}."

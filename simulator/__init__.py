@@ -35,9 +35,11 @@ from simulator.config import SimConfig, load_config, validate_config
 from simulator.crds import install_crds, load_crds
 from simulator.dcgm import GpuSample
 from simulator.flux import FluxPlayer, Resolver, Verifier
+from simulator.gc import GarbageCollector
 from simulator.notify import Notifier
+from simulator.rbac import bootstrap_objects
 from simulator.server import Api, ApiServer
-from simulator.store import RESOURCES, SECRETS, JsonObject, Store
+from simulator.store import RESOURCES, SECRETS, JsonObject, Store, resource_of
 from simulator.syncer import Syncer
 
 __all__ = ["SimConfig", "Simulator", "load_config"]
@@ -81,6 +83,13 @@ class Simulator:
             self.notifier = Notifier(config.flux_events_address, flux_events_secret)
             self.store.listen(self.notifier.observe)
         self.cluster = Cluster(config, self.store, now)
+        # The API server's bootstrap RBAC, which impersonated requests are authorised against
+        # beside what Flux applies (``rbac``).
+        for obj in bootstrap_objects():
+            resource = resource_of(obj["apiVersion"], obj["kind"])
+            assert resource is not None
+            self.store.apply(resource, obj, now)
+        self.gc = GarbageCollector(self.store, self.cluster)
         if config.crd_dir:
             install_crds(self.store, load_crds(config.crd_dir), now)
         self.flux = FluxPlayer(
@@ -191,14 +200,15 @@ class Simulator:
                 logger.exception("simulator tick failed")
 
     def tick(self, now: float | None = None) -> None:
-        """One step of every controller: Flux, the scheduler, helm-controller and KServe, and
-        the tenant clusters' syncers."""
+        """One step of every controller: Flux, the scheduler, helm-controller and KServe, the
+        tenant clusters' syncers and the garbage collector."""
         moment = time.time() if now is None else now
         with self._tick_lock:
             self.flux.tick(moment)
             self.cluster.tick(moment)
             self.flux.advance(moment)
             self.syncer.tick(moment)
+            self.gc.tick(moment)
 
     def inject_xid(self, node: str, gpu: int, xid: int) -> None:
         self.cluster.inject_xid(node, gpu, xid, time.time())

@@ -464,25 +464,60 @@ def admit_pod(
 # --- other kinds -------------------------------------------------------------------------------
 
 
+def object_count_problem(store: Store, resource: Resource, namespace: str) -> str | None:
+    """The ResourceQuota admission message when one more ``resource`` object would exceed a
+    ``count/<resource>.<group>`` quota of the namespace (kubernetes pkg/quota/v1/generic
+    ``ObjectCountQuotaResourceNameFor``, ``evaluator.go`` ``Usage``), or None."""
+    key = f"count/{resource.qualified}"
+    for quota in store.list(RESOURCE_QUOTAS, namespace):
+        hard = as_dict(as_dict(quota.get("spec")).get("hard"))
+        if key not in hard:
+            continue
+        limited = quantity(hard[key])
+        used = Decimal(len(store.list(resource, namespace)))
+        if used + 1 > limited:
+            name = str(as_dict(quota.get("metadata")).get("name", ""))
+            return (
+                f"exceeded quota: {name}, requested: {key}=1, used: {key}={show(used)}, "
+                f"limited: {key}={show(limited)}"
+            )
+    return None
+
+
 def admit_object(
     store: Store,
     obj: JsonObject,
     resource: Resource,
     *,
     requester: str,
+    groups: tuple[str, ...] = (),
     operation: str = "CREATE",
     old: JsonObject | None = None,
 ) -> JsonObject:
     """``obj`` as Kyverno's mutating webhook leaves it, or ``Rejected`` with the API server's
-    message when a webhook refuses it (``operation`` UPDATE with ``old``, the stored object)."""
+    message when a webhook refuses it (``operation`` UPDATE with ``old``, the stored object).
+    ``requester`` and ``groups`` are who asks, as the webhooks see them (``groups`` empty:
+    derived from the name). A create then meets ResourceQuota's object counts, last."""
     mutated, refused = kyverno.mutate(
-        store, obj, resource, username=requester, operation=operation, old=old
+        store, obj, resource, username=requester, operation=operation, old=old, groups=groups
     )
     refused = refused or kyverno.validate(
-        store, mutated, resource, username=requester, operation=operation, old=old
+        store,
+        mutated,
+        resource,
+        username=requester,
+        operation=operation,
+        old=old,
+        groups=groups,
     )
     if refused:
         raise Rejected(refused)
+    if operation == "CREATE":
+        metadata = as_dict(mutated.get("metadata"))
+        quota = object_count_problem(store, resource, str(metadata.get("namespace") or ""))
+        if quota:
+            name = str(metadata.get("name") or "")
+            raise Rejected(f'{resource.qualified} "{name}" is forbidden: {quota}')
     return mutated
 
 

@@ -43,7 +43,7 @@ import random
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -1247,6 +1247,18 @@ class Cluster:
                 )
             logger.info("deleted pod %s/%s", namespace, name)
             return pod
+
+    def forget_recreations(self, owner_uids: Collection[str]) -> None:
+        """Drop the pending replacements of pods whose controller is gone (``owner_uids``)."""
+        with self.store.lock:
+            self._recreations = [
+                r
+                for r in self._recreations
+                if not any(
+                    as_dict(o).get("uid") in owner_uids
+                    for o in as_list(as_dict(r.template.get("metadata")).get("ownerReferences"))
+                )
+            ]
 
     def evict(self, namespace: str, name: str, now: float) -> None:
         """The eviction subresource: refused when the pod's disruption budget is exhausted."""

@@ -1211,12 +1211,17 @@ class Request:
     operation: str = "CREATE"
     username: str = ""
     old: JsonObject | None = None
+    # The requester's groups as the API server authenticated them (an impersonated user's);
+    # empty: derived from ``username``, as a service account's or a plain user's.
+    groups: tuple[str, ...] = ()
 
     def context(self) -> _Root:
         namespace = str(as_dict(self.obj.get("metadata")).get("namespace") or "")
         name = str(as_dict(self.obj.get("metadata")).get("name") or "")
         groups = ["system:authenticated"]
-        if self.username.startswith("system:serviceaccount:"):
+        if self.groups:
+            groups = list(self.groups)
+        elif self.username.startswith("system:serviceaccount:"):
             account_namespace = self.username.split(":")[2]
             groups = [
                 "system:serviceaccounts",
@@ -1578,7 +1583,9 @@ def validate_rule(
         and validate.get("allowExistingViolations", True) is not False
         and result.status == FAIL
     ):
-        before = Request(request.old, request.resource, "CREATE", request.username)
+        before = Request(
+            request.old, request.resource, "CREATE", request.username, groups=request.groups
+        )
         prior = validate_rule(rule, spec, before, nested=True)
         if prior is not None and prior.status == FAIL:
             return RuleResult(
@@ -1683,6 +1690,7 @@ def mutate(
     username: str,
     operation: str = "CREATE",
     old: JsonObject | None = None,
+    groups: tuple[str, ...] = (),
 ) -> tuple[JsonObject, str]:
     """The mutating webhook: (the object with every matching mutate rule applied in order, "")
     or (``obj``, the API server's refusal when a rule errs under ``failurePolicy: Fail``)."""
@@ -1699,7 +1707,9 @@ def mutate(
         for rule in policy.rules:
             if "mutate" not in rule:
                 continue
-            request = Request(_as_served(current, resource), resource, operation, username, old_obj)
+            request = Request(
+                _as_served(current, resource), resource, operation, username, old_obj, groups
+            )
             current, result = mutate_rule(rule, request, current)
             if result is not None and result.status == ERROR:
                 errors.append(f"{result.rule}: {result.message}")
@@ -1727,6 +1737,7 @@ def validate(
     username: str,
     operation: str = "CREATE",
     old: JsonObject | None = None,
+    groups: tuple[str, ...] = (),
 ) -> str:
     """The validating webhook: "" when admitted, else the API server's refusal listing every
     failing or erring rule of the enforcing policies (pkg/webhooks/resource/validation/
@@ -1741,7 +1752,7 @@ def validate(
         return ""
     request_obj = _as_served(obj, resource)
     old_obj = _as_served(old, resource) if old is not None else None
-    request = Request(request_obj, resource, operation, username, old_obj)
+    request = Request(request_obj, resource, operation, username, old_obj, groups)
     failures: dict[str, dict[str, str]] = {}
     blocked = False
     fails_closed = False

@@ -3,12 +3,20 @@
 Paths, list envelopes and ``Status`` errors are the API server's, so the official client works
 against it unchanged. Served: discovery (``/version``, ``/api``, ``/apis`` and each group version),
 ``/healthz``, nodes (get, list, patch), namespaces (get, list), pods (get, list, patch, delete, the
-``eviction`` subresource), secrets (get, list; create and replace, which the portal uses for the
-tenants' Git credentials; the vCluster kubeconfigs helm-controller's releases export) and the custom
-resources in ``store.RESOURCES`` (get, list, patch, delete), among them the installed
-CustomResourceDefinitions (``crds``). Lists take ``labelSelector`` and ``fieldSelector``; ``limit``
-and ``continue`` are ignored (every list is one page). ``?watch=1`` streams watch events as the
-API server does (see ``_watch``). ``/metrics`` is the
+``eviction`` and ``log`` subresources, ``logs``), secrets (get, list; create and replace, which the
+portal uses for the tenants' Git credentials; the vCluster kubeconfigs helm-controller's releases
+export), Jobs and JobSets (also create: ``_create``, with ``generateName``, ``dryRun`` and
+admission as the requesting user) and the other resources in ``store.RESOURCES`` (get, list,
+patch, delete), among them RBAC, PriorityClasses and the installed CustomResourceDefinitions
+(``crds``). A DELETE takes ``propagationPolicy`` and the garbage collector follows
+(``gc``). Lists take ``labelSelector`` and ``fieldSelector``; ``limit`` and ``continue`` are
+ignored (every list is one page). ``?watch=1`` streams watch events as the API server does (see
+``_watch``).
+
+The bearer token authenticates an administrator (``system:masters``), allowed everything. A
+request with ``Impersonate-User`` (and ``Impersonate-Group``, ``Impersonate-Uid``) acts as that
+user instead, and every verb, subresource and non-resource path is then authorised by RBAC
+(``rbac``) with the API server's 403 message. ``/metrics`` is the
 DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
 allocation API (``opencost``), outside the token like OpenCost's own.
 
@@ -30,6 +38,8 @@ import dataclasses
 import hmac
 import json
 import logging
+import random
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,12 +47,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator import flux_install, opencost, virtual
+from simulator import flux_install, opencost, rbac, virtual
+from simulator.admission import Rejected, admit_object
 from simulator.cluster import EvictionBlocked, NotFound
 from simulator.dcgm import render_exposition
 from simulator.flux import REQUESTED_AT
+from simulator.gc import JOB_DELETE_WARNING, POLICIES, default_policy
+from simulator.logs import LogUnavailable, choose_container, container_log, render
+from simulator.rbac import Attributes, UserInfo
 from simulator.store import (
     GIT_REPOSITORIES,
+    JOBS,
+    JOBSETS,
     KUSTOMIZATIONS,
     NAMESPACES,
     NODES,
@@ -56,11 +72,13 @@ from simulator.store import (
     Resource,
     SelectorError,
     as_dict,
+    as_list,
     field_selector,
     json_patch,
     label_selector,
     merge_patch,
     select,
+    timestamp,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +94,14 @@ METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_BODY = 8 * 1024 * 1024
 # Resources a client may delete here; nodes and namespaces belong to the simulation.
 DELETABLE = frozenset(r for r in RESOURCES.values() if r.group) | {PODS, SECRETS}
+# Resources a client may create (POST) besides Secrets: the run-once work tenants submit.
+CREATABLE = frozenset({JOBS, JOBSETS})
+# Who the simulator's bearer token authenticates as: an administrator in system:masters,
+# whom the authorizer allows everything (kube-apiserver's privileged group).
+TOKEN_USER = UserInfo("kubernetes-admin", (rbac.MASTERS,))
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# names.SimpleNameGenerator: five characters of utilrand's alphabet after the prefix.
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 class ApiError(Exception):
@@ -98,6 +124,8 @@ class Response:
     content_type: str = JSON
     # A watch: JSON lines written as they come (chunked), instead of ``body``.
     stream: Iterator[bytes] | None = None
+    # Extra headers, such as the API server's ``Warning``.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 # The API server ends a watch after a randomised --min-request-timeout (1800 s by default)
@@ -157,6 +185,93 @@ def _parse_object(body: bytes) -> JsonObject:
     return data
 
 
+def _details(resource: Resource, name: str) -> JsonObject:
+    """A Status's details for an object: name, group and, as the API server fills it, the
+    resource's plural as the kind."""
+    details: JsonObject = {"name": name, "kind": resource.plural}
+    if resource.group:
+        details["group"] = resource.group
+    return details
+
+
+def _dry_run(value: str) -> bool:
+    """``dryRun``: "All" or nothing (apimachinery ``ValidateDryRun``)."""
+    given = [v for v in value.split(",") if v]
+    if not given:
+        return False
+    if given != ["All"]:
+        raise ApiError(
+            400,
+            "BadRequest",
+            f'dryRun: Unsupported value: {json.dumps(value)}: supported values: "All"',
+        )
+    return True
+
+
+# A cause of a 422: (field, reason, message) as field.Error renders them.
+Cause = tuple[str, str, str]
+
+
+def _validation_causes(resource: Resource, obj: JsonObject) -> list[Cause]:
+    """What the API server's validation finds wrong in a new object: its name (ObjectMeta
+    validation, ``NameIsDNSSubdomain``) and, for a Job, the pod template (kubernetes
+    ``pkg/apis/batch/validation`` ``ValidateJobSpec``; a template's restartPolicy defaults to
+    Always, which a Job does not support). A custom resource's schema is not checked."""
+    causes: list[Cause] = []
+    metadata = as_dict(obj.get("metadata"))
+    name = metadata.get("name")
+    if not name:
+        causes.append(
+            (
+                "metadata.name",
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
+            )
+        )
+    elif not isinstance(name, str) or len(name) > 253 or not DNS_SUBDOMAIN.fullmatch(name):
+        causes.append(
+            (
+                "metadata.name",
+                "FieldValueInvalid",
+                f"Invalid value: {json.dumps(name)}: a lowercase RFC 1123 subdomain must consist "
+                "of lower case alphanumeric characters, '-' or '.', and must start and end with "
+                "an alphanumeric character (e.g. 'example.com', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            )
+        )
+    if resource is JOBS:
+        template = as_dict(as_dict(obj.get("spec")).get("template"))
+        pod_spec = as_dict(template.get("spec"))
+        if not as_list(pod_spec.get("containers")):
+            causes.append(("spec.template.spec.containers", "FieldValueRequired", "Required value"))
+        restart = pod_spec.get("restartPolicy") or "Always"
+        if restart not in ("OnFailure", "Never"):
+            causes.append(
+                (
+                    "spec.template.spec.restartPolicy",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: {json.dumps(restart)}: supported values: "OnFailure", '
+                    '"Never"',
+                )
+            )
+    return causes
+
+
+def _invalid(resource: Resource, name: str, causes: list[Cause]) -> ApiError:
+    """``apierrors.NewInvalid``: "<Kind>.<group> "<name>" is invalid: <errors>", one error
+    plain, several in brackets, and each as a cause."""
+    errors = [f"{field}: {message}" for field, _, message in causes]
+    shown = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+    qualified = f"{resource.kind}.{resource.group}" if resource.group else resource.kind
+    details: JsonObject = {"name": name, "kind": resource.kind}
+    if resource.group:
+        details["group"] = resource.group
+    details["causes"] = [
+        {"reason": reason, "message": message, "field": field} for field, reason, message in causes
+    ]
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {shown}', details)
+
+
 class Api:
     """Routes one request to the simulator; returns a ``Response`` or raises ``ApiError``."""
 
@@ -174,10 +289,16 @@ class Api:
         if parts[:1] == ["allocation"]:
             # OpenCost's own API, which has no authentication of its own.
             return self._allocation(method, parts[1:], query)
-        self._authorize(headers)
+        self._authenticate(headers)
+        try:
+            user = self._impersonate(headers)
+        except rbac.ImpersonationInvalid as exc:
+            # WithImpersonation answers with responsewriters.InternalError: plain text.
+            return _text(500, f"Internal Server Error: {json.dumps(url.path)}: {exc}")
         if method == "GET":
             found = self._discovery(parts)
             if found is not None:
+                self._check(user, Attributes("get", path=url.path))
                 return found
         if parts[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", parts[2:]
@@ -185,15 +306,45 @@ class Api:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             raise NO_SUCH_PATH
-        return self._resource(method, group, version, rest, query, headers, body)
+        return self._resource(method, group, version, rest, query, headers, body, user)
 
-    def _authorize(self, headers: Any) -> None:
+    def _authenticate(self, headers: Any) -> None:
         token = self.sim.token
         if not token:
             return
         given = str(headers.get("Authorization") or "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def _impersonate(self, headers: Any) -> UserInfo:
+        """The user the request acts as: the token's, or whom its impersonation headers name
+        once the token's user may impersonate them (``rbac.impersonated``)."""
+        asked = rbac.impersonated(
+            str(headers.get(rbac.IMPERSONATE_USER) or ""),
+            [str(g) for g in headers.get_all(rbac.IMPERSONATE_GROUP) or []],
+            str(headers.get(rbac.IMPERSONATE_UID) or ""),
+        )
+        if asked is None:
+            return TOKEN_USER
+        for check in asked.checks:
+            self._check(TOKEN_USER, check)
+        return asked.user
+
+    def _check(self, user: UserInfo, request: Attributes) -> None:
+        """Authorise ``request`` for ``user``: system:masters may do anything (the API server's
+        privileged group), anyone else what RBAC allows; 403 Forbidden otherwise, in
+        ``responsewriters.Forbidden``'s words."""
+        if rbac.MASTERS in user.all_groups or rbac.allowed(self.sim.store, user, request):
+            return
+        details: JsonObject = {"name": request.name, "kind": request.resource}
+        if request.group:
+            details["group"] = request.group
+        raise ApiError(
+            403,
+            "Forbidden",
+            rbac.forbidden_message(user, request),
+            {k: v for k, v in details.items() if v},
+        )
 
     # --- discovery ---------------------------------------------------------------------------
 
@@ -266,7 +417,11 @@ class Api:
         for resource in RESOURCES.values():
             if (resource.group, resource.version) != (group, version):
                 continue
-            verbs = ["get", "list", "patch"]
+            verbs = ["get", "list", "watch", "patch"]
+            if resource in CREATABLE or resource is SECRETS:
+                verbs.append("create")
+            if resource is SECRETS:
+                verbs.append("update")
             if resource in DELETABLE:
                 verbs.append("delete")
             entries.append(
@@ -279,6 +434,15 @@ class Api:
                 }
             )
         if group == "" and version == "v1":
+            entries.append(
+                {
+                    "name": "pods/log",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Pod",
+                    "verbs": ["get"],
+                }
+            )
             entries.append(
                 {
                     "name": "pods/eviction",
@@ -314,6 +478,7 @@ class Api:
         query: dict[str, str],
         headers: Any,
         body: bytes,
+        user: UserInfo,
     ) -> Response:
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
@@ -328,15 +493,37 @@ class Api:
         ):
             raise NO_SUCH_PATH
         name = rest[1] if len(rest) > 1 else None
-        if len(rest) == 3:
-            if (resource, rest[2]) != (PODS, "eviction") or namespace is None or name is None:
-                raise NO_SUCH_PATH
+        subresource = rest[2] if len(rest) == 3 else ""
+        if subresource and (
+            (resource, subresource) not in ((PODS, "eviction"), (PODS, "log"))
+            or namespace is None
+            or name is None
+        ):
+            raise NO_SUCH_PATH
+        # The verb as the API server's RequestInfoFactory derives it from method and path.
+        if method == "GET" and name is None:
+            verb = "watch" if query.get("watch") in ("true", "1") else "list"
+        else:
+            verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch"}.get(
+                method, method.lower()
+            )
+        self._check(
+            user,
+            Attributes(verb, group, resource.plural, subresource, namespace or "", name or ""),
+        )
+        if subresource == "eviction":
             if method != "POST":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on evictions")
-            return self._evict(namespace, name, body)
+            return self._evict(namespace or "", name or "", body)
+        if subresource == "log":
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on pods/log")
+            return self._log(namespace or "", name or "", query)
         if name is None:
             if method == "POST" and resource is SECRETS and namespace:
                 return self._create_secret(namespace, body)
+            if method == "POST" and resource in CREATABLE and namespace:
+                return self._create(resource, namespace, query, body, user)
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
             return self._list(resource, namespace, query)
@@ -351,7 +538,7 @@ class Api:
         if method == "PATCH":
             return self._patch(resource, namespace, name, headers, body)
         if method == "DELETE" and resource in DELETABLE:
-            return self._delete(resource, namespace, name)
+            return self._delete(resource, namespace, name, query, body)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {resource.plural}")
 
     def _list(self, resource: Resource, namespace: str | None, query: dict[str, str]) -> Response:
@@ -557,16 +744,178 @@ class Api:
             store.delete(SECRETS, namespace, name)
             return _json(200, store.apply(SECRETS, obj, time.time()))
 
-    def _delete(self, resource: Resource, namespace: str, name: str) -> Response:
-        if resource is PODS:
+    # --- create ------------------------------------------------------------------------------
+
+    def _create(
+        self,
+        resource: Resource,
+        namespace: str,
+        query: dict[str, str],
+        body: bytes,
+        user: UserInfo,
+    ) -> Response:
+        """POST: the object checked and defaulted as the API server's create handler does
+        (k8s.io/apiserver ``pkg/endpoints/handlers/create.go``), admitted as ``user``
+        (``admission.admit_object``: the webhooks, then ResourceQuota), stored with its system
+        fields; with ``dryRun=All`` all of that but the storing."""
+        dry_run = _dry_run(query.get("dryRun", ""))
+        obj = _parse_object(body)
+        api_version = str(obj.get("apiVersion") or resource.api_version)
+        kind = str(obj.get("kind") or resource.kind)
+        if api_version != resource.api_version:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({api_version}) does not match the expected "
+                f"API version ({resource.api_version})",
+            )
+        if kind != resource.kind:
+            # handlers/rest.go transformDecodeError, for a body of another kind.
+            version = api_version.rpartition("/")[2]
+            raise ApiError(
+                400,
+                "BadRequest",
+                f'{kind} in version "{version}" cannot be handled as a {resource.kind}: '
+                f"no kind {json.dumps(kind)} is registered for this resource",
+            )
+        metadata = as_dict(obj.get("metadata"))
+        if metadata.get("namespace") not in (None, "", namespace):
+            # registry/rest/meta.go EnsureObjectNamespaceMatchesRequestNamespace.
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
+            )
+        if metadata.get("resourceVersion"):
+            raise ApiError(
+                400, "BadRequest", "resourceVersion should not be set on objects to be created"
+            )
+        # BeforeCreate: FillObjectMetaSystemFields, and PrepareForCreate drops the status.
+        for field in ("uid", "creationTimestamp", "deletionTimestamp", "generation"):
+            metadata.pop(field, None)
+        metadata["namespace"] = namespace
+        obj.update(apiVersion=api_version, kind=kind, metadata=metadata)
+        obj.pop("status", None)
+        store = self.sim.store
+        with store.lock:
+            if store.get(NAMESPACES, "", namespace) is None:
+                raise _not_found(NAMESPACES, namespace)
+            if not metadata.get("name") and metadata.get("generateName"):
+                metadata["name"] = self._generate_name(
+                    resource, namespace, str(metadata["generateName"])
+                )
+            name = str(metadata.get("name") or "")
+            causes = _validation_causes(resource, obj)
+            if causes:
+                raise _invalid(resource, name, causes)
+            if store.get(resource, namespace, name) is not None:
+                raise ApiError(
+                    409,
+                    "AlreadyExists",
+                    f'{resource.qualified} "{name}" already exists',
+                    _details(resource, name),
+                )
             try:
-                return _json(200, self.sim.cluster.delete_pod(namespace, name, time.time()))
+                admitted = admit_object(
+                    store, obj, resource, requester=user.name, groups=user.all_groups
+                )
+            except Rejected as exc:
+                raise ApiError(403, "Forbidden", str(exc), _details(resource, name)) from exc
+            now = time.time()
+            if dry_run:
+                # A dry run fills the system fields but stores nothing: no resourceVersion.
+                admitted["metadata"].update(
+                    uid=store.new_uid(), creationTimestamp=timestamp(now), generation=1
+                )
+                return _json(201, admitted)
+            return _json(201, store.apply(resource, admitted, now))
+
+    def _generate_name(self, resource: Resource, namespace: str, prefix: str) -> str:
+        """``names.SimpleNameGenerator``: the prefix (cut to 58 characters) and five random
+        characters, drawn again while the name is taken (``RetryGenerateName``)."""
+        chooser = random.Random(f"{self.sim.store.resource_version}/{namespace}/{prefix}")  # noqa: S311
+        while True:
+            name = prefix[:58] + "".join(chooser.choice(NAME_ALPHABET) for _ in range(5))
+            if self.sim.store.get(resource, namespace, name) is None:
+                return name
+
+    # --- delete ------------------------------------------------------------------------------
+
+    def _delete(
+        self, resource: Resource, namespace: str, name: str, query: dict[str, str], body: bytes
+    ) -> Response:
+        """DELETE with ``DeleteOptions`` in the body or the query: ``propagationPolicy`` and
+        ``dryRun`` (``gc``). Pods are deleted at once (no graceful deletion) and answered with
+        the pod (their registry's ``ReturnDeletedObject``); an object deleted at once answers a
+        Status naming it (``Store.finalizeDelete``), one left to a finalizer answers itself."""
+        options = _parse_object(body) if body.strip() else {}
+        given = query.get("propagationPolicy") or options.get("propagationPolicy")
+        if given is not None and given not in POLICIES:
+            # apimachinery ValidateDeleteOptions.
+            raise ApiError(
+                422,
+                "Invalid",
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported '
+                f'value: {json.dumps(given)}: supported values: "Foreground", "Background", '
+                f'"Orphan", "nil"',
+            )
+        dry_run = _dry_run(query.get("dryRun", "") or ",".join(as_list(options.get("dryRun"))))
+        now = time.time()
+        if resource is PODS:
+            if dry_run:
+                pod = self.sim.store.get(PODS, namespace, name)
+                if pod is None:
+                    raise _not_found(resource, name)
+                return _json(200, pod)
+            try:
+                return _json(200, self.sim.cluster.delete_pod(namespace, name, now))
             except NotFound as exc:
                 raise _not_found(resource, name) from exc
-        deleted = self.sim.store.delete(resource, namespace, name)
-        if deleted is None:
+        policy = str(given or default_policy(resource))
+        deletion = self.sim.gc.delete(resource, namespace, name, policy, now, dry_run=dry_run)
+        if deletion is None:
             raise _not_found(resource, name)
-        return _json(200, deleted)
+        warnings: tuple[tuple[str, str], ...] = ()
+        if resource is JOBS and given is None:
+            warnings = (("Warning", f'299 - "{JOB_DELETE_WARNING}"'),)
+        if not deletion.gone:
+            return dataclasses.replace(_json(200, deletion.obj), headers=warnings)
+        details = _details(resource, name)
+        details["uid"] = as_dict(deletion.obj.get("metadata")).get("uid", "")
+        payload = status_object(200, "", "", details)
+        payload.pop("code")
+        return dataclasses.replace(_json(200, payload), headers=warnings)
+
+    # --- logs --------------------------------------------------------------------------------
+
+    def _log(self, namespace: str, name: str, query: dict[str, str]) -> Response:
+        """``pods/log``: the container's log as text (``logs``), its last ``tailLines`` lines,
+        with ``timestamps``; 400 when the container is not given and not the only one, or
+        has not started."""
+        try:
+            tail = int(query["tailLines"]) if query.get("tailLines") else None
+        except ValueError as exc:
+            raise ApiError(
+                400, "BadRequest", f"tailLines: Invalid value: {query['tailLines']!r}"
+            ) from exc
+        if tail is not None and tail < 0:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'PodLogOptions "{name}" is invalid: tailLines: Invalid value: {tail}: must be '
+                "greater than or equal to 0",
+            )
+        pod = self.sim.store.get(PODS, namespace, name)
+        if pod is None:
+            raise _not_found(PODS, name)
+        try:
+            container = choose_container(pod, query.get("container", ""))
+            lines = container_log(pod, container, self.sim.clock())
+        except LogUnavailable as exc:
+            raise ApiError(400, "BadRequest", str(exc)) from exc
+        timestamps = query.get("timestamps", "").lower() in ("true", "1")
+        return _text(200, render(lines, tail=tail, timestamps=timestamps))
 
     def _evict(self, namespace: str, name: str, body: bytes) -> Response:
         eviction = _parse_object(body)
@@ -755,6 +1104,8 @@ class _Handler(BaseHTTPRequestHandler):
             response = _json(500, status_object(500, "InternalError", "internal error"))
         self.send_response(response.code)
         self.send_header("Content-Type", response.content_type)
+        for header, value in response.headers:
+            self.send_header(header, value)
         if response.stream is not None:
             self._stream(response.stream)
             return

@@ -13,13 +13,14 @@ tests cannot corrupt each other's view. Compound operations hold ``Store.lock`` 
 
 from __future__ import annotations
 
+import builtins
 import json
 import random
 import re
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,6 +85,23 @@ JOBS = Resource("jobs", "Job", "batch", "v1")
 JOBSETS = Resource("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2")
 WORKLOADS = Resource("workloads", "Workload", "kueue.x-k8s.io", "v1beta2")
 COHORTS = Resource("cohorts", "Cohort", "kueue.x-k8s.io", "v1beta2", namespaced=False)
+PRIORITY_CLASSES = Resource(
+    "priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", namespaced=False
+)
+# RBAC as Flux applies it from the portal's repository; the API server authorises
+# impersonated requests with it (``rbac.py``).
+ROLES = Resource("roles", "Role", "rbac.authorization.k8s.io", "v1")
+ROLE_BINDINGS = Resource("rolebindings", "RoleBinding", "rbac.authorization.k8s.io", "v1")
+CLUSTER_ROLES = Resource(
+    "clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", namespaced=False
+)
+CLUSTER_ROLE_BINDINGS = Resource(
+    "clusterrolebindings",
+    "ClusterRoleBinding",
+    "rbac.authorization.k8s.io",
+    "v1",
+    namespaced=False,
+)
 STORAGE_CONTAINERS = Resource(
     "clusterstoragecontainers",
     "ClusterStorageContainer",
@@ -133,6 +151,11 @@ RESOURCES: dict[str, Resource] = {
         JOBSETS,
         WORKLOADS,
         COHORTS,
+        PRIORITY_CLASSES,
+        ROLES,
+        ROLE_BINDINGS,
+        CLUSTER_ROLES,
+        CLUSTER_ROLE_BINDINGS,
         STORAGE_CONTAINERS,
         POLICIES,
         CLUSTER_POLICIES,
@@ -274,6 +297,23 @@ class Store:
                 for key in sorted(items)
                 if namespace is None or key[0] == namespace
             ]
+
+    def owned_by(
+        self, uids: Collection[str], namespace: str | None = None
+    ) -> builtins.list[tuple[str, JsonObject]]:
+        """(plural, object) of every object (in ``namespace``; None: anywhere) whose
+        ``ownerReferences`` name one of ``uids``, in resource then key order."""
+        wanted = set(uids)
+        found: list[tuple[str, JsonObject]] = []
+        with self.lock:
+            for plural, items in self._objects.items():
+                for key in sorted(items):
+                    if namespace is not None and key[0] != namespace:
+                        continue
+                    references = as_list(as_dict(items[key].get("metadata")).get("ownerReferences"))
+                    if any(as_dict(r).get("uid") in wanted for r in references):
+                        found.append((plural, _clone(items[key])))
+        return found
 
     def apply(self, resource: Resource, obj: Mapping[str, Any], now: float) -> JsonObject:
         """Create or update like a server-side apply of the whole object.

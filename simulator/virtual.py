@@ -17,16 +17,13 @@ Modelled on kube-apiserver as vCluster's k8s distro runs it (``controlPlane.dist
   ``email`` claim is refused when ``email_verified`` says false; groups likewise, prefixed. Any
   failure is 401. Flux's kubeconfig authenticates with the admin certificate vCluster exports
   (a member of ``system:masters``).
-- **Authorisation** by RBAC: ClusterRoleBindings and ClusterRoles (RoleBindings are not
-  modelled; nothing the portal writes uses them), with the bootstrap roles of
-  ``plugin/pkg/auth/authorizer/rbac/bootstrappolicy`` (``cluster-admin``; ``admin``, ``edit``
-  and ``view`` with the rules aggregated into them, abridged to the core workload kinds;
-  ``system:basic-user`` and ``system:discovery`` for every authenticated user). A request is
-  allowed when a rule of a role bound to the user, one of their groups or, for
-  ``system:serviceaccount:<ns>:<name>``, that service account, matches its verb, API group,
-  resource and name. Creating or changing a binding also needs ``bind`` on its role, or every
-  right the role grants (``pkg/registry/rbac`` escalation check), and a binding's ``roleRef``
-  cannot change.
+- **Authorisation** by RBAC (rule matching and the bootstrap roles: ``rbac.py``):
+  ClusterRoleBindings and ClusterRoles (RoleBindings are not modelled; nothing the portal
+  writes into a tenant cluster uses them). A request is allowed when a rule of a role bound to
+  the user, one of their groups or, for ``system:serviceaccount:<ns>:<name>``, that service
+  account, matches its verb, API group, resource and name. Creating or changing a binding
+  also needs ``bind`` on its role, or every right the role grants (``pkg/registry/rbac``
+  escalation check), and a binding's ``roleRef`` cannot change.
 - **What it serves**: ``selfsubjectreviews`` (``kubectl auth whoami``),
   ``selfsubjectaccessreviews`` (``kubectl auth can-i``), reads of what it stores (ClusterRoles
   and ClusterRoleBindings, Namespaces, events) and reads and writes of the kinds the syncer
@@ -54,10 +51,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,115 +62,22 @@ import jwt
 import requests
 import yaml
 
+from simulator.rbac import (
+    BOOTSTRAP_BINDINGS,
+    BOOTSTRAP_ROLES,
+    MASTERS,
+    RBAC_GROUP,
+    Attributes,
+    UserInfo,
+    applies_to_user,
+    forbidden_message,
+    impersonated,
+    rule_allows,
+)
 from simulator.store import JsonObject, as_dict, as_list, merge_patch, timestamp
 
-RBAC_GROUP = "rbac.authorization.k8s.io"
-MASTERS = "system:masters"
-AUTHENTICATED = "system:authenticated"
-SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 ADMIN_USER = "kubernetes-admin"
 HTTP_TIMEOUT = 5.0
-
-_READ = ["get", "list", "watch"]
-_WRITE = ["create", "delete", "deletecollection", "patch", "update"]
-_VIEW_CORE = [
-    "configmaps",
-    "endpoints",
-    "events",
-    "limitranges",
-    "namespaces",
-    "persistentvolumeclaims",
-    "pods",
-    "pods/log",
-    "pods/status",
-    "replicationcontrollers",
-    "resourcequotas",
-    "serviceaccounts",
-    "services",
-]
-_APPS = ["daemonsets", "deployments", "deployments/scale", "replicasets", "statefulsets"]
-_BATCH = ["cronjobs", "jobs"]
-_VIEW: list[JsonObject] = [
-    {"apiGroups": [""], "resources": _VIEW_CORE, "verbs": _READ},
-    {"apiGroups": ["apps"], "resources": _APPS, "verbs": _READ},
-    {"apiGroups": ["batch"], "resources": _BATCH, "verbs": _READ},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _READ},
-    {
-        "apiGroups": ["networking.k8s.io"],
-        "resources": ["ingresses", "networkpolicies"],
-        "verbs": _READ,
-    },
-]
-_EDIT: list[JsonObject] = [
-    *_VIEW,
-    {"apiGroups": [""], "resources": ["secrets", "pods/exec", "pods/attach"], "verbs": _READ},
-    {
-        "apiGroups": [""],
-        "resources": [
-            "configmaps",
-            "persistentvolumeclaims",
-            "pods",
-            "pods/attach",
-            "pods/exec",
-            "pods/portforward",
-            "secrets",
-            "serviceaccounts",
-            "services",
-        ],
-        "verbs": _WRITE,
-    },
-    {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
-    {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
-    {"apiGroups": ["apps"], "resources": _APPS, "verbs": _WRITE},
-    {"apiGroups": ["batch"], "resources": _BATCH, "verbs": _WRITE},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _WRITE},
-    {
-        "apiGroups": ["networking.k8s.io"],
-        "resources": ["ingresses", "networkpolicies"],
-        "verbs": _WRITE,
-    },
-]
-_ADMIN: list[JsonObject] = [
-    *_EDIT,
-    {"apiGroups": [RBAC_GROUP], "resources": ["roles", "rolebindings"], "verbs": [*_READ, *_WRITE]},
-    {
-        "apiGroups": ["authorization.k8s.io"],
-        "resources": ["localsubjectaccessreviews"],
-        "verbs": ["create"],
-    },
-]
-BOOTSTRAP_ROLES: dict[str, list[JsonObject]] = {
-    "cluster-admin": [
-        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-        {"nonResourceURLs": ["*"], "verbs": ["*"]},
-    ],
-    "admin": _ADMIN,
-    "edit": _EDIT,
-    "view": _VIEW,
-    "system:basic-user": [
-        {
-            "apiGroups": ["authorization.k8s.io"],
-            "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-            "verbs": ["create"],
-        },
-        {
-            "apiGroups": ["authentication.k8s.io"],
-            "resources": ["selfsubjectreviews"],
-            "verbs": ["create"],
-        },
-    ],
-    "system:discovery": [
-        {
-            "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/version"],
-            "verbs": ["get"],
-        }
-    ],
-}
-BOOTSTRAP_BINDINGS: dict[str, str] = {
-    "cluster-admin": MASTERS,
-    "system:basic-user": AUTHENTICATED,
-    "system:discovery": AUTHENTICATED,
-}
 
 
 class Unauthenticated(Exception):
@@ -212,33 +115,6 @@ class Refused(Exception):
 
 class ApiServerRefused(ValueError):
     """kube-apiserver would not start with these flags; the message is its complaint."""
-
-
-@dataclass(frozen=True)
-class UserInfo:
-    name: str
-    groups: tuple[str, ...] = ()
-
-    @property
-    def all_groups(self) -> tuple[str, ...]:
-        return (*self.groups, AUTHENTICATED)
-
-
-@dataclass(frozen=True)
-class Attributes:
-    """What a request asks to do, as the authorizer sees it."""
-
-    verb: str
-    group: str = ""
-    resource: str = ""
-    subresource: str = ""
-    namespace: str = ""
-    name: str = ""
-    path: str = ""
-
-    @property
-    def is_resource(self) -> bool:
-        return bool(self.resource)
 
 
 @dataclass(frozen=True)
@@ -374,74 +250,6 @@ class OidcAuthenticator:
             values = [value] if isinstance(value, str) else as_list(value)
             groups = [f"{flags.groups_prefix}{g}" for g in values if isinstance(g, str)]
         return UserInfo(f"{flags.prefix}{username}", tuple(groups))
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def split_service_account(username: str) -> tuple[str, str] | None:
-    """(namespace, name) of ``system:serviceaccount:<namespace>:<name>``, or None when the
-    name is not one (k8s.io/apiserver ``pkg/authentication/serviceaccount`` ``SplitUsername``:
-    exactly two parts, a namespace and a valid service account name)."""
-    if not username.startswith(SERVICE_ACCOUNT_PREFIX):
-        return None
-    parts = username.removeprefix(SERVICE_ACCOUNT_PREFIX).split(":")
-    if len(parts) != 2:
-        return None
-    namespace, name = parts
-    if not _DNS_LABEL.fullmatch(namespace) or not _DNS_SUBDOMAIN.fullmatch(name):
-        return None
-    return namespace, name
-
-
-def _matches(values: Iterable[Any], wanted: str) -> bool:
-    listed = [str(v) for v in values]
-    return "*" in listed or wanted in listed
-
-
-def rule_allows(rule: Mapping[str, Any], request: Attributes) -> bool:
-    """kubernetes ``pkg/apis/rbac/v1`` ``RuleAllows``: verb, group, resource (with its
-    subresource) and name, or a non-resource path."""
-    if not _matches(as_list(rule.get("verbs")), request.verb):
-        return False
-    if not request.is_resource:
-        paths = [str(p) for p in as_list(rule.get("nonResourceURLs"))]
-        return any(
-            p == "*" or p == request.path or (p.endswith("*") and request.path.startswith(p[:-1]))
-            for p in paths
-        )
-    resource = (
-        f"{request.resource}/{request.subresource}" if request.subresource else request.resource
-    )
-    names = [str(n) for n in as_list(rule.get("resourceNames"))]
-    return (
-        _matches(as_list(rule.get("apiGroups")), request.group)
-        and _matches(as_list(rule.get("resources")), resource)
-        and (not names or request.name in names)
-    )
-
-
-def forbidden_message(user: UserInfo, request: Attributes) -> str:
-    """The API server's Forbidden message (``handlers/responsewriters/errors.go``
-    ``forbiddenMessage``, wrapped by ``apierrors.NewForbidden``)."""
-    if not request.is_resource:
-        who, path = json.dumps(user.name), json.dumps(request.path)
-        return f"forbidden: User {who} cannot {request.verb} path {path}"
-    resource = (
-        f"{request.resource}/{request.subresource}" if request.subresource else request.resource
-    )
-    qualified = f"{request.resource}.{request.group}" if request.group else request.resource
-    what = f'{qualified} "{request.name}"' if request.name else qualified
-    where = (
-        f"in the namespace {json.dumps(request.namespace)}"
-        if request.namespace
-        else "at the cluster scope"
-    )
-    return (
-        f"{what} is forbidden: User {json.dumps(user.name)} cannot {request.verb} resource "
-        f"{json.dumps(resource)} in API group {json.dumps(request.group)} {where}"
-    )
 
 
 def _resource_of(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -690,20 +498,15 @@ class VirtualCluster:
         return UserInfo(ADMIN_USER, (MASTERS,))
 
     def impersonate(self, user: UserInfo, username: str) -> UserInfo:
-        """``Impersonate-User`` (k8s.io/apiserver ``filters/impersonation.go``): a name that
-        splits into a namespace and a service account name needs ``impersonate`` on that
-        service account, and gets its groups; any other needs ``impersonate`` on users."""
-        target = Attributes("impersonate", "", "users", name=username)
-        groups: tuple[str, ...] = ()
-        account = split_service_account(username)
-        if account is not None:
-            namespace, name = account
-            target = Attributes(
-                "impersonate", "", "serviceaccounts", namespace=namespace, name=name
-            )
-            groups = ("system:serviceaccounts", f"system:serviceaccounts:{namespace}")
-        self.authorize(user, target)
-        return UserInfo(username, groups)
+        """``Impersonate-User`` (``rbac.impersonated``): a name that splits into a namespace
+        and a service account name needs ``impersonate`` on that service account, and gets its
+        groups; any other needs ``impersonate`` on users."""
+        asked = impersonated(username, (), "")
+        if asked is None:
+            return user
+        for check in asked.checks:
+            self.authorize(user, check)
+        return asked.user
 
     # --- authorisation -----------------------------------------------------------------------
 
@@ -712,25 +515,14 @@ class VirtualCluster:
         for (group, kind, _, _), binding in self.objects.items():
             if (group, kind) != (RBAC_GROUP, "ClusterRoleBinding"):
                 continue
-            if not any(self._is_subject(user, s) for s in as_list(binding.get("subjects"))):
+            subjects = as_list(binding.get("subjects"))
+            if not any(applies_to_user(user, s, "") for s in subjects):
                 continue
             role = as_dict(binding.get("roleRef"))
             cluster_role = self.objects.get((RBAC_GROUP, "ClusterRole", "", str(role.get("name"))))
             if role.get("kind") == "ClusterRole" and cluster_role is not None:
                 rules += [as_dict(r) for r in as_list(cluster_role.get("rules"))]
         return rules
-
-    @staticmethod
-    def _is_subject(user: UserInfo, subject: Any) -> bool:
-        subject = as_dict(subject)
-        kind, name = subject.get("kind"), subject.get("name")
-        if kind == "User":
-            return name == user.name
-        if kind == "Group":
-            return name in user.all_groups
-        if kind == "ServiceAccount":
-            return user.name == f"{SERVICE_ACCOUNT_PREFIX}{subject.get('namespace')}:{name}"
-        return False
 
     def allowed(self, user: UserInfo, request: Attributes) -> bool:
         with self.lock:

@@ -20,6 +20,7 @@ from gitops.repo import GitRepository, Identity
 from gitops.specs import ClusterMember, GpuShare, TenantClusterSpec, TenantSpec
 from simulator import Simulator
 from simulator.config import SimConfig
+from simulator.store import CLUSTER_ROLE_BINDINGS
 from simulator.virtual import (
     ApiServerRefused,
     Attributes,
@@ -146,8 +147,12 @@ def test_flux_applies_the_bindings_into_the_virtual_cluster_once_it_runs(
     assert bound(sim) == {"oidc:sub-ann": "cluster-admin", "oidc:sub-bob": "edit"}
     # Nothing of it reached the host cluster.
     assert sim.get_object("kustomizations", "alpha", "dev-access")["status"]["inventory"]
-    with pytest.raises(ValueError, match="unknown resource"):
-        sim.get_object("clusterrolebindings", "", "x")
+    host_subjects = {
+        subject["name"]
+        for binding in sim.store.list(CLUSTER_ROLE_BINDINGS)
+        for subject in binding.get("subjects", [])
+    }
+    assert not host_subjects & {"oidc:sub-ann", "oidc:sub-bob"}
 
     main.render(alpha(ann="admin"))
     sim.tick()
@@ -266,15 +271,19 @@ def test_rbac_refuses_escalation_and_a_changed_role_ref() -> None:
     assert wider.value.reason == "Forbidden"
     assert cluster.allowed(UserInfo("oidc:x"), Attributes("create", "apps", "deployments"))
     # edit lets a member act as any service account, but not as the reconciler, whose name
-    # is no service account's: the API server asks for impersonate on users then.
+    # is no service account's: the API server asks for impersonate on users then. The
+    # impersonated user is authenticated (impersonation.go adds the group).
     member = UserInfo("oidc:x")
     assert cluster.impersonate(member, "system:serviceaccount:alpha:default").groups == (
         "system:serviceaccounts",
         "system:serviceaccounts:alpha",
+        "system:authenticated",
     )
     with pytest.raises(Forbidden, match='User "oidc:x" cannot impersonate resource "users"'):
         cluster.impersonate(member, reconciler.name)
-    assert cluster.impersonate(admin, reconciler.name) == reconciler
+    assert cluster.impersonate(admin, reconciler.name) == UserInfo(
+        reconciler.name, ("system:authenticated",)
+    )
 
 
 @pytest.mark.django_db
