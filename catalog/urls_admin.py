@@ -1,7 +1,7 @@
-"""Platform-admin catalog URLs (approvals) and everyone's notifications.
+"""Platform-admin catalog URLs (approvals, job templates) and everyone's notifications.
 
-The ``approvals/`` and ``job-templates/`` pages answer 404 to anyone but a platform admin; ``notifications/`` shows
-the signed-in user's own rows only."""
+The ``approvals/`` and ``job-templates/`` pages answer 404 to anyone but a platform admin;
+``notifications/`` shows the signed-in user's own rows only."""
 
 from __future__ import annotations
 

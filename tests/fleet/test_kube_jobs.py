@@ -139,7 +139,13 @@ def test_a_member_submits_reads_lists_and_cancels_a_job(sim: Simulator, kube: Ku
         assert gone.value.status == 404
         assert str(gone.value) == 'Could not read Job alpha/train: jobs.batch "train" not found.'
     sim.tick()
-    assert sim.store.list(PODS, "alpha") == []
+    # Job "other" runs on (Kueue admits it and its controller makes its pod): only train's go.
+    owners = [
+        ref["uid"]
+        for pod in sim.store.list(PODS, "alpha")
+        for ref in pod["metadata"].get("ownerReferences", [])
+    ]
+    assert created["metadata"]["uid"] not in owners
 
 
 def test_refusals_say_what_kubernetes_said(sim: Simulator, kube: Kube) -> None:

@@ -15,7 +15,7 @@ from gitops.fleet import demo_fleet
 from gitops.render import jobs, portal, rbac, tree
 from gitops.render.yamlio import load_documents
 from gitops.specs import BatchJobSpec, GpuShare, SpecError, TenantSpec
-from tests.support.skips import SHARED, skip_or_fail
+from tests.support.crds import jobset_crd
 
 FLEET = demo_fleet()
 TENANT = TenantSpec(
@@ -212,15 +212,6 @@ def test_the_job_validates_strictly_against_the_kubernetes_schema() -> None:
     obj["spec"]["template"]["spec"]["containers"][0]["gpu"] = 1
     (problem,) = registry.validate(obj)
     assert "unknown field 'gpu'" in problem.message
-
-
-def jobset_crd() -> Path:
-    """JobSet v0.12.0's CRD, which gitops/upstream.py pins and ../shared/crds does not hold
-    yet (tests/gitops/test_fetch_schemas.py NOT_IN_SHARED)."""
-    path = SHARED / "crds" / "jobset" / "jobset.x-k8s.io_jobsets.yaml"
-    if not path.is_file():
-        skip_or_fail("../shared/crds/jobset/ does not hold JobSet v0.12.0's CRD yet")
-    return path
 
 
 def test_the_jobset_validates_strictly_against_its_crd() -> None:
