@@ -9,7 +9,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.models import ApiToken, Robot
-from catalog.models import RequestEvent, ResourceRequest
+from catalog.jobs import STATES, state_from, workload_of
+from catalog.models import BatchJob, RequestEvent, ResourceRequest
 from catalog.services import APPROVE_MANY_MAX
 from gitops.models import ChangeRequest, CheckRun, MergeQueueEntry, Review
 from portal.models import Job
@@ -428,3 +429,78 @@ class TokenSerializer(serializers.ModelSerializer[ApiToken]):
     class Meta:
         model = ApiToken
         fields = ["prefix", "name", "scope", "expires_at", "last_used_at", "revoked_at"]
+
+
+# --- tenants' batch jobs --------------------------------------------------------------------
+
+
+class BatchJobInput(serializers.Serializer[Any]):
+    """A batch job to submit, for the schema: the body is read by ``catalog.jobs.read_job``
+    (the form's and the declarative document's reader too), strictly."""
+
+    name = serializers.CharField(help_text="A DNS label of at most 40 characters.")
+    template = serializers.CharField(required=False, help_text="A job template's name.")
+    image = serializers.CharField(
+        required=False, help_text="From one of the fleet's allowed registries."
+    )
+    command = serializers.ListField(child=serializers.CharField(), required=False)
+    args = serializers.ListField(child=serializers.CharField(), required=False)
+    env = serializers.DictField(
+        child=serializers.CharField(), required=False, help_text="Plain values, no secrets."
+    )
+    share = serializers.CharField(help_text="The GPU share its GPUs come from.")
+    gpus = serializers.IntegerField(required=False, help_text="Per pod, in the share's unit.")
+    nodes = serializers.IntegerField(required=False, help_text="Pods; more than 1: a JobSet.")
+    priority = serializers.ChoiceField(choices=["training", "batch-low"], required=False)
+    topology = serializers.ChoiceField(choices=["", "nvlink-domain", "rack"], required=False)
+    deadline_seconds = serializers.IntegerField(required=False)
+    ttl_seconds = serializers.IntegerField(required=False)
+    cpu = serializers.IntegerField(required=False)
+    memory_gib = serializers.IntegerField(required=False)
+
+
+class BatchJobStateSerializer(serializers.Serializer[Any]):
+    state = serializers.ChoiceField(choices=list(STATES))
+    detail = serializers.CharField()
+    position = serializers.IntegerField(allow_null=True)
+
+
+class BatchJobSerializer(serializers.ModelSerializer[BatchJob]):
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    cancelled_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    state = serializers.SerializerMethodField()
+
+    class Meta:
+        model = BatchJob
+        fields = [
+            "tenant",
+            "name",
+            "namespace",
+            "kind",
+            "uid",
+            "spec",
+            "submitted_by",
+            "created_at",
+            "cancelled_at",
+            "cancelled_by",
+            "state",
+        ]
+
+    @extend_schema_field(BatchJobStateSerializer)
+    def get_state(self, job: BatchJob) -> dict[str, Any]:
+        states = self.context.get("states") or {}
+        state = states.get(job.pk) or state_from(job, workload_of(job))
+        return {"state": state.state, "detail": state.detail, "position": state.position}
+
+
+class PodLogSerializer(serializers.Serializer[Any]):
+    pod = serializers.CharField()
+    phase = serializers.CharField()
+    text = serializers.CharField()
+    error = serializers.CharField()
+
+
+class JobLogsSerializer(serializers.Serializer[Any]):
+    pods = PodLogSerializer(many=True)
+    error = serializers.CharField(help_text="Why the pods could not be read, or empty.")

@@ -7,6 +7,7 @@ from rest_framework.routers import SimpleRouter
 from api import token_views
 from api.base import ApiViewMixin
 from api.views_catalog import ChangeViewSet, JobViewSet, RequestViewSet
+from api.views_jobs import BatchJobViewSet
 from api.views_tenants import CapacityView, InvoiceViewSet, MemberViewSet, TenantViewSet, UsageView
 
 app_name = "api"
@@ -32,12 +33,22 @@ router.register("jobs", JobViewSet, basename="job")
 
 members = MemberViewSet.as_view({"get": "list", "post": "create"})
 member = MemberViewSet.as_view({"get": "retrieve", "patch": "partial_update", "delete": "destroy"})
+batch_jobs = BatchJobViewSet.as_view({"get": "list", "post": "create"})
+batch_job = BatchJobViewSet.as_view({"get": "retrieve", "delete": "destroy"})
+batch_job_logs = BatchJobViewSet.as_view({"get": "logs"})
 
 urlpatterns = [
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/docs/", DocsView.as_view(url_name="api:schema"), name="docs"),
     path("api/v1/tenants/<slug:slug>/members/", members, name="members"),
     path("api/v1/tenants/<slug:slug>/members/<str:username>/", member, name="member"),
+    path("api/v1/tenants/<slug:slug>/jobs/", batch_jobs, name="batch_jobs"),
+    path("api/v1/tenants/<slug:slug>/jobs/<slug:name>/", batch_job, name="batch_job"),
+    path(
+        "api/v1/tenants/<slug:slug>/jobs/<slug:name>/logs/",
+        batch_job_logs,
+        name="batch_job_logs",
+    ),
     path(
         "api/v1/tenants/<slug:slug>/usage/",
         UsageView.as_view({"get": "retrieve"}),

@@ -16,7 +16,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 from billing.models import Invoice
 from catalog import services as catalog
-from catalog.models import Resource
+from catalog.models import BatchJob, Resource
 from portal.models import Job
 from tenants.specs import tenant_spec
 
@@ -67,6 +67,15 @@ def alphas(world: dict[str, Any], merged_change: Callable[..., Any]) -> dict[str
     job = Job.objects.create(
         task="catalog.advance", title="alpha's job", tenant=world["alpha"], created_by=world["bob"]
     )
+    BatchJob.objects.create(
+        tenant=world["alpha"],
+        name="ft-1",
+        namespace="alpha",
+        kind="Job",
+        uid="0b7c7d0e-0000-4000-8000-000000000001",
+        spec={"name": "ft-1", "nodes": 1},
+        submitted_by=world["bob"],
+    )
     ids = {
         "/requests/": request.pk,
         "/changes/": change.pk,
@@ -81,7 +90,7 @@ def _fill(path: str, alphas: dict[str, str]) -> str:
     for segment, pk in ids.items():
         if segment in path:
             path = path.replace("{id}", str(pk))
-    name = {"clusters": "dev", "gpushares": "train", "endpoints": "chat"}
+    name = {"clusters": "dev", "gpushares": "train", "endpoints": "chat", "jobs": "ft-1"}
     for plural, value in name.items():
         if f"/{plural}/" in path:
             path = path.replace("{name}", value)
