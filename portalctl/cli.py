@@ -1,6 +1,6 @@
 """``portalctl``: log in with a token, get, apply, diff, delete and watch the portal's
-declarative resources (tenant clusters, GPU shares, model endpoints) and read tenants and
-requests.
+declarative resources (tenant clusters, GPU shares, model endpoints), read tenants and
+requests, and run, list, read the logs of and cancel batch jobs.
 
 Exit codes: 0 done; 1 the portal refused something (a document with an error or a conflict,
 a request that failed; for ``diff``: there are differences, as ``kubectl diff``); 2 bad
@@ -66,6 +66,16 @@ REQUEST_COLUMNS: list[Column] = [
     ("NAME", lambda r: dig(r, "name")),
     ("STATE", lambda r: dig(r, "state")),
 ]
+JOB_COLUMNS: list[Column] = [
+    ("TENANT", lambda j: dig(j, "tenant")),
+    ("NAME", lambda j: dig(j, "name")),
+    ("KIND", lambda j: dig(j, "kind")),
+    ("STATE", lambda j: dig(j, "state", "state")),
+    ("POSITION", lambda j: dig(j, "state", "position")),
+    ("SUBMITTED BY", lambda j: dig(j, "submitted_by")),
+    ("DETAIL", lambda j: dig(j, "state", "detail")),
+]
+JOB_DOCUMENT = "BatchJob"
 TERMINAL_REQUEST_STATES = {"ready", "failed", "rejected", "cancelled", "decommissioned"}
 
 
@@ -153,10 +163,74 @@ def cmd_get(args: argparse.Namespace) -> int:
             data = list(client.items("/requests/", params))
         print(render(data, args.output, REQUEST_COLUMNS))
         return 0
+    if what in ("jobs", "job", "batchjobs", "batchjob"):
+        data = _jobs(client, args)
+        print(render(data, args.output, JOB_COLUMNS))
+        return 0
     segment, _ = _kind(what)
     base = f"/tenants/{_tenant(args)}/{segment}/"
     data = client.get(f"{base}{args.name}/") if args.name else list(client.items(base))
     print(render(data, args.output, DOCUMENT_COLUMNS))
+    return 0
+
+
+def _jobs(client: Client, args: argparse.Namespace) -> Any:
+    """One job, a tenant's jobs, or without a tenant every visible tenant's."""
+    tenant = args.tenant or os.environ.get("PORTAL_TENANT", "")
+    if args.name:
+        return client.get(f"/tenants/{_tenant(args)}/jobs/{args.name}/")
+    slugs = [tenant] if tenant else [str(t["slug"]) for t in client.items("/tenants/")]
+    return [job for slug in slugs for job in client.items(f"/tenants/{slug}/jobs/")]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Submit the BatchJob documents of a file: each to its tenant's jobs, as it is."""
+    client = _client()
+    status = 0
+    for document in _documents(_read(args.filename)):
+        if document.get("kind") != JOB_DOCUMENT:
+            raise SystemExit(f"portalctl: run takes kind {JOB_DOCUMENT} documents only")
+        meta = document.get("metadata") or {}
+        tenant = str(meta.get("tenant") or _tenant(args))
+        name = str(meta.get("name", ""))
+        body = {"name": name, **(document.get("spec") or {})}
+        try:
+            job = client.request("POST", f"/tenants/{tenant}/jobs/", json=body)
+        except ApiError as exc:
+            print(f"job {tenant}/{name}: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        if args.output == "table":
+            print(f"{job.get('kind')} {tenant}/{name} submitted (uid {job.get('uid')}).")
+        else:
+            print(render(job, args.output, JOB_COLUMNS))
+    return status
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = _client()
+    answer = client.get(f"/tenants/{_tenant(args)}/jobs/{args.name}/logs/")
+    if answer.get("error"):
+        print(f"portalctl: {answer['error']}", file=sys.stderr)
+        return 1
+    pods = answer.get("pods") or []
+    if not pods:
+        print("No pods yet (waiting for Kueue to admit the job), or they are gone.")
+    for pod in pods:
+        if len(pods) > 1:
+            print(f"==> {pod.get('pod')} ({pod.get('phase') or '-'}) <==")
+        if pod.get("error"):
+            print(f"portalctl: {pod['error']}", file=sys.stderr)
+        else:
+            sys.stdout.write(str(pod.get("text") or ""))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    client = _client()
+    tenant = _tenant(args)
+    job = client.request("DELETE", f"/tenants/{tenant}/jobs/{args.name}/")
+    print(f"{job.get('kind')} {tenant}/{args.name} cancelled.")
     return 0
 
 
@@ -320,7 +394,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("-t", "--tenant", help="the tenant's slug (else PORTAL_TENANT)")
 
     get = sub.add_parser("get", help="list or show resources, tenants or requests")
-    get.add_argument("resource", help="clusters, gpushares, endpoints, tenants or requests")
+    get.add_argument("resource", help="clusters, gpushares, endpoints, jobs, tenants or requests")
     get.add_argument("name", nargs="?", help="one of them")
     tenant(get)
     output(get)
@@ -346,6 +420,22 @@ def parser() -> argparse.ArgumentParser:
     delete.add_argument("-f", "--filename", help="the documents whose resources to remove")
     tenant(delete)
     delete.set_defaults(func=cmd_delete)
+
+    run = sub.add_parser("run", help="submit the batch jobs of BatchJob documents")
+    run.add_argument("-f", "--filename", required=True, help="a file of BatchJob documents, or -")
+    tenant(run)
+    output(run)
+    run.set_defaults(func=cmd_run)
+
+    logs = sub.add_parser("logs", help="the last lines of a batch job's pods")
+    logs.add_argument("name")
+    tenant(logs)
+    logs.set_defaults(func=cmd_logs)
+
+    cancel = sub.add_parser("cancel", help="cancel a batch job (its pods stop)")
+    cancel.add_argument("name")
+    tenant(cancel)
+    cancel.set_defaults(func=cmd_cancel)
 
     status = sub.add_parser("status", help="a resource's request and readiness")
     status.add_argument("resource")
