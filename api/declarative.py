@@ -3,7 +3,7 @@
 A document names one catalog resource and says what it should be::
 
     apiVersion: portal.ai-factory.dev/v1
-    kind: GpuShare                 # TenantCluster, GpuShare or ModelEndpoint
+    kind: GpuShare                 # TenantCluster, GpuShare or ModelEndpoint (or BatchJob)
     metadata:
       tenant: alpha
       name: train-a
@@ -18,6 +18,9 @@ by the checks the browser's forms use (``catalog.services.check_request``, throu
 ``do_create_request`` / ``do_modify_request``), so the API cannot ask for what a form could
 not. A ``status`` block (what ``export`` adds) is accepted and ignored, so an exported
 document applies again as "unchanged".
+
+A ``BatchJob`` document is run-once work, not a resource: see "batch jobs" below for what
+apply, a dry run and delete mean for it.
 
 Nothing here knows HTTP: the views turn the outcomes into status codes.
 """
@@ -37,8 +40,8 @@ from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog import services, states
-from catalog.models import Kind, Resource, ResourceRequest
+from catalog import jobs, services, states
+from catalog.models import BatchJob, Kind, Resource, ResourceRequest
 from catalog.specs import CLASSES, from_json, to_json
 from gitops.render.validate import text_problem
 from gitops.specs import SpecError
@@ -556,3 +559,120 @@ def listed(tenant: Tenant, kind: str) -> list[Resource]:
         .prefetch_related(Prefetch("requests", queryset=requests))
         .order_by("name")
     )
+
+
+# --- batch jobs ---------------------------------------------------------------------------
+#
+# A BatchJob document names run-once work, not a resource Git holds, so it has no request, no
+# pull request and no export. Applying it submits the job (``catalog.jobs.do_submit_job``) once:
+# a document whose job of that name was submitted already (and not cancelled) with the same
+# spec is unchanged, whatever became of the job since (finished, deleted after its TTL), so a
+# pipeline that applies its documents again does not run the work again; another spec under
+# that name is a conflict (cancel the job or choose another name). A dry run plans it: the
+# same checks, nothing submitted. Deleting is cancelling: DELETE /api/v1/tenants/<slug>/jobs/
+# <name>/ (``portalctl cancel``).
+
+JOB_KIND = "BatchJob"
+JOB_METADATA_FIELDS = ("tenant", "name")
+
+
+@dataclasses.dataclass
+class JobPlan:
+    """What a BatchJob document does: created (submitted), unchanged or a conflict."""
+
+    tenant: str
+    name: str
+    outcome: Outcome
+    job: BatchJob | None = None
+    diff: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    detail: str = ""
+
+
+def parse_job(data: Any) -> tuple[str, str, dict[str, Any]]:
+    """(tenant, name, the job request) of a BatchJob document; ValidationError with document
+    paths when it is not one. The spec itself is read by ``catalog.jobs.read_job``."""
+    errors: Errors = {}
+
+    def add(path: str, message: str) -> None:
+        errors.setdefault(path, []).append(message)
+
+    if not isinstance(data, dict):
+        raise ValidationError(
+            {"": ["A document is a mapping with apiVersion, kind, metadata and spec."]}
+        )
+    for key in data:
+        if key not in ("apiVersion", "kind", "metadata", "spec"):
+            add(str(key), "Unknown field.")
+    if data.get("apiVersion") != API_VERSION:
+        add("apiVersion", f"Must be {API_VERSION}.")
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        add("metadata", "Must be a mapping with tenant and name.")
+        metadata = {}
+    for key in metadata:
+        if key not in JOB_METADATA_FIELDS:
+            add(f"metadata.{key}", "Unknown field.")
+    _label_errors(metadata.get("tenant"), "metadata.tenant", TENANT_SLUG_MAX, errors)
+    _label_errors(metadata.get("name"), "metadata.name", 63, errors)
+    spec = data.get("spec")
+    if not isinstance(spec, dict):
+        add("spec", "Must be a mapping: the job's fields.")
+    elif "name" in spec:
+        add("spec.name", "The name is metadata.name.")
+    if errors:
+        raise ValidationError(errors)
+    assert isinstance(spec, dict)
+    return str(metadata["tenant"]), str(metadata["name"]), dict(spec)
+
+
+def _job_error(exc: ValidationError) -> ValidationError:
+    """``catalog.jobs``' field errors at their document paths."""
+    if not hasattr(exc, "error_dict"):
+        return exc
+    mapped: Errors = {}
+    for key, messages in exc.message_dict.items():
+        path = "metadata.name" if key == "name" else _path(key)
+        mapped.setdefault(path, []).extend(messages)
+    return ValidationError(mapped)
+
+
+def plan_job(data: Any, user: Any) -> JobPlan:
+    """What applying the BatchJob document ``data`` as ``user`` would do, submitting
+    nothing (see above)."""
+    slug, name, spec = parse_job(data)
+    tenant = tenant_for(user, slug)
+    access.require(user, Action.RUN_JOB, tenant)
+    try:
+        checked = jobs.check_job(tenant, {**spec, "name": name})
+    except ValidationError as exc:
+        raise _job_error(exc) from exc
+    wanted = jobs.spec_json(checked.spec)
+    existing = jobs.job_named(tenant, name)
+    if existing is not None and existing.cancelled_at is None:
+        if existing.spec == wanted:
+            return JobPlan(slug, name, Outcome.UNCHANGED, existing)
+        return JobPlan(
+            slug,
+            name,
+            Outcome.CONFLICT,
+            existing,
+            diff=diff(existing.spec, wanted),
+            detail=f"Job {name} was submitted with another spec; a job runs once: cancel it "
+            "or choose another name.",
+        )
+    return JobPlan(slug, name, Outcome.CREATED, diff=diff(None, wanted))
+
+
+def apply_job(data: Any, user: Any) -> JobPlan:
+    """Submit the job when ``plan_job`` says created; nothing otherwise."""
+    result = plan_job(data, user)
+    if result.outcome == Outcome.CREATED:
+        tenant = tenant_for(user, result.tenant)
+        _, _, spec = parse_job(data)
+        try:
+            result.job = jobs.do_submit_job(
+                tenant, acting_user=user, data={**spec, "name": result.name}
+            )
+        except ValidationError as exc:
+            raise _job_error(exc) from exc
+    return result

@@ -377,6 +377,15 @@ def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
         "detail": "",
     }
     try:
+        if isinstance(data, dict) and data.get("kind") == declarative.JOB_KIND:
+            job = declarative.plan_job(data, user) if dry_run else declarative.apply_job(data, user)
+            out.update(
+                outcome=job.outcome.value,
+                status=STATUS[job.outcome],
+                diff=job.diff,
+                detail=job.detail,
+            )
+            return out
         document = declarative.parse(data)
         result = declarative.plan(document, user) if dry_run else declarative.apply(document, user)
     except ValidationError as exc:
