@@ -217,22 +217,7 @@ class Batch:
         self.store.mutate(WORKLOADS, *key_of(wl), release)
 
     def start(self, now: float) -> None:
-        """``startJob`` for every suspended job whose Workload holds quota; reactivation."""
-        for wl in self.store.list(WORKLOADS):
-            requeued = condition(wl, REQUEUED)
-            if (
-                as_dict(wl.get("spec")).get("active") is not False
-                and requeued is not None
-                and requeued.get("status") == "False"
-                and requeued.get("reason") == "Deactivated"
-            ):
-                self.store.mutate(
-                    WORKLOADS,
-                    *key_of(wl),
-                    lambda o: set_condition(
-                        o, REQUEUED, True, "Reactivated", "The workload was reactivated", now
-                    ),
-                )
+        """``startJob`` for every suspended job whose Workload holds quota."""
         for kind, (resource, _) in _KINDS.items():
             for obj in self.store.list(resource):
                 if not self._managed(obj) or _spec(obj).get("suspend") is not True:
