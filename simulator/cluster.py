@@ -82,7 +82,7 @@ from simulator.workloads import (
     MAIN,
     QUOTA_RESERVED,
     condition,
-    finish,
+    finisher,
     holds_quota,
     is_evicted,
     is_finished,
@@ -1037,7 +1037,7 @@ class Cluster:
             if phase in ("Succeeded", "Failed") and not is_finished(wl):
                 reason = "Succeeded" if phase == "Succeeded" else "Failed"
                 message = "Pod succeeded" if phase == "Succeeded" else "Pod failed"
-                self.store.mutate(WORKLOADS, *key_of(wl), _finisher(reason, message, now))
+                self.store.mutate(WORKLOADS, *key_of(wl), finisher(reason, message, now))
             elif is_evicted(wl) and holds_quota(wl):
                 self.delete_pod(namespace, name, now)
 
@@ -1513,11 +1513,6 @@ class Cluster:
                         pod = slot.pod if slot else None
                         samples.append(_sample(node, gpu, pod, slot.container if slot else ""))
         return samples
-
-
-def _finisher(reason: str, message: str, now: float) -> Callable[[JsonObject], None]:
-    """A ``Store.mutate`` change finishing a pod's Workload."""
-    return lambda obj: finish(obj, reason, message, now)
 
 
 def _sample(

@@ -53,7 +53,7 @@ from simulator.workloads import (
     MAIN,
     REQUEUED,
     condition,
-    finish,
+    finisher,
     has_quota,
     is_evicted,
     is_finished,
@@ -165,7 +165,7 @@ class Batch:
                 if outcome is not None:
                     if not is_finished(wl):
                         reason, message = outcome
-                        self.store.mutate(WORKLOADS, *key_of(wl), _finisher(reason, message, now))
+                        self.store.mutate(WORKLOADS, *key_of(wl), finisher(reason, message, now))
                     continue
                 if is_evicted(wl) and has_quota(wl):
                     self._stop(kind, obj, wl, now)
@@ -494,11 +494,6 @@ def _owner(obj: Mapping[str, Any], kind: str) -> JsonObject:
 def _int(value: object, default: int) -> int:
     """An integer field, ``default`` when unset (the API server's defaulting)."""
     return int(value) if isinstance(value, int | str) else default
-
-
-def _finisher(reason: str, message: str, now: float) -> Any:
-    """A ``Store.mutate`` change finishing a Workload."""
-    return lambda obj: finish(obj, reason, message, now)
 
 
 def _seconds(value: object) -> float | None:

@@ -31,7 +31,7 @@ from simulator.store import (
     WORKLOADS,
     Store,
 )
-from simulator.workloads import JOB_UID_LABEL, PREEMPTED, condition, holds_quota
+from simulator.workloads import JOB_UID_LABEL, PREEMPTED, condition, holds_quota, workload_name
 from tests.simulator.kueue_world import admitted, workload
 
 NOW = 1_700_000_000.0
@@ -647,3 +647,9 @@ def test_pending_workloads_of_a_missing_queue_is_not_found() -> None:
         visibility.QueueNotFound, match=re.escape('localqueue.visibility.kueue.x-k8s.io "nope"')
     ):
         visibility.local_queue_pending(kueue, "foo", "nope")
+
+
+def test_workload_names_follow_kueues_hash() -> None:
+    """``TestGenerateWorkloadNameWithExtra`` (pkg/controller/jobframework/
+    workload_names_test.go) "short name, no extra (ShortWorkloadNames=false)"."""
+    assert workload_name("name", "uid", "Job", "batch") == "job-name-ef3a1"
