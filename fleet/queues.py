@@ -494,15 +494,15 @@ def gpu_equivalents(resource: str, amount: Decimal, flavor_name: str, fleet: Fle
     return ZERO
 
 
-def live_allocation(tenant_id: int | None = None) -> dict[str, Decimal] | None:
-    """GPU-equivalents in use per flavor now, from the ClusterQueues' live status (one
-    tenant's queue, or every queue); None when the Kueue rows are not live (the caller falls
-    back to the ledger and says so)."""
+def live_allocation(tenant: str | None = None) -> dict[str, Decimal] | None:
+    """GPU-equivalents in use per flavor now, from the ClusterQueues' live status (the queue
+    of the tenant with slug ``tenant``, or every queue); None when the Kueue rows are not live
+    (the caller falls back to the ledger and says so)."""
     if not queue_freshness().live:
         return None
     queues = ClusterQueueStatus.objects.all()
-    if tenant_id is not None:
-        queues = queues.filter(tenant_id=tenant_id)
+    if tenant is not None:
+        queues = queues.filter(tenant__slug=tenant)
     fleet = configured_fleet()
     totals: dict[str, Decimal] = defaultdict(Decimal)
     for usage in queues.values_list("usage", flat=True):

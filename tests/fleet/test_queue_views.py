@@ -224,3 +224,20 @@ def test_amounts_have_two_decimals_and_a_unit() -> None:
     assert str(queues.Amount(Decimal(2), "nvidia.com/mig-1g.10gb")) == "2.00 MIG 1g.10gb"
     assert str(queues.Amount(Decimal(16 * 2**30), "memory")) == "16.00 GiB"
     assert str(queues.Amount(Decimal(20480), "nvidia.com/gpumem")) == "20.00 GiB GPU memory"
+
+
+@pytest.mark.django_db
+def test_quota_left_comes_from_the_live_queue_and_says_when_it_does_not(
+    queue_rows: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    from billing.dashboards import quotas
+
+    live = {q.flavor: q for q in quotas({}, "alpha")}
+    assert live["h100"].live and live["h100"].allocated == 5  # borrowed GPUs included
+    page = login("bob").get("/t/alpha/usage/?range=24h").content.decode()
+    assert "Allocated is live, from Kueue" in page
+    WatchState.objects.update(connected=False)  # the watch down, no Kueue sync either
+    fallback = {q.flavor: q for q in quotas({("alpha", "h100"): (0, 2, 0)}, "alpha")}
+    assert not fallback["h100"].live and fallback["h100"].allocated == 2
+    page = login("bob").get("/t/alpha/usage/?range=24h").content.decode()
+    assert "Allocated is the ledger" in page and "not being read right now" in page
