@@ -23,9 +23,9 @@ refused shows here as refused, with the API server's message:
 do, and reports the message where the real controller would (a ReplicaSet's FailedCreate, a
 HelmRelease's failed install).
 
-Other kinds a controller writes (a tenant cluster's syncer: Services, Endpoints, EndpointSlices
-and pod updates) meet Kyverno's webhooks alone (``admit_object``); a new Service gets a
-ClusterIP from the service range (``cluster_ip``).
+Other kinds a controller or Flux writes (a tenant cluster's syncer: Services, Endpoints,
+EndpointSlices and pod updates; Jobs and JobSets) meet Kueue's job webhooks and Kyverno's
+(``admit_object``); a new Service gets a ClusterIP from the service range (``cluster_ip``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from simulator import kyverno
+from simulator import kueue_webhooks, kyverno
 from simulator.store import (
     LIMIT_RANGES,
     NAMESPACES,
@@ -473,11 +473,20 @@ def admit_object(
     operation: str = "CREATE",
     old: JsonObject | None = None,
 ) -> JsonObject:
-    """``obj`` as Kyverno's mutating webhook leaves it, or ``Rejected`` with the API server's
-    message when a webhook refuses it (``operation`` UPDATE with ``old``, the stored object)."""
+    """``obj`` as the mutating webhooks leave it (Kueue's for Jobs and JobSets, then
+    Kyverno's), or ``Rejected`` with the API server's message when a webhook refuses it
+    (``operation`` UPDATE with ``old``, the stored object). Kueue's validating webhook runs
+    before Kyverno's, as the API server calls them in name order (``vjob.kb.io`` sorts
+    before Kyverno's ``validate.kyverno.svc-*``)."""
+    kueue_webhooks.mutate_job(store, obj, resource, operation)
     mutated, refused = kyverno.mutate(
         store, obj, resource, username=requester, operation=operation, old=old
     )
+    if not refused:
+        try:
+            kueue_webhooks.validate_job(store, mutated, resource, operation, old)
+        except kueue_webhooks.Denied as exc:
+            refused = str(exc)
     refused = refused or kyverno.validate(
         store, mutated, resource, username=requester, operation=operation, old=old
     )

@@ -59,6 +59,7 @@ from simulator.config import (
 )
 from simulator.dcgm import GpuSample
 from simulator.hami import HamiWebhook
+from simulator.jobs import Batch
 from simulator.kserve import StorageInitializerWebhook
 from simulator.kueue import Kueue
 from simulator.kueue import gated as kueue_gated
@@ -68,12 +69,26 @@ from simulator.store import (
     NAMESPACES,
     NODES,
     PODS,
+    WORKLOADS,
     JsonObject,
     Store,
     as_dict,
     as_list,
     key_of,
     timestamp,
+)
+from simulator.workloads import (
+    MAIN,
+    QUOTA_RESERVED,
+    condition,
+    finish,
+    holds_quota,
+    is_evicted,
+    is_finished,
+    new_workload,
+    owner_of,
+    pod_set,
+    workload_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -268,6 +283,9 @@ class _Recreation:
     template: JsonObject
     base: str
     exclude: str
+    # Whether Kueue queues the replacement: a pod that had a Workload is replaced by a pod
+    # with a new one; the seed's pods, admitted before the simulator started, are not.
+    queue: bool = True
 
 
 def pod_request(pod: Mapping[str, Any], claim_devices: Callable[[str, str], int]) -> GpuRequest:
@@ -374,7 +392,8 @@ class Cluster:
         self.nodes: dict[str, SimNode] = {}
         self._random = random.Random(config.seed)  # noqa: S311 (pod names, not secrets)
         self._recreations: list[_Recreation] = []
-        self.kueue = Kueue(store)
+        self.kueue = Kueue(store, fair_sharing=config.fair_sharing)
+        self.batch = Batch(self)
         self.storage_initializer = StorageInitializerWebhook(store)
         self.hami = HamiWebhook(store)
         self._pod_ips = 0
@@ -862,11 +881,12 @@ class Cluster:
         ``pod`` needs metadata (namespace, labels, owners) and spec; node and status are filled
         in here. With ``admission`` (every pod a controller creates) it goes through the API
         server's admission chain first (``admission.py``) and ``Rejected`` says why it was
-        refused; ``queue`` False skips Kueue's gate, for the replacement pod of a workload
-        Kueue admitted already; ``requester`` is who creates it (its controller's service
-        account when not given, ``kyverno.pod_creator``). Without ``admission`` (pods that were
-        running before the simulator started) GPU pods get the GPU taint's toleration, as their
-        admitted flavor would have given them.
+        refused; a pod Kueue gates gets its Workload and waits for its admission (``kueue.py``),
+        unless ``queue`` is False (the replacement of a seed pod, admitted before the simulator
+        started); ``requester`` is who creates it (its controller's service account when not given,
+        ``kyverno.pod_creator``). Without ``admission`` (pods that were running before the
+        simulator started) GPU pods get the GPU taint's toleration, as their admitted flavor
+        would have given them.
         """
         with self.store.lock:
             new = dict(pod)
@@ -913,7 +933,7 @@ class Cluster:
                 new = admit_pod(self.store, new, webhooks=webhooks, requester=requester)
             stored = self.store.apply(PODS, new, now)
             if kueue_gated(stored):
-                self._admit_queued(stored, now)
+                self._admit_queued(stored, now, exclude=exclude)
             else:
                 self._schedule(stored, now, exclude=exclude)
             return self.store.get(PODS, namespace, metadata["name"]) or stored
@@ -950,12 +970,87 @@ class Cluster:
                 self._schedule(stored, now)
             return self.store.get(PODS, *key) or stored
 
-    def _admit_queued(self, pod: JsonObject, now: float) -> None:
-        """Kueue's scheduler for one gated pod: admitted pods lose the gate and are placed."""
+    # --- Kueue's pod integration ---------------------------------------------------------------
+
+    def pod_workload(self, pod: Mapping[str, Any]) -> JsonObject | None:
+        """The Workload of a standalone pod Kueue manages (``pod-<name>-<hash>``)."""
+        metadata = as_dict(pod.get("metadata"))
+        name = workload_name(str(metadata.get("name", "")), str(metadata.get("uid", "")), "Pod", "")
+        return self.store.get(WORKLOADS, str(metadata.get("namespace", "")), name)
+
+    def pod_pending(self, pod: Mapping[str, Any]) -> str | None:
+        """Why Kueue has not admitted the pod's Workload yet (its QuotaReserved message), or
+        None when the pod is not queued."""
+        if not kueue_gated(pod):
+            return None
+        wl = self.pod_workload(pod)
+        found = condition(wl, QUOTA_RESERVED) if wl is not None else None
+        return str(found.get("message", "")) if found else "waiting for its workload"
+
+    def _ensure_pod_workload(self, pod: JsonObject, now: float) -> JsonObject:
+        """The pod integration's reconciler: one Workload per gated pod, pod set ``main`` of
+        1 (``pkg/controller/jobs/pod/pod_controller.go`` ``ConstructComposableWorkload``)."""
+        found = self.pod_workload(pod)
+        if found is not None:
+            return found
+        pod = {**pod, "apiVersion": "v1"}
+        podsets = [pod_set(MAIN, pod, 1)]
+        return self.store.apply(WORKLOADS, new_workload(self.store, pod, "Pod", "", podsets), now)
+
+    def _reconcile_pod_workloads(self, now: float) -> None:
+        """A pod's Workload follows its pod: finished with it, gone with it; an evicted one
+        (preempted or deactivated) stops the pod, which its controller replaces, queued
+        again."""
+        for wl in self.store.list(WORKLOADS):
+            kind, name = owner_of(wl)
+            if kind != "Pod":
+                continue
+            namespace = str(as_dict(wl.get("metadata")).get("namespace", ""))
+            pod = self.store.get(PODS, namespace, name)
+            if pod is None:
+                self.store.delete(WORKLOADS, *key_of(wl))
+                continue
+            phase = as_dict(pod.get("status")).get("phase")
+            if phase in ("Succeeded", "Failed") and not is_finished(wl):
+                reason = "Succeeded" if phase == "Succeeded" else "Failed"
+                message = "Pod succeeded" if phase == "Succeeded" else "Pod failed"
+                self.store.mutate(WORKLOADS, *key_of(wl), _finisher(reason, message, now))
+            elif is_evicted(wl) and holds_quota(wl):
+                self.delete_pod(namespace, name, now)
+
+    def _admit_queued(
+        self, pod: JsonObject, now: float, *, exclude: str = "", schedule: bool = True
+    ) -> None:
+        """Kueue for one gated pod: its Workload, a scheduling cycle (``schedule``), and once
+        admitted the gate goes, the flavors' node labels and tolerations join the pod
+        (``pkg/podset``) and the pod is placed."""
         key = key_of(pod)
-        admitted = self.store.mutate(PODS, *key, self.kueue.admit)
-        if admitted is not None and not kueue_gated(admitted):
-            self._schedule(admitted, now)
+        wl = self._ensure_pod_workload(pod, now)
+        if schedule and not holds_quota(wl):
+            self.kueue.schedule(now)
+            wl = self.pod_workload(pod) or wl
+        if holds_quota(wl) and not is_evicted(wl):
+            admission = as_dict(as_dict(wl.get("status")).get("admission"))
+            flavors = [
+                str(flavor)
+                for assignment in as_list(admission.get("podSetAssignments"))
+                for flavor in as_dict(as_dict(assignment).get("flavors")).values()
+            ]
+
+            def ungate(obj: JsonObject) -> None:
+                self.kueue.apply_admission(obj, flavors)
+                spec = obj["spec"]
+                spec["schedulingGates"] = [
+                    g
+                    for g in as_list(spec.get("schedulingGates"))
+                    if not kueue_gated({"spec": {"schedulingGates": [g]}})
+                ]
+                if not spec["schedulingGates"]:
+                    del spec["schedulingGates"]
+
+            admitted = self.store.mutate(PODS, *key, ungate)
+            if admitted is not None:
+                self._schedule(admitted, now, exclude=exclude)
             return
         message = "Scheduling is blocked due to non-empty scheduling gates"
         self.store.mutate(
@@ -1223,6 +1318,11 @@ class Cluster:
                 raise NotFound(f'pods "{name}" not found')
             node_name = str(as_dict(pod.get("spec")).get("nodeName") or "")
             self._release((namespace, name), node_name, now)
+            # The garbage collector follows the Workload's ownerReference to the pod.
+            wl = self.pod_workload(pod)
+            if wl is not None:
+                self.store.delete(WORKLOADS, *key_of(wl))
+            queued = wl is not None
             owner = controller_of(pod)
             if recreate and owner is not None:
                 template = {
@@ -1243,6 +1343,7 @@ class Cluster:
                         template=template,
                         base=str(owner.get("name") or name),
                         exclude=node_name,
+                        queue=queued,
                     )
                 )
             logger.info("deleted pod %s/%s", namespace, name)
@@ -1279,21 +1380,58 @@ class Cluster:
                 )
             ]
 
+    def finish_pod(self, namespace: str, name: str, phase: str, now: float) -> None:
+        """A pod's containers exit (``phase`` Succeeded or Failed): its devices are free."""
+        with self.store.lock:
+            pod = self.store.get(PODS, namespace, name)
+            if pod is None:
+                raise NotFound(f'pods "{name}" not found')
+            node_name = str(as_dict(pod.get("spec")).get("nodeName") or "")
+            self._release((namespace, name), node_name, now)
+            ended = timestamp(now)
+            code = 0 if phase == "Succeeded" else 1
+            reason = "Completed" if phase == "Succeeded" else "Error"
+
+            def end(obj: JsonObject) -> None:
+                status = obj["status"] = as_dict(obj.get("status"))
+                status["phase"] = phase
+                for container in as_list(status.get("containerStatuses")):
+                    container = as_dict(container)
+                    started = as_dict(as_dict(container.get("state")).get("running"))
+                    container["ready"] = False
+                    container["started"] = False
+                    container["state"] = {
+                        "terminated": {
+                            "exitCode": code,
+                            "reason": reason,
+                            "startedAt": started.get("startedAt", ended),
+                            "finishedAt": ended,
+                        }
+                    }
+                for cond in as_list(status.get("conditions")):
+                    if as_dict(cond).get("type") in ("Ready", "ContainersReady"):
+                        cond["status"] = "False"
+                        cond["reason"] = "PodCompleted"
+                        cond["lastTransitionTime"] = ended
+
+            self.store.mutate(PODS, namespace, name, end)
+
     def tick(self, now: float) -> None:
-        """Replace deleted pods that are due, let Kueue admit gated pods, then retry every
-        Pending pod."""
+        """Replace deleted pods that are due; Kueue's controllers (pod and job Workloads, the
+        scheduling cycle, starting and stopping jobs) and the Job and JobSet controllers; then
+        retry every Pending pod and write the queues' status."""
         with self.store.lock:
             due = [r for r in self._recreations if r.due <= now]
             self._recreations = [r for r in self._recreations if r.due > now]
             for recreation in due:
                 try:
-                    # The workload stays admitted: its replacement pod is not queued again.
+                    # A replacement is a new pod: Kueue queues it as a new Workload.
                     self.create_pod(
                         recreation.template,
                         recreation.base,
                         now,
                         exclude=recreation.exclude,
-                        queue=False,
+                        queue=recreation.queue,
                     )
                 except Rejected as exc:
                     # The controller retries, as a ReplicaSet or Job controller does.
@@ -1301,15 +1439,23 @@ class Cluster:
                     self._recreations.append(
                         dataclasses.replace(recreation, due=now + self.config.recreate_delay)
                     )
+            self._reconcile_pod_workloads(now)
+            for pod in self.store.list(PODS):
+                if kueue_gated(pod) and as_dict(pod.get("status")).get("phase") == "Pending":
+                    self._ensure_pod_workload(pod, now)
+            self.batch.tick_before_schedule(now)
+            self.kueue.schedule(now)
+            self.batch.tick_after_schedule(now)
             for pod in self.store.list(PODS):
                 spec = as_dict(pod.get("spec"))
                 status = as_dict(pod.get("status"))
                 if spec.get("nodeName") or status.get("phase") != "Pending":
                     continue
                 if kueue_gated(pod):
-                    self._admit_queued(pod, now)
+                    self._admit_queued(pod, now, schedule=False)
                 else:
                     self._schedule(pod, now)
+            self.kueue.update_status(now)
 
     # --- metrics -----------------------------------------------------------------------------
 
@@ -1343,6 +1489,11 @@ class Cluster:
                         pod = slot.pod if slot else None
                         samples.append(_sample(node, gpu, pod, slot.container if slot else ""))
         return samples
+
+
+def _finisher(reason: str, message: str, now: float) -> Callable[[JsonObject], None]:
+    """A ``Store.mutate`` change finishing a pod's Workload."""
+    return lambda obj: finish(obj, reason, message, now)
 
 
 def _sample(

@@ -147,6 +147,12 @@ class SimConfig:
     # notification-controller's generic-hmac Provider: where Kustomization and HelmRelease
     # events are POSTed ("" for nowhere); the HMAC key is given to the Simulator, not here.
     flux_events_address: str = ""
+    # How long a pod of a Job runs (simulated seconds) before it succeeds; a pod template's
+    # ``sim.ai-factory.io/run-seconds`` annotation overrides it.
+    job_seconds: float = 600.0
+    # Whether Kueue's Configuration turns fair sharing on (``fairSharing``), as the portal
+    # renders it unless the fleet turns it off (``gitops.render.kueue_config``).
+    fair_sharing: bool = True
 
     @classmethod
     def demo(cls) -> SimConfig:

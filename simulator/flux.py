@@ -69,8 +69,8 @@ from typing import Any, Literal
 import yaml
 
 from gitops.repo import GitRepository, GitRepositoryError
-from simulator import flux_install, kserve, kyverno
-from simulator.admission import Rejected, cluster_ip
+from simulator import flux_install, kserve
+from simulator.admission import Rejected, admit_object, cluster_ip
 from simulator.cluster import Cluster, derived_uuid
 from simulator.config import SimConfig
 from simulator.flux_install import ControllerFlags
@@ -82,6 +82,8 @@ from simulator.store import (
     HELM_RELEASES,
     HTTP_ROUTES,
     INFERENCE_SERVICES,
+    JOBS,
+    JOBSETS,
     KUSTOMIZATIONS,
     LIMIT_RANGES,
     NAMESPACES,
@@ -884,7 +886,8 @@ class FluxPlayer:
         return "", recreate, []
 
     def _admission(self, kid: KId, spec: Mapping[str, Any], objects: dict[str, JsonObject]) -> str:
-        """Kyverno's webhooks on the apply's dry run, as the identity Flux applies with (the
+        """The admission webhooks (Kueue's for Jobs and JobSets, Kyverno's: ``admit_object``)
+        on the apply's dry run, as the identity Flux applies with (the
         account ``_impersonated`` names in the Kustomization's namespace, else
         kustomize-controller's own account): the objects as mutated, or the first refusal in
         ``DryRunErr``'s words (fluxcd/pkg ssa/errors/errors.go: no reason in parentheses, a
@@ -901,16 +904,14 @@ class FluxPlayer:
                 continue
             live = self.store.get(resource, *key_of(obj))
             operation = "CREATE" if live is None else "UPDATE"
-            mutated, refused = kyverno.mutate(
-                self.store, obj, resource, username=user, operation=operation, old=live
-            )
-            refused = refused or kyverno.validate(
-                self.store, mutated, resource, username=user, operation=operation, old=live
-            )
-            if refused:
+            try:
+                mutated = admit_object(
+                    self.store, obj, resource, requester=user, operation=operation, old=live
+                )
+            except Rejected as exc:
                 namespace, name = key_of(obj)
                 where = f"{namespace}/{name}" if namespace else name
-                return f"{obj.get('kind')}/{where} dry-run failed: {refused}"
+                return f"{obj.get('kind')}/{where} dry-run failed: {exc}"
             objects[object_id] = mutated
         return ""
 
@@ -1060,6 +1061,10 @@ class FluxPlayer:
                     metadata[field] = merged
         if resource in (KUSTOMIZATIONS, HELM_RELEASES, GIT_REPOSITORIES):
             metadata["finalizers"] = [FLUX_FINALIZER]
+        if resource in (JOBS, JOBSETS) and before is not None:
+            # A Job's pod template is immutable and ``spec.suspend`` belongs to Kueue once it
+            # runs the job (its field manager); re-applying the manifest changes neither.
+            desired["spec"] = before.get("spec", {})
         if resource is NAMESPACES:
             desired["status"] = {"phase": "Active"}
         after = self.store.apply(resource, desired, now)
@@ -1397,8 +1402,9 @@ class FluxPlayer:
         if as_dict(pod.get("status")).get("phase") == "Running":
             return ""
         key = key_of(pod)
-        if key in self.cluster.kueue.pending:
-            return f"pod {key[1]} is queued by Kueue: {self.cluster.kueue.pending[key]}"
+        queued = self.cluster.pod_pending(pod)
+        if queued is not None:
+            return f"pod {key[1]} is queued by Kueue: {queued}"
         for condition in as_list(as_dict(pod.get("status")).get("conditions")):
             condition = as_dict(condition)
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
@@ -1631,9 +1637,9 @@ class FluxPlayer:
         for pod in pods:
             if as_dict(pod.get("status")).get("phase") == "Running":
                 continue
-            key = key_of(pod)
-            if key in self.cluster.kueue.pending:
-                return "QueuedByKueue", self.cluster.kueue.pending[key]
+            queued = self.cluster.pod_pending(pod)
+            if queued is not None:
+                return "QueuedByKueue", queued
             for condition in as_list(as_dict(pod.get("status")).get("conditions")):
                 condition = as_dict(condition)
                 if condition.get("type") == "PodScheduled" and condition.get("status") == "False":

@@ -1,136 +1,548 @@
-"""Kueue as it acts on pods: the queue webhook and a small quota scheduler.
+"""Kueue's scheduler over Workload objects: flavor assignment, quota reservation with cohort
+borrowing, preemption (``preemption.py``), the queues' order and the queues' status.
 
 Read from kubernetes-sigs/kueue v0.19.2 and its documentation:
 
-- LocalQueueDefaulting (stable since v0.17, ``site/content/en/docs/tasks/manage/
-  enforce_job_management/setup_default_local_queue.md``): a workload without
-  ``kueue.x-k8s.io/queue-name`` in a namespace that has a LocalQueue named ``default`` gets
-  that label. Namespaces Kueue does not manage are left alone
-  (``managedJobsNamespaceSelector`` excludes ``kube-system`` and ``kueue-system`` by default);
-- the pod integration gates every queued pod with the ``kueue.x-k8s.io/admission`` scheduling
-  gate (``pkg/controller/jobs/pod/pod_webhook.go``) and removes it once the pod's workload is
-  admitted, after adding the assigned ResourceFlavor's ``nodeLabels`` to the node selector
-  and its ``tolerations`` (``pkg/podset``);
-- admission (``pkg/scheduler/scheduler.go`` ``nominate``, ``pkg/scheduler/flavorassigner``):
-  the workload's namespace must match the ClusterQueue's ``namespaceSelector`` (null selects
-  nothing); a ClusterQueue naming a missing flavor admits nothing; a requested resource no
-  resource group covers makes the workload inadmissible (a zero request is ignored). Each
-  resource group gets a flavor, tried in the ClusterQueue's order: a flavor is skipped when
-  it fails the TAS rules below, has a ``nodeTaints`` entry the pod's and the flavor's own
-  tolerations do not tolerate, or does not match the pod's node selector or required node
-  affinity on the flavor's own label keys; then every requested resource of the group is
+- the webhooks (``kueue_webhooks.py``) queue pods, Jobs and JobSets; ``workloads.py`` builds
+  their Workloads, ``jobs.py`` runs Jobs and JobSets once admitted and the pod integration
+  (``Cluster``) lifts a pod's scheduling gate. Every admission goes through ``schedule`` and
+  every quota in use is a Workload's ``status.admission``;
+- queues (``pkg/cache/queue``, ``pkg/workload/ordering.go``): a pending workload waits in the
+  ClusterQueue its LocalQueue names, ordered by priority then creation time (then name: the
+  API's timestamps have seconds only). ``BestEffortFIFO`` (the default) lets an inadmissible
+  workload step aside for the next; ``StrictFIFO`` blocks the queue behind its head;
+- the cycle (``pkg/scheduler/scheduler.go`` ``schedule``, ``nominate``, ``processEntry``,
+  ``makeClassicalIterator``): each ClusterQueue's head is nominated, the heads are tried
+  not-borrowing first, then by priority and time; one that fits reserves quota
+  (``SetQuotaReservation``, and ``Admitted`` at once: no AdmissionChecks are modelled); one
+  that needs preemption evicts its targets and waits ("... Pending the preemption of N
+  workload(s)"), to be admitted once they have released their quota; the others stay pending
+  with the assigner's message (``QuotaReserved`` False, reason ``Pending``). Cycles repeat
+  within a tick until every head was tried;
+- admission checks (``pkg/workload/resources.go`` ``ValidateAdmissibility``,
+  ``pkg/cache/scheduler/clusterqueue.go``): the workload's namespace must match the
+  ClusterQueue's ``namespaceSelector`` (null selects nothing); a ClusterQueue naming a missing
+  flavor is inactive and admits nothing;
+- flavors (``pkg/scheduler/flavorassigner``): pod set by pod set, each resource group gets a
+  flavor, tried in the ClusterQueue's order: a flavor is skipped when it fails the TAS rules
+  below, has a ``nodeTaints`` entry the pod's and the flavor's own tolerations do not
+  tolerate, or does not match the pod's node selector or required node affinity on the
+  flavor's own label keys; then every requested resource of the group (count x the pod's
+  requests, ``pods`` where covered) plus what earlier pod sets took of the same flavor is
   checked against the queue's quota, with cohort borrowing, ``borrowingLimit`` and
   ``lendingLimit`` as ``pkg/cache/scheduler/resource_node.go`` counts them. The first flavor
-  that fits is taken (borrowing or not); the pending reason is Kueue's message, its reasons
-  sorted. The pod's assignment (ClusterQueue, flavor per resource) is kept on the pod, as a
-  Workload's ``status.admission`` keeps it; ``pods`` counts where a queue covers it;
-- topology-aware scheduling (TAS), which flavors a pod may use (Kueue v0.19.2
-  ``pkg/scheduler/flavorassigner/tas_flavorassigner.go`` ``checkPodSetAndFlavorMatchForTAS``):
-  a pod requests TAS explicitly with a ``kueue.x-k8s.io/podset-required-topology``,
-  ``-preferred-topology`` or ``-unconstrained-topology`` annotation (any value:
-  ``pkg/controller/jobframework/tas.go``, ``pkg/workload/workload.go``
-  ``IsExplicitlyRequestingTAS``), and implicitly when *every* flavor of its ClusterQueue has
-  ``topologyName`` (``pkg/cache/scheduler/clusterqueue.go`` ``isTASOnly``). A pod that
-  requests no TAS skips every flavor with ``topologyName`` ("supports only
-  TopologyAwareScheduling"), so in a ClusterQueue that mixes TAS and non-TAS flavors a pod
-  without the annotation can never use the TAS ones; a pod that requests TAS explicitly skips a
-  flavor without ``topologyName`` that covers any resource it requests ("does not support
-  TopologyAwareScheduling") and one whose Topology lacks the requested level;
-- where TAS applies (``pkg/cache/scheduler/tas_flavor_snapshot.go``) the pod must fit on one
-  node of the flavor that carries every level label of the Topology (nodes without them are
-  left out), counted against that node's *allocatable* less what its pods request. A resource
-  no node advertises, such as HAMi's ``gpumem``/``gpucores`` (scheduler-extender resources,
-  absent from allocatable), never fits.
+  that fits is taken (borrowing or not: ``whenCanBorrow: MayStopSearch``); one that would need
+  preemption is remembered and the next tried (``whenCanPreempt: TryNextFlavor``). A requested
+  resource no group covers makes the workload inadmissible (a zero request is ignored). The
+  pending message is Kueue's, its reasons sorted;
+- topology-aware scheduling (``tas_flavorassigner.go`` ``checkPodSetAndFlavorMatchForTAS``):
+  a pod set requests TAS explicitly with a ``kueue.x-k8s.io/podset-required-topology``,
+  ``-preferred-topology`` or ``-unconstrained-topology`` annotation (``pkg/workload``
+  ``IsExplicitlyRequestingTAS``), implicitly when *every* flavor of its ClusterQueue has
+  ``topologyName`` (``isTASOnly``). One that requests no TAS skips every flavor with
+  ``topologyName`` ("supports only TopologyAwareScheduling"); one that requests TAS skips a
+  flavor without it that covers a resource it requests ("does not support
+  TopologyAwareScheduling") and one whose Topology lacks the requested level; where TAS
+  applies (``tas_flavor_snapshot.go``) a pod must fit on one node of the flavor carrying every
+  level label, against the node's allocatable less what its pods request (HAMi's
+  ``gpumem``/``gpucores``, which no node advertises, never fit);
+- admitted pods get the assigned flavors' ``nodeLabels`` and ``tolerations`` (``pkg/podset``
+  ``FromAssignment``, ``Merge``);
+- status (``pkg/controller/core/clusterqueue_controller.go``, ``localqueue_controller.go``,
+  ``pkg/cache/scheduler/fair_sharing.go``): per flavor and resource the reserved total and
+  what is borrowed past the nominal quota, the counts of pending, reserving and admitted
+  workloads, the ``Active`` condition, and with fair sharing the weighted share
+  (``ceil(DRS / weight)``); written only when something changed.
 
-Simplified: no Workload objects (the pending reason is kept here and shown on the pod's
-PodScheduled condition), one pod set per workload (a pod), no preemption (a flavor that
-would need it is only tried after the others, and the pod waits), no fair sharing, no
-``flavorFungibility`` other than the default, cohorts one level deep without quota of their
-own, admission one pod at a time (no scheduling cycle), and topology placement only checks
-that some single node fits (no domain packing or required levels).
+Simplified: no AdmissionChecks, partial admission, workload slices or ``flavorFungibility``
+other than the default; cohorts are one level deep and hold no quota of their own; a
+ClusterQueue's flavors are tried without simulating preemption first (a flavor that would need
+it is kept and the next tried, as the default ``TryNextFlavor``); topology placement only checks
+that each pod fits some single node (no domain packing or required levels); the fair-sharing
+scheduler orders heads as the classical one does (``fair_sharing_iterator.go`` is not modelled).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from simulator import preemption
 from simulator.admission import pod_usage, quantity
+from simulator.kueue_webhooks import (
+    ADMISSION_GATE,
+    DEFAULT_QUEUE,
+    QUEUE_LABEL,
+    UNMANAGED_NAMESPACES,
+    gated,
+    mutate_pod,
+)
 from simulator.store import (
     CLUSTER_QUEUES,
+    COHORTS,
     LOCAL_QUEUES,
     NAMESPACES,
     NODES,
     PODS,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
+    WORKLOADS,
     JsonObject,
     Store,
     as_dict,
     as_list,
+    key_of,
+)
+from simulator.workloads import (
+    holds_quota,
+    is_pending,
+    per_pod_requests,
+    reserve_quota,
+    set_condition,
+    unset_quota,
+)
+from simulator.workloads import (
+    usage as workload_usage,
 )
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+__all__ = [
+    "ADMISSION_GATE",
+    "DEFAULT_QUEUE",
+    "QUEUE_LABEL",
+    "UNMANAGED_NAMESPACES",
+    "Assignment",
+    "Kueue",
+    "gated",
+]
+
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-DEFAULT_QUEUE = "default"
-UNMANAGED_NAMESPACES = frozenset({"kube-system", "kueue-system"})
-# Where the simulator remembers an admission ("<clusterqueue>/<flavor>"), standing in for the
-# Workload object Kueue would keep.
-ADMITTED_ANNOTATION = "sim.ai-factory.io/kueue-admission"
+STRICT_FIFO = "StrictFIFO"
+PENDING = "Pending"
+FIT, PREEMPT, NOFIT = 2, 1, 0
+# (ClusterQueue, flavor, resource) -> quantity held by admitted workloads.
+Usage = dict[tuple[str, str, str], Decimal]
 
 
-def gated(pod: Mapping[str, Any]) -> bool:
-    gates = as_list(as_dict(pod.get("spec")).get("schedulingGates"))
-    return any(as_dict(g).get("name") == ADMISSION_GATE for g in gates)
+@dataclass
+class PodSetAssignment:
+    """One pod set's flavors and what it reserves (``kueue.PodSetAssignment``)."""
+
+    name: str
+    count: int
+    flavors: dict[str, str]
+    usage: dict[str, Decimal]
+
+
+@dataclass
+class Assignment:
+    """The flavor assigner's answer for a workload: ``mode`` FIT, PREEMPT or NOFIT, ``message``
+    why it does not fit, the (flavor, resource) pairs that need preemption."""
+
+    cluster_queue: str
+    pod_sets: list[PodSetAssignment]
+    mode: int
+    message: str = ""
+    need_preemption: set[tuple[str, str]] = field(default_factory=set)
+    borrows: bool = False
+
+    def requests(self) -> dict[tuple[str, str], Decimal]:
+        """(flavor, resource) -> total over the pod sets."""
+        total: dict[tuple[str, str], Decimal] = {}
+        for podset in self.pod_sets:
+            for resource, amount in podset.usage.items():
+                key = (podset.flavors[resource], resource)
+                total[key] = total.get(key, Decimal(0)) + amount
+        return total
+
+    def to_api(self) -> JsonObject:
+        """``status.admission`` (``Assignment.ToAPI``)."""
+        return {
+            "clusterQueue": self.cluster_queue,
+            "podSetAssignments": [
+                {
+                    "name": podset.name,
+                    "count": podset.count,
+                    "flavors": dict(sorted(podset.flavors.items())),
+                    "resourceUsage": {
+                        resource: quantity_string(resource, amount)
+                        for resource, amount in sorted(podset.usage.items())
+                    },
+                }
+                for podset in self.pod_sets
+            ],
+        }
+
+
+def queue_key(wl: Mapping[str, Any]) -> tuple[int, str, str]:
+    """The order of a ClusterQueue's pending workloads (``queueOrderingFunc``): higher
+    priority first, then older; the name last, for a deterministic order."""
+    spec = as_dict(wl.get("spec"))
+    metadata = as_dict(wl.get("metadata"))
+    return (
+        -int(spec.get("priority") or 0),
+        str(metadata.get("creationTimestamp") or ""),
+        f"{metadata.get('namespace', '')}/{metadata.get('name', '')}",
+    )
 
 
 class Kueue:
-    """The webhook (``mutate``) and the scheduler (``admit``) over the simulator's store."""
+    """The pod webhook (``mutate``), the scheduler (``schedule``) and the queues' status
+    (``update_status``) over the simulator's store. ``fair_sharing`` is whether Kueue's
+    Configuration has ``fairSharing`` (the portal renders it unless the fleet turns it off)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, fair_sharing: bool = True) -> None:
         self.store = store
-        # (namespace, pod) -> why its workload is not admitted yet.
-        self.pending: dict[tuple[str, str], str] = {}
+        self.fair_sharing = fair_sharing
 
     def mutate(self, pod: JsonObject) -> None:
-        metadata = pod.setdefault("metadata", {})
-        namespace = str(metadata.get("namespace") or "default")
-        if namespace in UNMANAGED_NAMESPACES:
-            return
-        labels = metadata.setdefault("labels", {})
-        if QUEUE_LABEL not in labels and self.store.get(LOCAL_QUEUES, namespace, DEFAULT_QUEUE):
-            labels[QUEUE_LABEL] = DEFAULT_QUEUE
-        if QUEUE_LABEL in labels and not gated(pod):
-            spec = pod.setdefault("spec", {})
-            spec["schedulingGates"] = [
-                *as_list(spec.get("schedulingGates")),
-                {"name": ADMISSION_GATE},
-            ]
+        mutate_pod(self.store, pod)
 
-    # --- admission -----------------------------------------------------------------------------
+    @staticmethod
+    def quota(cluster_queue: Mapping[str, Any], flavor: str, resource: str) -> _Quota:
+        """A ClusterQueue's quota of one flavor and resource."""
+        return _quota(cluster_queue, flavor, resource)
 
-    def admit(self, pod: JsonObject) -> bool:
-        """Try to admit a gated pod; on success ``pod`` is changed as Kueue changes it: the
-        assigned flavors' ``nodeLabels`` join its node selector and their ``tolerations`` its
-        tolerations (kueue v0.19.2 ``pkg/podset`` ``FromAssignment``), the gate goes."""
-        metadata = as_dict(pod.get("metadata"))
-        key = (str(metadata.get("namespace", "")), str(metadata.get("name", "")))
-        decision = self._assign(pod)
-        if isinstance(decision, str):
-            self.pending[key] = decision
-            return False
-        cluster_queue, assigned = decision
-        self.pending.pop(key, None)
-        spec = pod.setdefault("spec", {})
+    # --- queues --------------------------------------------------------------------------------
+
+    def cluster_queue_of(self, wl: Mapping[str, Any]) -> str:
+        """The ClusterQueue the workload's LocalQueue names ("" when there is none)."""
+        namespace = str(as_dict(wl.get("metadata")).get("namespace", ""))
+        queue = str(as_dict(wl.get("spec")).get("queueName", ""))
+        local = self.store.get(LOCAL_QUEUES, namespace, queue)
+        return str(as_dict(as_dict(local).get("spec")).get("clusterQueue", "")) if local else ""
+
+    def pending(self, cq_name: str) -> list[JsonObject]:
+        """The ClusterQueue's pending workloads in queue order (what the visibility API
+        shows: ``Manager.PendingWorkloadsInfo``)."""
+        return sorted(
+            (
+                wl
+                for wl in self.store.list(WORKLOADS)
+                if is_pending(wl) and self.cluster_queue_of(wl) == cq_name
+            ),
+            key=queue_key,
+        )
+
+    # --- the cycle -----------------------------------------------------------------------------
+
+    def usage(self, workloads: Iterable[Mapping[str, Any]] | None = None) -> Usage:
+        """What admitted workloads hold, per ClusterQueue, flavor and resource."""
+        used: Usage = {}
+        for wl in self.store.list(WORKLOADS) if workloads is None else workloads:
+            if not holds_quota(wl):
+                continue
+            cq = str(as_dict(as_dict(wl.get("status")).get("admission")).get("clusterQueue"))
+            for (flavor, resource), amount in workload_usage(wl).items():
+                key = (cq, flavor, resource)
+                used[key] = used.get(key, Decimal(0)) + amount
+        return used
+
+    def schedule(self, now: float) -> list[str]:
+        """Scheduling cycles until every head was tried; returns the keys
+        (``namespace/name``) of the workloads admitted."""
+        admitted: list[str] = []
+        with self.store.lock:
+            usage = self.usage()
+            tried: set[str] = set()
+            blocked: set[str] = set()
+            while True:
+                heads = self._heads(tried, blocked)
+                if not heads:
+                    break
+                entries = []
+                for cq_name, wl in heads:
+                    decision = self.assign(wl, usage)
+                    entries.append((cq_name, wl, decision))
+                entries.sort(key=lambda e: (_borrows(e[2]), queue_key(e[1])))
+                for cq_name, wl, _ in entries:
+                    key = _key(wl)
+                    tried.add(key)
+                    # Assign again: an entry before this one may have taken the quota
+                    # (``updateAssignmentIfNeeded``).
+                    decision = self.assign(wl, usage)
+                    message = decision if isinstance(decision, str) else decision.message
+                    if isinstance(decision, Assignment) and decision.mode == FIT:
+                        self._admit(wl, decision, usage, now)
+                        admitted.append(key)
+                        continue
+                    if isinstance(decision, Assignment) and decision.mode == PREEMPT:
+                        targets = preemption.targets(self, wl, decision, usage)
+                        if targets:
+                            preemption.issue(self, wl, targets, now)
+                            message += f". Pending the preemption of {len(targets)} workload(s)"
+                    self._pend(wl, message, now)
+                    if self._strict(cq_name):
+                        blocked.add(cq_name)
+        return admitted
+
+    def _heads(self, tried: set[str], blocked: set[str]) -> list[tuple[str, JsonObject]]:
+        """Each ClusterQueue's first pending workload not tried in this tick; a StrictFIFO
+        queue whose head could not be admitted gives none. Workloads whose LocalQueue or
+        ClusterQueue is missing are heads of their own (nominate marks them inadmissible)."""
+        queues: dict[str, list[JsonObject]] = {}
+        for wl in self.store.list(WORKLOADS):
+            if not is_pending(wl) or _key(wl) in tried:
+                continue
+            cq_name = self.cluster_queue_of(wl)
+            queues.setdefault(cq_name or f"?{_key(wl)}", []).append(wl)
+        heads = []
+        for name, waiting in sorted(queues.items()):
+            if name in blocked:
+                continue
+            heads.append((name, min(waiting, key=queue_key)))
+        return heads
+
+    def _strict(self, cq_name: str) -> bool:
+        cq = self.store.get(CLUSTER_QUEUES, "", cq_name)
+        return as_dict(as_dict(cq).get("spec")).get("queueingStrategy") == STRICT_FIFO
+
+    def _admit(self, wl: JsonObject, assignment: Assignment, usage: Usage, now: float) -> None:
+        admission = assignment.to_api()
+        self.store.mutate(WORKLOADS, *key_of(wl), lambda obj: reserve_quota(obj, admission, now))
+        for (flavor, resource), amount in assignment.requests().items():
+            key = (assignment.cluster_queue, flavor, resource)
+            usage[key] = usage.get(key, Decimal(0)) + amount
+
+    def _pend(self, wl: JsonObject, message: str, now: float) -> None:
+        """``requeueAndUpdate``: QuotaReserved False, reason Pending, the message."""
+        self.store.mutate(
+            WORKLOADS, *key_of(wl), lambda obj: unset_quota(obj, PENDING, message, now)
+        )
+
+    # --- flavor assignment ---------------------------------------------------------------------
+
+    def assign(self, wl: Mapping[str, Any], usage: Usage) -> Assignment | str:
+        """The flavors of each pod set of ``wl`` against ``usage``, or why the workload cannot
+        be considered at all."""
+        namespace = str(as_dict(wl.get("metadata")).get("namespace", ""))
+        queue = str(as_dict(wl.get("spec")).get("queueName", ""))
+        local = self.store.get(LOCAL_QUEUES, namespace, queue)
+        if local is None:
+            return f"LocalQueue {queue} doesn't exist"
+        cq_name = str(as_dict(local.get("spec")).get("clusterQueue", ""))
+        cluster_queue = self.store.get(CLUSTER_QUEUES, "", cq_name)
+        if cluster_queue is None:
+            return f"ClusterQueue {cq_name} doesn't exist"
+        if self._missing_flavors(cluster_queue):
+            return f"ClusterQueue {cq_name} is inactive"
+        ns = self.store.get(NAMESPACES, "", namespace)
+        if ns is None:
+            return (
+                f'workload namespace "{namespace}" does not exist: '
+                f'namespaces "{namespace}" not found'
+            )
+        spec = as_dict(cluster_queue.get("spec"))
+        ns_labels = as_dict(as_dict(ns.get("metadata")).get("labels"))
+        if not label_selector_matches(spec.get("namespaceSelector"), ns_labels):
+            return "workload namespace doesn't match ClusterQueue selector"
+        groups = [as_dict(g) for g in as_list(spec.get("resourceGroups"))]
+        covered = {str(r) for g in groups for r in as_list(g.get("coveredResources"))}
+        tas_only = all(
+            self._topology_name(str(as_dict(entry).get("name", "")))
+            for group in groups
+            for entry in as_list(group.get("flavors"))
+        )
+        result = Assignment(cq_name, [], FIT)
+        assumed: dict[tuple[str, str], Decimal] = {}
+        for podset in (as_dict(p) for p in as_list(as_dict(wl.get("spec")).get("podSets"))):
+            name = str(podset.get("name", ""))
+            count = int(podset.get("count") or 1)
+            requests = {r: v * count for r, v in per_pod_requests(podset).items()}
+            if "pods" in covered:
+                requests["pods"] = Decimal(count)
+            template = as_dict(podset.get("template"))
+            flavors, mode, reasons, preempt = self._assign_pod_set(
+                template, count, cq_name, cluster_queue, groups, requests, assumed, usage, tas_only
+            )
+            if mode != FIT and (result.mode == FIT or not result.message):
+                result.message = f"couldn't assign flavors to pod set {name}: " + ", ".join(
+                    sorted(reasons)
+                )
+            result.mode = min(result.mode, mode)
+            if mode == NOFIT:
+                return result
+            result.need_preemption |= preempt
+            kept = {r: v for r, v in requests.items() if r in flavors}
+            result.pod_sets.append(PodSetAssignment(name, count, flavors, kept))
+            for resource, amount in kept.items():
+                key = (flavors[resource], resource)
+                assumed[key] = assumed.get(key, Decimal(0)) + amount
+        result.borrows = any(
+            usage.get((cq_name, flavor, resource), Decimal(0)) + amount
+            > _quota(cluster_queue, flavor, resource).nominal
+            for (flavor, resource), amount in result.requests().items()
+        )
+        return result
+
+    def _missing_flavors(self, cluster_queue: Mapping[str, Any]) -> list[str]:
+        """``clusterqueue.go``: a ClusterQueue naming a missing flavor is inactive
+        (FlavorNotFound), and the scheduler admits nothing to it."""
+        return [
+            str(as_dict(entry).get("name", ""))
+            for group in as_list(as_dict(cluster_queue.get("spec")).get("resourceGroups"))
+            for entry in as_list(as_dict(group).get("flavors"))
+            if self.store.get(RESOURCE_FLAVORS, "", str(as_dict(entry).get("name", ""))) is None
+        ]
+
+    def _assign_pod_set(
+        self,
+        template: Mapping[str, Any],
+        count: int,
+        cq_name: str,
+        cluster_queue: Mapping[str, Any],
+        groups: list[JsonObject],
+        requests: Mapping[str, Decimal],
+        assumed: Mapping[tuple[str, str], Decimal],
+        usage: Usage,
+        tas_only: bool,
+    ) -> tuple[dict[str, str], int, list[str], set[tuple[str, str]]]:
+        """(flavor per resource, mode, reasons, resources needing preemption) of one pod set,
+        as ``assignFlavors`` does it: resource by resource (Kueue iterates a map or a
+        hash-ordered slice; sorted here), each resource group once."""
+        assigned: dict[str, str] = {}
+        reasons: list[str] = []
+        mode = FIT
+        preempt: set[tuple[str, str]] = set()
+        for resource, amount in sorted(requests.items()):
+            group = next(
+                (g for g in groups if resource in as_list(g.get("coveredResources"))), None
+            )
+            if group is None:
+                if amount == 0:
+                    continue  # a zero request of a resource the queue lacks (#8079)
+                return {}, NOFIT, [f"resource {resource} unavailable in ClusterQueue"], set()
+            if resource in assigned:
+                continue
+            needed = {
+                r: v for r, v in requests.items() if r in as_list(group.get("coveredResources"))
+            }
+            flavors, why, group_mode = self._find_flavor(
+                template,
+                count,
+                cq_name,
+                cluster_queue,
+                group,
+                needed,
+                requests,
+                assumed,
+                usage,
+                tas_only,
+            )
+            if not flavors:
+                return {}, NOFIT, why, set()  # a group without any flavor: its reasons alone
+            assigned.update(flavors)
+            if group_mode != FIT:
+                reasons += why
+                preempt |= {(flavors[r], r) for r in needed}
+            mode = min(mode, group_mode)
+        if not assigned and mode == FIT and not requests:
+            return {}, NOFIT, ["no resource group covers the pod"], set()
+        return assigned, mode, reasons, preempt
+
+    def _find_flavor(
+        self,
+        template: Mapping[str, Any],
+        count: int,
+        cq_name: str,
+        cluster_queue: Mapping[str, Any],
+        group: Mapping[str, Any],
+        needed: Mapping[str, Decimal],
+        requests: Mapping[str, Decimal],
+        assumed: Mapping[tuple[str, str], Decimal],
+        usage: Usage,
+        tas_only: bool,
+    ) -> tuple[dict[str, str], list[str], int]:
+        """``findFlavorForPodSets``: (flavor per resource of the group, reasons, mode).
+
+        Flavors are tried in the ClusterQueue's order. One that fails ``checkFlavorForPodSets``
+        (missing, TAS mismatch, an untolerated taint, node affinity) or exceeds the maximum
+        capacity (NoFit) is skipped; one that fits, borrowing or not, ends the search (the
+        default ``whenCanBorrow: MayStopSearch``); one that would need preemption is kept as
+        the best so far and the next is tried (the default ``whenCanPreempt: TryNextFlavor``).
+        """
+        covered = [str(r) for r in as_list(group.get("coveredResources"))]
+        reasons: list[str] = []
+        best: dict[str, str] = {}
+        per_pod = {r: v / count for r, v in requests.items() if r != "pods"}
+        for entry in as_list(group.get("flavors")):
+            entry = as_dict(entry)
+            name = str(entry.get("name", ""))
+            flavor = self.store.get(RESOURCE_FLAVORS, "", name)
+            if flavor is None:
+                reasons.append(f"flavor {name} not found")
+                continue
+            tas, mismatch = self._tas_match(template, flavor, covered, per_pod, tas_only)
+            mismatch = mismatch or _flavor_mismatch(template, flavor)
+            if mismatch is not None:
+                reasons.append(mismatch)
+                continue
+            mode = FIT
+            for resource, amount in sorted(needed.items()):
+                resource_mode, why = self._fits(
+                    cq_name,
+                    cluster_queue,
+                    name,
+                    resource,
+                    amount,
+                    assumed.get((name, resource), Decimal(0)),
+                    usage,
+                )
+                if why:
+                    reasons.append(why)
+                mode = min(mode, resource_mode)
+            if mode == FIT and tas:
+                short = self._topology_shortfall(flavor, per_pod, count)
+                if short is not None:
+                    reasons.append(short)
+                    mode = PREEMPT
+            if mode == FIT:
+                return {r: name for r in needed}, [], FIT
+            if mode == PREEMPT and not best:
+                best = {r: name for r in needed}
+        return best, reasons, PREEMPT if best else NOFIT
+
+    def _fits(
+        self,
+        cq_name: str,
+        cluster_queue: Mapping[str, Any],
+        flavor: str,
+        resource: str,
+        amount: Decimal,
+        assumed: Decimal,
+        usage: Usage,
+    ) -> tuple[int, str]:
+        """``fitsResourceQuota`` (flavorassigner.go) for one resource of one flavor: (FIT,
+        PREEMPT or NOFIT, the reason in Kueue's words or ""); ``assumed`` is what earlier pod
+        sets of the workload take of it."""
+        available, potential = self.capacity(cq_name, cluster_queue, flavor, resource, usage)
+        value = assumed + amount
+        if value > potential:
+            return NOFIT, (
+                f"insufficient quota for {resource} in flavor {flavor}, previously considered "
+                f"podsets requests ({quantity_string(resource, assumed)}) + current podset "
+                f"request ({quantity_string(resource, amount)}) > maximum capacity "
+                f"({quantity_string(resource, potential)})"
+            )
+        if value <= available:
+            return FIT, ""
+        return PREEMPT, (
+            f"insufficient unused quota for {resource} in flavor {flavor}, "
+            f"{quantity_string(resource, value - available)} more needed"
+        )
+
+    # --- pod integration -------------------------------------------------------------------------
+
+    def apply_admission(self, template: JsonObject, flavor_names: Iterable[str]) -> None:
+        """``podset.FromAssignment`` and ``Merge``: the flavors' ``nodeLabels`` join the node
+        selector, their ``tolerations`` the tolerations of the pod (template)."""
+        spec = template.setdefault("spec", {})
         selector = as_dict(spec.get("nodeSelector"))
         tolerations = [t for t in as_list(spec.get("tolerations")) if isinstance(t, dict)]
-        for flavor_name in dict.fromkeys(assigned.values()):
+        for flavor_name in dict.fromkeys(flavor_names):
             flavor_spec = as_dict(
                 as_dict(self.store.get(RESOURCE_FLAVORS, "", flavor_name)).get("spec")
             )
@@ -143,166 +555,143 @@ class Kueue:
             spec["nodeSelector"] = selector
         if tolerations:
             spec["tolerations"] = tolerations
-        spec["schedulingGates"] = [
-            g
-            for g in as_list(spec.get("schedulingGates"))
-            if as_dict(g).get("name") != ADMISSION_GATE
-        ]
-        if not spec["schedulingGates"]:
-            del spec["schedulingGates"]
-        metadata.setdefault("annotations", {})[ADMITTED_ANNOTATION] = admission_value(
-            cluster_queue, assigned
-        )
-        pod["metadata"] = metadata
-        return True
 
-    def _assign(self, pod: Mapping[str, Any]) -> tuple[str, dict[str, str]] | str:
-        """(ClusterQueue, flavor per resource) for the pod's pod set ``main``, or why not."""
-        metadata = as_dict(pod.get("metadata"))
-        namespace = str(metadata.get("namespace", ""))
-        queue = str(as_dict(metadata.get("labels")).get(QUEUE_LABEL, ""))
-        local = self.store.get(LOCAL_QUEUES, namespace, queue)
-        if local is None:
-            return f"LocalQueue {queue} doesn't exist"
-        cq_name = str(as_dict(local.get("spec")).get("clusterQueue", ""))
-        cluster_queue = self.store.get(CLUSTER_QUEUES, "", cq_name)
-        if cluster_queue is None:
-            return f"ClusterQueue {cq_name} doesn't exist"
-        spec = as_dict(cluster_queue.get("spec"))
-        groups = [as_dict(g) for g in as_list(spec.get("resourceGroups"))]
-        if any(
-            self.store.get(RESOURCE_FLAVORS, "", str(as_dict(entry).get("name", ""))) is None
-            for group in groups
-            for entry in as_list(group.get("flavors"))
-        ):
-            # pkg/cache/scheduler/clusterqueue.go: a ClusterQueue naming a missing flavor is
-            # inactive (FlavorNotFound), and the scheduler admits nothing to it.
-            return f"ClusterQueue {cq_name} is inactive"
-        # pkg/workload/resources.go ValidateAdmissibility: the workload's namespace must exist
-        # and match the ClusterQueue's namespaceSelector (null selects nothing).
-        ns = self.store.get(NAMESPACES, "", namespace)
-        if ns is None:
-            return (
-                f'workload namespace "{namespace}" does not exist: '
-                f'namespaces "{namespace}" not found'
-            )
-        ns_labels = as_dict(as_dict(ns.get("metadata")).get("labels"))
-        if not label_selector_matches(spec.get("namespaceSelector"), ns_labels):
-            return "workload namespace doesn't match ClusterQueue selector"
-        covered = {str(r) for g in groups for r in as_list(g.get("coveredResources"))}
-        requests = {
-            key.removeprefix("requests."): value
-            for key, value in pod_usage(pod).items()
-            if key.startswith("requests.")
-        }
-        if "pods" in covered:
-            requests["pods"] = Decimal(1)  # one pod; counted where the queue covers pods
-        tas_only = all(
-            self._topology_name(str(as_dict(entry).get("name", "")))
-            for group in groups
-            for entry in as_list(group.get("flavors"))
-        )
-        assigned: dict[str, str] = {}
-        reasons: list[str] = []
-        fits = True
-        # flavorassigner.go ``assignFlavors``: resource by resource (kueue iterates a map or a
-        # hash-ordered slice; sorted here), each resource group once.
-        for resource, amount in sorted(requests.items()):
-            group = next(
-                (g for g in groups if resource in as_list(g.get("coveredResources"))), None
-            )
-            if group is None:
-                if amount == 0:
-                    continue  # a zero request of a resource the queue lacks (#8079)
-                reasons = [f"resource {resource} unavailable in ClusterQueue"]
-                fits = False
-                break
-            if resource in assigned:
-                continue
-            needed = {
-                r: v for r, v in requests.items() if r in as_list(group.get("coveredResources"))
-            }
-            flavors, why, fit = self._find_flavor(
-                pod, cq_name, cluster_queue, group, needed, requests, tas_only
-            )
-            if not flavors:
-                reasons = why  # a group without any flavor: its reasons alone
-                fits = False
-                break
-            assigned.update(flavors)
-            if not fit:
-                fits = False
-                reasons += why
-        if not fits or not assigned:
-            if not reasons:
-                reasons = ["no resource group covers the pod"]
-            # Status.Message: the reasons sorted, joined with ", ".
-            return "couldn't assign flavors to pod set main: " + ", ".join(sorted(reasons))
-        return cq_name, assigned
+    # --- status --------------------------------------------------------------------------------
 
-    def _find_flavor(
+    def update_status(self, now: float) -> None:
+        """ClusterQueue, LocalQueue and Cohort status, written when it changed."""
+        with self.store.lock:
+            workloads = self.store.list(WORKLOADS)
+            usage = self.usage(workloads)
+            by_cq: dict[str, list[JsonObject]] = {}
+            by_lq: dict[tuple[str, str], list[JsonObject]] = {}
+            for wl in workloads:
+                by_cq.setdefault(self.cluster_queue_of(wl), []).append(wl)
+                metadata, spec = as_dict(wl.get("metadata")), as_dict(wl.get("spec"))
+                key = (str(metadata.get("namespace", "")), str(spec.get("queueName", "")))
+                by_lq.setdefault(key, []).append(wl)
+            for cq in self.store.list(CLUSTER_QUEUES):
+                name = str(as_dict(cq.get("metadata")).get("name", ""))
+                status = self._cluster_queue_status(cq, by_cq.get(name, []), usage, now)
+                self.store.mutate(CLUSTER_QUEUES, "", name, _status_setter(status))
+            for lq in self.store.list(LOCAL_QUEUES):
+                key = key_of(lq)
+                status = self._local_queue_status(lq, by_lq.get(key, []), now)
+                self.store.mutate(LOCAL_QUEUES, *key, _status_setter(status))
+            if self.fair_sharing:
+                for cohort in self.store.list(COHORTS):
+                    # A root Cohort has no parent to borrow from: its share is 0
+                    # (fair_sharing.go ``dominantResourceShare``).
+                    self.store.mutate(
+                        COHORTS,
+                        *key_of(cohort),
+                        _status_setter({"fairSharing": {"weightedShare": 0}}),
+                    )
+
+    def _flavor_rows(
+        self, cluster_queue: Mapping[str, Any], used: Mapping[tuple[str, str], Decimal]
+    ) -> list[JsonObject]:
+        rows = []
+        for group in as_list(as_dict(cluster_queue.get("spec")).get("resourceGroups")):
+            for entry in as_list(as_dict(group).get("flavors")):
+                flavor = str(as_dict(entry).get("name", ""))
+                resources = []
+                for resource in as_list(as_dict(group).get("coveredResources")):
+                    total = used.get((flavor, str(resource)), Decimal(0))
+                    nominal = _quota(cluster_queue, flavor, str(resource)).nominal
+                    resources.append(
+                        {
+                            "name": str(resource),
+                            "total": quantity_string(str(resource), total),
+                            "borrowed": quantity_string(
+                                str(resource), max(Decimal(0), total - nominal)
+                            ),
+                        }
+                    )
+                rows.append({"name": flavor, "resources": resources})
+        return rows
+
+    def _cluster_queue_status(
         self,
-        pod: Mapping[str, Any],
-        cq_name: str,
-        cluster_queue: Mapping[str, Any],
-        group: Mapping[str, Any],
-        needed: Mapping[str, Decimal],
-        requests: Mapping[str, Decimal],
-        tas_only: bool,
-    ) -> tuple[dict[str, str], list[str], bool]:
-        """``findFlavorForPodSets``: (flavor per resource of the group, reasons, whether it fits).
+        cq: Mapping[str, Any],
+        workloads: list[JsonObject],
+        usage: Usage,
+        now: float,
+    ) -> JsonObject:
+        name = str(as_dict(cq.get("metadata")).get("name", ""))
+        used = {(f, r): v for (c, f, r), v in usage.items() if c == name}
+        rows = self._flavor_rows(cq, used)
+        holding = sum(1 for wl in workloads if holds_quota(wl))
+        missing = self._missing_flavors(cq)
+        status: JsonObject = {
+            "flavorsReservation": rows,
+            "flavorsUsage": rows,
+            "pendingWorkloads": sum(1 for wl in workloads if is_pending(wl)),
+            "reservingWorkloads": holding,
+            "admittedWorkloads": holding,
+        }
+        holder: JsonObject = {"status": dict(as_dict(cq.get("status")))}
+        if missing:
+            set_condition(
+                holder,
+                "Active",
+                False,
+                "FlavorNotFound",
+                "Can't admit new workloads: references missing ResourceFlavor(s): "
+                f"{','.join(missing)}.",
+                now,
+            )
+        else:
+            set_condition(holder, "Active", True, "Ready", "Can admit new workloads", now)
+        status["conditions"] = holder["status"]["conditions"]
+        if self.fair_sharing:
+            share = preemption.dominant_resource_share(self, name, usage)
+            status["fairSharing"] = {"weightedShare": preemption.rounded_share(share)}
+        return status
 
-        Flavors are tried in the ClusterQueue's order. One that fails ``checkFlavorForPodSets``
-        (missing, TAS mismatch, an untolerated taint, node affinity) or exceeds the maximum
-        capacity (NoFit) is skipped; one that fits, borrowing or not, ends the search (the
-        default ``whenCanBorrow: MayStopSearch``); one that would need preemption is kept as
-        the best so far and the next is tried (the default ``whenCanPreempt: TryNextFlavor``).
-        The simulator never preempts, so a best that needs preemption leaves the pod pending.
-        """
-        covered = [str(r) for r in as_list(group.get("coveredResources"))]
-        reasons: list[str] = []
-        best: dict[str, str] = {}
-        usage = self._usage()
-        for entry in as_list(group.get("flavors")):
-            entry = as_dict(entry)
-            name = str(entry.get("name", ""))
-            flavor = self.store.get(RESOURCE_FLAVORS, "", name)
-            if flavor is None:
-                reasons.append(f"flavor {name} not found")
-                continue
-            # The pod spec's requests: ``pods`` is a quota resource, not a container's.
-            spec_requests = {r: v for r, v in requests.items() if r != "pods"}
-            tas, mismatch = self._tas_match(pod, flavor, covered, spec_requests, tas_only)
-            mismatch = mismatch or _flavor_mismatch(pod, flavor)
-            if mismatch is not None:
-                reasons.append(mismatch)
-                continue
-            mode = FIT
-            for resource, amount in sorted(needed.items()):
-                quota = next(
-                    (
-                        as_dict(r)
-                        for r in as_list(entry.get("resources"))
-                        if as_dict(r).get("name") == resource
-                    ),
-                    {},
-                )
-                resource_mode, why = self._fits(
-                    cq_name, cluster_queue, name, resource, amount, quota, usage
-                )
-                if why:
-                    reasons.append(why)
-                mode = min(mode, resource_mode)
-            if mode == FIT and tas:
-                short = self._topology_shortfall(flavor, spec_requests)
-                if short is not None:
-                    reasons.append(short)
-                    mode = PREEMPT
-            if mode == FIT:
-                return {r: name for r in needed}, [], True
-            if mode == PREEMPT and not best:
-                best = {r: name for r in needed}
-        return best, reasons, False
+    def _local_queue_status(
+        self, lq: Mapping[str, Any], workloads: list[JsonObject], now: float
+    ) -> JsonObject:
+        cq_name = str(as_dict(lq.get("spec")).get("clusterQueue", ""))
+        cq = self.store.get(CLUSTER_QUEUES, "", cq_name)
+        used: dict[tuple[str, str], Decimal] = {}
+        for wl in workloads:
+            if holds_quota(wl):
+                for key, amount in workload_usage(wl).items():
+                    used[key] = used.get(key, Decimal(0)) + amount
+        rows = [
+            {
+                "name": row["name"],
+                "resources": [{"name": r["name"], "total": r["total"]} for r in row["resources"]],
+            }
+            for row in (self._flavor_rows(cq, used) if cq else [])
+        ]
+        holding = sum(1 for wl in workloads if holds_quota(wl))
+        status: JsonObject = {
+            "flavorsReservation": rows,
+            "flavorsUsage": rows,
+            "pendingWorkloads": sum(1 for wl in workloads if is_pending(wl)),
+            "reservingWorkloads": holding,
+            "admittedWorkloads": holding,
+        }
+        holder: JsonObject = {"status": dict(as_dict(lq.get("status")))}
+        if cq is None:
+            set_condition(
+                holder,
+                "Active",
+                False,
+                "ClusterQueueDoesNotExist",
+                "Can't submit new workloads to clusterQueue",
+                now,
+            )
+        else:
+            set_condition(
+                holder, "Active", True, "Ready", "Can submit new workloads to localQueue", now
+            )
+        status["conditions"] = holder["status"]["conditions"]
+        return status
+
+    # --- quota arithmetic and TAS ----------------------------------------------------------------
 
     def _topology_name(self, flavor_name: str) -> str:
         flavor = self.store.get(RESOURCE_FLAVORS, "", flavor_name)
@@ -348,9 +737,10 @@ class Kueue:
         return True, None
 
     def _topology_shortfall(
-        self, flavor: Mapping[str, Any], wanted: Mapping[str, Decimal]
+        self, flavor: Mapping[str, Any], wanted: Mapping[str, Decimal], count: int
     ) -> str | None:
-        """Why a topology-aware flavor cannot place the pod on any node, or None."""
+        """Why a topology-aware flavor cannot place a pod of the pod set on any node, or
+        None."""
         spec = as_dict(flavor.get("spec"))
         name = spec.get("topologyName")
         if not isinstance(name, str) or not name:
@@ -387,60 +777,11 @@ class Kueue:
             ):
                 return None
         return (
-            f'topology "{name}" doesn\'t allow to fit any of 1 pod(s) in flavor '
+            f'topology "{name}" doesn\'t allow to fit any of {count} pod(s) in flavor '
             f"{as_dict(flavor.get('metadata')).get('name')}"
         )
 
-    def _usage(self) -> dict[tuple[str, str, str], Decimal]:
-        """What admitted pods hold: (ClusterQueue, flavor, resource) -> quantity."""
-        used: dict[tuple[str, str, str], Decimal] = {}
-        for other in self.store.list(PODS):
-            annotations = as_dict(as_dict(other.get("metadata")).get("annotations"))
-            admission = parse_admission(annotations.get(ADMITTED_ANNOTATION))
-            if admission is None:
-                continue
-            if as_dict(other.get("status")).get("phase") in ("Succeeded", "Failed"):
-                continue
-            cq, flavors = admission
-            requests = {
-                key.removeprefix("requests."): value
-                for key, value in pod_usage(other).items()
-                if key.startswith("requests.")
-            }
-            requests["pods"] = Decimal(1)
-            for resource, flavor in flavors.items():
-                key = (cq, flavor, resource)
-                used[key] = used.get(key, Decimal(0)) + requests.get(resource, Decimal(0))
-        return used
-
-    def _fits(
-        self,
-        cq_name: str,
-        cluster_queue: Mapping[str, Any],
-        flavor: str,
-        resource: str,
-        amount: Decimal,
-        quota: Mapping[str, Any],
-        usage: Mapping[tuple[str, str, str], Decimal],
-    ) -> tuple[int, str]:
-        """``fitsResourceQuota`` (flavorassigner.go) for one resource of one flavor: (FIT,
-        PREEMPT or NOFIT, the reason in Kueue's words or "")."""
-        available, potential = self._capacity(cq_name, cluster_queue, flavor, resource, usage)
-        if amount > potential:
-            return NOFIT, (
-                f"insufficient quota for {resource} in flavor {flavor}, previously considered "
-                f"podsets requests ({quantity_string(resource, Decimal(0))}) + current podset "
-                f"request ({quantity_string(resource, amount)}) > maximum capacity "
-                f"({quantity_string(resource, potential)})"
-            )
-        if amount <= available:
-            return FIT, ""
-        return PREEMPT, (
-            f"insufficient unused quota for {resource} in flavor {flavor}, "
-            f"{quantity_string(resource, amount - available)} more needed"
-        )
-
-    def _capacity(
+    def capacity(
         self,
         cq_name: str,
         cluster_queue: Mapping[str, Any],
@@ -480,26 +821,23 @@ class Kueue:
         return available, potential
 
 
-FIT, PREEMPT, NOFIT = 2, 1, 0
+def _key(wl: Mapping[str, Any]) -> str:
+    namespace, name = key_of(wl)
+    return f"{namespace}/{name}"
 
 
-def admission_value(cluster_queue: str, flavors: Mapping[str, str]) -> str:
-    """The admission annotation: the ClusterQueue and the flavor of each resource, as a
-    Workload's ``status.admission`` keeps them for its pod set."""
-    return json.dumps({"clusterQueue": cluster_queue, "flavors": dict(flavors)}, sort_keys=True)
+def _borrows(decision: Assignment | str) -> bool:
+    return isinstance(decision, Assignment) and decision.borrows
 
 
-def parse_admission(value: object) -> tuple[str, dict[str, str]] | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        loaded = json.loads(value)
-    except ValueError:
-        return None
-    flavors = as_dict(as_dict(loaded).get("flavors"))
-    return str(as_dict(loaded).get("clusterQueue", "")), {
-        str(k): str(v) for k, v in flavors.items()
-    }
+def _status_setter(status: JsonObject) -> Any:
+    """A ``Store.mutate`` change that sets the status fields given (a no-op write is not
+    stored, so the resourceVersion moves only when something changed)."""
+
+    def change(obj: JsonObject) -> None:
+        obj["status"] = {**as_dict(obj.get("status")), **status}
+
+    return change
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,18 @@ JOBS = Resource("jobs", "Job", "batch", "v1")
 JOBSETS = Resource("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2")
 WORKLOADS = Resource("workloads", "Workload", "kueue.x-k8s.io", "v1beta2")
 COHORTS = Resource("cohorts", "Cohort", "kueue.x-k8s.io", "v1beta2", namespaced=False)
+# What a Workload's priority comes from: the pods' PriorityClass (Flux applies the ones the
+# portal renders) or a WorkloadPriorityClass named by the job's label.
+PRIORITY_CLASSES = Resource(
+    "priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", namespaced=False
+)
+WORKLOAD_PRIORITY_CLASSES = Resource(
+    "workloadpriorityclasses",
+    "WorkloadPriorityClass",
+    "kueue.x-k8s.io",
+    "v1beta2",
+    namespaced=False,
+)
 STORAGE_CONTAINERS = Resource(
     "clusterstoragecontainers",
     "ClusterStorageContainer",
@@ -133,6 +145,8 @@ RESOURCES: dict[str, Resource] = {
         JOBSETS,
         WORKLOADS,
         COHORTS,
+        PRIORITY_CLASSES,
+        WORKLOAD_PRIORITY_CLASSES,
         STORAGE_CONTAINERS,
         POLICIES,
         CLUSTER_POLICIES,

@@ -9,10 +9,10 @@ ClusterQueues ``sales``, ``eng-alpha``, ``eng-beta``, ``flavor-nonexistent-cq``,
 ``lend-b`` and namespaces labelled ``dep``), each test naming its case. Inputs and expected
 outcomes are upstream's.
 
-A Workload there is a pod here: Kueue's pod integration makes one Workload with one pod set
-``main`` per pod, so a pod set of N pods requesting R each becomes one pod requesting N x R
-(the quota arithmetic is the same; the upstream message names its pod set, ``main`` here).
-Workloads already admitted are pods carrying their admission. The test wrapper
+A Workload there is a pod's Workload here: Kueue's pod integration makes one Workload with one
+pod set ``main`` per pod, so a pod set of N pods requesting R each becomes one pod requesting
+N x R (the quota arithmetic is the same; the upstream message names its pod set, ``main``
+here). Workloads already admitted are Workloads holding their admission. The test wrapper
 ``MakeClusterQueue`` sets ``namespaceSelector: {}``; so do these queues.
 """
 
@@ -22,21 +22,16 @@ from typing import Any
 
 import pytest
 
-from simulator.kueue import (
-    ADMITTED_ANNOTATION,
-    QUEUE_LABEL,
-    Kueue,
-    admission_value,
-    parse_admission,
-)
+from simulator.kueue import QUEUE_LABEL
 from simulator.store import (
     CLUSTER_QUEUES,
     LOCAL_QUEUES,
     NAMESPACES,
-    PODS,
     RESOURCE_FLAVORS,
     Store,
 )
+from tests.simulator.kueue_world import admit_pod
+from tests.simulator.kueue_world import admitted as admitted_workload
 
 GPU = "example.com/gpu"
 SPOT_TAINT = {"key": "instance", "value": "spot", "effect": "NoSchedule"}
@@ -138,33 +133,14 @@ def pod(
 def admitted(
     store: Store, name: str, namespace: str, cq: str, flavors: dict[str, str], **requests: str
 ) -> None:
-    """A workload that already holds quota: its pod with its admission."""
-    store.apply(
-        PODS,
-        {
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "annotations": {ADMITTED_ANNOTATION: admission_value(cq, flavors)},
-            },
-            "spec": {"containers": [{"name": "c", "resources": {"requests": requests}}]},
-            "status": {"phase": "Running"},
-        },
-        0,
-    )
+    """A workload that already holds quota: a Workload with its admission."""
+    admitted_workload(store, name, namespace, cq, flavors, **requests)
 
 
 def admit(store: Store, obj: dict[str, Any]) -> dict[str, str] | str:
-    """The flavor of each resource Kueue assigned, or the pending message; an admitted pod
-    joins the store, holding its quota."""
-    kueue = Kueue(store)
-    if not kueue.admit(obj):
-        return kueue.pending[(obj["metadata"]["namespace"], "wl")]
-    admission = parse_admission(obj["metadata"]["annotations"][ADMITTED_ANNOTATION])
-    assert admission is not None
-    obj["metadata"]["name"] = f"wl-{len(store.list(PODS))}"
-    store.apply(PODS, {**obj, "status": {"phase": "Running"}}, 0)
-    return admission[1]
+    """The flavor of each resource Kueue assigned, or the pending message; an admitted
+    workload keeps its quota."""
+    return admit_pod(store, obj)
 
 
 def assign(*groups: dict[str, Any], requests: dict[str, str], **spec: Any) -> dict[str, str] | str:

@@ -19,13 +19,10 @@ from typing import Any
 import pytest
 
 from simulator.kueue import (
-    ADMITTED_ANNOTATION,
     PREFERRED_TOPOLOGY,
     QUEUE_LABEL,
     REQUIRED_TOPOLOGY,
     UNCONSTRAINED_TOPOLOGY,
-    Kueue,
-    parse_admission,
 )
 from simulator.store import (
     CLUSTER_QUEUES,
@@ -36,6 +33,7 @@ from simulator.store import (
     TOPOLOGIES,
     Store,
 )
+from tests.simulator.kueue_world import admit_pod
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -115,12 +113,8 @@ def _pod(cpu: str = "1", **annotations: str) -> dict[str, Any]:
 
 def _admit(store: Store, pod: dict[str, Any]) -> str:
     """The flavor Kueue admitted the pod to, or why it did not."""
-    kueue = Kueue(store)
-    if kueue.admit(pod):
-        admission = parse_admission(pod["metadata"]["annotations"][ADMITTED_ANNOTATION])
-        assert admission is not None
-        return admission[1]["cpu"]
-    return kueue.pending[("default", "foo")]
+    found = admit_pod(store, pod)
+    return found if isinstance(found, str) else found["cpu"]
 
 
 def test_workload_which_does_not_specify_tas_annotation_uses_the_only_tas_flavor() -> None:

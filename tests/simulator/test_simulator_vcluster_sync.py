@@ -24,7 +24,7 @@ from gitops.repo import GitRepository, Identity
 from gitops.specs import ClusterMember, GpuShare, TenantClusterSpec, TenantSpec
 from simulator import Simulator
 from simulator.config import SimConfig
-from simulator.kueue import ADMISSION_GATE, ADMITTED_ANNOTATION, parse_admission
+from simulator.kueue import ADMISSION_GATE
 from simulator.store import ENDPOINT_SLICES, ENDPOINTS, PODS, SERVICES
 from simulator.virtual import Forbidden, Refused, UserInfo, VirtualCluster, serve
 from tests.cluster_oidc import ISSUER, fleet_with_oidc
@@ -140,10 +140,11 @@ def host_pod(sim: Simulator, name: str) -> dict[str, Any]:
     return sim.get_object("pods", "alpha", f"{name}-x-default-x-dev")
 
 
-def admitted_to(pod: dict[str, Any]) -> str | None:
-    """The ClusterQueue Kueue admitted the pod's workload to, if any."""
-    admission = parse_admission(pod["metadata"].get("annotations", {}).get(ADMITTED_ANNOTATION))
-    return admission[0] if admission else None
+def admitted_to(sim: Simulator, pod: dict[str, Any]) -> str | None:
+    """The ClusterQueue Kueue admitted the pod's Workload to, if any."""
+    wl = sim.cluster.pod_workload(pod)
+    admission = (wl or {}).get("status", {}).get("admission")
+    return admission["clusterQueue"] if admission else None
 
 
 def condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -191,7 +192,7 @@ def test_a_virtual_pod_runs_in_the_host_namespace_as_vcluster_names_it(
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
         "tolerations"
     ]
-    assert admitted_to(host) == "alpha"
+    assert admitted_to(sim, host) == "alpha"
     assert host["status"]["phase"] == "Running"
     assert spec["nodeName"].startswith("h200-")
     # The owner is the chart's Service, which the garbage collector follows.
@@ -235,7 +236,7 @@ def test_the_syncer_may_not_lift_kueues_gate(sim: Simulator, settings: Any) -> N
     gated = host_pod(sim, "train-2")
     assert gated["spec"]["schedulingGates"] == [{"name": ADMISSION_GATE}]
     assert gated["status"]["phase"] == "Pending"
-    assert admitted_to(gated) is None
+    assert admitted_to(sim, gated) is None
     [note] = notes(cluster, "train-2")
     assert note.startswith(
         "Error syncing: patch host object: update object: admission webhook "
@@ -260,7 +261,7 @@ def test_the_syncer_may_not_lift_kueues_gate(sim: Simulator, settings: Any) -> N
     sim.tick()
     admitted = host_pod(sim, "train-2")
     assert "schedulingGates" not in admitted["spec"]
-    assert admitted_to(admitted) == "alpha"
+    assert admitted_to(sim, admitted) == "alpha"
     assert admitted["status"]["phase"] == "Running"
     sim.tick()
     virtual = cluster.get("", "Pod", "default", "train-2")
@@ -280,7 +281,7 @@ def test_without_the_gate_rule_the_syncer_runs_the_pod_unadmitted(
     # The syncer set the host pod's gates to the virtual pod's: none. Kueue never admitted it,
     # and it runs on the tenant's pool beyond the queue's two GPUs.
     assert "schedulingGates" not in ungated["spec"]
-    assert admitted_to(ungated) is None
+    assert admitted_to(sim, ungated) is None
     assert ungated["status"]["phase"] == "Running"
     assert host_pod(sim, "train-1")["status"]["phase"] == "Running"
     assert notes(cluster, "train-2") == []
