@@ -288,9 +288,12 @@ def _preemption_text(reason: str) -> str:
     return kueue.PREEMPTION_REASONS.get(reason, reason)
 
 
-def _rows(
+def workload_rows(
     workloads: Sequence[QueueWorkload], tenant_id: int | None, now: datetime
 ) -> list[WorkloadRow]:
+    """The rows of ``workloads`` with their GPUs, flavors and preemptor; a preemptor is named
+    only when it belongs to tenant ``tenant_id`` (None: to anyone, for platform views). One
+    query for the preemptors."""
     uids = {w.preemptor_uid for w in workloads if w.preemptor_uid}
     preemptors = {
         p.uid: p
@@ -341,7 +344,7 @@ def tenant_queue(tenant_id: int, cluster_queue_name: str) -> TenantQueue:
             tenant_id=tenant_id, state__in=(kueue.SUCCEEDED, kueue.FAILED)
         ).order_by("-finished_at", "name")[:FINISHED_SHOWN]
     )
-    rows = _rows([*live, *finished], tenant_id, now)
+    rows = workload_rows([*live, *finished], tenant_id, now)
     groups: dict[str, list[WorkloadRow]] = {name: [] for name, _ in GROUPS}
     for row in rows:
         for name, states in GROUPS:
