@@ -226,3 +226,19 @@ class Simulator:
 
     def gpu_samples(self) -> list[GpuSample]:
         return self.cluster.gpu_samples()
+
+    def create(self, resource: str, obj: Mapping[str, Any], *, requester: str = "") -> JsonObject:
+        """Create ``obj`` (a Job, a JobSet or another served kind, ``resource`` its plural)
+        through the admission chain, as a client's POST would (``Rejected`` with the API
+        server's message); ``requester`` is the user creating it."""
+        if resource not in RESOURCES:
+            raise ValueError(f"unknown resource {resource!r}; known: {', '.join(RESOURCES)}")
+        with self._tick_lock:
+            return self.cluster.create_object(RESOURCES[resource], obj, time.time(), requester)
+
+    def finish_job(self, namespace: str, name: str, outcome: str = "Succeeded") -> int:
+        """End the running pods of a Job now (``Succeeded`` or ``Failed``), as if they had
+        run their time; the next tick updates the Job and its Workload. Returns how many
+        pods ended; ``LookupError`` when there is no such Job."""
+        with self._tick_lock:
+            return self.cluster.batch.finish(namespace, name, outcome, time.time())

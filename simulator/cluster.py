@@ -71,6 +71,7 @@ from simulator.store import (
     PODS,
     WORKLOADS,
     JsonObject,
+    Resource,
     Store,
     as_dict,
     as_list,
@@ -81,7 +82,7 @@ from simulator.workloads import (
     MAIN,
     QUOTA_RESERVED,
     condition,
-    finish,
+    finisher,
     holds_quota,
     is_evicted,
     is_finished,
@@ -166,6 +167,10 @@ PodKey = tuple[str, str]
 
 class NotFound(LookupError):
     """No such node, GPU or pod."""
+
+
+class AlreadyExists(Exception):
+    """An object of that name exists already (HTTP 409)."""
 
 
 class EvictionBlocked(Exception):
@@ -938,6 +943,24 @@ class Cluster:
                 self._schedule(stored, now, exclude=exclude)
             return self.store.get(PODS, namespace, metadata["name"]) or stored
 
+    def create_object(
+        self, resource: Resource, obj: Mapping[str, Any], now: float, requester: str = ""
+    ) -> JsonObject:
+        """Create an object of another kind (a Job, a JobSet) through the admission chain
+        (Kueue's job webhooks, Kyverno's); ``Rejected`` when a webhook refuses it. An object
+        that exists already is refused as the API server does (409 in the API)."""
+        with self.store.lock:
+            new = dict(obj)
+            metadata = new["metadata"] = dict(as_dict(new.get("metadata")))
+            if resource.namespaced:
+                metadata["namespace"] = str(metadata.get("namespace") or "default")
+            if self.store.get(resource, *key_of(new)) is not None:
+                raise AlreadyExists(f'{resource.qualified} "{metadata.get("name")}" already exists')
+            admitted = admit_object(
+                self.store, new, resource, requester=requester or "system:admin"
+            )
+            return self.store.apply(resource, admitted, now)
+
     def update_pod(self, pod: Mapping[str, Any], now: float, *, requester: str) -> JsonObject:
         """Replace a pod's metadata and spec as ``requester`` (its status stays), through
         Kyverno's webhooks as an UPDATE with the stored pod as the old object; ``Rejected``
@@ -1014,7 +1037,7 @@ class Cluster:
             if phase in ("Succeeded", "Failed") and not is_finished(wl):
                 reason = "Succeeded" if phase == "Succeeded" else "Failed"
                 message = "Pod succeeded" if phase == "Succeeded" else "Pod failed"
-                self.store.mutate(WORKLOADS, *key_of(wl), _finisher(reason, message, now))
+                self.store.mutate(WORKLOADS, *key_of(wl), finisher(reason, message, now))
             elif is_evicted(wl) and holds_quota(wl):
                 self.delete_pod(namespace, name, now)
 
@@ -1439,6 +1462,7 @@ class Cluster:
                     self._recreations.append(
                         dataclasses.replace(recreation, due=now + self.config.recreate_delay)
                     )
+            self.kueue.reconcile_workloads(now)
             self._reconcile_pod_workloads(now)
             for pod in self.store.list(PODS):
                 if kueue_gated(pod) and as_dict(pod.get("status")).get("phase") == "Pending":
@@ -1489,11 +1513,6 @@ class Cluster:
                         pod = slot.pod if slot else None
                         samples.append(_sample(node, gpu, pod, slot.container if slot else ""))
         return samples
-
-
-def _finisher(reason: str, message: str, now: float) -> Callable[[JsonObject], None]:
-    """A ``Store.mutate`` change finishing a pod's Workload."""
-    return lambda obj: finish(obj, reason, message, now)
 
 
 def _sample(

@@ -53,7 +53,7 @@ from simulator.workloads import (
     MAIN,
     REQUEUED,
     condition,
-    finish,
+    finisher,
     has_quota,
     is_evicted,
     is_finished,
@@ -165,7 +165,7 @@ class Batch:
                 if outcome is not None:
                     if not is_finished(wl):
                         reason, message = outcome
-                        self.store.mutate(WORKLOADS, *key_of(wl), _finisher(reason, message, now))
+                        self.store.mutate(WORKLOADS, *key_of(wl), finisher(reason, message, now))
                     continue
                 if is_evicted(wl) and has_quota(wl):
                     self._stop(kind, obj, wl, now)
@@ -217,22 +217,7 @@ class Batch:
         self.store.mutate(WORKLOADS, *key_of(wl), release)
 
     def start(self, now: float) -> None:
-        """``startJob`` for every suspended job whose Workload holds quota; reactivation."""
-        for wl in self.store.list(WORKLOADS):
-            requeued = condition(wl, REQUEUED)
-            if (
-                as_dict(wl.get("spec")).get("active") is not False
-                and requeued is not None
-                and requeued.get("status") == "False"
-                and requeued.get("reason") == "Deactivated"
-            ):
-                self.store.mutate(
-                    WORKLOADS,
-                    *key_of(wl),
-                    lambda o: set_condition(
-                        o, REQUEUED, True, "Reactivated", "The workload was reactivated", now
-                    ),
-                )
+        """``startJob`` for every suspended job whose Workload holds quota."""
         for kind, (resource, _) in _KINDS.items():
             for obj in self.store.list(resource):
                 if not self._managed(obj) or _spec(obj).get("suspend") is not True:
@@ -509,11 +494,6 @@ def _owner(obj: Mapping[str, Any], kind: str) -> JsonObject:
 def _int(value: object, default: int) -> int:
     """An integer field, ``default`` when unset (the API server's defaulting)."""
     return int(value) if isinstance(value, int | str) else default
-
-
-def _finisher(reason: str, message: str, now: float) -> Any:
-    """A ``Store.mutate`` change finishing a Workload."""
-    return lambda obj: finish(obj, reason, message, now)
 
 
 def _seconds(value: object) -> float | None:

@@ -96,16 +96,20 @@ from simulator.store import (
     key_of,
 )
 from simulator.workloads import (
+    REQUEUED,
+    condition,
+    evict,
     holds_quota,
+    is_active,
+    is_evicted,
+    is_finished,
     is_pending,
     per_pod_requests,
     reserve_quota,
     set_condition,
     unset_quota,
 )
-from simulator.workloads import (
-    usage as workload_usage,
-)
+from simulator.workloads import usage as workload_usage
 
 __all__ = [
     "ADMISSION_GATE",
@@ -226,6 +230,35 @@ class Kueue:
             ),
             key=queue_key,
         )
+
+    def reconcile_workloads(self, now: float) -> None:
+        """The workload controller's activation (``workload_controller.go`` ``Reconcile``):
+        ``spec.active: false`` evicts a Workload (Evicted, reason Deactivated, "The workload is
+        deactivated"; its job is stopped by ``jobs.py`` or ``Cluster``), and ``Requeued`` goes
+        False with that reason; set true again, ``Requeued`` goes True (Reactivated) and the
+        Workload queues again."""
+        for wl in self.store.list(WORKLOADS):
+            requeued = condition(wl, REQUEUED) or {}
+            if not is_active(wl) and not is_finished(wl) and not is_evicted(wl):
+
+                def deactivate(obj: JsonObject) -> None:
+                    message = "The workload is deactivated"
+                    evict(obj, "Deactivated", message, now)
+                    set_condition(obj, REQUEUED, False, "Deactivated", message, now)
+
+                self.store.mutate(WORKLOADS, *key_of(wl), deactivate)
+            elif (
+                is_active(wl)
+                and requeued.get("status") == "False"
+                and requeued.get("reason") == "Deactivated"
+            ):
+                self.store.mutate(
+                    WORKLOADS,
+                    *key_of(wl),
+                    lambda obj: set_condition(
+                        obj, REQUEUED, True, "Reactivated", "The workload was reactivated", now
+                    ),
+                )
 
     # --- the cycle -----------------------------------------------------------------------------
 

@@ -12,7 +12,12 @@ API server does (see ``_watch``). ``/metrics`` is the
 DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
 allocation API (``opencost``), outside the token like OpenCost's own.
 
-``/sim/...`` drives the simulation (faults, raw objects, a tick) and is not behind the token:
+``/apis/visibility.kueue.x-k8s.io/v1beta2`` is Kueue's visibility API (``visibility``): a
+ClusterQueue's or LocalQueue's ``pendingworkloads``.
+
+``/sim/...`` drives the simulation (faults, raw objects, a tick, ``POST /sim/jobs/<namespace>/
+<name>/finish`` with ``{"outcome": "Succeeded"|"Failed"}`` to end a Job's pods now) and is not
+behind the token:
 it stands for the operator's hands, not for the API. ``GET /sim/flux-install`` is what ``flux
 install --export`` prints for the Flux this cluster runs (``flux_install``), for the operator
 to commit as ``gotk-components.yaml``.
@@ -37,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator import flux_install, opencost, virtual
+from simulator import flux_install, opencost, virtual, visibility
 from simulator.cluster import EvictionBlocked, NotFound
 from simulator.dcgm import render_exposition
 from simulator.flux import REQUESTED_AT
@@ -179,6 +184,8 @@ class Api:
             found = self._discovery(parts)
             if found is not None:
                 return found
+        if parts[:3] == ["apis", visibility.GROUP, visibility.VERSION] and len(parts) > 3:
+            return self._pending_workloads(method, parts[3:], query)
         if parts[:2] == ["api", "v1"]:
             group, version, rest = "", "v1", parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 4:
@@ -235,6 +242,7 @@ class Api:
         if parts == ["apis"]:
             groups = sorted({(r.group, r.version) for r in RESOURCES.values() if r.group})
             groups.append(("policy", "v1"))
+            groups.append((visibility.GROUP, visibility.VERSION))
             return _json(
                 200,
                 {
@@ -262,7 +270,31 @@ class Api:
         return None
 
     def _resource_list(self, group: str, version: str) -> Response:
-        entries = []
+        entries: list[JsonObject] = []
+        if (group, version) == (visibility.GROUP, visibility.VERSION):
+            # The aggregated API's resources (apis/visibility/v1beta2, storage.go).
+            for plural, kind, namespaced in (
+                ("clusterqueues", "ClusterQueue", False),
+                ("localqueues", "LocalQueue", True),
+            ):
+                entries.append(
+                    {
+                        "name": plural,
+                        "singularName": plural[:-1],
+                        "namespaced": namespaced,
+                        "kind": kind,
+                        "verbs": ["get"],
+                    }
+                )
+                entries.append(
+                    {
+                        "name": f"{plural}/pendingworkloads",
+                        "singularName": "",
+                        "namespaced": namespaced,
+                        "kind": "PendingWorkloadsSummary",
+                        "verbs": ["get"],
+                    }
+                )
         for resource in RESOURCES.values():
             if (resource.group, resource.version) != (group, version):
                 continue
@@ -597,6 +629,41 @@ class Api:
             ) from exc
         return _json(201, status_object(201, "", ""))
 
+    # --- Kueue's visibility API ---------------------------------------------------------------
+
+    def _pending_workloads(self, method: str, rest: list[str], query: dict[str, str]) -> Response:
+        """``GET .../clusterqueues/<cq>/pendingworkloads`` and
+        ``.../namespaces/<ns>/localqueues/<lq>/pendingworkloads`` (``visibility.py``)."""
+        if method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+        try:
+            offset = int(query.get("offset", "0") or 0)
+            limit = int(query.get("limit", str(visibility.DEFAULT_LIMIT)) or 0)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"offset and limit must be integers: {exc}") from exc
+        kueue = self.sim.cluster.kueue
+        try:
+            with self.sim.store.lock:
+                if len(rest) == 3 and rest[0] == "clusterqueues" and rest[2] == "pendingworkloads":
+                    summary = visibility.cluster_queue_pending(
+                        kueue, rest[1], offset=offset, limit=limit
+                    )
+                elif (
+                    len(rest) == 5
+                    and rest[0] == "namespaces"
+                    and rest[2] == "localqueues"
+                    and rest[4] == "pendingworkloads"
+                ):
+                    summary = visibility.local_queue_pending(
+                        kueue, rest[1], rest[3], offset=offset, limit=limit
+                    )
+                else:
+                    raise NO_SUCH_PATH
+        except visibility.QueueNotFound as exc:
+            details = {"name": exc.name, "group": visibility.GROUP, "kind": exc.kind}
+            raise ApiError(404, "NotFound", str(exc), details) from exc
+        return _json(200, summary)
+
     # --- OpenCost ----------------------------------------------------------------------------
 
     def _allocation(self, method: str, rest: list[str], query: dict[str, str]) -> Response:
@@ -722,6 +789,16 @@ class Api:
             return _json(200, sim.store.put_raw(resource, obj))
         if parts == ["flux-install"] and method == "GET":
             return Response(200, flux_install.export(), "application/yaml")
+        if len(parts) == 4 and parts[0] == "jobs" and parts[3] == "finish" and method == "POST":
+            # The demo's and the tests' hand on a Job: its pods end now, as ``outcome`` says.
+            outcome = _parse_object(body).get("outcome", "Succeeded")
+            if outcome not in ("Succeeded", "Failed"):
+                raise ApiError(400, "BadRequest", "outcome must be 'Succeeded' or 'Failed'")
+            try:
+                ended = sim.finish_job(parts[1], parts[2], str(outcome))
+            except LookupError as exc:
+                raise ApiError(404, "NotFound", str(exc)) from exc
+            return _json(200, {"pods": ended})
         if parts == ["tick"] and method == "POST":
             sim.tick()
             return _json(200, {"resourceVersion": sim.store.resource_version})

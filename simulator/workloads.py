@@ -26,7 +26,7 @@ Read from kubernetes-sigs/kueue v0.19.2:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -193,6 +193,11 @@ def evict(wl: JsonObject, reason: str, message: str, now: float) -> None:
 def finish(wl: JsonObject, reason: str, message: str, now: float) -> None:
     """``workloadfinish.Finish``: Finished True (Succeeded or Failed, the job's message)."""
     set_condition(wl, FINISHED, True, reason, message, now)
+
+
+def finisher(reason: str, message: str, now: float) -> Callable[[JsonObject], None]:
+    """``finish`` as a ``Store.mutate`` change."""
+    return lambda obj: finish(obj, reason, message, now)
 
 
 # --- construction ------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ def workload(
     count: int = 1,
     pod_spec: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    uid: str = "",
 ) -> dict[str, Any]:
     """A pending Workload with one pod set ``main`` of ``count`` pods requesting ``requests``
     (``MakeWorkload(name, ns).Queue(queue).Priority(p).Request(...)``)."""
@@ -43,7 +45,7 @@ def workload(
     obj = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
         "spec": {
             "active": True,
             "queueName": queue,
@@ -51,7 +53,12 @@ def workload(
             "podSets": [pod_set(MAIN, template, count)],
         },
     }
-    return store.apply(WORKLOADS, obj, created)
+    stored = store.apply(WORKLOADS, obj, created)
+    if uid:
+        # The store hands out uids; Kueue's wrappers name them, and preemption's candidate
+        # order ends with the uid.
+        stored = store.mutate(WORKLOADS, namespace, name, lambda o: o["metadata"].update(uid=uid))
+    return stored or obj
 
 
 def admitted(
@@ -63,13 +70,18 @@ def admitted(
     *,
     priority: int = 0,
     created: float = 0,
+    reserved: float | None = None,
     queue: str = "",
+    uid: str = "",
     **requests: str,
 ) -> dict[str, Any]:
     """A Workload already holding quota in ``cq`` (``ReserveQuota(MakeAdmission(cq)...)``):
     ``requests`` as resource usage, ``gpu`` meaning ``example.com/gpu``."""
     usage = {("example.com/gpu" if r == "gpu" else r): v for r, v in requests.items()}
-    obj = workload(store, name, namespace, queue or cq, usage, priority=priority, created=created)
+    obj = workload(
+        store, name, namespace, queue or cq, usage, priority=priority, created=created, uid=uid
+    )
+    at = created if reserved is None else reserved
     admission = {
         "clusterQueue": cq,
         "podSetAssignments": [
@@ -84,8 +96,7 @@ def admitted(
         ],
     }
     return (
-        store.mutate(WORKLOADS, namespace, name, lambda o: reserve_quota(o, admission, created))
-        or obj
+        store.mutate(WORKLOADS, namespace, name, lambda o: reserve_quota(o, admission, at)) or obj
     )
 
 
