@@ -8,6 +8,7 @@ from api import token_views
 from api.base import ApiViewMixin
 from api.views_catalog import ChangeViewSet, JobViewSet, RequestViewSet
 from api.views_jobs import BatchJobViewSet
+from api.views_queues import FleetQueueView, QueueSummaryView, WorkloadViewSet
 from api.views_tenants import CapacityView, InvoiceViewSet, MemberViewSet, TenantViewSet, UsageView
 
 app_name = "api"
@@ -54,7 +55,18 @@ urlpatterns = [
         UsageView.as_view({"get": "retrieve"}),
         name="usage",
     ),
+    path(
+        "api/v1/tenants/<slug:slug>/workloads/",
+        WorkloadViewSet.as_view({"get": "list"}),
+        name="workloads",
+    ),
+    path(
+        "api/v1/tenants/<slug:slug>/queue/",
+        QueueSummaryView.as_view({"get": "retrieve"}),
+        name="queue",
+    ),
     path("api/v1/fleet/capacity/", CapacityView.as_view(), name="capacity"),
+    path("api/v1/fleet/queues/", FleetQueueView.as_view(), name="fleet_queues"),
     path("api/tokens/", token_views.token_list, name="tokens"),
     path("api/tokens/<str:prefix>/", token_views.token_detail, name="token_detail"),
     path("t/<slug:tenant>/robots/", token_views.robots, name="robots"),

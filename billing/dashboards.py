@@ -30,6 +30,7 @@ from catalog.services import share_gpu_equivalents
 from catalog.specs import SpecError, from_json
 from catalog.states import AWAITING_DECISION, IN_FLIGHT
 from fleet.models import Health, Node
+from fleet.queues import live_allocation
 from gitops.fleet import configured_fleet
 from gitops.specs import FleetSpec, GpuShare
 
@@ -211,13 +212,15 @@ class TenantCost:
 
 @dataclass(frozen=True)
 class FlavorQuota:
-    """A flavor in GPU-equivalents: promised by approved shares, held in the latest ledger
-    hour, and asked for by requests not yet in effect."""
+    """A flavor in GPU-equivalents: promised by approved shares, held now (``live``: from
+    Kueue's ClusterQueue status as the fleet watch last heard it; else in the latest ledger
+    hour), and asked for by requests not yet in effect."""
 
     flavor: str
     quota: Decimal
     allocated: Decimal
     pending: Decimal = ZERO
+    live: bool = False
 
     @property
     def left(self) -> Decimal:
@@ -433,9 +436,11 @@ def _equivalents(spec: object, fleet: FleetSpec) -> tuple[str, Decimal]:
 def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> list[FlavorQuota]:
     """Per flavor, in GPU-equivalents (the ledger's unit, ``catalog.services
     .share_gpu_equivalents``): the nominal quota of the approved GPU shares on main (what Kueue's
-    ClusterQueues promise), the allocation of the ledger's latest hour (``latest`` keyed by
-    (tenant, flavor)), and the growth asked by share requests not yet in effect. Three
-    queries: the fleet's inventory, the shares, the open requests."""
+    ClusterQueues promise), what is held now, and the growth asked by share requests not yet
+    in effect. Held now is Kueue's live ClusterQueue usage when the fleet watch has it
+    (``fleet.queues.live_allocation``), else the allocation of the ledger's latest hour
+    (``latest`` keyed by (tenant, flavor)); each row says which. Six queries: the Kueue
+    freshness (2) and usage, the fleet's inventory, the shares, the open requests."""
     fleet = configured_fleet()
     shares = Resource.objects.filter(kind=Kind.GPU_SHARE, state__in=LIVE)
     requests = ResourceRequest.objects.filter(
@@ -456,13 +461,19 @@ def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> 
         _, now = _equivalents(current, fleet) if state in LIVE else ("", ZERO)
         pending[name] += max(amount - now, ZERO)
     allocated: dict[str, Decimal] = defaultdict(Decimal)
-    for key, (_, held, _) in latest.items():
-        if tenant is None or key[0] == tenant:
-            allocated[key[1]] += held
+    live = live_allocation(tenant)
+    if live is not None:
+        allocated.update({name: held for name, held in live.items() if held})
+    else:
+        for key, (_, held, _) in latest.items():
+            if tenant is None or key[0] == tenant:
+                allocated[key[1]] += held
     names = [f.name for f in fleet.flavors]
     names += sorted(n for n in {*quota, *allocated, *pending} - set(names) if n)
     return [
-        FlavorQuota(n, quota.get(n, ZERO), allocated.get(n, ZERO), pending.get(n, ZERO))
+        FlavorQuota(
+            n, quota.get(n, ZERO), allocated.get(n, ZERO), pending.get(n, ZERO), live is not None
+        )
         for n in names
         if n in quota or n in allocated or n in pending or tenant is None
     ]

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from django.utils.html import format_html
 
 from fleet.capacity import CapacityRow
+from fleet.queues import QueueRow
 
 # The portal's palette (static/portal/portal.css): accent, ok, and a grey for what cannot be used.
 IN_USE_COLOUR = "#3b5bdb"
@@ -46,6 +47,54 @@ def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
         height=320,
         margin={"l": 40, "r": 10, "t": 10, "b": 60},
         legend={"orientation": "h", "y": -0.25},
+        yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea"},
+        font={"family": "system-ui, sans-serif", "size": 13},
+    )
+    return figure
+
+
+BORROWED_COLOUR = "#e8590c"
+
+
+def queue_figure(rows: Sequence[QueueRow]) -> go.Figure:
+    """Per ClusterQueue and GPU resource of a flavor: its nominal quota, what it uses of its
+    own, and what it borrows from the cohort (grouped bars, one group per queue and flavor).
+    Units differ between resources, so each bar's label and hover say its unit."""
+    labels: list[str] = []
+    units: list[str] = []
+    nominal: list[float] = []
+    own: list[float] = []
+    borrowed: list[float] = []
+    for row in rows:
+        for flavor in row.flavors:
+            labels.append(f"{row.queue.name}<br>{flavor.flavor} ({flavor.nominal.unit})")
+            units.append(flavor.nominal.unit)
+            nominal.append(float(flavor.nominal.number))
+            own.append(float(flavor.in_use.number - flavor.borrowed.number))
+            borrowed.append(float(flavor.borrowed.number))
+    figure = go.Figure()
+    for name, colour, values, group in (
+        ("Nominal quota", UNAVAILABLE_COLOUR, nominal, "quota"),
+        ("In use (own quota)", IN_USE_COLOUR, own, "use"),
+        ("Borrowed", BORROWED_COLOUR, borrowed, "use"),
+    ):
+        figure.add_trace(
+            go.Bar(
+                name=name,
+                x=labels,
+                y=values,
+                offsetgroup=group,
+                customdata=units,
+                marker_color=colour,
+                hovertemplate=f"{name}: %{{y:.2f}} %{{customdata}}<extra></extra>",
+            )
+        )
+    figure.update_layout(
+        template="none",
+        barmode="relative",
+        height=340,
+        margin={"l": 40, "r": 10, "t": 10, "b": 80},
+        legend={"orientation": "h", "y": -0.3},
         yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea"},
         font={"family": "system-ui, sans-serif", "size": 13},
     )

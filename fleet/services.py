@@ -694,16 +694,19 @@ def _clear_positions() -> None:
     ).update(position_in_cluster_queue=None, position_in_local_queue=None)
 
 
-def _upsert_workloads(rows: Sequence[QueueWorkload]) -> None:
+def _upsert_workloads(rows: Sequence[QueueWorkload], *, positions: bool = False) -> None:
     # One statement per batch (INSERT ... ON CONFLICT UPDATE): the watcher and the sync may
     # write the same row at the same moment. Positions are left as the visibility read wrote
-    # them.
+    # them unless ``positions`` (the rows carry none: they no longer wait).
     QueueWorkload.objects.bulk_create(
         rows,
         batch_size=QUEUE_WORKLOAD_BATCH,
         update_conflicts=True,
         unique_fields=["namespace", "name"],
-        update_fields=QUEUE_WORKLOAD_FIELDS,
+        update_fields=[
+            *QUEUE_WORKLOAD_FIELDS,
+            *(("position_in_cluster_queue", "position_in_local_queue") if positions else ()),
+        ],
     )
 
 
@@ -760,11 +763,7 @@ def store_queue_workload(event: str, obj: Any) -> None:
         if target:
             local_queues[(info.namespace, info.local_queue)] = target
     row = _queue_workload_row(info, platform, tenants, local_queues, timezone.now())
-    _upsert_workloads([row])
-    if not row.waiting:
-        QueueWorkload.objects.filter(namespace=row.namespace, name=row.name).update(
-            position_in_cluster_queue=None, position_in_local_queue=None
-        )
+    _upsert_workloads([row], positions=not row.waiting)
 
 
 def tenant_ids_for(slug: str) -> dict[str, int]:

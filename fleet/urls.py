@@ -22,7 +22,9 @@ urlpatterns = [
     path("fleet/nodes/<str:name>/drain/", views.node_drain, name="drain"),
     path("fleet/topology/", views.topology_page, name="topology"),
     path("fleet/status/", views.flux_status, name="status"),
+    path("fleet/queues/", views.fleet_queues, name="queues"),
     path("t/<slug:tenant>/status/", views.tenant_status, name="tenant_status"),
+    path("t/<slug:tenant>/queue/", views.tenant_queue, name="tenant_queue"),
     # Flux notification-controller's generic-hmac Provider posts here (fleet.hooks).
     path("hooks/flux/", hooks.flux_events, name="flux_events"),
 ]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -25,7 +26,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseLocation
 
-from fleet import services
+from fleet import queues, services
 from fleet.capacity import (
     capacity_rows,
     health_counts,
@@ -34,7 +35,7 @@ from fleet.capacity import (
     topology,
     total_requests,
 )
-from fleet.charts import capacity_figure, figure_html
+from fleet.charts import capacity_figure, figure_html, queue_figure
 from fleet.forms import PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
@@ -384,3 +385,37 @@ def tenant_status(request: HttpRequest, tenant: str) -> HttpResponse:
         **sync_context(),
     }
     return render(request, "fleet/tenant_status.html", context)
+
+
+# --- the queue (Kueue read back: fleet.queues) ----------------------------------------------------
+
+
+@login_required
+def tenant_queue(request: HttpRequest, tenant: str) -> HttpResponse:
+    """A tenant's workloads as Kueue queues them, and its quota per flavor; htmx polls the
+    ``queue`` fragment."""
+    access = get_tenant_for_user(request, tenant)
+    if request.method not in ("GET", "HEAD"):  # after the access check: outsiders get 404
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    context = {
+        "access": access,
+        "tenant": access.tenant,
+        "board": queues.tenant_queue(access.tenant.pk, access.tenant.slug),
+        "poll_seconds": settings.FLEET_SYNC_SECONDS,
+        "freshness": freshness(),
+    }
+    return render(request, _partial(request, "fleet/tenant_queue.html", "queue"), context)
+
+
+@action_page(Action.OPERATE_FLEET)
+def fleet_queues(request: HttpRequest) -> HttpResponse:
+    """Every ClusterQueue, the cohort tree, fair shares and the longest waits."""
+    board = queues.fleet_queues()
+    context = {
+        "board": board,
+        "chart": figure_html(queue_figure(board.rows)),
+        "plotly_js_url": plotly_js_url(),
+        "poll_seconds": settings.FLEET_SYNC_SECONDS,
+        "freshness": freshness(),
+    }
+    return render(request, _partial(request, "fleet/queues.html", "queues"), context)

@@ -108,6 +108,14 @@ CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("kustomize.toolkit.fluxcd.io", "kustomizations", ("get", "list", "watch")),
     ("helm.toolkit.fluxcd.io", "helmreleases", ("get", "list", "watch")),
     ("serving.kserve.io", "inferenceservices", ("get", "list", "watch")),
+    # The queue read back (fleet.queues): Kueue's objects, and the pending workloads of each
+    # ClusterQueue from Kueue's visibility API (an aggregated API: a subresource to get).
+    ("kueue.x-k8s.io", "workloads", ("get", "list", "watch")),
+    ("kueue.x-k8s.io", "clusterqueues", ("get", "list", "watch")),
+    ("kueue.x-k8s.io", "localqueues", ("get", "list", "watch")),
+    ("kueue.x-k8s.io", "cohorts", ("get", "list", "watch")),
+    ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads", ("get",)),
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", ("get",)),
     # The schema check validates against the CRDs the cluster serves (gitops.schemas).
     ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
     # Tenants' batch jobs are submitted as the member (gitops.render.rbac, "batch jobs"):

@@ -33,7 +33,7 @@ LISTS = {
 NOT_TENANT_SCOPED = {"/api/v1/apply/", "/api/v1/fleet/capacity/"}
 # Platform admins' operations across tenants: a 403 for anyone else, whose body is not read
 # before the role (tests/api/test_approve_many_api.py).
-NOT_TENANT_SCOPED |= {"/api/v1/requests/approve-many/"}
+NOT_TENANT_SCOPED |= {"/api/v1/requests/approve-many/", "/api/v1/fleet/queues/"}
 
 
 def _paths() -> dict[str, list[str]]:

@@ -206,12 +206,13 @@ def test_the_number_of_queries_does_not_grow_with_tenants_or_rows(
         bob.get("/t/alpha/usage/")
     # Pinned: session, user, platform roles; the dashboard's nine (latest hour, fleet,
     # prices, one priced query per price period, series, inventory, shares, requests,
-    # ingest runs); the nav's tenants and counters.
-    assert admin_before == 14
+    # ingest runs); whether Kueue's queues are live (watch and sync states: not here, so the
+    # ledger's hour stands); the nav's tenants and counters.
+    assert admin_before == 16
     # The tenant's: session, user, roles, membership; prices, one priced query per price
     # period (by hour, which gives the series too), workloads, endpoints, latest hour,
-    # inventory, shares, requests; the nav's two.
-    assert tenant_before == 14
+    # inventory, shares, requests; whether Kueue's queues are live (two); the nav's two.
+    assert tenant_before == 16
 
 
 # --- landing pages --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from fleet.models import (
     SyncState,
     WatchState,
 )
+from gitops.render.meta import TENANT_LABEL
 from simulator import Simulator
 from simulator.store import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, WORKLOADS, Resource
 from tests.fleet import kueue_samples as k
@@ -237,3 +238,45 @@ def test_a_preempted_workload_keeps_who_preempted_it(
         uid,
     )
     assert QueueWorkload.objects.get(uid=row.preemptor_uid).name == "job-urgent"
+
+
+@pytest.mark.django_db
+def test_the_states_the_simulators_kueue_writes_read_back(
+    still: Simulator, world: dict[str, Any]
+) -> None:
+    """Conditions as the simulator's Kueue writes them (modelled on Kueue v0.19.2's
+    scheduler and preemptor), not as the samples spell them: admitted, pending for quota,
+    and preempted within the ClusterQueue by a workload of higher priority."""
+    from simulator.kueue import Kueue
+    from simulator.store import NAMESPACES, RESOURCE_FLAVORS
+    from tests.simulator import kueue_world
+
+    store = still.store
+    store.apply(RESOURCE_FLAVORS, {"metadata": {"name": "h100"}, "spec": {}}, 0)
+    store.apply(NAMESPACES, {"metadata": {"name": "alpha", "labels": {TENANT_LABEL: "alpha"}}}, 0)
+    queue = k.cluster_queue("alpha", nominal=2)
+    queue["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    del queue["status"]
+    store.apply(CLUSTER_QUEUES, queue, 0)
+    store.apply(LOCAL_QUEUES, {**k.local_queue("alpha"), "status": {}}, 0)
+    kueue = Kueue(store, fair_sharing=False)
+    gpus = {"cpu": "1", "nvidia.com/gpu": "2"}
+    kueue_world.workload(store, "low", "alpha", "gpu", gpus, priority=100, created=1)
+    kueue.schedule(1)
+    kueue_world.workload(store, "later", "alpha", "gpu", gpus, priority=100, created=2)
+    high = kueue_world.workload(store, "high", "alpha", "gpu", gpus, priority=900, created=3)
+    kueue.schedule(4)
+    kueue.update_status(4)
+    with Kube() as kube:
+        watch.relist(_watched("workloads"), kube)
+        watch.relist(_watched("clusterqueues"), kube)
+    rows = {w.name: w for w in QueueWorkload.objects.all()}
+    low = rows["low"]
+    assert (low.state, low.preemption_reason) == ("preempted", "InClusterQueue")
+    assert low.preemptor_uid == high["metadata"]["uid"]
+    assert low.preemptor_path.endswith("/alpha")
+    assert rows["later"].state == "pending" and rows["later"].message
+    assert rows["high"].state == "pending"  # waiting for the preempted workload to go
+    assert all(w.tenant == world["alpha"] for w in rows.values())
+    cq = ClusterQueueStatus.objects.get(name="alpha")
+    assert cq.quotas["h100"]["nvidia.com/gpu"]["nominal"] == "2"
