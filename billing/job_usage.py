@@ -2,9 +2,10 @@
 
 The ledger names a pod's workload after its controller, ``<OwnerKind>/<name>``
 (``billing.ingest.workload_name``): a Job's pods are ``Job/<name>``, a JobSet's are those of the
-Jobs it made, ``Job/<name>-workers-<index>`` (``gitops.render.jobs.owner_workloads``). Rows are
+Jobs it made, ``Job/<name>-workers-<index>`` (``BatchJob.ledger_workloads``). Rows are
 joined by the job's namespace and those names, from the hour it was submitted until the next
-job of the same name was (a name may be used again once the object is gone)."""
+job of the same name was (a name may be used again once the object is gone): the hour of a
+submission is the job's that was submitted in it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from django.utils import timezone
 from billing.costing import Total, priced, totals
 from billing.models import UsageHour
 from catalog.models import BatchJob
-from gitops.render.jobs import owner_workloads
 
 
 def job_usage(job: BatchJob, *, now: datetime | None = None) -> Total:
@@ -29,9 +29,8 @@ def job_usage(job: BatchJob, *, now: datetime | None = None) -> Total:
         .values_list("created_at", flat=True)
         .first()
     )
-    end = later or now + timedelta(hours=1)
-    nodes = int(job.spec.get("nodes") or 1) if isinstance(job.spec, dict) else 1
-    rows = UsageHour.objects.filter(
-        namespace=job.namespace, workload__in=owner_workloads(job.kind, job.name, nodes)
-    )
+    # The ledger is hourly: the hour a later job of the name was submitted in is the later
+    # job's, as its own first hour.
+    end = later.replace(minute=0, second=0, microsecond=0) if later else now + timedelta(hours=1)
+    rows = UsageHour.objects.filter(namespace=job.namespace, workload__in=job.ledger_workloads())
     return totals(priced(rows, start, end)).get(None, Total())

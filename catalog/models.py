@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from gitops.render.jobs import owner_workloads
+
 
 class Kind(models.TextChoices):
     CLUSTER = "cluster", "Tenant cluster"
@@ -426,3 +428,8 @@ class BatchJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}"
+
+    def ledger_workloads(self) -> list[str]:
+        """The usage ledger's workload names of the job's pods (``gitops.render.jobs``)."""
+        nodes = self.spec.get("nodes") if isinstance(self.spec, dict) else None
+        return owner_workloads(self.kind, self.name, nodes if isinstance(nodes, int) else 1)

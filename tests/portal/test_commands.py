@@ -27,6 +27,14 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     }
     waiting = ResourceRequest.objects.get(state="submitted")
     assert (waiting.tenant.slug, waiting.resource.name) == ("llm-platform", "frac")
+    from catalog.models import JobTemplate
+
+    templates = dict(JobTemplate.objects.values_list("name", "purpose"))
+    assert templates == {
+        "fine-tuning": "fine-tuning",
+        "evaluation": "evaluation",
+        "batch-inference": "batch-inference",
+    }
     # Every change the seed opened ran the duplicates check, and main has no duplicate.
     from gitops import services as gitops
     from gitops.checks.duplicates import check_duplicates
