@@ -39,7 +39,7 @@ demo: $(VENV)/.installed-app
 	$(MANAGE) fetch_schemas --offline-ok
 	$(MANAGE) seed_demo
 	@echo "Portal on http://$(ADDR)/  (sign in as platform, alice, carol, erin, ... with demo-password-1)"
-	$(MANAGE) serve $(ADDR)
+	$(MANAGE) serve --demo-jobs $(ADDR)
 
 ## system-deps: what the browser, SSO and metering tests need from Debian when missing
 system-deps:

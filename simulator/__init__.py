@@ -39,7 +39,15 @@ from simulator.gc import GarbageCollector
 from simulator.notify import Notifier
 from simulator.rbac import bootstrap_objects
 from simulator.server import Api, ApiServer
-from simulator.store import RESOURCES, SECRETS, JsonObject, Store, resource_of
+from simulator.store import (
+    RESOURCES,
+    SECRETS,
+    JsonObject,
+    Store,
+    as_dict,
+    as_list,
+    resource_of,
+)
 from simulator.syncer import Syncer
 
 __all__ = ["SimConfig", "Simulator", "load_config"]
@@ -252,3 +260,22 @@ class Simulator:
         pods ended; ``LookupError`` when there is no such Job."""
         with self._tick_lock:
             return self.cluster.batch.finish(namespace, name, outcome, time.time())
+
+    def job_state(self, namespace: str, name: str) -> str:
+        """Where Kueue has a Job: "" (no Workload yet), ``pending``, ``admitted`` or
+        ``finished``, from the conditions of the Workload the Job owns."""
+        job = self.store.get(RESOURCES["jobs"], namespace, name)
+        uid = as_dict(as_dict(job).get("metadata")).get("uid")
+        for workload in self.store.list(RESOURCES["workloads"], namespace):
+            owners = as_list(as_dict(workload.get("metadata")).get("ownerReferences"))
+            if not uid or not any(as_dict(o).get("uid") == uid for o in owners):
+                continue
+            true = {
+                as_dict(c).get("type")
+                for c in as_list(as_dict(workload.get("status")).get("conditions"))
+                if as_dict(c).get("status") == "True"
+            }
+            if "Finished" in true:
+                return "finished"
+            return "admitted" if "Admitted" in true else "pending"
+        return ""

@@ -100,7 +100,9 @@ def test_a_member_runs_reads_and_cancels_a_job(
     logs = jobs.job_logs(job, acting_user=world["vic"])
     assert [log.pod for log in logs] == [pod["metadata"]["name"]]
     assert not logs[0].error
-    assert "ft-1" in login("vic").get("/t/alpha/jobs/ft-1/logs/").content.decode() or logs
+    shown = login("vic").get("/t/alpha/jobs/ft-1/logs/").content.decode()
+    assert pod["metadata"]["name"] in shown
+    assert logs[0].text and logs[0].text.splitlines()[-1] in shown
     assert login("charlie").get("/t/alpha/jobs/ft-1/logs/").status_code == 404
     # A viewer may not cancel; bob, who submitted it, may.
     with pytest.raises(PermissionDenied):

@@ -12,6 +12,7 @@ events; the scheduled sync stays as the fallback.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 from django.conf import settings
@@ -27,9 +28,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
+        parser.add_argument(
+            "--demo-jobs",
+            action="store_true",
+            help="Submit the demo's batch jobs (portal.demo_jobs) once the simulator runs.",
+        )
 
-    def handle(self, *args: Any, addrport: str, **options: Any) -> None:
+    def handle(self, *args: Any, addrport: str, demo_jobs: bool = False, **options: Any) -> None:
         simulator = self._start_simulator(addrport) if settings.FLEET_SIMULATOR else None
+        demo_stop = threading.Event()
+        if demo_jobs and simulator is not None:
+            self._start_demo_jobs(simulator, demo_stop)
         watcher = None
         if settings.FLEET_WATCH:
             from fleet.watch import Watcher
@@ -46,6 +55,7 @@ class Command(BaseCommand):
             # No autoreloader: it would fork a second process with a second schedule.
             call_command("runserver", addrport, use_reloader=False, use_threading=True)
         finally:
+            demo_stop.set()
             if watcher is not None:
                 watcher.stop()
             if beat is not None:
@@ -87,3 +97,14 @@ class Command(BaseCommand):
         url = simulator.start(host or "127.0.0.1", int(port))
         self.stdout.write(f"Simulator (Kubernetes API, DCGM /metrics) on {url}")
         return simulator
+
+    def _start_demo_jobs(self, simulator: Any, stop: threading.Event) -> None:
+        from portal.demo_jobs import run_demo_jobs
+
+        threading.Thread(
+            target=run_demo_jobs,
+            args=(simulator.finish_job, simulator.job_state, stop),
+            name="demo-jobs",
+            daemon=True,
+        ).start()
+        self.stdout.write("The demo's batch jobs are submitted once the simulator has the tenants.")
