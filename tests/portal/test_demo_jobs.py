@@ -10,7 +10,7 @@ from typing import Any
 
 from catalog.models import BatchJob
 from gitops.specs import GpuShare
-from portal.demo_jobs import FINISHED, PENDING, DemoJob, submit_demo_jobs
+from portal.management.demo_jobs import FINISHED, PENDING, DemoJob, submit_demo_jobs
 from simulator import Simulator
 from simulator.store import JOBS, WORKLOADS, as_dict, as_list
 from tenants.specs import tenant_spec

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--demo-jobs",
             action="store_true",
-            help="Submit the demo's batch jobs (portal.demo_jobs) once the simulator runs.",
+            help="Submit the demo's batch jobs once the simulator runs (management/demo_jobs.py).",
         )
 
     def handle(self, *args: Any, addrport: str, demo_jobs: bool = False, **options: Any) -> None:
@@ -99,7 +99,7 @@ class Command(BaseCommand):
         return simulator
 
     def _start_demo_jobs(self, simulator: Any, stop: threading.Event) -> None:
-        from portal.demo_jobs import run_demo_jobs
+        from portal.management.demo_jobs import run_demo_jobs
 
         threading.Thread(
             target=run_demo_jobs,
