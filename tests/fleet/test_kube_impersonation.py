@@ -92,9 +92,7 @@ def test_the_portal_acts_as_the_job_accounts_with_the_member_named(
         assert elsewhere.value.status == 403
         assert f'User "{RUNNER}" cannot create resource "jobs"' in str(elsewhere.value)
     with kube.impersonating(READER, extra=MEMBER) as reader:
-        assert [j["metadata"]["name"] for j in reader.list("batch/v1", "Job", "alpha")] == [
-            "train"
-        ]
+        assert [j["metadata"]["name"] for j in reader.list("batch/v1", "Job", "alpha")] == ["train"]
         with pytest.raises(KubeError) as refused:
             reader.delete("batch/v1", "Job", "alpha", "train")
         assert refused.value.status == 403
