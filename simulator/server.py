@@ -18,9 +18,10 @@ token of ``Simulator(service_account_tokens=...)`` authenticates that service ac
 (the portal's, say), whose every request RBAC authorises. A request with ``Impersonate-User``
 (and ``Impersonate-Group``, ``Impersonate-Extra-<key>``, ``Impersonate-Uid``) acts as that user
 once the token's user may impersonate each of them, and every verb, subresource and
-non-resource path is then authorised by RBAC (``rbac``) with the API server's 403 message. ``/metrics`` is the
-DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
-allocation API (``opencost``), outside the token like OpenCost's own.
+non-resource path is then authorised by RBAC (``rbac``) with the API server's 403 message.
+``/metrics`` is the DCGM exporter's text exposition. ``/allocation`` and
+``/allocation/compute`` are OpenCost's allocation API (``opencost``), outside the token like
+OpenCost's own.
 
 ``/apis/visibility.kueue.x-k8s.io/v1beta2`` is Kueue's visibility API (``visibility``): a
 ClusterQueue's or LocalQueue's ``pendingworkloads``.

@@ -146,9 +146,11 @@ def test_anyone_else_is_refused_in_the_api_servers_words(
     extra: dict[str, list[str]],
     message: str,
 ) -> None:
-    with kube.impersonating(user, groups, extra=extra) as acting:
-        with pytest.raises(KubeError) as refused:
-            acting.create("batch/v1", "Job", "alpha", job())
+    with (
+        kube.impersonating(user, groups, extra=extra) as acting,
+        pytest.raises(KubeError) as refused,
+    ):
+        acting.create("batch/v1", "Job", "alpha", job())
     assert refused.value.status == 403
     assert str(refused.value) == "Kubernetes refused: " + message.format(portal=PORTAL_USER)
     assert sim.store.list(JOBS) == []
