@@ -4,8 +4,10 @@ A batch job is run-once work inside the quota Git granted, so it does not go thr
 request: the portal renders it (``gitops.render.jobs``), validates it strictly against the
 upstream schema (the Job's built-in one, the JobSet's CRD from the checks' schema source),
 asks the API server for a dry run and then creates it in the tenant's namespace, all
-impersonating the member (``gitops.render.rbac``, "batch jobs"), so RBAC, Kueue, Kyverno and
-Pod Security decide as they would for that person and say so in their own words. A
+impersonating the tenant's job service account for the member's role, with the member's name
+as a user extra for the audit log (``gitops.render.rbac``, "batch jobs"), so RBAC, Kueue,
+Kyverno and Pod Security decide as they would for that tenant role and say so in their own
+words. A
 ``BatchJob`` row and an audit row record it; a cancel deletes the object (its pods and Kueue's
 Workload go with it) and is audited too.
 
@@ -218,12 +220,15 @@ def _schema_check(obj: dict[str, Any], fleet: FleetSpec) -> None:
         )
 
 
-# --- the cluster, as the member -----------------------------------------------------------
+# --- the cluster, as the member's tenant role ----------------------------------------------
 
 
 def _as_member(user: Any, tenant: Tenant, role: str) -> Kube:
+    """A client acting as the tenant's job account for ``role``, naming ``user`` in the
+    audit log. No groups: the API server gives the account its own (see ``rbac``)."""
     return Kube().impersonating(
-        rbac.member_user(user.get_username()), [rbac.tenant_group(tenant.slug, role)]
+        rbac.job_account_user(tenant.slug, role),
+        extra={rbac.MEMBER_EXTRA: [user.get_username()]},
     )
 
 

@@ -9,8 +9,10 @@ Every failure (unreachable API server, timeout, an error status, a body that is 
 becomes ``KubeError`` with a sentence a person can act on; callers mark their data stale.
 
 Run-once work (Jobs, JobSets) is written on a member's behalf: ``Kube.impersonating`` gives a
-client whose requests carry ``Impersonate-User`` and one ``Impersonate-Group`` per group, so the
-API server's RBAC and admission (Kyverno, Kueue's webhooks, quota) decide as that member. Its
+client whose requests carry ``Impersonate-User``, one ``Impersonate-Group`` per group and one
+``Impersonate-Extra-<key>`` per extra value, so the API server's RBAC and admission (Kyverno,
+Kueue's webhooks, quota) decide as the impersonated identity and its audit log names the
+member. Its
 generic ``create``, ``get``, ``list``, ``delete`` and ``pod_log`` find a kind's resource through
 discovery (cached per client and the clients derived from it) and use the raw REST paths.
 """
@@ -21,7 +23,7 @@ import base64
 import builtins
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -66,23 +68,56 @@ VISIBILITY_PENDING = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{nam
 
 IMPERSONATE_USER = "Impersonate-User"
 IMPERSONATE_GROUP = "Impersonate-Group"
+IMPERSONATE_EXTRA_PREFIX = "Impersonate-Extra-"
+# RFC 7230 token characters, which a header name may hold (client-go transport
+# round_trippers.go ``legalHeaderKeyBytes``); every other byte of an extra's key, and '%',
+# is percent-encoded (``headerKeyEscape``), and the API server decodes it with
+# url.PathUnescape (k8s.io/apiserver filters/impersonation.go ``unescapeExtraKey``).
+_HEADER_KEY_BYTES = frozenset(
+    b"!#$&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+)
 PROPAGATION_POLICIES = ("Background", "Foreground", "Orphan")
 
 
+def extra_header(key: str) -> str:
+    """The header that carries user extra ``key`` (client-go ``headerKeyEscape``)."""
+    escaped = "".join(
+        chr(byte) if byte in _HEADER_KEY_BYTES else f"%{byte:02X}" for byte in key.encode()
+    )
+    return f"{IMPERSONATE_EXTRA_PREFIX}{escaped}"
+
+
+def header_value(value: str) -> str:
+    """``value`` as a header can carry it: printable ASCII as it is, anything else (a name in
+    another script, a control character) and '%' percent-encoded as UTF-8, so the header is
+    valid and the value unambiguous."""
+    return quote(value, safe="".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%"))
+
+
 class ImpersonatingApiClient(client.ApiClient):
-    """An ApiClient whose every request acts as ``user`` with ``groups``.
+    """An ApiClient whose every request acts as ``user`` with ``groups`` and ``extra``.
 
     ``Impersonate-User`` is a default header; the API server reads each ``Impersonate-Group``
-    header as one group (k8s.io/apiserver ``filters/impersonation.go``), which a dict of
-    default headers cannot repeat, so the groups are added to each request's headers as
-    urllib3's multi-valued ``HTTPHeaderDict``."""
+    header as one group and each value of an ``Impersonate-Extra-<key>`` header as one value
+    (k8s.io/apiserver ``filters/impersonation.go``), which a dict of default headers cannot
+    repeat, so they are added to each request's headers as urllib3's multi-valued
+    ``HTTPHeaderDict``."""
 
     def __init__(
-        self, configuration: client.Configuration, user: str, groups: builtins.list[str]
+        self,
+        configuration: client.Configuration,
+        user: str,
+        groups: Sequence[str],
+        extra: Mapping[str, Sequence[str]],
     ) -> None:
         super().__init__(configuration)
         self.set_default_header(IMPERSONATE_USER, user)
         self.groups = tuple(groups)
+        self.extra = tuple(
+            (extra_header(key), header_value(value))
+            for key, values in sorted(extra.items())
+            for value in values
+        )
 
     def call_api(
         self,
@@ -96,6 +131,8 @@ class ImpersonatingApiClient(client.ApiClient):
         headers = urllib3.HTTPHeaderDict(header_params or {})
         for group in self.groups:
             headers.add(IMPERSONATE_GROUP, group)
+        for name, value in self.extra:
+            headers.add(name, value)
         return super().call_api(method, url, headers, body, post_params, _request_timeout)
 
 
@@ -146,14 +183,22 @@ class Kube:
         # (apiVersion, kind) -> (plural, namespaced), from discovery.
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
-    def impersonating(self, user: str, groups: builtins.list[str]) -> Kube:
-        """A client of the same API server whose requests act as ``user`` in ``groups`` (the
-        API server adds ``system:authenticated``). Close it when done; it shares discovery
-        with this one. The portal's own account needs ``impersonate`` on ``users`` and
-        ``groups`` for this (docs/architecture.md)."""
+    def impersonating(
+        self,
+        user: str,
+        groups: Sequence[str] = (),
+        *,
+        extra: Mapping[str, Sequence[str]] | None = None,
+    ) -> Kube:
+        """A client of the same API server whose requests act as ``user`` in ``groups`` with
+        the user ``extra`` values (the API server adds ``system:authenticated``, and a service
+        account's own groups when ``groups`` is empty). Close it when done; it shares
+        discovery with this one. The token's user needs ``impersonate`` on each of them: the
+        portal's account has it on its tenants' job accounts and one extra key only
+        (``gitops.render.rbac``, docs/architecture.md)."""
         if not user:
             raise ValueError("impersonating needs a user name")
-        api = ImpersonatingApiClient(self.api.configuration, user, groups)
+        api = ImpersonatingApiClient(self.api.configuration, user, groups, extra or {})
         acting = Kube(api, timeout=self.timeout)
         acting._resources = self._resources
         return acting

@@ -37,7 +37,7 @@ from simulator.dcgm import GpuSample
 from simulator.flux import FluxPlayer, Resolver, Verifier
 from simulator.gc import GarbageCollector
 from simulator.notify import Notifier
-from simulator.rbac import bootstrap_objects
+from simulator.rbac import bootstrap_objects, split_service_account
 from simulator.server import Api, ApiServer
 from simulator.store import (
     RESOURCES,
@@ -67,6 +67,7 @@ class Simulator:
         repo_path: str | Path | None = None,
         branch: str = "main",
         token: str = "",
+        service_account_tokens: Mapping[str, str] | None = None,
         git_credentials: tuple[str, str] = ("git", "flux-bootstrap"),
         verify_git: Verifier | None = None,
         resolve_git: Resolver | None = None,
@@ -79,10 +80,17 @@ class Simulator:
         local bare repository it reads (default: ``repo_path``). ``clock`` is the time the
         DCGM exporter reports at (a test sets it, so usage and energy are known exactly).
         ``flux_events_secret`` is the generic-hmac Provider's key for the events posted to
-        ``config.flux_events_address``."""
+        ``config.flux_events_address``. ``token`` authenticates an administrator (in
+        ``system:masters``); ``service_account_tokens`` maps further tokens to the service
+        accounts they authenticate (``system:serviceaccount:<ns>:<name>``), whose requests
+        RBAC authorises, impersonation included."""
         validate_config(config)
         self.config = config
         self.token = token
+        self.service_account_tokens = dict(service_account_tokens or {})
+        for account in self.service_account_tokens.values():
+            if split_service_account(account) is None:
+                raise ValueError(f"{account!r} is not system:serviceaccount:<namespace>:<name>")
         self.clock = clock
         now = time.time()
         self.store = Store(config.seed, config.watch_window)

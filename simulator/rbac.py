@@ -15,8 +15,9 @@ tenants' virtual clusters (``virtual.py``).
   ``aggregationRule`` is not evaluated: an aggregated role has the rules written in it.
 - **Refusals** carry ``forbiddenMessage`` of k8s.io/apiserver ``pkg/endpoints/handlers/
   responsewriters/errors.go`` inside ``apierrors.NewForbidden``.
-- **Impersonation** (k8s.io/apiserver ``pkg/endpoints/filters/impersonation.go``):
-  ``Impersonate-User``, ``Impersonate-Group`` (repeated) and ``Impersonate-Uid``; see
+- **Impersonation** (k8s.io/apiserver ``pkg/endpoints/filters/impersonation.go``, v0.34):
+  ``Impersonate-User``, ``Impersonate-Group`` (repeated), ``Impersonate-Extra-<key>`` (a value
+  per header value) and ``Impersonate-Uid``, each authorised for the requester; see
   ``impersonated``.
 
 The bootstrap roles are those of ``plugin/pkg/auth/authorizer/rbac/bootstrappolicy``
@@ -32,6 +33,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from simulator.store import (
     CLUSTER_ROLE_BINDINGS,
@@ -160,6 +162,8 @@ class UserInfo:
     name: str
     groups: tuple[str, ...] = ()
     uid: str = ""
+    # user.Info's Extra: (key, values) pairs, as an impersonating requester set them.
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def all_groups(self) -> tuple[str, ...]:
@@ -340,6 +344,19 @@ def bootstrap_objects() -> list[JsonObject]:
 IMPERSONATE_USER = "Impersonate-User"
 IMPERSONATE_GROUP = "Impersonate-Group"
 IMPERSONATE_UID = "Impersonate-Uid"
+IMPERSONATE_EXTRA_PREFIX = "Impersonate-Extra-"
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def extra_key(header: str) -> str | None:
+    """The user extra key an ``Impersonate-Extra-<key>`` header sets, None for any other
+    header: ``buildImpersonationRequests`` lowercases the rest of the name and
+    ``unescapeExtraKey`` percent-decodes it (url.PathUnescape), keeping it as it is when that
+    fails."""
+    if header[: len(IMPERSONATE_EXTRA_PREFIX)].lower() != IMPERSONATE_EXTRA_PREFIX.lower():
+        return None
+    key = header[len(IMPERSONATE_EXTRA_PREFIX) :].lower()
+    return key if _BAD_ESCAPE.search(key) else unquote(key)
 
 
 class ImpersonationInvalid(ValueError):
@@ -356,18 +373,29 @@ class Impersonation:
     checks: tuple[Attributes, ...]
 
 
-def impersonated(username: str, groups: Sequence[str], uid: str) -> Impersonation | None:
+def impersonated(
+    username: str,
+    groups: Sequence[str],
+    uid: str,
+    extra: Sequence[tuple[str, str]] = (),
+) -> Impersonation | None:
     """The user the request acts as, from its impersonation headers; None without them.
 
     ``buildImpersonationRequests``: a user name that splits as a service account is one
-    (``impersonate`` on ``serviceaccounts``, and its groups when none are given), any other a
-    user (``impersonate`` on ``users``); groups (``groups``) and the uid (``uids`` in
+    (``impersonate`` on ``serviceaccounts`` named so *in its namespace*, and its groups when
+    none are given), any other a user (``impersonate`` on ``users``); groups (``groups``),
+    each (key, value) of ``extra`` (``userextras`` with the key as the subresource and the
+    value as the name, in ``authentication.k8s.io``, cluster-wide) and the uid (``uids`` in
     ``authentication.k8s.io``) need a user. ``WithImpersonation`` then adds
     ``system:authenticated`` unless a group says ``system:authenticated`` or
     ``system:unauthenticated`` already."""
     if not username:
-        if groups or uid:
-            asked = [f"Group {g}" for g in groups] + ([f"UID {uid}"] if uid else [])
+        if groups or uid or extra:
+            asked = (
+                [f"Group {g}" for g in groups]
+                + [f"UserExtra {key}={value}" for key, value in extra]
+                + ([f"UID {uid}"] if uid else [])
+            )
             raise ImpersonationInvalid(
                 f"requested [{' '.join(asked)}] without impersonating a user"
             )
@@ -386,6 +414,14 @@ def impersonated(username: str, groups: Sequence[str], uid: str) -> Impersonatio
     for group in groups:
         checks.append(Attributes("impersonate", "", "groups", name=group))
         found.append(group)
+    extras: dict[str, list[str]] = {}
+    for key, value in extra:
+        checks.append(
+            Attributes(
+                "impersonate", "authentication.k8s.io", "userextras", subresource=key, name=value
+            )
+        )
+        extras.setdefault(key, []).append(value)
     if uid:
         checks.append(Attributes("impersonate", "authentication.k8s.io", "uids", name=uid))
     if username == ANONYMOUS:
@@ -393,7 +429,13 @@ def impersonated(username: str, groups: Sequence[str], uid: str) -> Impersonatio
             found.append(UNAUTHENTICATED)
     elif not {AUTHENTICATED, UNAUTHENTICATED} & set(found):
         found.append(AUTHENTICATED)
-    return Impersonation(UserInfo(username, tuple(found), uid), tuple(checks))
+    user = UserInfo(
+        username,
+        tuple(found),
+        uid,
+        tuple((key, tuple(values)) for key, values in extras.items()),
+    )
+    return Impersonation(user, tuple(checks))
 
 
 def forbidden_message(user: UserInfo, request: Attributes) -> str:

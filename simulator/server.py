@@ -13,12 +13,15 @@ patch, delete), among them RBAC, PriorityClasses and the installed CustomResourc
 ignored (every list is one page). ``?watch=1`` streams watch events as the API server does (see
 ``_watch``).
 
-The bearer token authenticates an administrator (``system:masters``), allowed everything. A
-request with ``Impersonate-User`` (and ``Impersonate-Group``, ``Impersonate-Uid``) acts as that
-user instead, and every verb, subresource and non-resource path is then authorised by RBAC
-(``rbac``) with the API server's 403 message. ``/metrics`` is the
-DCGM exporter's text exposition. ``/allocation`` and ``/allocation/compute`` are OpenCost's
-allocation API (``opencost``), outside the token like OpenCost's own.
+The bearer token authenticates an administrator (``system:masters``), allowed everything; a
+token of ``Simulator(service_account_tokens=...)`` authenticates that service account instead
+(the portal's, say), whose every request RBAC authorises. A request with ``Impersonate-User``
+(and ``Impersonate-Group``, ``Impersonate-Extra-<key>``, ``Impersonate-Uid``) acts as that user
+once the token's user may impersonate each of them, and every verb, subresource and
+non-resource path is then authorised by RBAC (``rbac``) with the API server's 403 message.
+``/metrics`` is the DCGM exporter's text exposition. ``/allocation`` and
+``/allocation/compute`` are OpenCost's allocation API (``opencost``), outside the token like
+OpenCost's own.
 
 ``/apis/visibility.kueue.x-k8s.io/v1beta2`` is Kueue's visibility API (``visibility``): a
 ClusterQueue's or LocalQueue's ``pendingworkloads``.
@@ -294,9 +297,9 @@ class Api:
         if parts[:1] == ["allocation"]:
             # OpenCost's own API, which has no authentication of its own.
             return self._allocation(method, parts[1:], query)
-        self._authenticate(headers)
+        requester = self._authenticate(headers)
         try:
-            user = self._impersonate(headers)
+            user = self._impersonate(headers, requester)
         except rbac.ImpersonationInvalid as exc:
             # WithImpersonation answers with responsewriters.InternalError: plain text.
             return _text(500, f"Internal Server Error: {json.dumps(url.path)}: {exc}")
@@ -329,26 +332,39 @@ class Api:
             raise NO_SUCH_PATH
         return self._resource(method, group, version, rest, query, headers, body, user)
 
-    def _authenticate(self, headers: Any) -> None:
+    def _authenticate(self, headers: Any) -> UserInfo:
+        """Who the bearer token is: a service account of ``service_account_tokens`` (the
+        groups the service account authenticator gives, ``serviceaccount.MakeGroupNames``),
+        else the administrator of ``token`` (anyone when no token is set); 401 otherwise."""
+        given = str(headers.get("Authorization") or "").encode()
+        for token, account in self.sim.service_account_tokens.items():
+            if hmac.compare_digest(given, f"Bearer {token}".encode()):
+                namespace, _ = rbac.split_service_account(account) or ("", "")
+                return UserInfo(account, rbac.service_account_groups(namespace))
         token = self.sim.token
-        if not token:
-            return
-        given = str(headers.get("Authorization") or "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        if token and not hmac.compare_digest(given, f"Bearer {token}".encode()):
             raise ApiError(401, "Unauthorized", "Unauthorized")
+        return TOKEN_USER
 
-    def _impersonate(self, headers: Any) -> UserInfo:
-        """The user the request acts as: the token's, or whom its impersonation headers name
-        once the token's user may impersonate them (``rbac.impersonated``)."""
+    def _impersonate(self, headers: Any, requester: UserInfo) -> UserInfo:
+        """The user the request acts as: the requester, or whom its impersonation headers
+        name once the requester may impersonate each of them (``rbac.impersonated``); the
+        first refusal is the API server's 403."""
+        extra = [
+            (key, str(value))
+            for name, value in headers.items()
+            if (key := rbac.extra_key(str(name))) is not None
+        ]
         asked = rbac.impersonated(
             str(headers.get(rbac.IMPERSONATE_USER) or ""),
             [str(g) for g in headers.get_all(rbac.IMPERSONATE_GROUP) or []],
             str(headers.get(rbac.IMPERSONATE_UID) or ""),
+            extra,
         )
         if asked is None:
-            return TOKEN_USER
+            return requester
         for check in asked.checks:
-            self._check(TOKEN_USER, check)
+            self._check(requester, check)
         return asked.user
 
     def _check(self, user: UserInfo, request: Attributes) -> None:

@@ -182,6 +182,8 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
 
     ``tick_seconds=None`` (the default): nothing moves until the test calls ``tick()``, so
     what it sees never depends on timing. Browser tests pass a period instead.
+    ``as_account="system:serviceaccount:<ns>:<name>"`` gives the portal a token of that
+    service account instead of the administrator's rights, so RBAC decides its requests.
     """
     import dataclasses
 
@@ -192,7 +194,11 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
     started: list[Any] = []
 
     def start(
-        *, tick_seconds: float | None = None, flux_events_secret: bytes = b"", **config_changes: Any
+        *,
+        tick_seconds: float | None = None,
+        flux_events_secret: bytes = b"",
+        as_account: str = "",
+        **config_changes: Any,
     ) -> Any:
         config = dataclasses.replace(
             SimConfig.demo(),
@@ -208,12 +214,13 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
             repo_path=settings.GITOPS_REPO_PATH,
             branch="main",
             flux_events_secret=flux_events_secret,
+            service_account_tokens={"account-token": as_account} if as_account else None,
             **simulator_git_options(),
         )
         started.append(simulator)
         settings.FLEET_API_URL = simulator.start("127.0.0.1", 0, tick_seconds=tick_seconds)
         settings.BILLING_OPENCOST_URL = settings.FLEET_API_URL  # its OpenCost allocation API
-        settings.FLEET_API_TOKEN = ""
+        settings.FLEET_API_TOKEN = "account-token" if as_account else ""
         settings.FLEET_KUBECONFIG = ""
         settings.FLEET_IN_CLUSTER = False
         settings.FLEET_API_TIMEOUT = 5

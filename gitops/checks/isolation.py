@@ -35,6 +35,12 @@ with a valid object is the escape:
   trust (a model server's, a tenant-cluster control plane's), its Services need a selector
   and may not be ``ExternalName``, and its routes use only Services (``gitops.render.network``,
   the Kyverno policy ``tenant-creators`` holding the same in the cluster);
+- impersonation: a Role in a tenant directory may grant ``impersonate`` only as the platform
+  renders it (``gitops.render.rbac.portal_impersonation_rule``: the tenant's two job service
+  accounts, by name, in the platform-owned part), never on users, groups, extras, uids or any
+  other service account (one that may be impersonated is as good as its token); and a tenant's
+  own objects may not run as, define or mint a token for those job accounts, which exist only
+  to be impersonated by the portal;
 - a LiteLLM model ConfigMap (label ``ai-factory.io/litellm-model``) is refused in
   ``workloads/``, and in the platform-owned part may not use ``os.environ/`` (LiteLLM replaces
   it with the proxy's own environment, secrets included: https://docs.litellm.ai/docs/proxy/configs)
@@ -61,7 +67,7 @@ from gitops.checks.manifests import (
     resolve_reference,
 )
 from gitops.checks.schema import SchemaRegistry, Scope, get_registry
-from gitops.render import secrets
+from gitops.render import rbac, secrets
 from gitops.render.kyverno import RESERVED_LABEL_KEYS, RESERVED_LABELS
 from gitops.render.meta import LITELLM_MODEL_LABEL, LOCAL_QUEUE, TENANT_LABEL
 from gitops.render.vcluster import CHART_VERSION
@@ -143,6 +149,14 @@ KNOWN_CRD_SCOPES: dict[tuple[str, str], Scope] = {
 }
 
 PlatformSource = tuple[str, str, str]  # (kind, namespace, name)
+# What a grant of ``impersonate`` reaches (k8s.io/apiserver filters/impersonation.go
+# ``WithImpersonation``: users, groups, serviceaccounts, userextras/<key>, uids); "*" and
+# "*/<sub>" reach them too.
+IMPERSONABLE = frozenset({"users", "groups", "serviceaccounts", "userextras", "uids", "*"})
+# Where an object names the service account it runs as, or a token Secret the account it is for.
+ACCOUNT_KEYS = frozenset(
+    {"serviceAccountName", "serviceAccount", "kubernetes.io/service-account.name"}
+)
 
 
 def check_isolation(
@@ -425,6 +439,8 @@ class _Rules:
         if namespace is not None and namespace != slug:
             add("namespace", f"namespace {namespace!r} must be {slug!r} (or left out)")
         findings.extend(vcluster.service_account_findings(path, obj))
+        findings.extend(_job_account_findings(path, obj))
+        findings.extend(_impersonation_findings(path, obj, platform=False))
         findings.extend(_default_queue(path, obj))
         findings.extend(self._vcluster_release(path, obj, slug))
         if kind in ("RoleBinding", "ClusterRoleBinding"):
@@ -592,6 +608,7 @@ class _Rules:
             return findings
         if scope is None:
             add("unknown-scope", f"{obj.get('apiVersion')} {kind} is unknown")
+        findings.extend(_impersonation_findings(path, obj, platform=True))
         findings.extend(_default_queue(path, obj))
         findings.extend(self._vcluster_release(path, obj, slug))
         if _platform_release_for(obj, slug):
@@ -805,6 +822,83 @@ class _Rules:
         if parent.get("kind", "Gateway") != "Gateway":
             return False
         return self.gateway_name is None or parent.get("name") == self.gateway_name
+
+
+def _impersonation_findings(
+    path: str, obj: Mapping[str, Any], *, platform: bool
+) -> Iterator[Finding]:
+    """Rules of a Role or ClusterRole that grant ``impersonate``, unless it is the one rule
+    the platform renders in a tenant namespace's Role (see the module's docstring)."""
+    kind = obj.get("kind")
+    if kind not in ("Role", "ClusterRole") or not str(obj.get("apiVersion")).startswith(
+        "rbac.authorization.k8s.io/"
+    ):
+        return
+    for index, rule in enumerate(obj.get("rules") or []):
+        rule = mapping(rule)
+        if not _grants_impersonation(rule):
+            continue
+        if platform and kind == "Role" and _is_job_account_impersonation(rule):
+            continue
+        yield Finding(
+            path,
+            object_ref(obj),
+            "impersonation",
+            f"rules[{index}] grants impersonate on {_names(rule.get('resources'))}"
+            + (
+                f" named {_names(rule.get('resourceNames'))}"
+                if rule.get("resourceNames")
+                else " by any name"
+            )
+            + ": a tenant directory may only let the portal impersonate the tenant's job "
+            f"service accounts ({', '.join(rbac.JOB_ACCOUNTS)}) by name, in a Role the "
+            "platform renders",
+        )
+
+
+def _grants_impersonation(rule: Mapping[str, Any]) -> bool:
+    verbs = {str(v) for v in rule.get("verbs") or []}
+    resources = {str(r).split("/")[0] for r in rule.get("resources") or []}
+    return bool(verbs & {"impersonate", "*"}) and bool(resources & IMPERSONABLE)
+
+
+def _is_job_account_impersonation(rule: Mapping[str, Any]) -> bool:
+    names = [str(n) for n in rule.get("resourceNames") or []]
+    return (
+        list(rule.get("verbs") or []) == ["impersonate"]
+        and list(rule.get("apiGroups") or []) == [""]
+        and list(rule.get("resources") or []) == ["serviceaccounts"]
+        and bool(names)
+        and set(names) <= set(rbac.JOB_ACCOUNTS)
+    )
+
+
+def _names(values: Any) -> str:
+    return ", ".join(repr(str(v)) for v in values or []) or "nothing"
+
+
+def _job_account_findings(path: str, obj: Mapping[str, Any]) -> Iterator[Finding]:
+    """A tenant-owned object that runs as one of the job accounts, defines one, or asks for a
+    token of one: whoever holds its token acts as the tenant's job runner without the portal
+    (no record, no audit of who)."""
+    metadata_name = mapping(obj.get("metadata")).get("name")
+    if obj.get("kind") == "ServiceAccount" and metadata_name in rbac.JOB_ACCOUNTS:
+        yield Finding(
+            path,
+            object_ref(obj),
+            "job-service-account",
+            f"ServiceAccount {metadata_name!r} is the platform's (the identity the portal "
+            "submits batch jobs as)",
+        )
+    for where, key, value in _walk(obj):
+        if key in ACCOUNT_KEYS and value in rbac.JOB_ACCOUNTS:
+            yield Finding(
+                path,
+                object_ref(obj),
+                "job-service-account",
+                f"{_dotted((*where, key))} {value!r}: the job service accounts are for the "
+                "portal to impersonate, never for a tenant's pods or tokens",
+            )
 
 
 def _foreign_remote_keys(obj: Mapping[str, Any], slug: str) -> list[str]:

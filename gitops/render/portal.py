@@ -49,7 +49,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from gitops.render import flux, monitoring, network
+from gitops.render import flux, monitoring, network, rbac
 from gitops.render.meta import FLUX_NAMESPACE, TENANT_LABEL, kustomization, metadata
 from gitops.render.validate import (
     DNS1123_LABEL,
@@ -118,13 +118,14 @@ CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", ("get",)),
     # The schema check validates against the CRDs the cluster serves (gitops.schemas).
     ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
-    # Tenants' batch jobs are submitted as the member (gitops.render.rbac, "batch jobs"):
-    # ``ai-factory:member:<username>`` with the group of their tenant and role. RBAC cannot
-    # name either here (user names are people's; tenant groups come and go with tenants, and
-    # the isolation check keeps cluster-scoped grants out of tenant directories), so the
-    # account may impersonate any user or group: docs/operator-guide.md says what that means.
-    ("", "users", ("impersonate",)),
-    ("", "groups", ("impersonate",)),
+    # Tenants' batch jobs are submitted as a service account of the tenant (gitops.render.rbac,
+    # "batch jobs"), which the portal may impersonate by a Role in each tenant namespace, never
+    # here. What stays cluster-wide is the member's name beside it: the API server checks a
+    # user extra as ``impersonate`` on ``userextras/<key>`` with no namespace and the value as
+    # the name (k8s.io/apiserver filters/impersonation.go, ``WithImpersonation``), so only a
+    # ClusterRole can grant it, and the values (people's names) cannot be listed. It lets the
+    # portal attach any value under this one key and nothing else: RBAC never reads extras.
+    ("authentication.k8s.io", f"userextras/{rbac.MEMBER_EXTRA}", ("impersonate",)),
 )
 
 

@@ -92,37 +92,56 @@ def role_binding(tenant: TenantSpec) -> dict[str, Any]:
     }
 
 
-# --- batch jobs, submitted by the portal as the member -------------------------------------
+# --- batch jobs, submitted by the portal as a tenant service account ------------------------
 #
-# The portal submits a tenant's batch jobs to the API server impersonating the member
-# (``catalog.jobs``), so RBAC, admission (Kueue's, Kyverno's, Pod Security) and the API
-# server's audit log decide and record as that person, not as the portal. The user name is one
-# no identity provider can issue: the host's API server gives OIDC users the ``oidc:`` prefix
-# (``gitops.render.cluster_access``) and service accounts ``system:serviceaccount:``, so
-# ``ai-factory:member:<username>`` can only be the portal's doing. It is not the member's OIDC
-# identity: members with local accounts have none, and the host cluster need not trust the
-# portal's provider at all. What the person may do comes from a group per tenant and role,
-# bound here in the tenant's namespace only.
+# The portal submits a tenant's batch jobs to the API server impersonating a service account
+# of the tenant's namespace, chosen by the member's role (``catalog.jobs``): RBAC, admission
+# (Kueue's, Kyverno's, Pod Security) and the API server's audit log then see a tenant identity,
+# not the portal. The portal's own account may impersonate exactly these two accounts of each
+# tenant (a Role here, per namespace) and nothing else: no user, no group, so neither
+# ``system:masters`` nor another tenant's identity. Who the member was travels as a user extra,
+# ``ai-factory.io/member``, which the audit log records with the impersonated user; RBAC and
+# admission never read it (``gitops.render.portal`` grants it cluster-wide).
+#
+# k8s.io/apiserver ``pkg/endpoints/filters/impersonation.go`` (v0.34.x), ``WithImpersonation``
+# and ``buildImpersonationRequests``: an ``Impersonate-User`` that splits as
+# ``system:serviceaccount:<ns>:<name>`` is checked as ``impersonate`` on ``serviceaccounts``
+# named ``<name>`` *in namespace* ``<ns>`` (so a Role there can grant it), and without any
+# ``Impersonate-Group`` the account gets ``system:serviceaccounts`` and
+# ``system:serviceaccounts:<ns>`` (``serviceaccount.MakeGroupNames``) plus
+# ``system:authenticated``. Sending groups would need ``impersonate`` on ``groups``, which is
+# exactly the grant this design removes; so the portal sends none.
 
-MEMBER_USER_PREFIX = "ai-factory:member:"
 JOB_RUNNER_ROLE = "ai-factory:job-runner"
 JOB_READER_ROLE = "ai-factory:job-reader"
 JOB_RUNNERS_BINDING = "ai-factory:job-runners"
 JOB_READERS_BINDING = "ai-factory:job-readers"
+JOB_RUNNER_ACCOUNT = "ai-factory-job-runner"
+JOB_READER_ACCOUNT = "ai-factory-job-reader"
+JOB_ACCOUNTS = (JOB_RUNNER_ACCOUNT, JOB_READER_ACCOUNT)
+PORTAL_IMPERSONATION_ROLE = "ai-factory-portal-jobs"
+# The user extra that names the member (lower case: the API server lowercases the header's
+# key before it checks or records it).
+MEMBER_EXTRA = "ai-factory.io/member"
 # Tenant roles that run jobs, and those that only read them (tenants.access RUN_JOB, VIEW).
 RUNNER_ROLES = ("admin", "member")
 READER_ROLES = ("viewer",)
 _READ = ["get", "list", "watch"]
 
 
-def member_user(username: str) -> str:
-    """The user the portal impersonates for ``username`` (see above)."""
-    return f"{MEMBER_USER_PREFIX}{username}"
+def job_account(role: str) -> str:
+    """The tenant service account the portal acts as for a member holding ``role``."""
+    if role in RUNNER_ROLES:
+        return JOB_RUNNER_ACCOUNT
+    if role in READER_ROLES:
+        return JOB_READER_ACCOUNT
+    raise ValueError(f"{role!r} is not a tenant role")
 
 
-def tenant_group(slug: str, role: str) -> str:
-    """The group of ``role`` holders of tenant ``slug``, as the portal impersonates it."""
-    return f"ai-factory:tenant:{slug}:{role}"
+def job_account_user(slug: str, role: str) -> str:
+    """The user name of ``job_account(role)`` in tenant ``slug``'s namespace, as the API
+    server authenticates (and the portal impersonates) it."""
+    return f"system:serviceaccount:{slug}:{job_account(role)}"
 
 
 def job_roles() -> list[dict[str, Any]]:
@@ -153,8 +172,23 @@ def job_roles() -> list[dict[str, Any]]:
     ]
 
 
+def job_accounts(tenant: TenantSpec) -> list[dict[str, Any]]:
+    """The two identities the portal acts as in the tenant's namespace. No pod runs as them
+    (no token is mounted, and the isolation check refuses a tenant pod naming them): the
+    API server authenticates them only through the portal's impersonation."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": metadata(name, tenant.slug, tenant=tenant.slug),
+            "automountServiceAccountToken": False,
+        }
+        for name in JOB_ACCOUNTS
+    ]
+
+
 def job_bindings(tenant: TenantSpec) -> list[dict[str, Any]]:
-    """The tenant's groups bound to the job roles in its namespace, and nowhere else."""
+    """The tenant's job accounts bound to the job roles in its namespace, and nowhere else."""
     return [
         {
             "apiVersion": RBAC_API,
@@ -165,24 +199,67 @@ def job_bindings(tenant: TenantSpec) -> list[dict[str, Any]]:
                 "kind": "ClusterRole",
                 "name": role,
             },
-            "subjects": [
-                {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Group",
-                    "name": tenant_group(tenant.slug, held),
-                }
-                for held in roles
-            ],
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": tenant.slug}],
         }
-        for name, role, roles in (
-            (JOB_RUNNERS_BINDING, JOB_RUNNER_ROLE, RUNNER_ROLES),
-            (JOB_READERS_BINDING, JOB_READER_ROLE, READER_ROLES),
+        for name, role, account in (
+            (JOB_RUNNERS_BINDING, JOB_RUNNER_ROLE, JOB_RUNNER_ACCOUNT),
+            (JOB_READERS_BINDING, JOB_READER_ROLE, JOB_READER_ACCOUNT),
         )
     ]
 
 
-def tenant_objects(tenant: TenantSpec) -> list[dict[str, Any]]:
-    return [service_account(tenant), role_binding(tenant), *job_bindings(tenant)]
+def portal_impersonation_rule() -> dict[str, Any]:
+    """The one impersonation grant a tenant directory may hold (``gitops.checks.isolation``
+    refuses any other): the job accounts by name, never the tenant's Flux account or one a
+    tenant created."""
+    return {
+        "apiGroups": [""],
+        "resources": ["serviceaccounts"],
+        "verbs": ["impersonate"],
+        "resourceNames": list(JOB_ACCOUNTS),
+    }
+
+
+def portal_impersonation_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    """The portal's service account may impersonate the tenant's job accounts: a Role of the
+    tenant's namespace, as the API server checks a service account's impersonation in the
+    account's namespace (see above)."""
+    role = {
+        "apiVersion": RBAC_API,
+        "kind": "Role",
+        "metadata": metadata(PORTAL_IMPERSONATION_ROLE, tenant.slug, tenant=tenant.slug),
+        "rules": [portal_impersonation_rule()],
+    }
+    binding = {
+        "apiVersion": RBAC_API,
+        "kind": "RoleBinding",
+        "metadata": metadata(PORTAL_IMPERSONATION_ROLE, tenant.slug, tenant=tenant.slug),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": PORTAL_IMPERSONATION_ROLE,
+        },
+        "subjects": [_portal_subject(fleet)],
+    }
+    return [role, binding]
+
+
+def _portal_subject(fleet: FleetSpec) -> dict[str, Any]:
+    return {
+        "kind": "ServiceAccount",
+        "name": fleet.portal_service_account,
+        "namespace": fleet.portal_namespace,
+    }
+
+
+def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
+    return [
+        service_account(tenant),
+        role_binding(tenant),
+        *job_accounts(tenant),
+        *job_bindings(tenant),
+        *portal_impersonation_objects(tenant, fleet),
+    ]
 
 
 PORTAL_ACCESS_ROLE = "ai-factory-portal"
@@ -231,12 +308,6 @@ def portal_access_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str
             "kind": "Role",
             "name": PORTAL_ACCESS_ROLE,
         },
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": fleet.portal_service_account,
-                "namespace": fleet.portal_namespace,
-            }
-        ],
+        "subjects": [_portal_subject(fleet)],
     }
     return [role, binding]

@@ -164,7 +164,7 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
     """(path under ``tenants/<slug>/``, objects) of the platform-owned files."""
     entries: Entries = [
         ("namespace.yaml", [namespace.namespace(tenant)]),
-        ("rbac.yaml", rbac.tenant_objects(tenant)),
+        ("rbac.yaml", rbac.tenant_objects(tenant, fleet)),
         ("quota.yaml", quota.tenant_objects(tenant, fleet)),
         ("network-policy.yaml", network.tenant_objects(tenant, fleet)),
         ("kyverno-policy.yaml", kyverno.tenant_policies(tenant, fleet)),

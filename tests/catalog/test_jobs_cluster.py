@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,12 @@ from catalog.models import BatchJob
 from fleet import services as fleet
 from fleet.kube import Kube
 from fleet.schemas import sync_crds
+from gitops.fleet import configured_fleet
+from gitops.render import portal, rbac
 from gitops.specs import GpuShare
 from portal.models import AuditEvent
 from simulator import Simulator
-from simulator.store import JOBS, JOBSETS, PODS, ROLE_BINDINGS, WORKLOADS
+from simulator.store import JOBS, JOBSETS, PODS, ROLE_BINDINGS, WORKLOADS, resource_of
 from tenants.specs import tenant_spec
 from tests.support.crds import jobset_crd
 
@@ -171,7 +174,8 @@ def test_rbac_refusals_are_shown_in_their_words(world: dict[str, Any], sim: Simu
         jobs.do_submit_job(world["alpha"], acting_user=world["bob"], data=REQUEST)
     message = caught.value.messages[0]
     assert message.startswith("The cluster refused to run Job ft-1:"), message
-    assert "ai-factory:member:bob" in message and "forbidden" in message
+    assert "system:serviceaccount:alpha:ai-factory-job-runner" in message
+    assert "forbidden" in message
     assert sim.store.get(JOBS, "alpha", "ft-1") is None
     assert not BatchJob.objects.exists()
 
@@ -182,3 +186,43 @@ def test_a_name_in_use_is_refused_by_the_api_server(world: dict[str, Any], sim: 
         jobs.do_submit_job(world["alpha"], acting_user=world["alice"], data=REQUEST)
     assert "already exists" in caught.value.messages[0]
     assert BatchJob.objects.count() == 1
+
+
+def test_with_the_portals_own_account_only_its_tenants_job_accounts_are_reachable(
+    world: dict[str, Any],
+    merged_change: Callable[..., Any],
+    start_fleet: Callable[..., Any],
+    settings: Any,
+) -> None:
+    """The portal's token is its service account's, not an administrator's: the tenant's
+    RBAC as Flux applied it (the job accounts, their bindings, the portal's Role) and the
+    portal's ClusterRole (its deployment's, applied here by hand) are all it has."""
+    fleet_spec = configured_fleet()
+    account = (
+        f"system:serviceaccount:{fleet_spec.portal_namespace}:{fleet_spec.portal_service_account}"
+    )
+    sim = _alpha_fleet(world, merged_change, start_fleet, as_account=account)
+    for obj in portal.rbac_objects(fleet_spec):
+        resource = resource_of(obj["apiVersion"], obj["kind"])
+        if resource is not None:
+            sim.store.apply(resource, obj, time.time())
+    job = jobs.do_submit_job(world["alpha"], acting_user=world["bob"], data=REQUEST)
+    assert sim.store.get(JOBS, "alpha", "ft-1") is not None
+    for _ in range(3):
+        sim.tick()
+    # A viewer reads the pods' logs as the reader account; bob cancels as the runner.
+    logs = jobs.job_logs(job, acting_user=world["vic"])
+    assert [log.pod for log in logs] == [p["metadata"]["name"] for p in _pods(sim, job.uid)]
+    assert logs and not any(log.error for log in logs)
+    jobs.do_cancel_job(job, acting_user=world["bob"])
+    assert sim.store.get(JOBS, "alpha", "ft-1") is None
+    # Without the tenant's grant the portal cannot act as its runner, and says why.
+    sim.store.delete(ROLE_BINDINGS, "alpha", rbac.PORTAL_IMPERSONATION_ROLE)
+    with pytest.raises(ValidationError) as caught:
+        jobs.do_submit_job(world["alpha"], acting_user=world["bob"], data=REQUEST)
+    assert caught.value.messages[0] == (
+        "The cluster refused to run Job ft-1: Kubernetes refused: serviceaccounts "
+        f'"ai-factory-job-runner" is forbidden: User "{account}" cannot impersonate resource '
+        '"serviceaccounts" in API group "" in the namespace "alpha"'
+    )
+    assert BatchJob.objects.filter(cancelled_at__isnull=True).count() == 0

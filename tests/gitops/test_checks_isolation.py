@@ -10,6 +10,9 @@ import yaml
 from gitops.checks import run_checks
 from gitops.checks.findings import Finding
 from gitops.checks.isolation import check_isolation, check_workload_objects, platform_sources_in
+from gitops.fleet import demo_fleet
+from gitops.render import rbac
+from gitops.specs import TenantSpec
 from tests.gitops import checks_samples as samples
 
 GATEWAY_NS = "gateway-system"
@@ -419,6 +422,92 @@ def test_the_platform_may_let_the_portal_read_a_tenant_role_and_nothing_more() -
     # The tenant's own files never grant the portal (or anyone outside) anything.
     tenant_owned = with_workload(_portal_binding())
     assert "cross-namespace-subject" in rules(check(tenant_owned, portal_subject=PORTAL))
+
+
+def _impersonation_role(**rule: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "ai-factory-portal-jobs", "namespace": "alpha"},
+        "rules": [{**rbac.portal_impersonation_rule(), **rule}],
+    }
+
+
+def test_the_rendered_impersonation_of_the_job_accounts_passes() -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tenant = TenantSpec(slug="alpha")
+    tree["tenants/alpha/rbac.yaml"] = samples.dump(*rbac.tenant_objects(tenant, demo_fleet()))
+    assert check(tree, portal_subject=PORTAL) == []
+    # One of the two accounts only is as narrow.
+    tree["tenants/alpha/rbac.yaml"] = samples.dump(
+        _impersonation_role(resourceNames=["ai-factory-job-reader"])
+    )
+    assert check(tree, portal_subject=PORTAL) == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        # The tenant's Flux account, or any account at all of the namespace.
+        {"resourceNames": ["ai-factory-job-runner", "alpha"]},
+        {"resourceNames": []},
+        # People, groups (system:masters), extras and uids.
+        {"resources": ["users"], "resourceNames": ["ai-factory-job-runner"]},
+        {"resources": ["serviceaccounts", "groups"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/scopes"]},
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["uids"]},
+        # Wildcards reach the same.
+        {"verbs": ["*"]},
+        {"resources": ["*"]},
+        {"apiGroups": ["*"]},
+    ],
+)
+def test_any_broader_impersonation_in_a_tenant_directory_is_refused(rule: dict[str, Any]) -> None:
+    tree = samples.fleet_tree("alpha", "bravo")
+    tree["tenants/alpha/rbac.yaml"] = samples.dump(_impersonation_role(**rule))
+    assert "impersonation" in rules(check(tree, portal_subject=PORTAL))
+
+
+def test_a_tenant_may_not_grant_impersonation_or_use_the_job_accounts() -> None:
+    # Even the rendered rule is the platform's to write, not the tenant's.
+    assert rules(check(with_workload(_impersonation_role()))) == ["impersonation"]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "runner", "namespace": "alpha"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "runner"}},
+            "template": {
+                "metadata": {"labels": {"app": "runner"}},
+                "spec": {
+                    "serviceAccountName": "ai-factory-job-runner",
+                    "automountServiceAccountToken": True,
+                    "containers": [{"name": "c", "image": "ghcr.io/acme/c:1"}],
+                },
+            },
+        },
+    }
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "ai-factory-job-reader", "namespace": "alpha"},
+    }
+    token = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": "runner-token",
+            "namespace": "alpha",
+            "annotations": {"kubernetes.io/service-account.name": "ai-factory-job-runner"},
+        },
+    }
+    findings = check(with_workload(deployment, account, token))
+    assert rules(findings) == ["job-service-account"] * 3
+    assert any(
+        "spec.template.spec.serviceAccountName 'ai-factory-job-runner'" in f.message
+        for f in findings
+    )
 
 
 # --- the shared gateway and LiteLLM --------------------------------------------------------

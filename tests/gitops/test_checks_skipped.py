@@ -84,7 +84,7 @@ def test_a_change_with_a_partial_check_is_partial_not_passed(
 ) -> None:
     runs = {c.name: c for c in CheckRun.objects.filter(change=incomplete_change)}
     assert runs["schemas"].status == "partial"
-    assert runs["schemas"].summary.startswith("15 objects validated, 8 custom resources without ")
+    assert runs["schemas"].summary.startswith("19 objects validated, 8 custom resources without ")
     assert runs["schemas"].details[0].endswith("(no GITOPS_SCHEMA_DIR is set)"), runs[
         "schemas"
     ].details[0]
@@ -114,7 +114,7 @@ def test_pages_and_the_api_show_partial_checks_apart_from_passed(
     detail = bob.get(f"/changes/{incomplete_change.pk}/").content.decode()
     assert '<span class="badge checks-partial">Checks partial</span>' in detail
     assert "Checks passed" not in detail
-    assert '<span class="badge status-partial">Partial</span> 15 objects validated' in detail
+    assert '<span class="badge status-partial">Partial</span> 19 objects validated' in detail
     listing = bob.get("/changes/").content.decode()
     assert "checks-partial" in listing and "checks-passed" not in listing
     answer = bob.get(f"/api/v1/changes/{incomplete_change.pk}/").json()

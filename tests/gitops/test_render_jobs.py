@@ -223,7 +223,7 @@ def test_the_jobset_validates_strictly_against_its_crd() -> None:
     assert registry.validate(obj)
 
 
-def test_rbac_lets_the_tenant_groups_act_in_their_namespace_only() -> None:
+def test_rbac_lets_the_tenant_job_accounts_act_in_their_namespace_only() -> None:
     runner, reader = rbac.job_roles()
     assert runner["metadata"]["name"] == "ai-factory:job-runner"
     verbs = {
@@ -242,12 +242,58 @@ def test_rbac_lets_the_tenant_groups_act_in_their_namespace_only() -> None:
     assert not any("create" in r["verbs"] or "delete" in r["verbs"] for r in reader["rules"])
     runners, readers = rbac.job_bindings(TENANT)
     assert runners["metadata"]["namespace"] == "alpha"
-    assert [s["name"] for s in runners["subjects"]] == [
-        "ai-factory:tenant:alpha:admin",
-        "ai-factory:tenant:alpha:member",
+    assert runners["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ai-factory-job-runner", "namespace": "alpha"}
     ]
-    assert [s["name"] for s in readers["subjects"]] == ["ai-factory:tenant:alpha:viewer"]
-    assert rbac.member_user("bob") == "ai-factory:member:bob"
+    assert readers["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ai-factory-job-reader", "namespace": "alpha"}
+    ]
+    # Members and admins run jobs, viewers read them; nothing else is a tenant role.
+    assert rbac.job_account_user("alpha", "admin") == (
+        "system:serviceaccount:alpha:ai-factory-job-runner"
+    )
+    assert rbac.job_account_user("alpha", "member") == rbac.job_account_user("alpha", "admin")
+    assert rbac.job_account_user("alpha", "viewer") == (
+        "system:serviceaccount:alpha:ai-factory-job-reader"
+    )
+    with pytest.raises(ValueError, match="not a tenant role"):
+        rbac.job_account("owner")
+
+
+def test_the_job_accounts_are_never_mounted_and_only_the_portal_may_impersonate_them() -> None:
+    objects = rbac.tenant_objects(TENANT, FLEET)
+    accounts = [o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"]]
+    assert {a["metadata"]["name"]: a.get("automountServiceAccountToken") for a in accounts} == {
+        "alpha": None,  # the tenant's Flux account, impersonated by kustomize-controller
+        "ai-factory-job-runner": False,
+        "ai-factory-job-reader": False,
+    }
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    assert (role["metadata"]["name"], role["metadata"]["namespace"]) == (
+        "ai-factory-portal-jobs",
+        "alpha",
+    )
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["serviceaccounts"],
+            "verbs": ["impersonate"],
+            "resourceNames": ["ai-factory-job-runner", "ai-factory-job-reader"],
+        }
+    ]
+    (binding,) = [
+        o
+        for o in objects
+        if o["kind"] == "RoleBinding" and o["metadata"]["name"] == "ai-factory-portal-jobs"
+    ]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "ai-factory-portal-jobs",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "portal", "namespace": "portal-system"}
+    ]
 
 
 def test_the_tree_holds_the_roles_and_the_bindings(schema_dir: Path) -> None:
@@ -266,13 +312,21 @@ def test_the_tree_holds_the_roles_and_the_bindings(schema_dir: Path) -> None:
     assert [e for o in [*infra, *tenant_rbac] for e in registry.validate(o)] == []
 
 
-def test_the_portal_may_impersonate_and_its_write_scope_policy_is_unchanged() -> None:
+def test_the_portal_impersonates_no_user_or_group_and_its_write_scope_policy_holds() -> None:
     (_, role, *_rest) = portal.rbac_objects(FLEET)
-    rules = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in role["rules"]}
-    assert rules[("", "users")] == ["impersonate"]
-    assert rules[("", "groups")] == ["impersonate"]
-    # The policy still matches the portal's own account only: an impersonated request is the
-    # member's, which the policy neither sees nor narrows.
+    impersonating = [r for r in role["rules"] if "impersonate" in r["verbs"]]
+    # Cluster-wide, only the member's name as one user extra key (any value: people's names).
+    assert impersonating == [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["userextras/ai-factory.io/member"],
+            "verbs": ["impersonate"],
+        }
+    ]
+    # The policy still matches the portal's own account only. An impersonated request is a
+    # tenant job account's, which holds no node or eviction rights to narrow (the job roles
+    # are bound in the tenant namespace), and the portal can no longer impersonate anyone who
+    # does (system:masters included) to step around the policy.
     policy = portal.write_scope_policy(FLEET)[0]
     (condition,) = policy["spec"]["matchConditions"]
     assert condition["expression"] == (

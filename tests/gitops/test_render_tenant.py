@@ -153,8 +153,12 @@ def test_it_labels_the_namespace_for_pod_security_flux_and_kueue() -> None:
 
 
 def test_it_binds_the_tenant_account_to_the_reconciler_role() -> None:
-    account, binding, *job_bindings = rbac.tenant_objects(rich_tenant())
-    assert job_bindings == rbac.job_bindings(rich_tenant())
+    account, binding, *jobs = rbac.tenant_objects(rich_tenant(), FLEET)
+    assert jobs == [
+        *rbac.job_accounts(rich_tenant()),
+        *rbac.job_bindings(rich_tenant()),
+        *rbac.portal_impersonation_objects(rich_tenant(), FLEET),
+    ]
     assert account["metadata"] == {
         "name": "alpha",
         "namespace": "alpha",

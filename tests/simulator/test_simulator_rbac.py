@@ -15,6 +15,7 @@ from simulator.rbac import (
     ImpersonationInvalid,
     UserInfo,
     allowed,
+    extra_key,
     impersonated,
     rule_allows,
 )
@@ -252,3 +253,56 @@ def test_the_impersonated_user() -> None:
     assert anonymous is not None and anonymous.user.groups == ("system:unauthenticated",)
     with pytest.raises(ImpersonationInvalid, match="without impersonating a user"):
         impersonated("", ("g",), "")
+    with pytest.raises(ImpersonationInvalid, match="without impersonating a user"):
+        impersonated("", (), "", [("ai-factory.io/member", "bob")])
+
+
+def test_user_extras_are_impersonated_per_value_at_the_cluster_scope() -> None:
+    asked = impersonated(
+        "system:serviceaccount:ns:runner",
+        (),
+        "",
+        [("ai-factory.io/member", "bob"), ("scopes", "a"), ("scopes", "b")],
+    )
+    assert asked is not None
+    assert asked.user.extra == (("ai-factory.io/member", ("bob",)), ("scopes", ("a", "b")))
+    # No groups sent: the account's own, still (extras are not groups).
+    assert "system:serviceaccounts:ns" in asked.user.groups
+    assert asked.checks[1:] == (
+        Attributes(
+            "impersonate",
+            "authentication.k8s.io",
+            "userextras",
+            subresource="ai-factory.io/member",
+            name="bob",
+        ),
+        Attributes(
+            "impersonate", "authentication.k8s.io", "userextras", subresource="scopes", name="a"
+        ),
+        Attributes(
+            "impersonate", "authentication.k8s.io", "userextras", subresource="scopes", name="b"
+        ),
+    )
+    # A rule on one key, with or without names (RBAC's resource/subresource match).
+    grant = {
+        "verbs": ["impersonate"],
+        "apiGroups": ["authentication.k8s.io"],
+        "resources": ["userextras/ai-factory.io/member"],
+    }
+    assert rule_allows(grant, asked.checks[1])
+    assert not rule_allows(grant, asked.checks[2])
+
+
+@pytest.mark.parametrize(
+    ("header", "key"),
+    [
+        # buildImpersonationRequests lowercases, unescapeExtraKey percent-decodes.
+        ("Impersonate-Extra-AI-Factory.io%2Fmember", "ai-factory.io/member"),
+        ("impersonate-extra-scopes", "scopes"),
+        # A malformed escape is kept as it is (url.PathUnescape fails).
+        ("Impersonate-Extra-100%zz", "100%zz"),
+        ("Impersonate-User", None),
+    ],
+)
+def test_extra_keys_from_headers(header: str, key: str | None) -> None:
+    assert extra_key(header) == key
