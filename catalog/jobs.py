@@ -497,7 +497,8 @@ def do_delete_job_template(template: JobTemplate, *, acting_user: Any) -> None:
 class JobState:
     """Where a job stands, from Kueue's Workload rows the fleet watch keeps (by namespace and
     owner uid, never a label) and, on its page, the Job's own status read as the member.
-    ``state`` is one of ``STATES``; ``detail`` is Kueue's reason and message or the Job's."""
+    ``state`` is one of ``STATES``; ``detail`` is Kueue's reason and message or the Job's;
+    ``position`` of a pending job is its place in the tenant's LocalQueue, 1 the next."""
 
     state: str
     detail: str = ""
@@ -551,7 +552,9 @@ def state_from(job: BatchJob, workload: QueueWorkload | None) -> JobState:
     detail = ": ".join(part for part in (workload.reason, workload.message) if part)
     if state == "preempted" and workload.preemption_reason:
         detail = f"{workload.preemption_reason}. {detail}".strip()
-    position = workload.position_in_local_queue if state == "pending" else None
+    # Kueue's visibility API counts from 0; people, and the queue page, from 1.
+    queued = workload.position_in_local_queue
+    position = queued + 1 if state == "pending" and queued is not None else None
     return JobState(state, detail, position)
 
 

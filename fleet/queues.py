@@ -140,7 +140,8 @@ def _limit(value: object, resource: str) -> Amount | None:
 
 def flavor_rows(queue: ClusterQueueStatus) -> list[FlavorRow]:
     """The GPU resources of a ClusterQueue per flavor, in its spec's order; a flavor in use
-    that the spec no longer lists still shows (nominal 0)."""
+    that the spec no longer lists still shows (nominal 0), one with neither quota nor use
+    does not."""
     quotas: Mapping[str, Mapping[str, Mapping[str, Any]]] = queue.quotas or {}
     usage: Mapping[str, Mapping[str, Mapping[str, Any]]] = queue.usage or {}
     reservation: Mapping[str, Mapping[str, Mapping[str, Any]]] = queue.reservation or {}
@@ -159,6 +160,10 @@ def flavor_rows(queue: ClusterQueueStatus) -> list[FlavorRow]:
         in_use = _decimal(used.get("total"))
         borrowed = _decimal(used.get("borrowed"))
         reserved = _decimal(reservation.get(flavor, {}).get(resource, {}).get("total"))
+        if not (nominal or in_use or reserved):
+            # Covered at 0 only so the queue may borrow it (gitops.render.kueue): a row of
+            # zeros says nothing; it shows once the queue uses or waits for it.
+            continue
         left = max(nominal - (in_use - borrowed), ZERO)
         lending = limits.get("lending_limit")
         lendable = min(left, _decimal(lending)) if lending is not None else left

@@ -228,3 +228,22 @@ def test_the_form_shows_the_checks_sentences_on_their_fields(
     form = response.context["form"]
     assert "allowed registry" in form.errors["image"][0]
     assert not BatchJob.objects.exists()
+
+
+def test_a_pending_jobs_position_counts_from_one_as_people_do() -> None:
+    from fleet.models import QueueWorkload
+
+    job = BatchJob(name="ft", namespace="alpha", kind="Job", uid="u1")
+    waiting = QueueWorkload(
+        state=QueueWorkload.State.PENDING,
+        reason="Pending",
+        message="couldn't assign flavors to pod set main",
+        position_in_local_queue=0,
+    )
+    state = jobs.state_from(job, waiting)
+    assert (state.state, state.position) == ("pending", 1)
+    assert "couldn't assign flavors" in state.detail
+    waiting.position_in_local_queue = None  # the visibility API not read yet
+    assert jobs.state_from(job, waiting).position is None
+    admitted = QueueWorkload(state=QueueWorkload.State.ADMITTED, position_in_local_queue=3)
+    assert jobs.state_from(job, admitted).position is None

@@ -241,3 +241,21 @@ def test_quota_left_comes_from_the_live_queue_and_says_when_it_does_not(
     assert not fallback["h100"].live and fallback["h100"].allocated == 2
     page = login("bob").get("/t/alpha/usage/?range=24h").content.decode()
     assert "Allocated is the ledger" in page and "not being read right now" in page
+
+
+def test_a_gpu_resource_with_neither_quota_nor_use_has_no_row() -> None:
+    from fleet.models import ClusterQueueStatus
+
+    cq = ClusterQueueStatus(
+        name="alpha",
+        quotas={
+            "h200": {"nvidia.com/gpu": {"nominal": "4"}, "nvidia.com/gpucores": {"nominal": "0"}},
+            "h200-mig": {"nvidia.com/mig-1g.18gb": {"nominal": "0"}},
+        },
+        usage={"h200-mig": {"nvidia.com/mig-1g.18gb": {"total": "1", "borrowed": "1"}}},
+    )
+    rows = queues.flavor_rows(cq)
+    assert [(r.flavor, r.resource) for r in rows] == [
+        ("h200", "nvidia.com/gpu"),
+        ("h200-mig", "nvidia.com/mig-1g.18gb"),  # borrowed: shown although its nominal is 0
+    ]
