@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -239,8 +240,38 @@ def _member_role(user: Any, tenant: Tenant) -> str:
     return role
 
 
+# The API server's words when a webhook failing closed did not answer (k8s.io/apiserver
+# pkg/util/webhook/error.go ``ErrCallingWebhook.Error``).
+_UNANSWERED_WEBHOOK = re.compile(r'failed calling webhook "(?P<name>[^"]+)".*', re.DOTALL)
+# Kueue's webhooks for the kinds a job is submitted as (kueue v0.19.2
+# config/components/webhook/manifests.yaml); JobSet's own controller names its webhooks
+# m/vjobset.kb.io too, so for those the Service Kueue's manifests name decides.
+_KUEUE_JOB_WEBHOOKS = frozenset({"mjob.kb.io", "vjob.kb.io"})
+_KUEUE_JOBSET_WEBHOOKS = frozenset({"mjobset.kb.io", "vjobset.kb.io"})
+
+
+def _kueue_unanswered(exc: KubeError) -> str:
+    """The API server's reason when a create failed because Kueue's admission webhook did not
+    answer (500 InternalError, ``failurePolicy: Fail``), or ""."""
+    if exc.status != 500:
+        return ""
+    found = _UNANSWERED_WEBHOOK.search(str(exc))
+    if found is None:
+        return ""
+    name, reason = found["name"], found[0].rstrip(". ")
+    if name in _KUEUE_JOB_WEBHOOKS or (name in _KUEUE_JOBSET_WEBHOOKS and "kueue" in reason):
+        return reason
+    return ""
+
+
 def _cluster_refusal(exc: KubeError, doing: str) -> ValidationError:
     """What the API server said, as the person should read it."""
+    unanswered = _kueue_unanswered(exc)
+    if unanswered:
+        return ValidationError(
+            f"Kueue's admission webhook is not answering: the API server {unanswered}. "
+            "Nothing was submitted; try again when Kueue is back."
+        )
     if exc.status is None or exc.status >= 500:
         return ValidationError(
             f"The cluster could not {doing} ({exc}). Nothing was changed; try again when it "

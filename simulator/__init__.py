@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from simulator import kueue_webhooks
 from simulator.cluster import Cluster
 from simulator.config import SimConfig, load_config, validate_config
 from simulator.crds import install_crds, load_crds
@@ -232,8 +233,22 @@ class Simulator:
     def set_node_ready(self, node: str, ready: bool) -> None:
         self.cluster.set_node_ready(node, ready, time.time())
 
+    def set_kueue_webhook_reachable(self, reachable: bool) -> None:
+        """Kueue's webhook Service answers again, or not (a fault): while it does not, the
+        API server refuses to create (or dry-run) a Job or JobSet outside ``kube-system`` and
+        ``kueue-system`` with 500 InternalError, as its webhooks fail closed
+        (``kueue_webhooks.called_webhook``), and stores nothing."""
+        with self.store.lock:
+            if reachable:
+                self.store.unreachable_services.discard(kueue_webhooks.SERVICE)
+            else:
+                self.store.unreachable_services.add(kueue_webhooks.SERVICE)
+
     def clear_faults(self) -> None:
+        """Every node ready and every GPU healthy again, and every webhook reachable."""
         self.cluster.clear_faults(time.time())
+        with self.store.lock:
+            self.store.unreachable_services.clear()
 
     def put_object(self, resource: str, obj: Mapping[str, Any]) -> JsonObject:
         """Store ``obj`` under ``resource`` (a plural such as ``nodes``) exactly as given."""

@@ -77,6 +77,17 @@ class Rejected(Exception):
     """The API server refused to create the object (HTTP 403)."""
 
 
+class WebhookUnreachable(Rejected):
+    """A webhook with ``failurePolicy: Fail`` could not be called: the API server answers 500
+    InternalError (``str`` is its message), not 403. A controller retries it as any refusal."""
+
+    def __init__(self, cause: str) -> None:
+        # apimachinery ``errors.NewInternalError``: the message wraps the cause, which is also
+        # the Status's one cause.
+        super().__init__(f"Internal error occurred: {cause}")
+        self.cause = cause
+
+
 def quantity(value: object) -> Decimal:
     """A resource quantity (``"500m"``, ``"64Gi"``, ``8``); malformed ones count as 0."""
     try:
@@ -500,7 +511,11 @@ def admit_object(
     asks, as the webhooks see them (``groups`` empty: derived from the name). Kueue's validating
     webhook runs before Kyverno's, as the API server calls them in name order (``vjob.kb.io``
     sorts before Kyverno's ``validate.kyverno.svc-*``). A create then meets ResourceQuota's
-    object counts, last."""
+    object counts, last. While Kueue's webhook Service is unreachable (a fault) a Job or JobSet
+    it would be called for is ``WebhookUnreachable``, before any other webhook."""
+    called = kueue_webhooks.called_webhook(store, obj, resource, operation)
+    if called:
+        raise WebhookUnreachable(unreachable_message(*called))
     kueue_webhooks.mutate_job(store, obj, resource, operation)
     mutated, refused = kyverno.mutate(
         store, obj, resource, username=requester, operation=operation, old=old, groups=groups
@@ -528,6 +543,22 @@ def admit_object(
             name = str(metadata.get("name") or "")
             raise Rejected(f'{resource.qualified} "{name}" is forbidden: {quota}')
     return mutated
+
+
+def unreachable_message(webhook: str, path: str) -> str:
+    """Why the API server could not call Kueue's ``webhook`` at ``path`` on its Service, in its
+    words: k8s.io/apiserver ``pkg/util/webhook/error.go`` ``ErrCallingWebhook.Error`` around
+    the mutating dispatcher's ``failed to call webhook: %w`` (``pkg/admission/plugin/webhook/
+    mutating/dispatcher.go`` ``callAttrMutatingHook``; the validating one's is the same) and
+    Go's net/http error for a Service address nobody listens on (``timeout`` is the
+    admissionregistration/v1 default of 10 seconds)."""
+    host = f"{kueue_webhooks.SERVICE_NAME}.{kueue_webhooks.SERVICE_NAMESPACE}.svc"
+    address = cluster_ip(kueue_webhooks.SERVICE_NAMESPACE, kueue_webhooks.SERVICE_NAME)
+    return (
+        f'failed calling webhook "{webhook}": failed to call webhook: Post '
+        f'"https://{host}:443{path}?timeout=10s": dial tcp {address}:443: connect: '
+        "connection refused"
+    )
 
 
 def cluster_ip(namespace: str, name: str) -> str:

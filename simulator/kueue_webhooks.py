@@ -19,6 +19,13 @@ Read from kubernetes-sigs/kueue v0.19.2:
 
 Namespaces Kueue does not manage are left alone (``managedJobsNamespaceSelector`` excludes
 ``kube-system`` and ``kueue-system`` by default).
+
+The API server calls these webhooks for every Job and JobSet outside those two namespaces,
+labelled with a queue or not: ``config/components/webhook/manifests.yaml`` gives them no
+objectSelector, ``failurePolicy: Fail`` and ``sideEffects: None`` (so a dry run calls them
+too), and its ``kustomization.yaml`` copies ``vpod.kb.io``'s namespaceSelector (NotIn
+``kube-system``, ``kueue-system``) onto each. When the webhook Service does not answer, the
+create (or the update, for the validating ones) fails: ``called_webhook``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,19 @@ ADMISSION_GATE = "kueue.x-k8s.io/admission"
 DEFAULT_QUEUE = "default"
 UNMANAGED_NAMESPACES = frozenset({"kube-system", "kueue-system"})
 WEBHOOKS = {JOBS.plural: "vjob.kb.io", JOBSETS.plural: "vjobset.kb.io"}
+# The webhook Service, as config/default/kustomization.yaml names it (namePrefix ``kueue-``,
+# namespace ``kueue-system``).
+SERVICE_NAMESPACE, SERVICE_NAME = "kueue-system", "kueue-webhook-service"
+SERVICE = f"{SERVICE_NAMESPACE}/{SERVICE_NAME}"
+# Each kind's mutating (CREATE) and validating (CREATE, UPDATE) webhook and their paths
+# (config/components/webhook/manifests.yaml).
+_CALLED = {
+    JOBS.plural: (("mjob.kb.io", "/mutate-batch-v1-job"), ("vjob.kb.io", "/validate-batch-v1-job")),
+    JOBSETS.plural: (
+        ("mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset"),
+        ("vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset"),
+    ),
+}
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUEUE_PATH = f"metadata.labels[{QUEUE_LABEL}]"
 
@@ -83,6 +103,22 @@ def _default_queue(store: Store, obj: JsonObject) -> None:
     labels = metadata.setdefault("labels", {})
     if QUEUE_LABEL not in labels and store.get(LOCAL_QUEUES, namespace, DEFAULT_QUEUE):
         labels[QUEUE_LABEL] = DEFAULT_QUEUE
+
+
+def called_webhook(
+    store: Store, obj: Mapping[str, Any], resource: Resource, operation: str
+) -> tuple[str, str] | None:
+    """The first of Kueue's job webhooks the API server would call for ``obj`` and cannot
+    reach, as (name, path), while its Service is unreachable (a fault); None otherwise. The
+    mutating webhook is called first, and on CREATE only; the validating one on UPDATE too."""
+    if SERVICE not in store.unreachable_services or resource.plural not in _CALLED:
+        return None
+    if str(as_dict(obj.get("metadata")).get("namespace") or "default") in UNMANAGED_NAMESPACES:
+        return None
+    mutating, validating = _CALLED[resource.plural]
+    if operation == "CREATE":
+        return mutating
+    return validating if operation == "UPDATE" else None
 
 
 def mutate_pod(store: Store, pod: JsonObject) -> None:

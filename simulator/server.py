@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from simulator import flux_install, opencost, rbac, virtual, visibility
-from simulator.admission import Rejected, admit_object
+from simulator.admission import Rejected, WebhookUnreachable, admit_object
 from simulator.cluster import EvictionBlocked, NotFound
 from simulator.dcgm import render_exposition
 from simulator.flux import REQUESTED_AT
@@ -882,6 +882,12 @@ class Api:
                 admitted = admit_object(
                     store, obj, resource, requester=user.name, groups=user.all_groups
                 )
+            except WebhookUnreachable as exc:
+                # A webhook failing closed (the mutating dispatcher's ``Dispatch``):
+                # ``apierrors.NewInternalError``, whose one cause is the calling error.
+                raise ApiError(
+                    500, "InternalError", str(exc), {"causes": [{"message": exc.cause}]}
+                ) from exc
             except Rejected as exc:
                 raise ApiError(403, "Forbidden", str(exc), _details(resource, name)) from exc
             now = time.time()
@@ -1141,6 +1147,9 @@ class Api:
         if parts == ["faults"] and method == "POST":
             fault = _parse_object(body)
             kind, node = fault.get("kind"), fault.get("node")
+            if kind in ("kueue-webhook-down", "kueue-webhook-up"):
+                sim.set_kueue_webhook_reachable(kind == "kueue-webhook-up")
+                return _json(200, {"kueueWebhook": "up" if kind == "kueue-webhook-up" else "down"})
             if not isinstance(node, str):
                 raise ApiError(400, "BadRequest", "a fault needs the node's name in 'node'")
             try:
@@ -1152,7 +1161,12 @@ class Api:
                 elif kind in ("not-ready", "ready"):
                     sim.set_node_ready(node, kind == "ready")
                 else:
-                    raise ApiError(400, "BadRequest", "kind must be 'xid', 'not-ready' or 'ready'")
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        "kind must be 'xid', 'not-ready', 'ready', 'kueue-webhook-down' or "
+                        "'kueue-webhook-up'",
+                    )
             except NotFound as exc:
                 raise ApiError(404, "NotFound", str(exc)) from exc
             return _json(200, sim.store.get(NODES, "", node))

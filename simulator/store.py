@@ -249,6 +249,9 @@ class Store:
         self._listeners: list[Callable[[WatchEvent], None]] = []
         # Seeded, so a simulator started twice with the same config hands out the same uids.
         self._random = random.Random(seed)  # noqa: S311 (uids, not secrets)
+        # Webhook Services ("<namespace>/<name>") the API server cannot reach, a fault:
+        # admission that calls one of them fails (``admission.admit_object``).
+        self.unreachable_services: set[str] = set()
 
     @property
     def resource_version(self) -> str:

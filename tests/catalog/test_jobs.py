@@ -14,6 +14,7 @@ from django.test import Client
 
 from catalog import jobs
 from catalog.models import BatchJob, JobTemplate, Resource
+from fleet.kube import KubeError
 from portal.models import AuditEvent
 from tenants.access import Action, may
 
@@ -247,3 +248,35 @@ def test_a_pending_jobs_position_counts_from_one_as_people_do() -> None:
     assert jobs.state_from(job, waiting).position is None
     admitted = QueueWorkload(state=QueueWorkload.State.ADMITTED, position_in_local_queue=3)
     assert jobs.state_from(job, admitted).position is None
+
+
+@pytest.mark.parametrize(
+    ("webhook", "service", "kueues"),
+    [
+        ("vjob.kb.io", "kueue-webhook-service.kueue-system.svc", True),
+        ("mjobset.kb.io", "kueue-webhook-service.kueue-system.svc", True),
+        # JobSet's own controller names its webhooks as Kueue does; its Service tells them apart.
+        ("mjobset.kb.io", "jobset-webhook-service.jobset-system.svc", False),
+        ("validate.kyverno.svc-fail", "kyverno-svc.kyverno.svc", False),
+    ],
+)
+def test_only_kueues_unanswered_webhook_is_called_kueue(
+    webhook: str, service: str, kueues: bool
+) -> None:
+    cause = (
+        f'failed calling webhook "{webhook}": failed to call webhook: Post '
+        f'"https://{service}:443/x?timeout=10s": dial tcp 10.96.0.9:443: connect: connection '
+        "refused"
+    )
+    error = KubeError(
+        f"Could not create Job in alpha: HTTP 500 - Internal error occurred: {cause}.", 500
+    )
+    message = jobs._cluster_refusal(error, "run Job ft-1").messages[0]
+    if kueues:
+        assert message == (
+            f"Kueue's admission webhook is not answering: the API server {cause}. Nothing was "
+            "submitted; try again when Kueue is back."
+        )
+    else:
+        assert message.startswith("The cluster could not run Job ft-1 (Could not create Job")
+        assert message.endswith("Nothing was changed; try again when it answers.")

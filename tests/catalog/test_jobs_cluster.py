@@ -168,6 +168,30 @@ def test_the_api_server_down_leaves_nothing(
     assert not AuditEvent.objects.filter(action="job.submit").exists()
 
 
+def test_kueue_down_is_said_and_leaves_nothing_until_it_is_back(
+    world: dict[str, Any], sim: Simulator
+) -> None:
+    sim.set_kueue_webhook_reachable(False)
+    with pytest.raises(ValidationError) as caught:
+        jobs.do_submit_job(world["alpha"], acting_user=world["bob"], data=REQUEST)
+    message = caught.value.messages[0]
+    assert message.startswith(
+        """Kueue's admission webhook is not answering: the API server failed calling webhook """
+        '"mjob.kb.io": failed to call webhook: Post "https://kueue-webhook-service.'
+    ), message
+    assert message.endswith(
+        "connect: connection refused. Nothing was submitted; try again when Kueue is back."
+    ), message
+    assert sim.store.get(JOBS, "alpha", "ft-1") is None
+    assert not BatchJob.objects.exists()
+    assert not AuditEvent.objects.filter(action="job.submit").exists()
+    sim.clear_faults()
+    job = jobs.do_submit_job(world["alpha"], acting_user=world["bob"], data=REQUEST)
+    stored = sim.store.get(JOBS, "alpha", "ft-1")
+    assert stored is not None and stored["metadata"]["uid"] == job.uid
+    assert AuditEvent.objects.filter(action="job.submit", actor=world["bob"]).count() == 1
+
+
 def test_rbac_refusals_are_shown_in_their_words(world: dict[str, Any], sim: Simulator) -> None:
     sim.store.delete(ROLE_BINDINGS, "alpha", "ai-factory:job-runners")
     with pytest.raises(ValidationError) as caught:

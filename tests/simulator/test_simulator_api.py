@@ -13,6 +13,7 @@ import pytest
 import urllib3
 
 from simulator import Simulator
+from simulator.admission import WebhookUnreachable, cluster_ip
 from simulator.config import SimConfig
 from simulator.gc import JOB_DELETE_WARNING
 from simulator.store import (
@@ -219,6 +220,54 @@ def test_a_dry_run_admits_and_stores_nothing(sim: Simulator) -> None:
     wrong = call(sim, "POST", f"{JOBS_PATH}?dryRun=Yes", job())
     assert wrong.status == 400
     assert wrong.json["message"] == 'dryRun: Unsupported value: "Yes": supported values: "All"'
+
+
+def test_kueues_webhook_down_refuses_every_job_it_would_see_and_stores_nothing(
+    sim: Simulator,
+) -> None:
+    """The API server fails closed (500 InternalError) for a Job with or without a queue and
+    for a dry run; namespaces outside Kueue's namespaceSelector are not affected; the fault
+    clears through the control API."""
+    fault = call(sim, "POST", "/sim/faults", {"kind": "kueue-webhook-down"})
+    assert (fault.status, fault.json) == (200, {"kueueWebhook": "down"})
+    cause = (
+        'failed calling webhook "mjob.kb.io": failed to call webhook: Post '
+        '"https://kueue-webhook-service.kueue-system.svc:443/mutate-batch-v1-job?timeout=10s": '
+        f"dial tcp {cluster_ip('kueue-system', 'kueue-webhook-service')}:443: connect: "
+        "connection refused"
+    )
+    queued = job("queued", labels={"kueue.x-k8s.io/queue-name": "gpu"})
+    for path, body in ((JOBS_PATH, job()), (f"{JOBS_PATH}?dryRun=All", job()), (JOBS_PATH, queued)):
+        refused = call(sim, "POST", path, body)
+        assert refused.status == 500, refused.json
+        assert refused.json["reason"] == "InternalError"
+        assert refused.json["message"] == f"Internal error occurred: {cause}"
+        assert refused.json["details"] == {"causes": [{"message": cause}]}
+    assert sim.store.list(JOBS, "alpha") == []
+    sim.cluster.ensure_namespace("kueue-system", NOW)
+    outside = call(sim, "POST", "/apis/batch/v1/namespaces/kueue-system/jobs", job())
+    assert outside.status == 201, outside.json
+    cleared = call(sim, "DELETE", "/sim/faults")
+    assert cleared.status == 200
+    assert call(sim, "POST", JOBS_PATH, job()).status == 201
+    assert sim.store.get(JOBS, "alpha", "train") is not None
+
+
+def test_kueues_webhook_down_from_python_names_the_jobset_webhook(sim: Simulator) -> None:
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "sweep", "namespace": "alpha"},
+        "spec": {"replicatedJobs": []},
+    }
+    sim.set_kueue_webhook_reachable(False)
+    with pytest.raises(WebhookUnreachable) as caught:
+        sim.create("jobsets", jobset)
+    assert caught.value.cause.startswith('failed calling webhook "mjobset.kb.io": ')
+    assert "/mutate-jobset-x-k8s-io-v1alpha2-jobset?timeout=10s" in caught.value.cause
+    assert sim.store.list(JOBSETS, "alpha") == []
+    sim.set_kueue_webhook_reachable(True)
+    assert sim.create("jobsets", jobset)["metadata"]["uid"]
 
 
 def test_a_job_meets_the_namespaces_object_count_quota(sim: Simulator) -> None:
