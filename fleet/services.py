@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from fleet import inventory, kueue, schemas
@@ -776,6 +777,28 @@ def tenant_ids_for(slug: str) -> dict[str, int]:
     return {slug: found} if found is not None else {}
 
 
+def _upsert(
+    model: type[Model], rows: Iterable[Model], unique: Sequence[str], fields: Sequence[str]
+) -> None:
+    """One INSERT ... ON CONFLICT UPDATE for the rows: the watcher and the sync may write the
+    same row at the same moment."""
+    model._default_manager.bulk_create(
+        list(rows), update_conflicts=True, unique_fields=list(unique), update_fields=list(fields)
+    )
+
+
+def _replace_rows(
+    model: type[Model], rows: Mapping[Any, Model], unique: Sequence[str], fields: Sequence[str]
+) -> None:
+    """Make the table the listed rows, keyed by ``unique`` (one field: the value; more: a
+    tuple), in one transaction."""
+    with transaction.atomic():
+        keys = model._default_manager.values_list("pk", *unique)
+        gone = [pk for pk, *key in keys if (key[0] if len(unique) == 1 else tuple(key)) not in rows]
+        model._default_manager.filter(pk__in=gone).delete()
+        _upsert(model, rows.values(), unique, fields)
+
+
 CLUSTER_QUEUE_FIELDS = (
     "tenant",
     "cohort",
@@ -829,14 +852,7 @@ def store_cluster_queues(raw: list[Any]) -> tuple[int, int]:
         info = kueue.parse_cluster_queue(obj)
         if info is not None:
             rows[info.name] = _cluster_queue_row(info, tenants, now)
-    with transaction.atomic():
-        ClusterQueueStatus.objects.exclude(name__in=rows).delete()
-        ClusterQueueStatus.objects.bulk_create(
-            rows.values(),
-            update_conflicts=True,
-            unique_fields=["name"],
-            update_fields=CLUSTER_QUEUE_FIELDS,
-        )
+    _replace_rows(ClusterQueueStatus, rows, ["name"], CLUSTER_QUEUE_FIELDS)
     return len(rows), len(raw) - len(rows)
 
 
@@ -847,12 +863,8 @@ def store_cluster_queue(event: str, obj: Any) -> None:
     if event == "DELETED":
         ClusterQueueStatus.objects.filter(name=info.name).delete()
         return
-    ClusterQueueStatus.objects.bulk_create(
-        [_cluster_queue_row(info, tenant_ids_for(info.name), timezone.now())],
-        update_conflicts=True,
-        unique_fields=["name"],
-        update_fields=CLUSTER_QUEUE_FIELDS,
-    )
+    row = _cluster_queue_row(info, tenant_ids_for(info.name), timezone.now())
+    _upsert(ClusterQueueStatus, [row], ["name"], CLUSTER_QUEUE_FIELDS)
 
 
 LOCAL_QUEUE_FIELDS = (
@@ -899,21 +911,7 @@ def store_local_queues(raw: list[Any]) -> tuple[int, int]:
         info = kueue.parse_local_queue(obj)
         if info is not None:
             rows[(info.namespace, info.name)] = _local_queue_row(info, platform, tenants, now)
-    with transaction.atomic():
-        gone = [
-            pk
-            for pk, namespace, name in LocalQueueStatus.objects.values_list(
-                "pk", "namespace", "name"
-            )
-            if (namespace, name) not in rows
-        ]
-        LocalQueueStatus.objects.filter(pk__in=gone).delete()
-        LocalQueueStatus.objects.bulk_create(
-            rows.values(),
-            update_conflicts=True,
-            unique_fields=["namespace", "name"],
-            update_fields=LOCAL_QUEUE_FIELDS,
-        )
+    _replace_rows(LocalQueueStatus, rows, ["namespace", "name"], LOCAL_QUEUE_FIELDS)
     return len(rows), len(raw) - len(rows)
 
 
@@ -926,12 +924,8 @@ def store_local_queue(event: str, obj: Any) -> None:
         return
     platform = platform_namespaces()
     tenants = tenant_ids_for(tenant_of(info.namespace, platform))
-    LocalQueueStatus.objects.bulk_create(
-        [_local_queue_row(info, platform, tenants, timezone.now())],
-        update_conflicts=True,
-        unique_fields=["namespace", "name"],
-        update_fields=LOCAL_QUEUE_FIELDS,
-    )
+    row = _local_queue_row(info, platform, tenants, timezone.now())
+    _upsert(LocalQueueStatus, [row], ["namespace", "name"], LOCAL_QUEUE_FIELDS)
 
 
 COHORT_FIELDS = ("parent", "weight", "weighted_share", "quotas", "problems", "last_seen")
@@ -958,14 +952,7 @@ def store_cohorts(raw: list[Any]) -> tuple[int, int]:
         info = kueue.parse_cohort(obj)
         if info is not None:
             rows[info.name] = _cohort_row(info, now)
-    with transaction.atomic():
-        CohortStatus.objects.exclude(name__in=rows).delete()
-        CohortStatus.objects.bulk_create(
-            rows.values(),
-            update_conflicts=True,
-            unique_fields=["name"],
-            update_fields=COHORT_FIELDS,
-        )
+    _replace_rows(CohortStatus, rows, ["name"], COHORT_FIELDS)
     return len(rows), len(raw) - len(rows)
 
 
@@ -976,12 +963,7 @@ def store_cohort(event: str, obj: Any) -> None:
     if event == "DELETED":
         CohortStatus.objects.filter(name=info.name).delete()
         return
-    CohortStatus.objects.bulk_create(
-        [_cohort_row(info, timezone.now())],
-        update_conflicts=True,
-        unique_fields=["name"],
-        update_fields=COHORT_FIELDS,
-    )
+    _upsert(CohortStatus, [_cohort_row(info, timezone.now())], ["name"], COHORT_FIELDS)
 
 
 # The four kinds in the order a sync stores them: a Workload row takes its ClusterQueue from
