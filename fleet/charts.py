@@ -40,13 +40,20 @@ def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
                 hovertemplate=f"{name}: %{{y}} %{{customdata}}<extra></extra>",
             )
         )
+    return _bar_layout(figure, barmode="stack", height=320, bottom=60, legend_y=-0.25)
+
+
+def _bar_layout(
+    figure: go.Figure, *, barmode: str, height: int, bottom: int, legend_y: float
+) -> go.Figure:
+    """The fleet pages' bar charts: legend below, y from zero, the portal's font."""
     figure.update_layout(
         # "none" keeps plotly's default template (kilobytes of JSON) out of every refresh.
         template="none",
-        barmode="stack",
-        height=320,
-        margin={"l": 40, "r": 10, "t": 10, "b": 60},
-        legend={"orientation": "h", "y": -0.25},
+        barmode=barmode,
+        height=height,
+        margin={"l": 40, "r": 10, "t": 10, "b": bottom},
+        legend={"orientation": "h", "y": legend_y},
         yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea"},
         font={"family": "system-ui, sans-serif", "size": 13},
     )
@@ -89,16 +96,7 @@ def queue_figure(rows: Sequence[QueueRow]) -> go.Figure:
                 hovertemplate=f"{name}: %{{y:.2f}} %{{customdata}}<extra></extra>",
             )
         )
-    figure.update_layout(
-        template="none",
-        barmode="relative",
-        height=340,
-        margin={"l": 40, "r": 10, "t": 10, "b": 80},
-        legend={"orientation": "h", "y": -0.3},
-        yaxis={"rangemode": "tozero", "gridcolor": "#e3e6ea"},
-        font={"family": "system-ui, sans-serif", "size": 13},
-    )
-    return figure
+    return _bar_layout(figure, barmode="relative", height=340, bottom=80, legend_y=-0.3)
 
 
 def figure_html(figure: go.Figure) -> str:
