@@ -405,3 +405,30 @@ class CohortStatus(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class NodeLifecycle(models.Model):
+    """Where a node stands in its life in the fleet: discovered, in burn-in, ready, or failed
+    its burn-in. Kept by node name, apart from ``Node`` (a cache row that goes when the node
+    leaves the API), so a repaired node that comes back keeps its history.
+
+    ``fleet.lifecycle`` owns the transitions; remediation (``fleet.remediation``) sends a node
+    back to burn-in after a fatal fault, and the burn-in engine moves it on."""
+
+    class State(models.TextChoices):
+        DISCOVERED = "discovered", "Discovered"
+        BURN_IN = "burn-in", "Burn-in"
+        READY = "ready", "Ready"
+        FAILED = "failed", "Failed burn-in"
+
+    node_name = models.CharField(max_length=253, unique=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DISCOVERED)
+    reason = models.TextField(blank=True)
+    since = models.DateTimeField(default=timezone.now)  # when it entered ``state``
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node_name"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}: {self.state}"
