@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from fleet.models import RemediationPolicy
 from gitops.specs import PortalDeploySpec, PortalEgress
 
 EGRESS = re.compile(
@@ -77,3 +78,29 @@ class PortalDeploymentForm(forms.Form):
             egress=data["egress"],
             public_https=data["public_https"],
         )
+
+
+class RemediationPolicyForm(forms.ModelForm):
+    """The remediation loop's policy; the model's constraints bound it (full_clean)."""
+
+    class Meta:
+        model = RemediationPolicy
+        fields = [
+            "guard_percent",
+            "guard_min_nodes",
+            "grace_seconds",
+            "healthy_seconds",
+            "auto_return",
+        ]
+
+    def clean_guard_percent(self) -> int:
+        value = int(self.cleaned_data["guard_percent"])
+        if not 1 <= value <= 100:
+            raise forms.ValidationError("Give a share between 1 and 100 percent.")
+        return value
+
+    def clean_guard_min_nodes(self) -> int:
+        value = int(self.cleaned_data["guard_min_nodes"])
+        if value < 1:
+            raise forms.ValidationError("At least 1 node: the loop must be able to act.")
+        return value

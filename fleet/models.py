@@ -432,3 +432,135 @@ class NodeLifecycle(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name}: {self.state}"
+
+
+# --- remediation (fleet.remediation) ---------------------------------------------------------
+
+
+class RemediationPolicy(models.Model):
+    """How the remediation loop acts: one row (``current()``), edited by platform admins.
+
+    The guard caps how much of a pool remediation may hold cordoned at once: ``guard_percent``
+    of its nodes, rounded down, but never fewer than ``guard_min_nodes``."""
+
+    guard_percent = models.PositiveSmallIntegerField(default=10)
+    guard_min_nodes = models.PositiveSmallIntegerField(default=1)
+    grace_seconds = models.PositiveIntegerField(default=300)  # cordoned, before the drain
+    healthy_seconds = models.PositiveIntegerField(default=600)  # healthy this long to return
+    auto_return = models.BooleanField(default=False)  # else an admin clicks "return"
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(guard_percent__lte=100), name="remediation_guard_percent_le_100"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(guard_min_nodes__gte=1), name="remediation_guard_min_ge_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"guard {self.guard_percent}% (min {self.guard_min_nodes})"
+
+    @classmethod
+    def current(cls) -> RemediationPolicy:
+        policy = cls.objects.order_by("pk").first()
+        return policy if policy is not None else cls.objects.create()
+
+    def allowed(self, pool_size: int) -> int:
+        """How many of a pool of ``pool_size`` nodes remediation may hold cordoned at once."""
+        return max(self.guard_min_nodes, pool_size * self.guard_percent // 100)
+
+
+class RemediationPause(models.Model):
+    """A pool whose remediation loop the guard stopped: no new cordon there until an admin
+    resumes it. The row goes when the pool is resumed."""
+
+    pool = models.CharField(max_length=63, unique=True)
+    reason = models.TextField()
+    since = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["pool"]
+
+    def __str__(self) -> str:
+        return f"{self.pool or '(no pool)'} paused"
+
+
+class Remediation(models.Model):
+    """One incident of one node: what the loop did about it and where it stands. The state
+    lives here, so a restarted portal goes on from it (``fleet.remediation.step``)."""
+
+    class State(models.TextChoices):
+        CORDONED = "cordoned", "Cordoned"  # waiting out the grace before the drain
+        DRAINING = "draining", "Draining"  # evicting; a disruption budget may hold it
+        BURN_IN = "burn-in", "Waiting for burn-in"  # after a fatal XID
+        RECHECK = "recheck", "Health re-check"  # healthy for the hysteresis window?
+        WAITING_ADMIN = "waiting-admin", "Waiting for an admin"
+        RETURNED = "returned", "Returned"
+
+    node_name = models.CharField(max_length=253, db_index=True)
+    pool = models.CharField(max_length=63, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CORDONED)
+    signal = models.CharField(max_length=32)  # fatal-xid | health-watch | node-condition
+    reason = models.TextField()
+    needs_burn_in = models.BooleanField(default=False)
+    was_cordoned = models.BooleanField(default=False)  # by someone else: not ours to lift
+    tenants = models.JSONField(default=list, blank=True)  # slugs whose pods ran there
+    started_at = models.DateTimeField(default=timezone.now)
+    state_since = models.DateTimeField(default=timezone.now)
+    drain_after = models.DateTimeField()
+    burn_in_asked_at = models.DateTimeField(null=True, blank=True)
+    healthy_since = models.DateTimeField(null=True, blank=True)
+    blocked = models.TextField(blank=True)  # what the eviction API refused last round
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node_name"],
+                condition=models.Q(closed_at__isnull=True),
+                name="one_open_remediation_per_node",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}: {self.state}"
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+
+class RemediationEvent(models.Model):
+    """What the loop (or an admin) did in an incident, and why; every one is audited too."""
+
+    remediation = models.ForeignKey(Remediation, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    action = models.CharField(max_length=32)
+    reason = models.TextField()
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.action}: {self.reason}"
+
+
+class RemediationWarning(models.Model):
+    """A non-fatal signal on a node (thermal, a correctable error): admins are told once, and
+    the node is never cordoned for it. ``cleared_at`` is set when the signal goes away."""
+
+    node_name = models.CharField(max_length=253)
+    reason = models.TextField()
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    cleared_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}: {self.reason}"

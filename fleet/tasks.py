@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fleet import services
+from fleet import remediation, services
 from fleet.kube import Kube, KubeError
 from fleet.models import Node, SyncState
 from portal.audit import record_audit
@@ -25,7 +25,32 @@ def sync(job: Job) -> None:
         job.append_log("; ".join(f"{source}: {error}" for source, error in report.errors.items()))
     if report.moved_changes:
         job.append_log(f"changes moved on: {', '.join(f'#{pk}' for pk in report.moved_changes)}")
+    if not report.errors.get(SyncState.Source.NODES):
+        _remediate(job)
     prune_scheduled("fleet.sync", SCHEDULED_SYNC_KEEP)
+
+
+@job_task("fleet.remediate")
+def remediate(job: Job) -> None:
+    """One round of the remediation loop on the nodes as last read (fleet.remediation)."""
+    _remediate(job)
+    prune_scheduled("fleet.remediate", SCHEDULED_SYNC_KEEP)
+
+
+def _remediate(job: Job) -> None:
+    try:
+        report = remediation.step()
+    except KubeError as exc:
+        job.append_log(f"remediation: {exc}")
+        return
+    for line in (
+        [f"cordoned {name}" for name in report.cordoned]
+        + [f"moved on: {name}" for name in report.moved]
+        + [f"held: {why}" for why in report.held]
+        + [f"warning: {why}" for why in report.warned]
+        + [f"remediation: {error}" for error in report.errors]
+    ):
+        job.append_log(line)
 
 
 @job_task("fleet.queue_positions")

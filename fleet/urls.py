@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from fleet import hooks, views
+from fleet import hooks, remediation_views, views
 
 app_name = "fleet"
 
@@ -23,6 +23,13 @@ urlpatterns = [
     path("fleet/topology/", views.topology_page, name="topology"),
     path("fleet/status/", views.flux_status, name="status"),
     path("fleet/queues/", views.fleet_queues, name="queues"),
+    path("fleet/remediation/", remediation_views.remediation_page, name="remediation"),
+    path(
+        "fleet/remediation/<int:pk>/return/",
+        remediation_views.return_node,
+        name="remediation_return",
+    ),
+    path("fleet/remediation/resume/", remediation_views.resume_pool, name="remediation_resume"),
     path("t/<slug:tenant>/status/", views.tenant_status, name="tenant_status"),
     path("t/<slug:tenant>/queue/", views.tenant_queue, name="tenant_queue"),
     # Flux notification-controller's generic-hmac Provider posts here (fleet.hooks).

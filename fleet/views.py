@@ -26,7 +26,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseLocation
 
-from fleet import queues, services
+from fleet import queues, remediation, services
 from fleet.capacity import (
     capacity_rows,
     health_counts,
@@ -39,7 +39,7 @@ from fleet.charts import capacity_figure, figure_html, queue_figure
 from fleet.forms import PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
-from fleet.models import FluxObject, Health, Node, SyncState, Workload
+from fleet.models import FluxObject, Health, Node, Remediation, SyncState, Workload
 from fleet.watch import freshness
 from gitops.fleet import configured_fleet
 from portal.jobs import enqueue
@@ -215,6 +215,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "reasons": _texts(node.health_reasons),
         "problems": _texts(node.problems),
         "workloads": Workload.objects.filter(node=node.name),
+        "incidents": Remediation.objects.filter(node_name=node.name)[:10],
         **sync_context(),
     }
     return render(request, "fleet/node.html", context)
@@ -382,6 +383,7 @@ def tenant_status(request: HttpRequest, tenant: str) -> HttpResponse:
         "rows": flux_rows(objects),
         "workloads": workloads,
         "gpu_use": total_requests(workloads),
+        "incidents": remediation.tenant_incidents(slug),
         **sync_context(),
     }
     return render(request, "fleet/tenant_status.html", context)

@@ -529,6 +529,15 @@ CELERY_BEAT_SCHEDULE["fleet-queue-positions"] = {
     "task": "fleet.queue_positions",
     "schedule": schedule(timedelta(seconds=FLEET_QUEUE_POSITIONS_SECONDS)),
 }
+# --- Remediation (fleet.remediation) ---------------------------------------------------------
+# The loop runs after every fleet sync and on its own this often (a fault the watcher wrote is
+# acted on within this many seconds). The policy (guard, grace, hysteresis, return) is edited
+# on /fleet/remediation/.
+FLEET_REMEDIATION_SECONDS = env_int("FLEET_REMEDIATION_SECONDS", FLEET_SYNC_SECONDS)
+CELERY_BEAT_SCHEDULE["fleet-remediate"] = {
+    "task": "fleet.remediate",
+    "schedule": schedule(timedelta(seconds=FLEET_REMEDIATION_SECONDS)),
+}
 CELERY_BEAT_SCHEDULE["fleet-flavors"] = {
     "task": "fleet.reconcile_flavors",
     "schedule": crontab(minute="*/10"),

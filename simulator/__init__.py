@@ -233,6 +233,14 @@ class Simulator:
     def set_node_ready(self, node: str, ready: bool) -> None:
         self.cluster.set_node_ready(node, ready, time.time())
 
+    def set_condition(
+        self, node: str, kind: str, status: str = "True", reason: str = "", message: str = ""
+    ) -> None:
+        """A node agent (NVSentinel, Node Problem Detector) sets a node condition."""
+        self.cluster.set_agent_condition(
+            node, kind, status, reason or kind, message or kind, time.time()
+        )
+
     def set_kueue_webhook_reachable(self, reachable: bool) -> None:
         """Kueue's webhook Service answers again, or not (a fault): while it does not, the
         API server refuses to create (or dry-run) a Job or JobSet outside ``kube-system`` and

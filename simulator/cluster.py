@@ -245,6 +245,9 @@ class SimNode:
     internal_ip: str
     gpus: list[Gpu]
     ready: bool = True
+    # Conditions a node agent sets (NVSentinel's Gpu*Watch from DCGM health watches, Node
+    # Problem Detector's GPU checks): type -> (status, reason, message).
+    agent_conditions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
     def busy_gpus(self) -> int:
         return sum(1 for gpu in self.gpus if gpu.slots or any(d.pod for d in gpu.mig))
@@ -713,6 +716,8 @@ class Cluster:
             conditions.append(
                 _condition(kind, "True", f"XID{gpus[-1].xid}", message, now, previous)
             )
+        for kind, (state, reason, message) in sorted(node.agent_conditions.items()):
+            conditions.append(_condition(kind, state, reason, message, now, previous))
         status["conditions"] = conditions
 
         managed = {GPU, UNREACHABLE, UNSCHEDULABLE}
@@ -786,6 +791,17 @@ class Cluster:
             logger.info("XID %s on %s GPU %s", xid, node_name, gpu_index)
             self.sync_node(node_name, now)
 
+    def set_agent_condition(
+        self, node_name: str, kind: str, status: str, reason: str, message: str, now: float
+    ) -> None:
+        """A node agent reports a condition: NVSentinel's ``Gpu<System>Watch`` when a DCGM
+        health watch fails (NVIDIA/NVSentinel docs/INTEGRATIONS.md), or a Node Problem Detector
+        GPU check (``GPUMissing``, ``XIDErrors``...). Status "False" is the check passing."""
+        with self.store.lock:
+            self.node(node_name).agent_conditions[kind] = (status, reason, message)
+            logger.info("condition %s=%s on %s", kind, status, node_name)
+            self.sync_node(node_name, now)
+
     def set_node_ready(self, node_name: str, ready: bool, now: float) -> None:
         with self.store.lock:
             self.node(node_name).ready = ready
@@ -796,6 +812,7 @@ class Cluster:
         with self.store.lock:
             for node in self.nodes.values():
                 node.ready = True
+                node.agent_conditions.clear()
                 for gpu in node.gpus:
                     gpu.xid = 0
                     gpu.healthy = True

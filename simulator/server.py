@@ -1160,12 +1160,25 @@ class Api:
                     sim.inject_xid(node, gpu, xid)
                 elif kind in ("not-ready", "ready"):
                     sim.set_node_ready(node, kind == "ready")
+                elif kind == "condition":
+                    # A node agent's condition: NVSentinel's Gpu*Watch (a failed DCGM health
+                    # watch) or a Node Problem Detector GPU check.
+                    ctype, status = fault.get("type"), fault.get("status", "True")
+                    reason, message = fault.get("reason", ""), fault.get("message", "")
+                    texts = (ctype, status, reason, message)
+                    if not all(isinstance(t, str) for t in texts) or not ctype:
+                        raise ApiError(
+                            400, "BadRequest", "a condition fault needs string type and status"
+                        )
+                    if status not in ("True", "False", "Unknown"):
+                        raise ApiError(400, "BadRequest", "status must be True, False or Unknown")
+                    sim.set_condition(node, str(ctype), str(status), str(reason), str(message))
                 else:
                     raise ApiError(
                         400,
                         "BadRequest",
-                        "kind must be 'xid', 'not-ready', 'ready', 'kueue-webhook-down' or "
-                        "'kueue-webhook-up'",
+                        "kind must be 'xid', 'not-ready', 'ready', 'condition', "
+                        "'kueue-webhook-down' or 'kueue-webhook-up'",
                     )
             except NotFound as exc:
                 raise ApiError(404, "NotFound", str(exc)) from exc

@@ -54,6 +54,7 @@ class Action(StrEnum):
     CANCEL_JOB = "cancel_job"  # cancel a batch job (owner: who submitted it)
     READ_JOB_LOGS = "read_job_logs"  # the last lines of a batch job's pods
     MANAGE_JOB_TEMPLATES = "manage_job_templates"  # the platform's batch job templates
+    REMEDIATE = "remediate"  # return a remediated node, resume a paused pool, set the policy
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,9 @@ RULES: dict[Action, Rule] = {
     # Logs may hold the tenant's data: its members read them (viewers too), nobody else.
     Action.READ_JOB_LOGS: Rule(_ALL_TENANT_ROLES),
     Action.MANAGE_JOB_TEMPLATES: Rule(platform=_PLATFORM_ADMIN),
+    # The remediation loop cordons and drains by itself; handing a node back to the tenants,
+    # lifting the blast-radius guard and changing its policy are the platform's call.
+    Action.REMEDIATE: Rule(platform=_PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -148,6 +152,8 @@ DENIED: dict[Action, str] = {
     "cancel it.",
     Action.READ_JOB_LOGS: "Only the tenant's members read its jobs' logs.",
     Action.MANAGE_JOB_TEMPLATES: "Only platform admins manage job templates.",
+    Action.REMEDIATE: "Only platform admins return remediated nodes, resume the remediation "
+    "loop or change its policy.",
 }
 
 

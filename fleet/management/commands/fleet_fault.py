@@ -2,6 +2,10 @@
 
     python manage.py fleet_fault xid h200-03 --gpu 5 --xid 79   # GPU 5 falls off the bus
     python manage.py fleet_fault not-ready h200-07              # the kubelet stops reporting
+    python manage.py fleet_fault health-watch h200-04 --watch Mem  # a DCGM health watch fails
+    python manage.py fleet_fault condition h200-04 --type GPUMissing  # an NPD condition
+    python manage.py fleet_fault thermal h200-04                # warning: thermal watch
+    python manage.py fleet_fault ecc h200-04 --gpu 1            # warning: XID 92, single-bit ECC
     python manage.py fleet_fault clear                          # everything healthy again
 
 Talks to the simulator at FLEET_API_URL (its ``/sim/faults`` control endpoint); a real cluster
@@ -21,12 +25,20 @@ class Command(BaseCommand):
     help = "Inject a GPU XID or a NotReady node into the simulator, or clear all faults."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("kind", choices=["xid", "not-ready", "clear"])
+        parser.add_argument(
+            "kind",
+            choices=["xid", "not-ready", "health-watch", "condition", "thermal", "ecc", "clear"],
+        )
         parser.add_argument("node", nargs="?", default="")
         parser.add_argument("--gpu", type=int, default=0, help="GPU index on the node (xid)")
         parser.add_argument("--xid", type=int, default=79, help="the XID (default 79)")
+        parser.add_argument(
+            "--watch", default="Mem", help="health-watch: the DCGM system (Gpu<watch>Watch)"
+        )
+        parser.add_argument("--type", default="GPUMissing", help="condition: its type")
 
     def handle(self, *args: Any, kind: str, node: str, gpu: int, xid: int, **options: Any) -> None:
+        body = self._body(kind, node, gpu, xid, options)
         if not settings.FLEET_SIMULATOR:
             raise CommandError("FLEET_SIMULATOR is off: faults can only be injected there.")
         url = f"{settings.FLEET_API_URL.rstrip('/')}/sim/faults"
@@ -36,9 +48,6 @@ class Command(BaseCommand):
             if kind == "clear":
                 response = requests.delete(url, timeout=10)
             else:
-                body: dict[str, Any] = {"kind": kind, "node": node}
-                if kind == "xid":
-                    body.update(gpu=gpu, xid=xid)
                 response = requests.post(url, json=body, timeout=10)
         except requests.RequestException as exc:
             raise CommandError(f"The simulator at {url} did not answer: {exc}") from exc
@@ -49,3 +58,24 @@ class Command(BaseCommand):
                 message = response.text
             raise CommandError(f"The simulator refused: {message}")
         self.stdout.write(f"{kind} {node}".strip() + ": done; the next fleet sync shows it.")
+
+    @staticmethod
+    def _body(kind: str, node: str, gpu: int, xid: int, options: dict[str, Any]) -> dict[str, Any]:
+        """The simulator's fault for ``kind``: warnings are a thermal health watch (DCGM rates
+        thermal WARN) and XID 92 (a high single-bit ECC rate, NVIDIA's XID catalogue)."""
+        if kind == "xid":
+            return {"kind": "xid", "node": node, "gpu": gpu, "xid": xid}
+        if kind == "ecc":
+            return {"kind": "xid", "node": node, "gpu": gpu, "xid": 92}
+        if kind in ("health-watch", "thermal"):
+            watch = "Thermal" if kind == "thermal" else str(options["watch"]).capitalize()
+            return {
+                "kind": "condition",
+                "node": node,
+                "type": f"Gpu{watch}Watch",
+                "reason": f"Gpu{watch}WatchFailed",
+                "message": f"DCGM health watch {watch.lower()} failed on GPU {gpu}",
+            }
+        if kind == "condition":
+            return {"kind": "condition", "node": node, "type": str(options["type"])}
+        return {"kind": kind, "node": node}
