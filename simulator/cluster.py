@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from simulator import disruption
 from simulator.admission import Rejected, admit_object, admit_pod
 from simulator.config import (
     DEVICE_PLUGIN_LABEL,
@@ -68,6 +69,7 @@ from simulator.store import (
     CLAIM_TEMPLATES,
     NAMESPACES,
     NODES,
+    PDBS,
     PODS,
     WORKLOADS,
     JsonObject,
@@ -106,7 +108,6 @@ NOT_READY = "node.kubernetes.io/not-ready"
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 HAMI_HANDSHAKE = "hami.io/node-handshake"
 HAMI_SCHEDULER = "hami-scheduler"
-DISRUPTION_BLOCKED = "sim.ai-factory.io/disruption-blocked"
 # Condition types as NVSentinel's syslog health monitor sets them on the node.
 XID_FALLEN_OFF = 79
 FALLEN_OFF_CONDITION = "SysLogsGPUFallenOff"
@@ -171,10 +172,6 @@ class NotFound(LookupError):
 
 class AlreadyExists(Exception):
     """An object of that name exists already (HTTP 409)."""
-
-
-class EvictionBlocked(Exception):
-    """Evicting the pod would violate its disruption budget (HTTP 429)."""
 
 
 def derived_uuid(*parts: object) -> str:
@@ -1402,15 +1399,37 @@ class Cluster:
             ]
 
     def evict(self, namespace: str, name: str, now: float) -> None:
-        """The eviction subresource: refused when the pod's disruption budget is exhausted."""
+        """The eviction subresource: the pod's PodDisruptionBudget decides
+        (``disruption.decide``, after kubernetes pkg/registry/core/pod/storage/eviction.go);
+        ``disruption.Refused`` carries the API server's refusal."""
         with self.store.lock:
             pod = self.store.get(PODS, namespace, name)
             if pod is None:
                 raise NotFound(f'pods "{name}" not found')
-            annotations = as_dict(as_dict(pod.get("metadata")).get("annotations"))
-            if str(annotations.get(DISRUPTION_BLOCKED, "")).lower() == "true":
-                raise EvictionBlocked(name)
+            decision = disruption.decide(pod, self.store.list(PDBS, namespace))
+            if decision.budget:
+                self.store.mutate(
+                    PDBS,
+                    namespace,
+                    decision.budget,
+                    lambda obj: disruption.record_disruption(obj, name, now),
+                )
             self.delete_pod(namespace, name, now)
+
+    def update_disruption_budgets(self, now: float) -> None:
+        """The disruption controller: every budget's status from the pods it selects
+        (``disruption.pdb_status``, after kubernetes pkg/controller/disruption)."""
+        with self.store.lock:
+            for pdb in self.store.list(PDBS):
+                namespace = str(as_dict(pdb.get("metadata")).get("namespace"))
+                status = disruption.pdb_status(pdb, self.store.list(PODS, namespace), now)
+
+                def write(obj: JsonObject, status: dict[str, Any] = status) -> None:
+                    obj["status"] = status
+
+                self.store.mutate(
+                    PDBS, namespace, str(as_dict(pdb.get("metadata")).get("name")), write
+                )
 
     def delete_pods(self, namespace: str, labels: Mapping[str, str], now: float) -> None:
         """Delete pods (no replacement) whose labels include ``labels``; their owner is gone."""
@@ -1493,6 +1512,7 @@ class Cluster:
                     )
             self.kueue.reconcile_workloads(now)
             self._reconcile_pod_workloads(now)
+            self.update_disruption_budgets(now)
             for pod in self.store.list(PODS):
                 if kueue_gated(pod) and as_dict(pod.get("status")).get("phase") == "Pending":
                     self._ensure_pod_workload(pod, now)

@@ -55,9 +55,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from simulator import flux_install, opencost, rbac, virtual, visibility
+from simulator import disruption, flux_install, opencost, rbac, virtual, visibility
 from simulator.admission import Rejected, WebhookUnreachable, admit_object
-from simulator.cluster import EvictionBlocked, NotFound
+from simulator.cluster import NotFound
 from simulator.dcgm import render_exposition
 from simulator.flux import REQUESTED_AT
 from simulator.gc import JOB_DELETE_WARNING, POLICIES, default_policy
@@ -997,21 +997,14 @@ class Api:
             self.sim.cluster.evict(namespace, name, time.time())
         except NotFound as exc:
             raise _not_found(PODS, name) from exc
-        except EvictionBlocked as exc:
-            raise ApiError(
-                429,
-                "TooManyRequests",
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                {
-                    "causes": [
-                        {
-                            "reason": "DisruptionBudget",
-                            "message": f"The disruption budget {name} needs 1 healthy pods "
-                            "and has 1 currently",
-                        }
-                    ]
-                },
-            ) from exc
+        except disruption.Refused as exc:
+            reason = {429: "TooManyRequests", 403: "Forbidden"}.get(exc.code, "InternalError")
+            details = (
+                {"causes": [{"reason": "DisruptionBudget", "message": exc.cause}]}
+                if exc.cause
+                else None
+            )
+            raise ApiError(exc.code, reason, exc.message, details) from exc
         return _json(201, status_object(201, "", ""))
 
     # --- Kueue's visibility API ---------------------------------------------------------------

@@ -128,6 +128,8 @@ CLUSTER_POLICIES = Resource(
 SERVICES = Resource("services", "Service")
 ENDPOINTS = Resource("endpoints", "Endpoints")
 ENDPOINT_SLICES = Resource("endpointslices", "EndpointSlice", "discovery.k8s.io", "v1")
+# Budgets the eviction subresource honours (``disruption.py``).
+PDBS = Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1")
 # Served from the simulator's CRD directory (``SimConfig.crd_dir``), as the API server serves
 # the CRDs installed in it: the portal builds its schema registry from them.
 CRDS = Resource(
@@ -173,6 +175,7 @@ RESOURCES: dict[str, Resource] = {
         SERVICES,
         ENDPOINTS,
         ENDPOINT_SLICES,
+        PDBS,
     )
 }
 

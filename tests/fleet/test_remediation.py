@@ -172,9 +172,7 @@ def test_a_drain_a_disruption_budget_holds_says_so_and_waits(sim: Simulator, vis
     _policy(grace_seconds=0)
     node = _busy_node()
     blocked = services.drain_plan(node).evict[0]
-    pod = sim.get_object("pods", blocked.namespace, blocked.name)
-    pod["metadata"]["annotations"] = {"sim.ai-factory.io/disruption-blocked": "true"}
-    sim.put_object("pods", pod)
+    budget = _budget(sim, blocked.namespace, blocked.name, min_available="100%")
     sim.inject_xid(node.name, 2, 79)
     _round()
     _round()  # grace over: draining
@@ -187,13 +185,29 @@ def test_a_drain_a_disruption_budget_holds_says_so_and_waits(sim: Simulator, vis
     _round()  # still held: said once
     assert RemediationEvent.objects.filter(action="drain-held").count() == 1
     # The budget allows it again: the next round finishes the drain.
-    pod = sim.get_object("pods", blocked.namespace, blocked.name)
-    pod["metadata"]["annotations"] = {}
-    sim.put_object("pods", pod)
+    budget["spec"]["minAvailable"] = 0
+    budget["metadata"]["generation"] = 2
+    sim.put_object("poddisruptionbudgets", budget)
+    sim.tick()  # the disruption controller
     _round()
     incident.refresh_from_db()
     assert incident.state == State.BURN_IN and incident.blocked == ""
     assert lifecycle.get(node.name).state == NodeLifecycle.State.BURN_IN
+
+
+def _budget(sim: Simulator, namespace: str, pod: str, min_available: Any) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget over the pod's labels, its status written by the
+    simulator's disruption controller (a tick)."""
+    labels = sim.get_object("pods", namespace, pod)["metadata"]["labels"]
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep", "namespace": namespace, "generation": 1},
+        "spec": {"selector": {"matchLabels": labels}, "minAvailable": min_available},
+    }
+    sim.put_object("poddisruptionbudgets", budget)
+    sim.tick()
+    return budget
 
 
 def _to_recheck(sim: Simulator, name: str, xid: int = 79) -> Remediation:

@@ -317,14 +317,14 @@ def test_it_reports_pods_a_disruption_budget_protects(
     node = _busy_node()
     plan = services.drain_plan(node)
     blocked = plan.evict[0]
+    labels = sim.get_object("pods", blocked.namespace, blocked.name)["metadata"]["labels"]
     sim.put_object(
-        "pods",
+        "poddisruptionbudgets",
         {
-            **sim.get_object("pods", blocked.namespace, blocked.name),
-            "metadata": {
-                **sim.get_object("pods", blocked.namespace, blocked.name)["metadata"],
-                "annotations": {"sim.ai-factory.io/disruption-blocked": "true"},
-            },
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-all", "namespace": blocked.namespace, "generation": 1},
+            "spec": {"selector": {"matchLabels": labels}, "minAvailable": "100%"},
         },
     )
     with django_capture_on_commit_callbacks(execute=True):

@@ -438,14 +438,23 @@ def test_it_leaves_a_recreated_pod_pending_when_no_node_fits(
     assert (placed.status.phase, placed.spec.node_name) == ("Running", "h200-mig-02")
 
 
-def test_it_refuses_an_eviction_the_disruption_budget_forbids(kube: client.ApiClient) -> None:
+def test_it_refuses_an_eviction_the_disruption_budget_forbids(
+    kube: client.ApiClient, simulator: Simulator
+) -> None:
+    """A real policy/v1 PodDisruptionBudget: none allowed while every selected pod is needed,
+    one once minAvailable leaves room (kubernetes pkg/registry/core/pod/storage/eviction.go)."""
     api = core(kube)
     pod = vision_pod_on(kube, "h200-02")
-    api.patch_namespaced_pod(
-        pod.metadata.name,
-        "vision",
-        {"metadata": {"annotations": {"sim.ai-factory.io/disruption-blocked": "true"}}},
-    )
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-all", "namespace": "vision", "generation": 1},
+        "spec": {"selector": {"matchLabels": dict(pod.metadata.labels)}, "minAvailable": "100%"},
+    }
+    simulator.put_object("poddisruptionbudgets", budget)
+    simulator.tick()  # the disruption controller writes the status
+    status = simulator.get_object("poddisruptionbudgets", "vision", "keep-all")["status"]
+    assert status["disruptionsAllowed"] == 0 and status["currentHealthy"] >= 1
     with pytest.raises(ApiException) as caught:
         api.create_namespaced_pod_eviction(pod.metadata.name, "vision", {"kind": "Eviction"})
     assert caught.value.status == 429
@@ -457,7 +466,16 @@ def test_it_refuses_an_eviction_the_disruption_budget_forbids(kube: client.ApiCl
         429,
     )
     assert body["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert body["details"]["causes"][0]["reason"] == "DisruptionBudget"
+    assert "needs" in body["details"]["causes"][0]["message"]
     assert api.read_namespaced_pod(pod.metadata.name, "vision").spec.node_name == "h200-02"
+    budget["spec"]["minAvailable"] = 0
+    budget["metadata"]["generation"] = 2
+    simulator.put_object("poddisruptionbudgets", budget)
+    simulator.tick()
+    api.create_namespaced_pod_eviction(pod.metadata.name, "vision", {"kind": "Eviction"})
+    after = simulator.get_object("poddisruptionbudgets", "vision", "keep-all")["status"]
+    assert pod.metadata.name in after["disruptedPods"]
 
 
 def test_it_answers_a_not_found_status_for_evicting_a_missing_pod(kube: client.ApiClient) -> None:
