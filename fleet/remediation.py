@@ -295,8 +295,8 @@ def _open(
     _notify(
         f"Node {node.name} cordoned: {fatal[0].signal}",
         f"The portal cordoned {node.name} because {reason}. Work running there is drained "
-        f"after {drain_at} (evictions honour PodDisruptionBudgets); Kueue requeues "
-        "admitted workloads.",
+        f"after {drain_at} (evictions honour PodDisruptionBudgets); their controllers "
+        "re-create the evicted pods on healthy nodes.",
         tenants=tenants,
         node=node.name,
     )
