@@ -59,6 +59,7 @@ from fleet.models import (
 )
 from fleet.signals import remediation_notice
 from portal.audit import record_audit
+from portal.jobs import enqueue_unless_waiting
 from tenants import access
 from tenants.access import Action
 
@@ -444,6 +445,17 @@ def _warn(node: Node, warnings: list[Finding], now: datetime, report: StepReport
         RemediationWarning.objects.filter(pk=active[reason].pk).update(last_seen=now)
     for reason in set(active) - seen:
         RemediationWarning.objects.filter(pk=active[reason].pk).update(cleared_at=now)
+
+
+def nudge(node_name: str) -> None:
+    """After the watcher stored a node: when it has a fatal signal and no open incident, run a
+    round once the row is committed (one job, however many events arrive meanwhile)."""
+    node = Node.objects.filter(name=node_name).first()
+    if node is None or not any(f.fatal for f in findings(node)):
+        return
+    if Remediation.objects.filter(node_name=node_name, closed_at__isnull=True).exists():
+        return
+    transaction.on_commit(lambda: enqueue_unless_waiting("fleet.remediate", title="Remediate"))
 
 
 # --- what admins do ---------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import F
 from django.utils import timezone
 
-from fleet import services
+from fleet import remediation, services
 from fleet.kube import (
     CLUSTER_QUEUE,
     COHORT,
@@ -75,13 +75,22 @@ class Watched:
     moves_requests: bool = False  # what catalog readiness reads
 
 
+def _store_node(event: str, obj: Any) -> None:
+    """Store the node, then nudge the remediation loop: a fatal signal the watch brings is
+    acted on at once, not at the next scheduled round."""
+    services.store_node(event, obj, configured_fleet())
+    name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
+    if event != "DELETED" and isinstance(name, str):
+        remediation.nudge(name)
+
+
 WATCHED: tuple[Watched, ...] = (
     Watched(
         "nodes",
         "nodes",
         SyncState.Source.NODES,
         lambda items: services.store_nodes(items, configured_fleet()),
-        lambda event, obj: services.store_node(event, obj, configured_fleet()),
+        lambda event, obj: _store_node(event, obj),
     ),
     Watched(
         "pods", "pods", SyncState.Source.PODS, services.store_workloads, services.store_workload

@@ -379,3 +379,54 @@ def test_the_tenant_notice_is_for_its_members(
     assert node.name.encode() in page.content
     assert login("alice").get("/t/vision/status/").status_code == 404
     assert b"remediation-notice" not in login("alice").get("/t/alpha/status/").content
+
+
+def test_a_node_event_from_the_watch_runs_a_round_at_once(
+    sim: Simulator, django_capture_on_commit_callbacks: Any
+) -> None:
+    from fleet.watch import WATCHED
+
+    nodes = next(w for w in WATCHED if w.name == "nodes")
+    sim.inject_xid("h200-06", 0, 79)
+    with django_capture_on_commit_callbacks(execute=True):
+        nodes.store_one("MODIFIED", sim.get_object("nodes", "", "h200-06"))
+    assert _cordoned(sim, "h200-06")
+    assert Remediation.objects.get().state == State.CORDONED
+    # A further event of the same node queues nothing: the incident is open.
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        nodes.store_one("MODIFIED", sim.get_object("nodes", "", "h200-06"))
+    assert callbacks == []
+
+
+@pytest.mark.parametrize(
+    ("args", "condition", "fatal"),
+    [
+        (["health-watch", "h200-04", "--watch", "pcie"], "GpuPcieWatch", True),
+        (["condition", "h200-04", "--type", "NVSwitchFatalError"], "NVSwitchFatalError", True),
+        (["thermal", "h200-04"], "GpuThermalWatch", False),
+        (["ecc", "h200-04", "--gpu", "1"], "SysLogsXIDError", False),
+    ],
+)
+def test_fleet_fault_injects_each_signal(
+    sim: Simulator, settings: Any, args: list[str], condition: str, fatal: bool
+) -> None:
+    from django.core.management import call_command
+
+    settings.FLEET_SIMULATOR = True
+    call_command("fleet_fault", *args)
+    services.sync_all()
+    node = Node.objects.get(name="h200-04")
+    assert any(c["type"] == condition and c["status"] == "True" for c in node.conditions)
+    assert [f.fatal for f in remediation.findings(node)] == [fatal]
+
+
+def test_the_simulator_refuses_a_bad_condition_fault(sim: Simulator, settings: Any) -> None:
+    import requests
+
+    url = f"{settings.FLEET_API_URL}/sim/faults"
+    answer = requests.post(url, json={"kind": "condition", "node": "h200-04"}, timeout=5)
+    assert answer.status_code == 400
+    bad = {"kind": "condition", "node": "h200-04", "type": "GpuMemWatch", "status": "Maybe"}
+    assert requests.post(url, json=bad, timeout=5).status_code == 400
+    services.sync_all()
+    assert remediation.findings(Node.objects.get(name="h200-04")) == []
