@@ -2,6 +2,8 @@
 
     python manage.py fleet_fault xid h200-03 --gpu 5 --xid 79   # GPU 5 falls off the bus
     python manage.py fleet_fault not-ready h200-07              # the kubelet stops reporting
+    python manage.py fleet_fault diag-fail h200-09 --test memory   # dcgmi diag fails a test
+    python manage.py fleet_fault nccl-slow h200-09 --fraction 0.5  # NCCL at half its bandwidth
     python manage.py fleet_fault clear                          # everything healthy again
 
 Talks to the simulator at FLEET_API_URL (its ``/sim/faults`` control endpoint); a real cluster
@@ -18,15 +20,32 @@ from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
-    help = "Inject a GPU XID or a NotReady node into the simulator, or clear all faults."
+    help = (
+        "Inject a GPU XID, a NotReady node, a failing diag or slow NCCL into the simulator, "
+        "or clear all faults."
+    )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("kind", choices=["xid", "not-ready", "clear"])
+        parser.add_argument("kind", choices=["xid", "not-ready", "diag-fail", "nccl-slow", "clear"])
         parser.add_argument("node", nargs="?", default="")
         parser.add_argument("--gpu", type=int, default=0, help="GPU index on the node (xid)")
         parser.add_argument("--xid", type=int, default=79, help="the XID (default 79)")
+        parser.add_argument("--test", default="memory", help="the diag test to fail (diag-fail)")
+        parser.add_argument(
+            "--fraction", type=float, default=0.5, help="share of nominal bandwidth (nccl-slow)"
+        )
 
-    def handle(self, *args: Any, kind: str, node: str, gpu: int, xid: int, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        kind: str,
+        node: str,
+        gpu: int,
+        xid: int,
+        test: str,
+        fraction: float,
+        **options: Any,
+    ) -> None:
         if not settings.FLEET_SIMULATOR:
             raise CommandError("FLEET_SIMULATOR is off: faults can only be injected there.")
         url = f"{settings.FLEET_API_URL.rstrip('/')}/sim/faults"
@@ -39,6 +58,10 @@ class Command(BaseCommand):
                 body: dict[str, Any] = {"kind": kind, "node": node}
                 if kind == "xid":
                     body.update(gpu=gpu, xid=xid)
+                elif kind == "diag-fail":
+                    body.update(test=test)
+                elif kind == "nccl-slow":
+                    body.update(fraction=fraction)
                 response = requests.post(url, json=body, timeout=10)
         except requests.RequestException as exc:
             raise CommandError(f"The simulator at {url} did not answer: {exc}") from exc
