@@ -14,6 +14,8 @@ from fleet.kube import Kube, KubeError
 from fleet.models import BurnInRun, Node, NodeLifecycle
 from gitops.fleet import configured_fleet
 from gitops.render import portal
+from portal.management.commands.seed_demo import Command as SeedDemo
+from portal.management.demo_jobs import DEMO_BURN_IN_NODE, finish_burn_in_jobs
 from portal.models import AuditEvent
 from simulator import Simulator
 from simulator.store import JOBS, PODS, resource_of
@@ -173,3 +175,26 @@ def test_the_rendered_rbac_is_all_the_engine_needs(
     with Kube() as kube, pytest.raises(KubeError) as refused:
         kube.create("batch/v1", "Job", "default", job)
     assert refused.value.status == 403
+
+
+def test_the_demo_node_joins_new_and_becomes_ready(
+    start_fleet: Callable[..., Simulator], settings: Any
+) -> None:
+    """``make demo``: seed_demo leaves h200-08 out of the lifecycle; the first sync burns it
+    in, and the demo's driver ends its Jobs' pods as if their time had passed."""
+    settings.FLEET_BURN_IN_NAMESPACE = NAMESPACE
+    simulator = start_fleet()  # the demo's own run time: the driver has to end the pods
+    simulator.cluster.ensure_namespace(NAMESPACE, 0)
+    SeedDemo()._seed_lifecycle()
+    services.sync_all()
+    assert lifecycle.get(DEMO_BURN_IN_NODE).state == State.BURN_IN  # type: ignore[union-attr]
+    assert NodeLifecycle.objects.filter(state=State.READY).count() == Node.objects.count() - 1
+    with Kube() as kube:
+        for _ in range(STEPS):
+            simulator.tick()
+            burnin.run_all(kube)
+            finish_burn_in_jobs(simulator.finish_job, run_seconds=0)
+            if lifecycle.get(DEMO_BURN_IN_NODE).state != State.BURN_IN:  # type: ignore[union-attr]
+                break
+    assert lifecycle.get(DEMO_BURN_IN_NODE).state == State.READY  # type: ignore[union-attr]
+    assert not _unschedulable(simulator, DEMO_BURN_IN_NODE)
