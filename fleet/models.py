@@ -426,6 +426,10 @@ class NodeLifecycle(models.Model):
     reason = models.TextField(blank=True)
     since = models.DateTimeField(default=timezone.now)  # when it entered ``state``
     updated_at = models.DateTimeField(auto_now=True)
+    # The lifecycle cordoned the node itself (at discovery, or for an admin's re-run), so the
+    # burn-in engine uncordons it on a pass; a cordon someone else set (remediation, an
+    # admin) is theirs to lift.
+    lifecycle_cordoned = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["node_name"]
@@ -564,3 +568,42 @@ class RemediationWarning(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name}: {self.reason}"
+
+
+class BurnInRun(models.Model):
+    """One burn-in of a node: the DCGM diagnostic, then the NCCL all-reduce, each a Job on the
+    node (``fleet.burnin``). ``step`` is where the run stands; the results stay after the
+    Jobs are gone."""
+
+    class Step(models.TextChoices):
+        DIAG = "diag", "DCGM diagnostic"
+        NCCL = "nccl", "NCCL all-reduce"
+        DONE = "done", "Done"
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running", "Running"
+        PASSED = "passed", "Passed"
+        FAILED = "failed", "Failed"
+
+    node_name = models.CharField(max_length=253, db_index=True)
+    step = models.CharField(max_length=8, choices=Step.choices, default=Step.DIAG)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices, default=Outcome.RUNNING)
+    product = models.CharField(max_length=120, blank=True)  # the GPU product tested
+    gpus = models.PositiveIntegerField(default=0)
+    diag_job = models.CharField(max_length=63, blank=True)
+    diag_passed = models.BooleanField(null=True)
+    diag_failures = models.JSONField(default=list, blank=True)  # ["memory: GPU 0 ...", ...]
+    nccl_job = models.CharField(max_length=63, blank=True)
+    nccl_passed = models.BooleanField(null=True)
+    busbw_gbps = models.FloatField(null=True, blank=True)  # measured average bus bandwidth
+    expected_gbps = models.FloatField(null=True, blank=True)  # nominal for the product
+    pass_share = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)  # why a step could not be judged
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"burn-in #{self.pk} of {self.node_name}: {self.outcome}"

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from fleet import inventory, kueue, schemas
+from fleet import burnin, inventory, kueue, schemas
 from fleet.flavors import derive_flavors
 from fleet.kube import (
     CLUSTER_QUEUE,
@@ -223,8 +223,11 @@ def _warn_problems(kind: str, name: str, problems: Iterable[str]) -> None:
 
 
 def sync_nodes(kube: Kube, fleet: FleetSpec) -> tuple[int, int]:
-    """Replace the node rows with what the API lists; returns (kept, skipped)."""
-    return store_nodes(kube.list_nodes(), fleet)
+    """Replace the node rows with what the API lists, then place the nodes the lifecycle has
+    never seen (``fleet.burnin.discover``); returns (kept, skipped)."""
+    counts = store_nodes(kube.list_nodes(), fleet)
+    burnin.discover(kube)
+    return counts
 
 
 def store_nodes(raw: list[Any], fleet: FleetSpec) -> tuple[int, int]:

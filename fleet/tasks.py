@@ -1,11 +1,11 @@
-"""Background work of the fleet app: the sync, queue positions, drains, and flavors from the
-inventory."""
+"""Background work of the fleet app: the sync, queue positions, drains, burn-in, and flavors
+from the inventory."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from fleet import remediation, services
+from fleet import burnin, remediation, services
 from fleet.kube import Kube, KubeError
 from fleet.models import Node, SyncState
 from portal.audit import record_audit
@@ -119,3 +119,17 @@ def reconcile_flavors(job: Job) -> None:
     job.set_progress(
         100, f"pull request #{change.pk} is open" if change else "flavors match the inventory"
     )
+
+
+@job_task("fleet.burn_in")
+def burn_in(job: Job) -> None:
+    """Move every node in burn-in one step on (``fleet.burnin``). A cluster that cannot be
+    reached is logged, not retried: the next scheduled run is the retry."""
+    try:
+        with Kube() as kube:
+            runs = burnin.run_all(kube)
+    except KubeError as exc:
+        job.append_log(str(exc))
+    else:
+        job.set_progress(100, f"{len(runs)} node{'' if len(runs) == 1 else 's'} in burn-in")
+    prune_scheduled("fleet.burn_in", SCHEDULED_SYNC_KEEP)

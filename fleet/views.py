@@ -18,6 +18,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -26,7 +27,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseLocation
 
-from fleet import queues, remediation, services
+from fleet import burnin, lifecycle, queues, remediation, services
 from fleet.capacity import (
     capacity_rows,
     health_counts,
@@ -39,7 +40,16 @@ from fleet.charts import capacity_figure, figure_html, queue_figure
 from fleet.forms import PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
-from fleet.models import FluxObject, Health, Node, Remediation, SyncState, Workload
+from fleet.models import (
+    BurnInRun,
+    FluxObject,
+    Health,
+    Node,
+    NodeLifecycle,
+    Remediation,
+    SyncState,
+    Workload,
+)
 from fleet.watch import freshness
 from gitops.fleet import configured_fleet
 from portal.jobs import enqueue
@@ -145,7 +155,11 @@ def node_list(request: HttpRequest) -> HttpResponse:
         | set(Node.objects.exclude(flavor="").values_list("flavor", flat=True).distinct())
     )
     filters = {key: request.GET.get(key, "") for key in ("health", "flavor", "cordoned")}
-    nodes = Node.objects.all()
+    nodes = Node.objects.annotate(
+        lifecycle_state=Subquery(
+            NodeLifecycle.objects.filter(node_name=OuterRef("name")).values("state")[:1]
+        )
+    )
     if filters["health"] in Health.values:
         nodes = nodes.filter(health=filters["health"])
     if filters["flavor"] in flavors:
@@ -216,9 +230,50 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "problems": _texts(node.problems),
         "workloads": Workload.objects.filter(node=node.name),
         "incidents": Remediation.objects.filter(node_name=node.name)[:10],
+        **burn_in_context(node),
         **sync_context(),
     }
+    if request.GET.get("part") == "burnin":
+        return render(request, "fleet/node.html#burnin", context)
     return render(request, "fleet/node.html", context)
+
+
+def burn_in_context(node: Node) -> dict[str, Any]:
+    """The node's lifecycle and its burn-in runs, newest first."""
+    runs = list(BurnInRun.objects.filter(node_name=node.name)[:20])
+    return {
+        "lifecycle": lifecycle.get(node.name),
+        "runs": runs,
+        "running": any(r.outcome == BurnInRun.Outcome.RUNNING for r in runs),
+    }
+
+
+@action_page(Action.OPERATE_FLEET)
+@require_POST
+def node_burn_in(request: HttpRequest, name: str) -> HttpResponse:
+    node = _node(name)
+    try:
+        burnin.do_run_burn_in(node.name, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{node.name} is cordoned and in burn-in.")
+    return _go(request, reverse("fleet:node", args=[node.name]))
+
+
+@action_page(Action.OPERATE_FLEET)
+@require_POST
+def node_mark_ready(request: HttpRequest, name: str) -> HttpResponse:
+    node = _node(name)
+    try:
+        burnin.do_mark_ready(
+            node.name, acting_user=request.user, reason=request.POST.get("reason", "")
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{node.name} is marked ready.")
+    return _go(request, reverse("fleet:node", args=[node.name]))
 
 
 def _set_cordon(request: HttpRequest, name: str, *, cordon: bool) -> HttpResponse:

@@ -10,6 +10,7 @@ variables; see docs/operator-guide.md. Any secret may be given as ``NAME_FILE`` 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -550,6 +551,36 @@ CELERY_BEAT_SCHEDULE["catalog-advance"] = {
 CELERY_BEAT_SCHEDULE["catalog-expire"] = {
     "task": "catalog.expire_reservations",
     "schedule": crontab(minute=5),
+}
+
+# --- Node burn-in (fleet.burnin) ---------------------------------------------------------------
+# A GPU node the fleet sync sees for the first time is cordoned and burnt in (the DCGM
+# diagnostic, then NCCL's all-reduce, as Jobs in FLEET_BURN_IN_NAMESPACE) before it takes work.
+FLEET_BURN_IN_AUTO = env_bool("FLEET_BURN_IN_AUTO", True)
+FLEET_BURN_IN_NAMESPACE = env("FLEET_BURN_IN_NAMESPACE", "gpu-burn-in")
+# NVIDIA's DCGM image (tag scheme <DCGM version>-<build>-<os>: NVIDIA/DCGM docker/Makefile).
+FLEET_BURN_IN_DIAG_IMAGE = env(
+    "FLEET_BURN_IN_DIAG_IMAGE", "nvcr.io/nvidia/cloud-native/dcgm:4.4.1-2-ubuntu22.04"
+)
+# An image with nccl-tests' all_reduce_perf on its PATH (NVIDIA's cuda-dl-base carries them).
+FLEET_BURN_IN_NCCL_IMAGE = env(
+    "FLEET_BURN_IN_NCCL_IMAGE", "nvcr.io/nvidia/cuda-dl-base:24.11-cuda12.6-devel-ubuntu24.04"
+)
+# all_reduce_perf's average bus bandwidth (GB/s) a healthy node reaches, per GPU product (the
+# nvidia.com/gpu.product label), as JSON; a node passes at FLEET_BURN_IN_PASS_SHARE of it.
+FLEET_BURN_IN_EXPECTED_BUSBW = json.loads(
+    env(
+        "FLEET_BURN_IN_EXPECTED_BUSBW",
+        '{"NVIDIA-H200": 450, "NVIDIA-H100-80GB-HBM3": 450, "NVIDIA-A100-SXM4-80GB": 220,'
+        ' "NVIDIA-L40S": 20}',
+    )
+)
+FLEET_BURN_IN_PASS_SHARE = float(env("FLEET_BURN_IN_PASS_SHARE", "0.9"))
+# A test Job running longer than this fails (a level 3 diagnostic takes up to an hour).
+FLEET_BURN_IN_DEADLINE_SECONDS = env_int("FLEET_BURN_IN_DEADLINE_SECONDS", 7200)
+CELERY_BEAT_SCHEDULE["fleet-burn-in"] = {
+    "task": "fleet.burn_in",
+    "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),
 }
 
 # --- Outbound webhooks (catalog.outbound) ---------------------------------------------------

@@ -30,8 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from simulator import kueue_webhooks
-from simulator.cluster import Cluster
+from simulator import burnin, kueue_webhooks
+from simulator.cluster import Cluster, NotFound
 from simulator.config import SimConfig, load_config, validate_config
 from simulator.crds import install_crds, load_crds
 from simulator.dcgm import GpuSample
@@ -107,6 +107,7 @@ class Simulator:
             assert resource is not None
             self.store.apply(resource, obj, now)
         self.gc = GarbageCollector(self.store, self.cluster)
+        self.burn_in_faults = burnin.BurnInFaults()
         if config.crd_dir:
             install_crds(self.store, load_crds(config.crd_dir), now)
         self.flux = FluxPlayer(
@@ -241,6 +242,29 @@ class Simulator:
             node, kind, status, reason or kind, message or kind, time.time()
         )
 
+    def fail_diag(self, node: str, test: str) -> None:
+        """``dcgmi diag`` on ``node`` fails ``test`` from now on (``simulator.burnin``)."""
+        self._known_node(node)
+        self.burn_in_faults.fail_diag(node, test)
+
+    def slow_nccl(self, node: str, share: float) -> None:
+        """NCCL's bus bandwidth on ``node`` is ``share`` of nominal from now on."""
+        self._known_node(node)
+        self.burn_in_faults.slow_nccl(node, share)
+
+    def _known_node(self, node: str) -> None:
+        if node not in self.cluster.nodes:
+            raise NotFound(f'nodes "{node}" not found')
+
+    def program_output(self, pod: Mapping[str, Any], container: str) -> list[str]:
+        """What a burn-in program in ``container`` printed on its node (``simulator.burnin``)."""
+        node = self.cluster.nodes.get(str(as_dict(pod.get("spec")).get("nodeName") or ""))
+        if node is None:
+            return []
+        return burnin.output_lines(
+            pod, container, node.group.product, len(node.gpus), self.burn_in_faults
+        )
+
     def set_kueue_webhook_reachable(self, reachable: bool) -> None:
         """Kueue's webhook Service answers again, or not (a fault): while it does not, the
         API server refuses to create (or dry-run) a Job or JobSet outside ``kube-system`` and
@@ -255,6 +279,7 @@ class Simulator:
     def clear_faults(self) -> None:
         """Every node ready and every GPU healthy again, and every webhook reachable."""
         self.cluster.clear_faults(time.time())
+        self.burn_in_faults.clear()
         with self.store.lock:
             self.store.unreachable_services.clear()
 

@@ -1170,10 +1170,15 @@ class Cluster:
         if obj is None:
             return "node(s) were not found"
         spec = as_dict(obj.get("spec"))
-        if spec.get("unschedulable") is True:
+        pod_spec = as_dict(pod.get("spec"))
+        # kube-scheduler's NodeUnschedulable filter (kubernetes v1.34 pkg/scheduler/framework/
+        # plugins/nodeunschedulable/node_unschedulable.go ``Filter``): a cordoned node takes
+        # only a pod tolerating the node.kubernetes.io/unschedulable:NoSchedule taint.
+        if spec.get("unschedulable") is True and not _tolerates(
+            as_list(pod_spec.get("tolerations")), {"key": UNSCHEDULABLE, "effect": "NoSchedule"}
+        ):
             return "node(s) were unschedulable"
         labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
-        pod_spec = as_dict(pod.get("spec"))
         selector = as_dict(pod_spec.get("nodeSelector"))
         if any(labels.get(key) != value for key, value in selector.items()):
             return "node(s) didn't match Pod's node affinity/selector"

@@ -73,6 +73,8 @@ RUN_SECONDS = "sim.ai-factory.io/run-seconds"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 JOB_NAME = "batch.kubernetes.io/job-name"
+# kubernetes pkg/apis/batch/types.go ``JobTrackingFinalizer``.
+TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
@@ -357,13 +359,16 @@ class Batch:
         status = as_dict(job.get("status"))
         succeeded = int(status.get("succeeded") or 0)
         failed = int(status.get("failed") or 0)
-        # Finished pods are counted once, then removed (the job tracking finalizer's effect).
+        # Finished pods are counted once: the controller removes their tracking finalizer
+        # (``trackJobStatusAndRemoveFinalizers``) and leaves the pods, and their logs, until
+        # the Job goes (its deletion's propagation, or the TTL controller).
         for pod in pods:
             phase = as_dict(pod.get("status")).get("phase")
-            if phase in ("Succeeded", "Failed"):
+            finalizers = as_list(as_dict(pod.get("metadata")).get("finalizers"))
+            if phase in ("Succeeded", "Failed") and TRACKING_FINALIZER in finalizers:
                 succeeded += phase == "Succeeded"
                 failed += phase == "Failed"
-                self.cluster.delete_pod(*key_of(pod), now, recreate=False)
+                self.store.mutate(PODS, *key_of(pod), _untrack)
         if spec.get("suspend") is True:
             for pod in active:
                 self.cluster.delete_pod(*key_of(pod), now, recreate=False)
@@ -424,6 +429,7 @@ class Batch:
                     },
                     "annotations": as_dict(as_dict(template.get("metadata")).get("annotations")),
                     "ownerReferences": [_owner(job, "Job")],
+                    "finalizers": [TRACKING_FINALIZER],
                 },
                 "spec": as_dict(template.get("spec")),
             }
@@ -477,6 +483,14 @@ class Batch:
         self.run_jobsets(now)
         self.run_jobs(now)
         self.reconcile(now)
+
+
+def _untrack(pod: JsonObject) -> None:
+    finalizers = [f for f in as_list(pod["metadata"].get("finalizers")) if f != TRACKING_FINALIZER]
+    if finalizers:
+        pod["metadata"]["finalizers"] = finalizers
+    else:
+        pod["metadata"].pop("finalizers", None)
 
 
 def _owner(obj: Mapping[str, Any], kind: str) -> JsonObject:

@@ -15,7 +15,7 @@ started is "waiting to start"). Timestamps are the kubelet's ``timeFormatOut``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,9 +66,13 @@ def choose_container(pod: Mapping[str, Any], wanted: str) -> str:
     raise LogUnavailable(message)
 
 
-def container_log(pod: Mapping[str, Any], container: str, now: float) -> list[tuple[float, str]]:
+def container_log(
+    pod: Mapping[str, Any], container: str, now: float, output: Sequence[str] = ()
+) -> list[tuple[float, str]]:
     """(time, line) of ``container``'s log as of ``now``; ``LogUnavailable`` when the kubelet
-    would refuse it. A pod not bound to a node has none (an empty log, not an error)."""
+    would refuse it. A pod not bound to a node has none (an empty log, not an error).
+    ``output`` is what the container's program printed (``simulator.burnin``): it appears
+    once the container terminated, before its exit line."""
     metadata = as_dict(pod.get("metadata"))
     name = str(metadata.get("name", ""))
     spec = as_dict(pod.get("spec"))
@@ -107,6 +111,7 @@ def container_log(pod: Mapping[str, Any], container: str, now: float) -> list[tu
         lines.append((moment, f"[{container}] running: {step * PROGRESS_SECONDS} s elapsed"))
         step += 1
     if terminated:
+        lines += [(end, text) for text in output]
         code = terminated.get("exitCode", 0)
         reason = terminated.get("reason") or ("Completed" if code == 0 else "Error")
         lines.append((end, f"[{container}] exited with code {code} ({reason})"))

@@ -979,7 +979,8 @@ class Api:
             raise _not_found(PODS, name)
         try:
             container = choose_container(pod, query.get("container", ""))
-            lines = container_log(pod, container, self.sim.clock())
+            output = self.sim.program_output(pod, container)
+            lines = container_log(pod, container, self.sim.clock(), output)
         except LogUnavailable as exc:
             raise ApiError(400, "BadRequest", str(exc)) from exc
         timestamps = query.get("timestamps", "").lower() in ("true", "1")
@@ -1166,11 +1167,25 @@ class Api:
                     if status not in ("True", "False", "Unknown"):
                         raise ApiError(400, "BadRequest", "status must be True, False or Unknown")
                     sim.set_condition(node, str(ctype), str(status), str(reason), str(message))
+                elif kind == "diag-fail":
+                    try:
+                        sim.fail_diag(node, str(fault.get("test", "memory")))
+                    except ValueError as exc:
+                        raise ApiError(400, "BadRequest", f"a diag-fail fault: {exc}") from exc
+                elif kind == "nccl-slow":
+                    share = fault.get("fraction")
+                    if not isinstance(share, int | float) or isinstance(share, bool):
+                        raise ApiError(400, "BadRequest", "an nccl-slow fault needs a fraction")
+                    try:
+                        sim.slow_nccl(node, float(share))
+                    except ValueError as exc:
+                        raise ApiError(400, "BadRequest", f"an nccl-slow fault: {exc}") from exc
                 else:
                     raise ApiError(
                         400,
                         "BadRequest",
-                        "kind must be 'xid', 'not-ready', 'ready', 'condition', "
+                        "kind must be 'xid', 'not-ready', 'ready', 'condition', 'diag-fail', "
+                        "'nccl-slow', "
                         "'kueue-webhook-down' or 'kueue-webhook-up'",
                     )
             except NotFound as exc:

@@ -34,6 +34,13 @@ redirect and host checks, as kubelet probes by pod IP over plain HTTP. Celery pr
 no HTTP and get no probes: a worker that loses its broker reconnects by itself
 (``broker_connection_retry``), and an exec probe would start a Python interpreter per check.
 
+Node burn-in (``fleet.burnin``) runs its test Jobs in their own namespace,
+``BURN_IN_NAMESPACE`` (``burn-in.yaml``): the portal may create, read and delete Jobs there and
+read their pods and logs, by a Role bound to its service account, and nowhere else. That
+namespace is Pod Security ``privileged``: the DCGM diagnostic's host engine runs as root in
+NVIDIA's image (its entrypoint is ``nv-hostengine``, NVIDIA/DCGM ``docker/Dockerfile.*``), as
+it does in the GPU Operator's own namespace.
+
 Every container runs as Pod Security ``restricted`` requires (non-root, no privilege
 escalation, every capability dropped, the runtime's default seccomp profile) with a read-only
 root filesystem; ``/tmp`` and the portal's ``var/`` are volumes.
@@ -86,6 +93,13 @@ VAR_DIR = "/var/lib/portal"
 TMP_DIR = "/tmp"  # noqa: S108
 METRICS_DIR = "/var/run/portal-metrics"
 POD_SECURITY = "restricted"
+BURN_IN_NAMESPACE = "gpu-burn-in"  # FLEET_BURN_IN_NAMESPACE's default
+BURN_IN_ROLE = "ai-factory-portal-burn-in"
+BURN_IN_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("batch", "jobs", ("create", "get", "list", "delete")),
+    ("", "pods", ("get", "list")),
+    ("", "pods/log", ("get",)),
+)
 # The Flux receiver the portal nudges after a merge (notification-controller's webhook
 # receiver listens on 9292, its Service webhook-receiver maps 80 to it).
 FLUX_RECEIVER_PORT = 9292
@@ -436,6 +450,7 @@ def config_data(spec: PortalDeploySpec, fleet: FleetSpec) -> dict[str, str]:
         "ALLOWED_HOSTS": ",".join(hosts),
         "CSRF_TRUSTED_ORIGINS": ",".join(f"https://{host}" for host in spec.hostnames),
         "FLEET_IN_CLUSTER": "true",
+        "FLEET_BURN_IN_NAMESPACE": BURN_IN_NAMESPACE,
         "GITOPS_FLEET_NAME": fleet.name,
         "GITOPS_MAIN_BRANCH": fleet.git_branch,
         # The root filesystem is read-only: kubectl (the kustomize check) keeps its cache
@@ -884,12 +899,59 @@ def flux_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
     return [setup, app]
 
 
+def burn_in_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
+    """The burn-in namespace and the portal's rights in it (Jobs, their pods and logs)."""
+    modes = ("enforce", "audit", "warn")
+    labels = _labels("burn-in")
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": metadata(
+                BURN_IN_NAMESPACE,
+                annotations={PRUNE_ANNOTATION: "disabled"},
+                extra_labels={
+                    **labels,
+                    **{f"pod-security.kubernetes.io/{mode}": "privileged" for mode in modes},
+                },
+            ),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": metadata(BURN_IN_ROLE, BURN_IN_NAMESPACE, extra_labels=labels),
+            "rules": [
+                {"apiGroups": [group], "resources": [resource], "verbs": list(verbs)}
+                for group, resource, verbs in BURN_IN_RULES
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata(BURN_IN_ROLE, BURN_IN_NAMESPACE, extra_labels=labels),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": BURN_IN_ROLE,
+            },
+            "subjects": [
+                {
+                    "kind": "ServiceAccount",
+                    "name": fleet.portal_service_account,
+                    "namespace": fleet.portal_namespace,
+                }
+            ],
+        },
+    ]
+
+
 def setup_files(spec: PortalDeploySpec, fleet: FleetSpec) -> list[tuple[str, list[dict[str, Any]]]]:
     """(file name, objects) of ``infrastructure/portal/setup/``."""
     config = [config_map(spec, fleet)]
     if spec.external_secret_key:
         config.append(external_secret(spec, fleet))
     return [
+        ("burn-in.yaml", burn_in_objects(fleet)),
         ("config.yaml", config),
         ("migrate-job.yaml", [migrate_job(spec, fleet)]),
         ("namespace.yaml", [namespace(fleet)]),

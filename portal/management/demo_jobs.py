@@ -154,3 +154,43 @@ def _settle(
             return False
     logger.warning("demo job %s did not become %s", name, demo.expect)
     return False
+
+
+# The demo fleet's node that joins "new": seed_demo leaves it out of the lifecycle, so the
+# first sync burns it in (a whole-GPU node no seeded workload uses).
+DEMO_BURN_IN_NODE = "h200-08"
+BURN_IN_RUN_SECONDS = 20.0
+
+
+def finish_burn_in_jobs(
+    finish: Callable[[str, str], int], run_seconds: float = BURN_IN_RUN_SECONDS
+) -> int:
+    """End the pods of each burn-in Job whose run is ``run_seconds`` old per step, through the
+    simulator's control API, as if the diagnostic's hour had passed; returns how many Jobs."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from fleet.models import BurnInRun
+
+    ended = 0
+    for run in BurnInRun.objects.filter(outcome=BurnInRun.Outcome.RUNNING):
+        age = (timezone.now() - run.started_at).total_seconds()
+        job = run.nccl_job or run.diag_job
+        if job and age >= run_seconds * (2 if run.nccl_job else 1):
+            with contextlib.suppress(LookupError):  # deleted meanwhile
+                finish(settings.FLEET_BURN_IN_NAMESPACE, job)
+                ended += 1
+    return ended
+
+
+def run_demo_burn_in(
+    finish: Callable[[str, str], int], stop: threading.Event, interval: float = 5.0
+) -> None:
+    """``finish_burn_in_jobs`` every ``interval`` seconds as a thread of ``serve``: the node
+    page shows the demo node's run, then the node ready (or failed, after ``fleet_fault
+    diag-fail``). Stops with ``stop``."""
+    try:
+        while not stop.wait(interval):
+            finish_burn_in_jobs(finish)
+    finally:
+        close_old_connections()

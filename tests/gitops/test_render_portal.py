@@ -140,10 +140,25 @@ def test_every_container_meets_pod_security_restricted() -> None:
 
 
 def test_the_namespace_enforces_restricted() -> None:
-    (namespace,) = _by_name("Namespace").values()
-    labels = namespace["metadata"]["labels"]
+    namespaces = _by_name("Namespace")
+    assert set(namespaces) == {"portal-system", "gpu-burn-in"}
+    labels = namespaces["portal-system"]["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+
+
+def test_the_burn_in_namespace_grants_jobs_pods_and_logs_there_only() -> None:
+    (role,) = _by_name("Role").values()
+    assert role["metadata"]["namespace"] == "gpu-burn-in"
+    assert {(r["apiGroups"][0], r["resources"][0]) for r in role["rules"]} == {
+        ("batch", "jobs"),
+        ("", "pods"),
+        ("", "pods/log"),
+    }
+    (binding,) = _by_name("RoleBinding").values()
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "portal", "namespace": "portal-system"}
+    ]
 
 
 def test_it_runs_the_projects_own_commands() -> None:

@@ -223,6 +223,7 @@ class Command(BaseCommand):
             self._seed_catalog()
             self._seed_job_templates()
             self._seed_billing()
+            self._seed_lifecycle()
             self.stdout.write(
                 self.style.SUCCESS(
                     f"Demo ready: {len(USERS)} users (password {DEMO_PASSWORD!r}), "
@@ -377,3 +378,34 @@ class Command(BaseCommand):
             f"({seeded.skipped_hours} hours already metered), {seeded.prices} new prices, "
             f"a budget for {seeded.budget or 'no tenant'}."
         )
+
+    def _seed_lifecycle(self) -> None:
+        """Every node of the demo fleet known and ready but ``DEMO_BURN_IN_NODE``: the first
+        sync then sees it as new, cordons it and sends it to burn-in (``fleet.burnin``), and
+        ``serve --demo-jobs`` lets its tests pass (``demo_jobs.run_demo_burn_in``)."""
+        from fleet.models import NodeLifecycle
+        from portal.management.demo_jobs import DEMO_BURN_IN_NODE
+
+        if NodeLifecycle.objects.exists():
+            return
+        names = [name for name in demo_node_names() if name != DEMO_BURN_IN_NODE]
+        NodeLifecycle.objects.bulk_create(
+            NodeLifecycle(node_name=name, state=NodeLifecycle.State.READY, reason="demo fleet")
+            for name in names
+        )
+
+
+def demo_node_names() -> list[str]:
+    """The node names of the simulator ``make demo`` starts (``<pool>-<NN>``)."""
+    from simulator.config import SimConfig, load_config
+
+    config = (
+        load_config(settings.FLEET_SIMULATOR_CONFIG)
+        if settings.FLEET_SIMULATOR_CONFIG
+        else SimConfig.demo()
+    )
+    return [
+        f"{group.pool}-{number:02d}"
+        for group in config.node_groups
+        for number in range(1, group.nodes + 1)
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any
 
 from django.conf import settings
@@ -95,6 +96,9 @@ class Command(BaseCommand):
             **simulator_git_options(),
         )
         url = simulator.start(host or "127.0.0.1", int(port))
+        # What the portal's deployment renders on a real fleet (gitops.render.portal,
+        # burn_in_objects): the namespace the burn-in Jobs run in.
+        simulator.cluster.ensure_namespace(settings.FLEET_BURN_IN_NAMESPACE, time.time())
         self.stdout.write(f"Simulator (Kubernetes API, DCGM /metrics) on {url}")
         return simulator
 
@@ -108,3 +112,11 @@ class Command(BaseCommand):
             daemon=True,
         ).start()
         self.stdout.write("The demo's batch jobs are submitted once the simulator has the tenants.")
+        from portal.management.demo_jobs import run_demo_burn_in
+
+        threading.Thread(
+            target=run_demo_burn_in,
+            args=(simulator.finish_job, stop),
+            name="demo-burn-in",
+            daemon=True,
+        ).start()
