@@ -1160,12 +1160,17 @@ class Api:
                     sim.inject_xid(node, gpu, xid)
                 elif kind in ("not-ready", "ready"):
                     sim.set_node_ready(node, kind == "ready")
+                elif kind in ("idle", "busy"):
+                    gpu = fault.get("gpu")
+                    if gpu is not None and not isinstance(gpu, int):
+                        raise ApiError(400, "BadRequest", "an idle fault's gpu is an integer")
+                    sim.set_gpu_idle(node, gpu, kind == "idle")
                 else:
                     raise ApiError(
                         400,
                         "BadRequest",
-                        "kind must be 'xid', 'not-ready', 'ready', 'kueue-webhook-down' or "
-                        "'kueue-webhook-up'",
+                        "kind must be 'xid', 'not-ready', 'ready', 'idle', 'busy', "
+                        "'kueue-webhook-down' or 'kueue-webhook-up'",
                     )
             except NotFound as exc:
                 raise ApiError(404, "NotFound", str(exc)) from exc

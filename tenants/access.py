@@ -54,6 +54,9 @@ class Action(StrEnum):
     CANCEL_JOB = "cancel_job"  # cancel a batch job (owner: who submitted it)
     READ_JOB_LOGS = "read_job_logs"  # the last lines of a batch job's pods
     MANAGE_JOB_TEMPLATES = "manage_job_templates"  # the platform's batch job templates
+    MANAGE_IDLE_POLICIES = "manage_idle_policies"  # idle thresholds, windows, grace, actions
+    WAKE_IDLE = "wake_idle"  # wake a workload the idle reclaim acted on
+    EXEMPT_IDLE = "exempt_idle"  # exempt a workload from idle reclaim, within the policy
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,11 @@ RULES: dict[Action, Rule] = {
     # Logs may hold the tenant's data: its members read them (viewers too), nobody else.
     Action.READ_JOB_LOGS: Rule(_ALL_TENANT_ROLES),
     Action.MANAGE_JOB_TEMPLATES: Rule(platform=_PLATFORM_ADMIN),
+    # Idle reclaim: the platform sets the policies; the tenant's writers may wake or exempt
+    # what they own (within the policy's limits), as may a platform admin.
+    Action.MANAGE_IDLE_POLICIES: Rule(platform=_PLATFORM_ADMIN),
+    Action.WAKE_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
+    Action.EXEMPT_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -148,6 +156,11 @@ DENIED: dict[Action, str] = {
     "cancel it.",
     Action.READ_JOB_LOGS: "Only the tenant's members read its jobs' logs.",
     Action.MANAGE_JOB_TEMPLATES: "Only platform admins manage job templates.",
+    Action.MANAGE_IDLE_POLICIES: "Only platform admins set idle policies.",
+    Action.WAKE_IDLE: "Only the tenant's members and admins wake what idle reclaim stopped; "
+    "viewers cannot.",
+    Action.EXEMPT_IDLE: "Only the tenant's members and admins exempt a workload from idle "
+    "reclaim; viewers cannot.",
 }
 
 
