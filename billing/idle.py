@@ -32,7 +32,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models.functions import TruncDate
 from django.urls import reverse
 from django.utils import timezone
 
@@ -616,25 +617,33 @@ def record_reclaimed(now: datetime) -> int:
     return written
 
 
-def reclaimed_total(*, tenant_slug: str | None = None, since: datetime | None = None) -> Decimal:
+def _reclaimed(
+    tenant_slug: str | None, start: datetime | None, end: datetime | None
+) -> QuerySet[ReclaimedHour]:
     rows = ReclaimedHour.objects.all()
     if tenant_slug is not None:
         rows = rows.filter(tenant_slug=tenant_slug)
-    if since is not None:
-        rows = rows.filter(hour__gte=since)
-    return rows.aggregate(total=Sum("gpu_hours"))["total"] or Decimal(0)
+    if start is not None:
+        rows = rows.filter(hour__gte=start)
+    if end is not None:
+        rows = rows.filter(hour__lt=end)
+    return rows
+
+
+def reclaimed_total(
+    *, tenant_slug: str | None = None, since: datetime | None = None, end: datetime | None = None
+) -> Decimal:
+    """GPU-hours reclaimed from ``since`` to ``end`` (the fleet's, or one tenant's)."""
+    total = _reclaimed(tenant_slug, since, end).aggregate(total=Sum("gpu_hours"))["total"]
+    return total or Decimal(0)
 
 
 def reclaimed_by_day(
-    *, tenant_slug: str | None = None, days: int = 30
+    *, tenant_slug: str | None = None, since: datetime | None = None, end: datetime | None = None
 ) -> list[tuple[Any, Decimal]]:
-    """(day, GPU-hours) for the last ``days`` days: what the charts draw."""
-    from django.db.models.functions import TruncDate
-
-    since = timezone.now() - timedelta(days=days)
-    rows = ReclaimedHour.objects.filter(hour__gte=since)
-    if tenant_slug is not None:
-        rows = rows.filter(tenant_slug=tenant_slug)
+    """(day, GPU-hours) from ``since`` (default: 30 days ago) to ``end``: what charts draw."""
+    since = since or timezone.now() - timedelta(days=30)
+    rows = _reclaimed(tenant_slug, since, end)
     return [
         (r["day"], r["total"])
         for r in rows.annotate(day=TruncDate("hour", tzinfo=UTC))

@@ -334,3 +334,31 @@ def test_the_admin_form_saves_a_policy_and_refuses_bad_input(
         Decimal("3.50"),
         4,
     )
+
+
+def test_the_usage_dashboards_show_reclaimed_gpu_hours(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    now = datetime.now(UTC)
+    case = IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="alpha",
+        flavor="h200",
+        workload="Job/idle",
+        kind=IdleKind.JOB,
+        policy=policy(),
+        state=IdleCase.State.WOKEN,
+        utilisation_percent=Decimal(1),
+        gpus=Decimal("1.5"),
+        act_after=now - 5 * HOUR,
+        acted_at=now - 5 * HOUR,
+        ended_at=now - 2 * HOUR,  # woken: the hours after it are not reclaimed
+    )
+    idle.record_reclaimed(now)
+    assert idle.reclaimed_total(tenant_slug="alpha") == Decimal("4.500")
+    tenant_page = login("vic").get("/t/alpha/usage/").content.decode()
+    assert "4.50 GPU-hours" in tenant_page
+    assert "4.50 GPU-hours" in login("pam").get("/billing/").content.decode()
+    # Another tenant's dashboard shows none of it.
+    assert "0.00 GPU-hours" in login("charlie").get("/t/bravo/usage/").content.decode()
+    assert case.reclaimed.count() in (3, 4)
