@@ -281,19 +281,26 @@ def detect(now: datetime | None = None, policies: Policies | None = None) -> lis
 
 
 def kind_of(tenant: Tenant, workload: str) -> tuple[str, str]:
-    """(kind, target) of a ledger workload: a Kueue job by its owner kind, a model endpoint
-    by its KServe predictor's name (``billing.dashboards.endpoint_of``)."""
+    """(kind, target) of a ledger workload: a Kueue job by its owner kind; a model endpoint
+    by its KServe predictor's name (``billing.dashboards.endpoint_of``); a tenant cluster's
+    pod by the name vCluster gives it in the host namespace, ``<name>-x-<namespace>-x-
+    <vcluster>`` (loft-sh/vcluster v0.35.3 ``pkg/util/translate/single_namespace.go``
+    ``SingleNamespaceHostName``; a name over 63 characters is cut and hashed and is not
+    recognised: such a pod's case is reported, not acted on)."""
     from billing.dashboards import endpoint_of
 
     owner_kind, _, name = workload.partition("/")
     if owner_kind in JOB_KINDS:
         return IdleKind.JOB, name
-    endpoints = Resource.objects.filter(
-        tenant=tenant, kind=Kind.ENDPOINT, state=Resource.State.ACTIVE
-    ).values_list("name", flat=True)
+    live = Resource.objects.filter(tenant=tenant, state=Resource.State.ACTIVE)
+    endpoints = live.filter(kind=Kind.ENDPOINT).values_list("name", flat=True)
     endpoint = endpoint_of(workload, list(endpoints))
     if endpoint:
         return IdleKind.ENDPOINT, endpoint
+    if owner_kind == "Pod" and "-x-" in name:
+        for cluster in live.filter(kind=Kind.CLUSTER).values_list("name", flat=True):
+            if name.endswith(f"-x-{cluster}") and name.count("-x-") >= 2:
+                return IdleKind.CLUSTER, cluster
     return IdleKind.OTHER, ""
 
 
@@ -419,6 +426,10 @@ def act(case: IdleCase, kube: Kube | None, now: datetime) -> str:
     if module is None or resource is None:
         case.note = "No action is available for this kind yet; its tenant was told."
         return IdleCase.State.NO_ACTION
+    if module.is_asleep(resource):
+        # Another case of the same cluster (one per pod) put it to sleep already.
+        case.note = f"{resource} is asleep already."
+        return IdleCase.State.ACTED
     module.sleep(resource, reason=f"idle: {case.utilisation_percent}% busy")
     case.note = f"{resource} put to sleep through a Git change."
     return IdleCase.State.ACTED
@@ -583,7 +594,7 @@ def reclaimed_rows(case: IdleCase, now: datetime) -> list[ReclaimedHour]:
     hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     while hour < end:
         part = min(end, hour + timedelta(hours=1)) - max(start, hour)
-        seconds = Decimal(int(part.total_seconds()))
+        seconds = Decimal(str(part.total_seconds()))
         if seconds > 0:
             rows.append(
                 ReclaimedHour(

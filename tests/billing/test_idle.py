@@ -339,7 +339,7 @@ def test_the_admin_form_saves_a_policy_and_refuses_bad_input(
 def test_the_usage_dashboards_show_reclaimed_gpu_hours(
     world: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
-    now = datetime.now(UTC)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
     case = IdleCase.objects.create(
         tenant=world["alpha"],
         namespace="alpha",
@@ -362,3 +362,58 @@ def test_the_usage_dashboards_show_reclaimed_gpu_hours(
     # Another tenant's dashboard shows none of it.
     assert "0.00 GPU-hours" in login("charlie").get("/t/bravo/usage/").content.decode()
     assert case.reclaimed.count() in (3, 4)
+
+
+def test_kinds_come_from_owner_kueue_kserve_and_vcluster_names(world: dict[str, Any]) -> None:
+    from catalog.models import Resource
+
+    alpha = world["alpha"]
+    for kind, name in (("endpoint", "chat"), ("cluster", "dev")):
+        Resource.objects.create(tenant=alpha, kind=kind, name=name, state="active")
+    assert idle.kind_of(alpha, "Job/train") == (IdleKind.JOB, "train")
+    assert idle.kind_of(alpha, "PyTorchJob/ft") == (IdleKind.JOB, "ft")
+    assert idle.kind_of(alpha, "ReplicaSet/chat-predictor-6d5f8c7b9c") == (
+        IdleKind.ENDPOINT,
+        "chat",
+    )
+    assert idle.kind_of(alpha, "Pod/nb-0-x-default-x-dev") == (IdleKind.CLUSTER, "dev")
+    assert idle.kind_of(alpha, "Pod/nb-0-x-default-x-other") == (IdleKind.OTHER, "")
+    assert idle.kind_of(alpha, "Deployment/web") == (IdleKind.OTHER, "")
+    # Another tenant's endpoint of the same name is not alpha's.
+    assert idle.kind_of(world["bravo"], "ReplicaSet/chat-predictor-6d5f8c7b9c") == (
+        IdleKind.OTHER,
+        "",
+    )
+
+
+def test_an_endpoint_without_a_sleep_action_is_told_not_acted_on(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from catalog.models import Resource
+
+    # The scale-to-zero action (catalog.idle_actions) is not installed.
+    monkeypatch.setattr(idle, "idle_actions", lambda: None)
+    Resource.objects.create(tenant=world["alpha"], kind="endpoint", name="chat", state="active")
+    policy(grace_minutes=0, act_on_endpoints=True)
+    usage("alpha", "ReplicaSet/chat-predictor-6d5f8c7b9c", [0.0, 0.0])
+    idle.evaluate(now=NOW)
+    case = IdleCase.objects.get()
+    assert (case.kind, case.target) == (IdleKind.ENDPOINT, "chat")
+    assert case.state == IdleCase.State.NO_ACTION
+    assert "No action is available" in case.note
+
+
+def test_the_beat_task_evaluates(
+    world: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    from portal.jobs import enqueue
+    from portal.models import Job
+
+    policy(grace_minutes=60)
+    this_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    usage("alpha", "Job/idle", [0.0, 0.0], end=this_hour)
+    with django_capture_on_commit_callbacks(execute=True):
+        enqueue("billing.idle", trigger=Job.Trigger.SCHEDULE)
+    job = Job.objects.get(task="billing.idle")
+    assert job.status == Job.Status.SUCCEEDED and "1 detected" in job.log, job.log
+    assert IdleCase.objects.get().state == IdleCase.State.NOTIFIED
