@@ -417,3 +417,21 @@ def test_the_beat_task_evaluates(
     job = Job.objects.get(task="billing.idle")
     assert job.status == Job.Status.SUCCEEDED and "1 detected" in job.log, job.log
     assert IdleCase.objects.get().state == IdleCase.State.NOTIFIED
+
+
+def test_a_cluster_that_cannot_be_reached_leaves_the_case_to_the_next_pass(
+    world: dict[str, Any], settings: Any
+) -> None:
+    settings.FLEET_API_URL = "http://127.0.0.1:1"  # nothing listens there
+    settings.FLEET_KUBECONFIG = ""
+    settings.FLEET_IN_CLUSTER = False
+    settings.FLEET_API_TOKEN = ""
+    settings.FLEET_API_TIMEOUT = 1
+    policy(grace_minutes=0)
+    usage("alpha", "Job/idle", [0.0, 0.0])
+    result = idle.evaluate(now=NOW)
+    case = IdleCase.objects.get()
+    assert (result.detected, result.acted) == (1, 0)
+    assert len(result.errors) == 1 and "Job/idle" in result.errors[0]
+    assert case.state == IdleCase.State.NOTIFIED  # acted on by a later pass, from the table
+    assert not ReclaimedHour.objects.exists()
