@@ -4,7 +4,12 @@ label stays; ``busy`` (or clearing the faults) ends it; bad input is a 400."""
 
 from __future__ import annotations
 
+from io import StringIO
+from typing import Any
+
+import pytest
 import requests
+from django.core.management import CommandError, call_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from simulator import Simulator
@@ -60,3 +65,18 @@ def test_a_bad_idle_fault_is_refused(simulator: Simulator) -> None:
         == 404
     )
     assert requests.post(url, json={"kind": "idle", "node": "nope"}, timeout=5).status_code == 404
+
+
+def test_fleet_fault_idle_and_busy(simulator: Simulator, settings: Any) -> None:
+    settings.FLEET_SIMULATOR = True
+    settings.FLEET_API_URL = simulator.url
+    node = busy_node(simulator)
+    out = StringIO()
+    call_command("fleet_fault", "idle", node, "--gpu", "0", stdout=out)
+    assert "idle" in out.getvalue()
+    gpus = simulator.cluster.node(node).gpus
+    assert [gpu.idle for gpu in gpus[:2]] == [True, False]
+    call_command("fleet_fault", "busy", node, stdout=StringIO())
+    assert not any(gpu.idle for gpu in gpus)
+    with pytest.raises(CommandError, match="no GPU 99"):
+        call_command("fleet_fault", "idle", node, "--gpu", "99", stdout=StringIO())
