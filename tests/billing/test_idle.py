@@ -435,3 +435,23 @@ def test_a_cluster_that_cannot_be_reached_leaves_the_case_to_the_next_pass(
     assert len(result.errors) == 1 and "Job/idle" in result.errors[0]
     assert case.state == IdleCase.State.NOTIFIED  # acted on by a later pass, from the table
     assert not ReclaimedHour.objects.exists()
+
+
+def test_a_viewer_clicking_exempt_changes_nothing_and_a_member_exempts(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    policy(max_exemption_days=2)
+    usage("alpha", "Job/idle", [0.0, 0.0])
+    idle.evaluate(now=NOW)
+    case = IdleCase.objects.get()
+    url = f"/t/alpha/idle/{case.pk}/exempt/"
+    until = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    form = {"until": until, "reason": "demo on Thursday"}
+    # The view lets the service refuse; its PermissionDenied is a 403 page.
+    answer = login("vic").post(url, form)
+    assert answer.status_code == 403
+    assert IdleCase.objects.get().state == IdleCase.State.NOTIFIED
+    assert login("bob").post(url, {"until": "tomorrow", "reason": "x"}).status_code == 302
+    assert not IdleExemption.objects.exists()
+    assert login("bob").post(url, form).status_code == 302
+    assert IdleCase.objects.get().state == IdleCase.State.EXEMPTED
