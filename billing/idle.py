@@ -401,9 +401,10 @@ def _resource(case: IdleCase) -> Resource | None:
     ).first()
 
 
-def act(case: IdleCase, kube: Kube | None, now: datetime) -> str:
+def act(case: IdleCase, kube: Kube | None) -> str:
     """Reclaim the case's GPUs; the new state. Raises ``KubeError`` when the cluster refused
-    (the case stays as it was and the next evaluation tries again)."""
+    or ``ValidationError`` when the Git change was (the case stays as it was and the next
+    evaluation tries again)."""
     policy = case.policy
     if policy is None or not policy.acts_on(case.kind):
         case.note = "The policy takes no action on this kind of workload; its tenant was told."
@@ -538,8 +539,8 @@ def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evalua
 
 def _act(case: IdleCase, kube: Kube | None, now: datetime, result: Evaluation) -> int:
     try:
-        state = act(case, kube, now)
-    except KubeError as exc:
+        state = act(case, kube)
+    except (KubeError, ValidationError) as exc:
         result.errors.append(f"{case}: {exc}")
         return 0
     with transaction.atomic():
