@@ -7,6 +7,7 @@ from rest_framework.routers import SimpleRouter
 from api import token_views
 from api.base import ApiViewMixin
 from api.views_catalog import ChangeViewSet, JobViewSet, RequestViewSet
+from api.views_idle import IdleCaseViewSet
 from api.views_jobs import BatchJobViewSet
 from api.views_queues import FleetQueueView, QueueSummaryView, WorkloadViewSet
 from api.views_tenants import CapacityView, InvoiceViewSet, MemberViewSet, TenantViewSet, UsageView
@@ -38,8 +39,17 @@ batch_jobs = BatchJobViewSet.as_view({"get": "list", "post": "create"})
 batch_job = BatchJobViewSet.as_view({"get": "retrieve", "delete": "destroy"})
 batch_job_logs = BatchJobViewSet.as_view({"get": "logs"})
 
+idle_cases = IdleCaseViewSet.as_view({"get": "list"})
+idle_case = IdleCaseViewSet.as_view({"get": "retrieve"})
+idle_wake = IdleCaseViewSet.as_view({"post": "wake"})
+idle_exempt = IdleCaseViewSet.as_view({"post": "exempt"})
+
 urlpatterns = [
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
+    path("api/v1/tenants/<slug:slug>/idle/", idle_cases, name="idle_cases"),
+    path("api/v1/tenants/<slug:slug>/idle/<int:case_id>/", idle_case, name="idle_case"),
+    path("api/v1/tenants/<slug:slug>/idle/<int:case_id>/wake/", idle_wake, name="idle_wake"),
+    path("api/v1/tenants/<slug:slug>/idle/<int:case_id>/exempt/", idle_exempt, name="idle_exempt"),
     path("api/v1/docs/", DocsView.as_view(url_name="api:schema"), name="docs"),
     path("api/v1/tenants/<slug:slug>/members/", members, name="members"),
     path("api/v1/tenants/<slug:slug>/members/<str:username>/", member, name="member"),

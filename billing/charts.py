@@ -197,3 +197,17 @@ def quota_figure(quotas: Sequence[FlavorQuota]) -> go.Figure:
             )
         )
     return _layout(figure, yaxis={"title": {"text": "GPU-equivalents"}}, barmode="group")
+
+
+def reclaimed_figure(days: Sequence[tuple[object, Decimal]]) -> go.Figure:
+    """GPU-hours reclaimed from idle work per day (``billing.idle.reclaimed_by_day``)."""
+    figure = go.Figure(
+        go.Bar(
+            name="Reclaimed",
+            x=[day for day, _ in days],
+            y=_floats([hours for _, hours in days]),
+            marker={"color": FREE_COLOUR},
+            hovertemplate="%{x}: %{y:.2f} GPU-h<extra></extra>",
+        )
+    )
+    return _layout(figure, yaxis={"title": {"text": "GPU-hours"}})

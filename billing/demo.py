@@ -33,7 +33,7 @@ from django.utils import timezone
 from billing.costing import priced, totals
 from billing.fractions import MIG_PROFILE, MIG_SLICES_PER_GPU, FractionError, gpu_equivalents
 from billing.ingest import workload_name
-from billing.models import Budget, GpuPrice, Source, UsageHour
+from billing.models import Budget, GpuPrice, IdlePolicy, Source, UsageHour
 from billing.services import HOUR, last_complete_hour, rollup_days
 from fleet.models import Node, Workload
 from fleet.services import platform_namespaces, tenant_of
@@ -53,6 +53,8 @@ MIG_PRICE_PER_SLICE = Decimal("0.4500")  # a 1g instance; a 3g pays three slices
 IDLE_WATTS = 100
 BUSY_WATTS = 600
 BATCH = 2000
+# The demo's idle policy: the nearly idle tenant runs at 2-7%, the others at 25% and more.
+DEMO_IDLE_THRESHOLD = Decimal(10)
 
 
 @dataclass(frozen=True)
@@ -338,3 +340,27 @@ def seed_history(now: datetime | None = None, *, planned: Iterable[PlannedWorklo
     rollup_days({(start + i * HOUR).date() for i in range(DAYS * 24)})
     budget = seed_budget(start, end)
     return Seeded(prices, len(rows), len(hours) - len(kept), budget)
+
+
+def seed_idle(now: datetime | None = None) -> int:
+    """An idle policy with a short grace on each flavor the nearly idle tenant uses, and one
+    evaluation, so the idle pages have a case: its workloads ran at a few percent all month.
+    Returns the cases opened; policies already set are left as they are."""
+    from billing import idle
+
+    flavors = set(
+        UsageHour.objects.filter(source=Source.DEMO, tenant_slug=IDLE_TENANT)
+        .exclude(flavor="")
+        .values_list("flavor", flat=True)
+    )
+    for flavor in sorted(flavors):
+        IdlePolicy.objects.get_or_create(
+            flavor=flavor,
+            tenant=None,
+            defaults={
+                "threshold_percent": DEMO_IDLE_THRESHOLD,
+                "window_hours": 2,
+                "grace_minutes": 10,
+            },
+        )
+    return idle.evaluate(now=now).detected

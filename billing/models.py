@@ -451,3 +451,180 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.month:%Y-%m} {self.threshold}%"
+
+
+# --- idle reclaim (billing.idle) -----------------------------------------------------------
+
+
+class IdleKind(models.TextChoices):
+    """What an idle case is about, and so what acting on it does."""
+
+    JOB = "job", "Batch job (Kueue Workload deactivated)"
+    ENDPOINT = "endpoint", "Model endpoint (scaled to zero)"
+    CLUSTER = "cluster", "Tenant cluster (put to sleep)"
+    OTHER = "other", "Other workload (told, not acted on)"
+
+
+class IdlePolicy(models.Model):
+    """When GPUs of a flavor count as idle, and what the portal does then.
+
+    A row without a tenant is the flavor's policy; a row with one overrides it for that tenant
+    (the whole row: a tenant's override states every field). A workload is idle when its
+    GPUs' mean DCGM_FI_PROF_GR_ENGINE_ACTIVE (the ledger's used over allocated GPU-seconds)
+    stayed under ``threshold_percent`` for each of the last ``window_hours`` complete hours;
+    its tenant is told, and ``grace_minutes`` later the action of its kind runs, if enabled.
+    """
+
+    flavor = models.CharField(max_length=63)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    threshold_percent = models.DecimalField(max_digits=5, decimal_places=2)
+    window_hours = models.PositiveSmallIntegerField(default=2)
+    grace_minutes = models.PositiveIntegerField(default=60)
+    act_on_jobs = models.BooleanField(default=True)
+    act_on_endpoints = models.BooleanField(default=True)
+    act_on_clusters = models.BooleanField(default=False)
+    # The longest a tenant may exempt one of its workloads from this policy.
+    max_exemption_days = models.PositiveSmallIntegerField(default=7)
+    enabled = models.BooleanField(default=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["flavor", "tenant_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["flavor"], condition=models.Q(tenant=None), name="idle_policy_flavor"
+            ),
+            models.UniqueConstraint(
+                fields=["flavor", "tenant"],
+                condition=~models.Q(tenant=None),
+                name="idle_policy_flavor_tenant",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(threshold_percent__gt=0, threshold_percent__lte=100),
+                name="idle_policy_threshold_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(window_hours__gte=1, window_hours__lte=168),
+                name="idle_policy_window_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = f" for {self.tenant}" if self.tenant_id else ""
+        what = f"idle under {self.threshold_percent}% for {self.window_hours} h"
+        return f"{what} on {self.flavor}{scope}"
+
+    def acts_on(self, kind: str) -> bool:
+        return {
+            IdleKind.JOB: self.act_on_jobs,
+            IdleKind.ENDPOINT: self.act_on_endpoints,
+            IdleKind.CLUSTER: self.act_on_clusters,
+        }.get(IdleKind(kind), False)
+
+
+class IdleExemption(models.Model):
+    """A tenant's workload that idle reclaim leaves alone until ``until`` (a notebook kept
+    warm on purpose, say), within the policy's ``max_exemption_days``."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=63)
+    workload = models.CharField(max_length=320)  # as the ledger names it, "Job/train"
+    until = models.DateTimeField()
+    reason = models.CharField(max_length=300)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-until"]
+        indexes = [models.Index(fields=["namespace", "workload", "until"])]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.workload} exempt until {self.until:%Y-%m-%d %H:%M}"
+
+
+class IdleCase(models.Model):
+    """One idle workload, from detection to what became of it.
+
+    ``detected`` -> ``notified`` (inbox, mail, webhook ``idle.detected``) -> after the grace
+    ``acted`` (deactivated, scaled to zero, asleep) or ``no_action`` (the policy or the kind
+    has none) -> ``woken`` by its tenant; ``exempted`` or ``closed`` (busy again, gone) end it
+    too. At most one open case per workload.
+    """
+
+    class State(models.TextChoices):
+        DETECTED = "detected", "Detected"
+        NOTIFIED = "notified", "Notified"
+        ACTED = "acted", "Reclaimed"
+        NO_ACTION = "no_action", "Told, no action available"
+        WOKEN = "woken", "Woken"
+        EXEMPTED = "exempted", "Exempted"
+        CLOSED = "closed", "Closed"
+
+    OPEN = (State.DETECTED, State.NOTIFIED, State.ACTED, State.NO_ACTION)
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=63)
+    flavor = models.CharField(max_length=63)
+    workload = models.CharField(max_length=320)
+    kind = models.CharField(max_length=10, choices=IdleKind.choices)
+    target = models.CharField(max_length=253, blank=True)  # Workload or Resource name acted on
+    policy = models.ForeignKey(IdlePolicy, null=True, on_delete=models.SET_NULL, related_name="+")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.DETECTED)
+    utilisation_percent = models.DecimalField(max_digits=5, decimal_places=2)
+    gpus = models.DecimalField(max_digits=10, decimal_places=3)  # GPU-equivalents held
+    detected_at = models.DateTimeField(default=timezone.now)
+    act_after = models.DateTimeField()
+    acted_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    note = models.TextField(blank=True)  # why it is in its state, in words
+
+    class Meta:
+        ordering = ["-detected_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "workload"],
+                condition=models.Q(state__in=["detected", "notified", "acted", "no_action"]),
+                name="idle_case_one_open",
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.workload} {self.state}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in self.OPEN
+
+
+class ReclaimedHour(models.Model):
+    """GPU-hours an idle case's workload would have held during one hour (UTC) had it not
+    been reclaimed: what the ledger and the dashboards show as won back. Recomputed from the
+    case's times, so writing an hour twice never counts it twice."""
+
+    hour = models.DateTimeField()
+    tenant_slug = models.CharField(max_length=63)
+    namespace = models.CharField(max_length=63)
+    flavor = models.CharField(max_length=63)
+    case = models.ForeignKey(IdleCase, on_delete=models.CASCADE, related_name="reclaimed")
+    gpu_hours = models.DecimalField(max_digits=12, decimal_places=3)
+
+    class Meta:
+        ordering = ["hour", "tenant_slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["case", "hour"], name="reclaimed_hour_unique"),
+        ]
+        indexes = [models.Index(fields=["tenant_slug", "hour"]), models.Index(fields=["hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.tenant_slug} {self.gpu_hours}"

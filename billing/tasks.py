@@ -7,7 +7,7 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 
-from billing import budgets, invoicing, services
+from billing import budgets, idle, invoicing, services
 from billing.models import IngestRun
 from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
@@ -83,3 +83,16 @@ def budget_check(job: Job) -> None:
     for alert in raised:
         job.append_log(f"{alert.tenant.slug}: {alert.threshold}% of {alert.budget}")
     job.set_progress(100, f"{len(raised)} alert{'s' if len(raised) != 1 else ''} raised")
+
+
+@job_task("billing.idle")
+def idle_check(job: Job) -> None:
+    """Evaluate the idle policies: new cases told, due ones acted on, reclaimed hours."""
+    result = idle.evaluate()
+    for error in result.errors:
+        job.append_log(error)
+    job.set_progress(
+        100,
+        f"{result.detected} detected, {result.acted} reclaimed, {result.closed} closed, "
+        f"{result.reclaimed_rows} reclaimed hours",
+    )

@@ -4,8 +4,13 @@
 
 from __future__ import annotations
 
-from billing import finance_views, rightsizing_views, views
+from billing import finance_views, idle_views, rightsizing_views, views
 
 app_name = "billing"
 
-urlpatterns = views.urlpatterns + finance_views.urlpatterns + rightsizing_views.urlpatterns
+urlpatterns = (
+    views.urlpatterns
+    + finance_views.urlpatterns
+    + rightsizing_views.urlpatterns
+    + idle_views.urlpatterns
+)

@@ -18,7 +18,7 @@ from django.urls import URLPattern, path
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from billing import charts
+from billing import charts, idle
 from billing.dashboards import PRESETS, Range, RangeError, admin_dashboard, parse_range
 from billing.dashboards import tenant_dashboard as tenant_rows
 from billing.job_usage import job_usage as usage_of
@@ -78,8 +78,20 @@ def admin_dashboard_page(request: HttpRequest) -> HttpResponse:
         "energy_chart": figure_html(charts.energy_figure(board.series)),
         "energy_tenant_chart": figure_html(charts.energy_by_tenant_figure(board.costs)),
         "quota_chart": figure_html(charts.quota_figure(board.quotas)),
+        **_reclaimed(window, None),
     }
     return render(request, _template(request, template), context)
+
+
+def _reclaimed(window: Range, tenant_slug: str | None) -> dict[str, Any]:
+    """The GPU-hours idle reclaim won back in the range (``billing.idle``), and their chart."""
+    days = idle.reclaimed_by_day(tenant_slug=tenant_slug, since=window.start, end=window.end)
+    return {
+        "reclaimed_gpu_hours": idle.reclaimed_total(
+            tenant_slug=tenant_slug, since=window.start, end=window.end
+        ),
+        "reclaimed_chart": figure_html(charts.reclaimed_figure(days)),
+    }
 
 
 @login_required
@@ -106,6 +118,7 @@ def tenant_dashboard(request: HttpRequest, tenant: str) -> HttpResponse:
         ),
         "energy_chart": figure_html(charts.energy_figure(board.series)),
         "quota_chart": figure_html(charts.quota_figure(board.quotas)),
+        **_reclaimed(window, access.tenant.slug),
     }
     return render(request, _template(request, template), context)
 

@@ -318,6 +318,28 @@ class Kube:
             raise KubeError(f"The API server's answer to read {kind.kind} is not an object.")
         return body
 
+    def merge_patch_custom(
+        self, kind: CustomKind, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Apply a JSON merge patch (RFC 7386) to one custom object: the only patch type an API
+        server accepts for custom resources besides JSON patch (no strategic merge)."""
+        body = self._call(
+            f"patch {kind.kind} {namespace}/{name}",
+            lambda **kw: self.custom.patch_namespaced_custom_object(
+                kind.group,
+                kind.version,
+                namespace,
+                kind.plural,
+                name,
+                patch,
+                _content_type="application/merge-patch+json",
+                **kw,
+            ),
+        )
+        if not isinstance(body, dict):
+            raise KubeError(f"The API server's answer to patch {kind.kind} is not an object.")
+        return body
+
     def pending_workloads(self, cluster_queue: str, *, offset: int, limit: int) -> Any:
         """One page of a ClusterQueue's pending workloads from Kueue's visibility API (a
         ``PendingWorkloadsSummary``), from position ``offset``, at most ``limit`` items.

@@ -671,6 +671,15 @@ CELERY_BEAT_SCHEDULE["billing-budgets"] = {
     "schedule": crontab(minute="10,40"),
 }
 
+# --- Billing: idle reclaim (billing/idle.py) -------------------------------------------------
+# How often the idle policies are evaluated over the ledger: detection, notices, and the
+# actions whose grace has run out.
+BILLING_IDLE_EVERY_SECONDS = env_int("BILLING_IDLE_EVERY_SECONDS", 300)
+CELERY_BEAT_SCHEDULE["billing-idle"] = {
+    "task": "billing.idle",
+    "schedule": schedule(timedelta(seconds=BILLING_IDLE_EVERY_SECONDS)),
+}
+
 # --- Health, readiness and metrics (portal/health.py, portal/metrics.py) ---------------------
 # /metrics answers only `Authorization: Bearer <METRICS_TOKEN>`; unset, it is off (404).
 METRICS_TOKEN = env("METRICS_TOKEN")

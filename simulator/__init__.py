@@ -231,6 +231,9 @@ class Simulator:
     def inject_xid(self, node: str, gpu: int, xid: int) -> None:
         self.cluster.inject_xid(node, gpu, xid, time.time())
 
+    def set_gpu_idle(self, node: str, gpu: int | None, idle: bool = True) -> None:
+        self.cluster.set_gpu_idle(node, gpu, idle, time.time())
+
     def set_node_ready(self, node: str, ready: bool) -> None:
         self.cluster.set_node_ready(node, ready, time.time())
 

@@ -230,6 +230,8 @@ class Gpu:
     slots: list[Slot] = field(default_factory=list)
     xid: int = 0
     healthy: bool = True
+    # The ``idle`` fault: what runs on the GPU holds it but does no work (GR_ENGINE_ACTIVE ~0).
+    idle: bool = False
 
 
 @dataclass
@@ -799,6 +801,17 @@ class Cluster:
             logger.info("condition %s=%s on %s", kind, status, node_name)
             self.sync_node(node_name, now)
 
+    def set_gpu_idle(self, node_name: str, gpu_index: int | None, idle: bool, now: float) -> None:
+        """The ``idle`` fault: the workloads on one GPU (``gpu_index``) or on every GPU of the
+        node keep their allocation but stop working, so DCGM's GR_ENGINE_ACTIVE reads ~0."""
+        with self.store.lock:
+            node = self.node(node_name)
+            if gpu_index is not None and not 0 <= gpu_index < len(node.gpus):
+                raise NotFound(f"node {node_name} has no GPU {gpu_index}")
+            for gpu in node.gpus if gpu_index is None else [node.gpus[gpu_index]]:
+                gpu.idle = idle
+            logger.info("idle=%s on %s GPU %s", idle, node_name, gpu_index)
+
     def set_node_ready(self, node_name: str, ready: bool, now: float) -> None:
         with self.store.lock:
             self.node(node_name).ready = ready
@@ -813,6 +826,7 @@ class Cluster:
                 for gpu in node.gpus:
                     gpu.xid = 0
                     gpu.healthy = True
+                    gpu.idle = False
                 self.sync_node(node.name, now)
 
     # --- namespaces and pods -----------------------------------------------------------------
@@ -1587,5 +1601,6 @@ def _sample(
         container=container,
         busy=pod is not None,
         xid=gpu.xid,
+        idle=gpu.idle,
         memory_mib=mig_memory_mib(device.profile) if device else gpu.memory_mib,
     )

@@ -69,6 +69,7 @@ class GpuSample:
     container: str = ""
     busy: bool = False  # a workload is placed on it
     xid: int = 0  # last XID, 0 = none
+    idle: bool = False  # the ``idle`` fault: placed but doing nothing
     memory_mib: int = 0  # framebuffer of the GPU or MIG instance (0 = unknown -> 81920)
 
     @property
@@ -168,7 +169,10 @@ def _readings(samples: list[GpuSample], now: float) -> list[tuple[GpuSample, _Re
 
 def _own_util(sample: GpuSample, now: float, xid: int) -> float:
     # A GPU that fell off the bus does no work, whatever was placed on it.
-    return 0.0 if xid == FALLEN_OFF_XID else utilisation(_key(sample), now, sample.busy)
+    # An idle workload (the ``idle`` fault) holds the GPU and reads as an empty one.
+    if xid == FALLEN_OFF_XID:
+        return 0.0
+    return utilisation(_key(sample), now, sample.busy and not sample.idle)
 
 
 def _key(sample: GpuSample) -> str:

@@ -1180,12 +1180,17 @@ class Api:
                         sim.slow_nccl(node, float(share))
                     except ValueError as exc:
                         raise ApiError(400, "BadRequest", f"an nccl-slow fault: {exc}") from exc
+                elif kind in ("idle", "busy"):
+                    gpu = fault.get("gpu")
+                    if gpu is not None and not isinstance(gpu, int):
+                        raise ApiError(400, "BadRequest", "an idle fault's gpu is an integer")
+                    sim.set_gpu_idle(node, gpu, kind == "idle")
                 else:
                     raise ApiError(
                         400,
                         "BadRequest",
                         "kind must be 'xid', 'not-ready', 'ready', 'condition', 'diag-fail', "
-                        "'nccl-slow', "
+                        "'nccl-slow', 'idle', 'busy', "
                         "'kueue-webhook-down' or 'kueue-webhook-up'",
                     )
             except NotFound as exc:

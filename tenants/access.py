@@ -55,6 +55,9 @@ class Action(StrEnum):
     READ_JOB_LOGS = "read_job_logs"  # the last lines of a batch job's pods
     MANAGE_JOB_TEMPLATES = "manage_job_templates"  # the platform's batch job templates
     REMEDIATE = "remediate"  # return a remediated node, resume a paused pool, set the policy
+    MANAGE_IDLE_POLICIES = "manage_idle_policies"  # idle thresholds, windows, grace, actions
+    WAKE_IDLE = "wake_idle"  # wake a workload the idle reclaim acted on
+    EXEMPT_IDLE = "exempt_idle"  # exempt a workload from idle reclaim, within the policy
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,11 @@ RULES: dict[Action, Rule] = {
     # The remediation loop cordons and drains by itself; handing a node back to the tenants,
     # lifting the blast-radius guard and changing its policy are the platform's call.
     Action.REMEDIATE: Rule(platform=_PLATFORM_ADMIN),
+    # Idle reclaim: the platform sets the policies; the tenant's writers may wake or exempt
+    # what they own (within the policy's limits), as may a platform admin.
+    Action.MANAGE_IDLE_POLICIES: Rule(platform=_PLATFORM_ADMIN),
+    Action.WAKE_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
+    Action.EXEMPT_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -154,6 +162,11 @@ DENIED: dict[Action, str] = {
     Action.MANAGE_JOB_TEMPLATES: "Only platform admins manage job templates.",
     Action.REMEDIATE: "Only platform admins return remediated nodes, resume the remediation "
     "loop or change its policy.",
+    Action.MANAGE_IDLE_POLICIES: "Only platform admins set idle policies.",
+    Action.WAKE_IDLE: "Only the tenant's members and admins wake what idle reclaim stopped; "
+    "viewers cannot.",
+    Action.EXEMPT_IDLE: "Only the tenant's members and admins exempt a workload from idle "
+    "reclaim; viewers cannot.",
 }
 
 

@@ -124,7 +124,9 @@ CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("serving.kserve.io", "inferenceservices", ("get", "list", "watch")),
     # The queue read back (fleet.queues): Kueue's objects, and the pending workloads of each
     # ClusterQueue from Kueue's visibility API (an aggregated API: a subresource to get).
-    ("kueue.x-k8s.io", "workloads", ("get", "list", "watch")),
+    # ``patch``: idle reclaim deactivates an idle job's Workload (``spec.active: false``,
+    # fleet.activation) and its tenant wakes it; run-once work, not in Git.
+    ("kueue.x-k8s.io", "workloads", ("get", "list", "watch", "patch")),
     ("kueue.x-k8s.io", "clusterqueues", ("get", "list", "watch")),
     ("kueue.x-k8s.io", "localqueues", ("get", "list", "watch")),
     ("kueue.x-k8s.io", "cohorts", ("get", "list", "watch")),

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 from drf_spectacular.generators import SchemaGenerator
 
-from billing.models import Invoice
+from billing.models import IdleCase, Invoice
 from catalog import services as catalog
 from catalog.models import BatchJob, Resource
 from portal.models import Job
@@ -76,13 +76,31 @@ def alphas(world: dict[str, Any], merged_change: Callable[..., Any]) -> dict[str
         spec={"name": "ft-1", "nodes": 1},
         submitted_by=world["bob"],
     )
+    idle_case = IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="alpha",
+        flavor="h200",
+        workload="Job/ft-1",
+        kind="job",
+        state="acted",
+        utilisation_percent=1,
+        gpus=1,
+        act_after=job.created_at,
+        acted_at=job.created_at,
+    )
     ids = {
         "/requests/": request.pk,
         "/changes/": change.pk,
         "/invoices/": invoice.pk,
         "/jobs/": job.pk,
     }
-    return {"slug": "alpha", "tenant": "alpha", "username": "alice", "ids": json.dumps(ids)}
+    return {
+        "slug": "alpha",
+        "tenant": "alpha",
+        "username": "alice",
+        "case_id": str(idle_case.pk),
+        "ids": json.dumps(ids),
+    }
 
 
 def _fill(path: str, alphas: dict[str, str]) -> str:
@@ -94,7 +112,7 @@ def _fill(path: str, alphas: dict[str, str]) -> str:
     for plural, value in name.items():
         if f"/{plural}/" in path:
             path = path.replace("{name}", value)
-    for key in ("slug", "tenant", "username"):
+    for key in ("slug", "tenant", "username", "case_id"):
         path = path.replace("{" + key + "}", alphas[key])
     assert "{" not in path, path
     return path

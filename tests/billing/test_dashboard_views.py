@@ -207,12 +207,14 @@ def test_the_number_of_queries_does_not_grow_with_tenants_or_rows(
     # Pinned: session, user, platform roles; the dashboard's nine (latest hour, fleet,
     # prices, one priced query per price period, series, inventory, shares, requests,
     # ingest runs); whether Kueue's queues are live (watch and sync states: not here, so the
-    # ledger's hour stands); the nav's tenants and counters.
-    assert admin_before == 16
+    # ledger's hour stands); the nav's tenants and counters; the GPU-hours idle reclaim won
+    # back (total and by day).
+    assert admin_before == 18
     # The tenant's: session, user, roles, membership; prices, one priced query per price
     # period (by hour, which gives the series too), workloads, endpoints, latest hour,
-    # inventory, shares, requests; whether Kueue's queues are live (two); the nav's two.
-    assert tenant_before == 16
+    # inventory, shares, requests; whether Kueue's queues are live (two); the nav's two; the
+    # GPU-hours idle reclaim won back (total and by day).
+    assert tenant_before == 18
 
 
 # --- landing pages --------------------------------------------------------------------------------

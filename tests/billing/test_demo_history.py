@@ -197,3 +197,17 @@ def test_it_uses_the_simulators_workloads_before_the_fleet_is_synced(
         "vision",
         "llm-platform",
     }
+
+
+@pytest.mark.django_db
+def test_the_demo_has_an_idle_policy_and_a_case_for_the_idle_tenant(fleet: Simulator) -> None:
+    from billing.models import IdleCase, IdlePolicy
+
+    demo.seed_history()
+    assert demo.seed_idle() >= 1
+    cases = IdleCase.objects.all()
+    assert {c.tenant.slug for c in cases} == {demo.IDLE_TENANT}
+    assert all(c.utilisation_percent < demo.DEMO_IDLE_THRESHOLD for c in cases)
+    assert IdlePolicy.objects.filter(grace_minutes=10).exists()
+    # Seeding again opens nothing twice.
+    assert demo.seed_idle() == 0

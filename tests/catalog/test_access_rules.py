@@ -62,6 +62,9 @@ EXPECTED: dict[Action, set[str]] = {
     A.READ_JOB_LOGS: {"alice", "bob", "vic", "dora"},
     A.MANAGE_JOB_TEMPLATES: {"pam"},
     A.REMEDIATE: {"pam"},
+    A.MANAGE_IDLE_POLICIES: {"pam"},
+    A.WAKE_IDLE: {"pam", "alice", "bob"},
+    A.EXEMPT_IDLE: {"pam", "alice", "bob"},
 }
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 1}

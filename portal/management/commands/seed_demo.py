@@ -370,7 +370,7 @@ class Command(BaseCommand):
     def _seed_billing(self) -> None:
         """Prices, a month of made-up GPU usage and a budget, so the cost pages have a
         history before the demo's own exporter has been scraped for an hour."""
-        from billing.demo import seed_history
+        from billing.demo import seed_history, seed_idle
 
         seeded = seed_history(planned=planned_workloads())
         self.stdout.write(
@@ -378,6 +378,8 @@ class Command(BaseCommand):
             f"({seeded.skipped_hours} hours already metered), {seeded.prices} new prices, "
             f"a budget for {seeded.budget or 'no tenant'}."
         )
+        cases = seed_idle()
+        self.stdout.write(f"Demo idle reclaim: an idle policy, {cases} idle case(s) opened.")
 
     def _seed_lifecycle(self) -> None:
         """Every node of the demo fleet known and ready but ``DEMO_BURN_IN_NODE``: the first
