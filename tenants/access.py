@@ -54,6 +54,7 @@ class Action(StrEnum):
     CANCEL_JOB = "cancel_job"  # cancel a batch job (owner: who submitted it)
     READ_JOB_LOGS = "read_job_logs"  # the last lines of a batch job's pods
     MANAGE_JOB_TEMPLATES = "manage_job_templates"  # the platform's batch job templates
+    WAKE = "wake"  # wake (or put to sleep) an endpoint or tenant cluster, through a change
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,9 @@ RULES: dict[Action, Rule] = {
     # Logs may hold the tenant's data: its members read them (viewers too), nobody else.
     Action.READ_JOB_LOGS: Rule(_ALL_TENANT_ROLES),
     Action.MANAGE_JOB_TEMPLATES: Rule(platform=_PLATFORM_ADMIN),
+    # Waking puts back what the tenant already had (its share holds room for it): the write
+    # role, as for a request, without an approval (catalog.idle_actions).
+    Action.WAKE: Rule(_WRITERS, _PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -148,6 +152,7 @@ DENIED: dict[Action, str] = {
     "cancel it.",
     Action.READ_JOB_LOGS: "Only the tenant's members read its jobs' logs.",
     Action.MANAGE_JOB_TEMPLATES: "Only platform admins manage job templates.",
+    Action.WAKE: "Viewers cannot wake or put to sleep; ask a member or an admin.",
 }
 
 

@@ -61,6 +61,7 @@ EXPECTED: dict[Action, set[str]] = {
     A.CANCEL_JOB: {"alice"},
     A.READ_JOB_LOGS: {"alice", "bob", "vic", "dora"},
     A.MANAGE_JOB_TEMPLATES: {"pam"},
+    A.WAKE: {"alice", "bob", "pam"},
 }
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 1}
