@@ -24,6 +24,7 @@ tenant (a non-member sees a 404 before that, in the view).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -32,9 +33,11 @@ from django.db import transaction
 from catalog import services
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.specs import COLLECTION, to_json
+from fleet import services as fleet
 from gitops import services as gitops
 from gitops.policy_merge import do_merge_by_policy
 from tenants.access import Action, require
+from tenants.models import Tenant
 
 SLEEPERS = (Kind.ENDPOINT, Kind.CLUSTER)
 # The policy a merge without review names (the squash commit's Approved-by, the audit row).
@@ -135,3 +138,58 @@ def merge_ready() -> int:
     if merged:
         services.advance_requests()
     return merged
+
+
+# What the first request to a woken endpoint waits for, as the tenant guide explains: the wake
+# change's merge and Flux's apply, the pod's scheduling (Kueue admission), the image pull if
+# the node does not have the runtime image cached, the model download by the storage
+# initializer, and vLLM loading the weights onto the GPUs.
+FIRST_REQUEST_WAIT = (
+    "Waking goes through a change: once it merges and Flux applies it, the predictor pod is "
+    "scheduled, pulls the runtime image (unless the node has it cached), downloads the model "
+    "and loads it onto its GPUs. Expect minutes, not seconds, for a large model."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SleepState:
+    """What the catalog shows of a resource that can sleep."""
+
+    asleep: bool
+    since: Any  # when main took it asleep (the merge), or None
+    pods: int  # predictor or control-plane pods the fleet read model last saw running
+    blocked: bool  # another request holds it (its pull request is not merged yet)
+
+
+def sleep_states(tenant: Tenant, resources: Iterable[Resource]) -> dict[int, SleepState]:
+    """{resource pk: its SleepState} for those of ``resources`` that can sleep and run: asleep
+    or awake as main holds it (read once), since when main holds it asleep (the merge of the
+    change that put it to sleep), and the pods the fleet read model last saw running."""
+    sleepers = [r for r in resources if r.kind in SLEEPERS and r.state == Resource.State.ACTIVE]
+    if not sleepers:
+        return {}
+    on_main = gitops.tenant_spec_on_main(tenant.slug)
+    states = {}
+    for resource in sleepers:
+        items = getattr(on_main, COLLECTION[resource.kind]) if on_main is not None else ()
+        item = next((i for i in items if i.name == resource.name), None)
+        asleep = bool(item is not None and item.asleep)
+        since = None
+        if asleep:
+            since = (
+                resource.requests.filter(state__in=[S.MERGED, S.READY], spec__asleep=True)
+                .exclude(change__merged_at=None)
+                .order_by("-change__merged_at")
+                .values_list("change__merged_at", flat=True)
+                .first()
+            )
+        pods = fleet.running_pods(tenant.slug, _pod_prefix(resource))
+        blocked = services.blocking_request(resource) is not None
+        states[resource.pk] = SleepState(asleep=asleep, since=since, pods=pods, blocked=blocked)
+    return states
+
+
+def _pod_prefix(resource: Resource) -> str:
+    # KServe's predictor Deployment is <name>-predictor; the vCluster StatefulSet's pod is
+    # <release>-0, the release being the cluster's name in the tenant's namespace.
+    return f"{resource.name}-predictor-" if resource.kind == Kind.ENDPOINT else f"{resource.name}-0"

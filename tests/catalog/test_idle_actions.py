@@ -144,3 +144,39 @@ def test_a_cluster_sleeps_through_main(
         request.change.merge_sha, "tenants/alpha/clusters/dev.yaml"
     )
     assert b"highAvailability:\n" in release and b"replicas: 0" in release
+
+
+# --- the catalog page and its wake button ------------------------------------------------
+
+
+def test_the_catalog_shows_asleep_since_and_wakes_on_a_click(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any, login: Any
+) -> None:
+    bob = login("bob")
+    page = bob.get("/t/alpha/catalog/").content.decode()
+    assert "awake" in page and "Wake</button>" not in page
+    request = run_jobs(idle_actions.sleep, endpoint, reason="idle")
+    run_jobs(idle_actions.merge_ready)
+    request.refresh_from_db()
+    assert request.change is not None and request.change.merged_at is not None
+    page = bob.get("/t/alpha/catalog/").content.decode()
+    assert "asleep" in page and "Wake</button>" in page
+    assert f"since {request.change.merged_at:%Y-%m-%d %H:%M} UTC" in page
+    assert "0 pods running" in page and "loads it onto its GPUs" in page
+    # A viewer sees the state but no button, and may not post.
+    vic = login("vic")
+    assert "Wake</button>" not in vic.get("/t/alpha/catalog/").content.decode()
+    url = f"/t/alpha/resources/{endpoint.pk}/wake/"
+    assert vic.post(url).status_code == 403
+    # A non-member gets 404, and nothing is opened.
+    before = ResourceRequest.objects.count()
+    assert login("charlie").post(url).status_code == 404
+    assert login("charlie").get(url).status_code == 404
+    assert ResourceRequest.objects.count() == before
+    assert bob.get(url).status_code == 405
+    response = run_jobs(bob.post, url)
+    woken = ResourceRequest.objects.latest("pk")
+    assert response.status_code == 302 and response["Location"].endswith(f"/{woken.pk}/")
+    assert woken.requested_by == world["bob"] and woken.spec["asleep"] is False
+    run_jobs(idle_actions.merge_ready)
+    assert not idle_actions.is_asleep(endpoint)
