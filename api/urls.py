@@ -10,6 +10,7 @@ from api.views_catalog import ChangeViewSet, JobViewSet, RequestViewSet
 from api.views_idle import IdleCaseViewSet
 from api.views_jobs import BatchJobViewSet
 from api.views_queues import FleetQueueView, QueueSummaryView, WorkloadViewSet
+from api.views_sleep import WakeViewSet
 from api.views_tenants import CapacityView, InvoiceViewSet, MemberViewSet, TenantViewSet, UsageView
 
 app_name = "api"
@@ -74,6 +75,11 @@ urlpatterns = [
         "api/v1/tenants/<slug:slug>/queue/",
         QueueSummaryView.as_view({"get": "retrieve"}),
         name="queue",
+    ),
+    path(
+        "api/v1/tenants/<slug:slug>/resources/<str:kind>/<slug:name>/wake/",
+        WakeViewSet.as_view({"post": "wake"}),
+        name="wake",
     ),
     path("api/v1/fleet/capacity/", CapacityView.as_view(), name="capacity"),
     path("api/v1/fleet/queues/", FleetQueueView.as_view(), name="fleet_queues"),

@@ -325,6 +325,7 @@ class ClusterForm(SpecForm):
             "cpu_quota": data["cpu_quota"],
             "memory_gib": data["memory_gib"],
             "max_pods": data["max_pods"],
+            "asleep": False,  # as for an endpoint: a change through the form wakes it
         }
 
 
@@ -342,7 +343,12 @@ class EndpointForm(SpecForm):
     gpus_per_replica = _number(
         1, low=1, label="GPUs per replica", help_text="In the share's unit (GPUs, slices, slots)."
     )
-    min_replicas = _number(1, low=1)
+    min_replicas = _number(
+        1,
+        low=0,
+        help_text="0 scales to zero when idle: only with concurrency or requests-per-second "
+        "scaling (KEDA); the share keeps room for one replica to wake.",
+    )
     max_replicas = _number(1, low=1)
     scale_metric = FleetChoiceField(initial="concurrency", choices=SCALE_METRICS)
     scale_target = _number(8, low=1, help_text="Scale out above this much per replica.")
@@ -385,6 +391,8 @@ class EndpointForm(SpecForm):
             "expose": data["expose"],
             "cpu": data["cpu"],
             "memory_gib": data["memory_gib"],
+            # Changed by its tenant, an endpoint runs: a change through the form wakes it.
+            "asleep": False,
         }
 
     @classmethod

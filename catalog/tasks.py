@@ -9,7 +9,7 @@ from django.core.mail import EmailMessage, get_connection, send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from catalog import outbound, services
+from catalog import idle_actions, outbound, services
 from catalog.models import OutgoingMail
 from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
@@ -113,3 +113,11 @@ def webhooks(job: Job) -> None:
     sent = outbound.deliver_due()
     job.set_progress(100, f"{sent} webhook calls made")
     prune_scheduled("catalog.webhooks", SCHEDULED_KEEP)
+
+
+@job_task("catalog.idle_merge")
+def idle_merge(job: Job) -> None:
+    """Merge the sleep and wake changes whose checks passed (``idle_actions.merge_ready``)."""
+    merged = idle_actions.merge_ready()
+    job.set_progress(100, f"{merged} sleep or wake changes merged")
+    prune_scheduled("catalog.idle_merge", SCHEDULED_KEEP)

@@ -27,6 +27,11 @@ urlpatterns = [
         views.resource_decommission,
         name="decommission",
     ),
+    path(
+        "t/<slug:tenant>/resources/<int:resource_id>/wake/",
+        views.resource_wake,
+        name="wake",
+    ),
     path("t/<slug:tenant>/gateway-key/", views.gateway_key, name="gateway_key"),
     path(
         "t/<slug:tenant>/resources/<int:resource_id>/kubeconfig/",

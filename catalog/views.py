@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django_htmx.http import HttpResponseLocation
 
-from catalog import services, states
+from catalog import idle_actions, services, states
 from catalog.forms import FORMS, NOUNS, SpecForm
 from catalog.keys import do_revoke_gateway_key, do_rotate_gateway_key
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
@@ -128,14 +128,17 @@ def home(request: HttpRequest, tenant: str) -> HttpResponse:
         return refused
     usage = services.check_request(access.tenant, Kind.GPU_SHARE, "", None)
     waiting = {r.resource_id: r for r in access.tenant.requests.filter(state__in=states.OPEN)}
-    resources = access.tenant.resources.exclude(state__in=GONE)
+    resources = list(access.tenant.resources.exclude(state__in=GONE))
+    sleeping = idle_actions.sleep_states(access.tenant, resources)
     cards = [
         {
             "kind": kind,
             "label": label,
             "blurb": BLURBS[Kind(kind)],
             "noun": NOUNS[Kind(kind)],
-            "rows": [(r, waiting.get(r.pk)) for r in resources if r.kind == kind],
+            "rows": [
+                (r, waiting.get(r.pk), sleeping.get(r.pk)) for r in resources if r.kind == kind
+            ],
         }
         for kind, label in Kind.choices
     ]
@@ -146,8 +149,27 @@ def home(request: HttpRequest, tenant: str) -> HttpResponse:
         "gpus_used": _gpus(usage.gpu_equivalents),
         "gpus_over": usage.gpu_equivalents > access.tenant.gpu_quota,
         "dedicated": access.tenant.trust_level == Tenant.TrustLevel.DEDICATED,
+        "first_request_wait": idle_actions.FIRST_REQUEST_WAIT,
     }
     return render(request, "catalog/home.html", context)
+
+
+@login_required
+def resource_wake(request: HttpRequest, tenant: str, resource_id: int) -> HttpResponse:
+    """Wake an endpoint or tenant cluster (a change, merged by the standing policy)."""
+    access = get_tenant_for_user(request, tenant)  # a non-member's 404 first, whatever method
+    resource = _resource_of(access, resource_id)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        req = idle_actions.wake(
+            resource, reason=f"Woken by {request.user.get_username()}.", actor=request.user
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("catalog:home", tenant=access.tenant.slug)
+    messages.success(request, f"Waking {resource.name}: pull request #{req.change_id}.")
+    return redirect(_request_url(req))
 
 
 # --- asking -------------------------------------------------------------------------------

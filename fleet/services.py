@@ -1373,3 +1373,11 @@ def do_propose_portal_deployment(
         },
     )
     return change
+
+
+def running_pods(namespace: str, name_prefix: str) -> int:
+    """How many pods of ``namespace`` whose name starts with ``name_prefix`` the last sync saw
+    running (a sleeping endpoint's predictor or cluster's control plane: none)."""
+    return Workload.objects.filter(
+        namespace=namespace, name__startswith=name_prefix, phase="Running"
+    ).count()

@@ -233,6 +233,9 @@ class TenantClusterSpec:
     cpu_quota: int = 16
     memory_gib: int = 64
     max_pods: int = 100
+    # Asleep: its control plane scaled to zero through the chart's values, so it runs no
+    # pods and answers no API; woken by a change that sets it back (catalog.idle_actions).
+    asleep: bool = False
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,9 @@ class EndpointSpec:
     expose: bool = True
     cpu: int = 8
     memory_gib: int = 64
+    # Asleep: scaled to zero (no predictor pods, no GPUs held) until a change wakes it
+    # (catalog.idle_actions); ``min_replicas`` stays what it wakes to.
+    asleep: bool = False
 
 
 # Where a multi-pod job's pods must land together (Kueue topology-aware scheduling): one NVLink

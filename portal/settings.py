@@ -464,6 +464,10 @@ GITOPS_CHECK_CACHE = env("GITOPS_CHECK_CACHE", str(VAR_DIR / "check-cache.sqlite
 # A Celery worker process warms those values, main's tree and the schemas in the background
 # when it starts (gitops.merge_queue.warm), so its first batch does not pay for them.
 GITOPS_WARM_WORKERS = env_bool("GITOPS_WARM_WORKERS", True)
+# --- Sleep and wake (catalog.idle_actions, gitops.policy_merge) ----------------------------
+# A change that only puts an endpoint or tenant cluster to sleep or wakes it merges once its
+# checks pass, approved by the standing idle policy; false: it waits for a review.
+GITOPS_POLICY_AUTO_MERGE = env_bool("GITOPS_POLICY_AUTO_MERGE", True)
 
 # --- Merge queue (gitops.merge_queue) ------------------------------------------------------
 # Approved changes put into the queue ("merge when ready") are squashed onto main together, in
@@ -551,6 +555,10 @@ CELERY_BEAT_SCHEDULE["catalog-advance"] = {
 CELERY_BEAT_SCHEDULE["catalog-expire"] = {
     "task": "catalog.expire_reservations",
     "schedule": crontab(minute=5),
+}
+CELERY_BEAT_SCHEDULE["catalog-idle-merge"] = {
+    "task": "catalog.idle_merge",
+    "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),
 }
 
 # --- Node burn-in (fleet.burnin) ---------------------------------------------------------------

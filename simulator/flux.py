@@ -103,6 +103,7 @@ from simulator.store import (
 from simulator.vcluster import (
     admin_certificate,
     control_plane_pod,
+    control_plane_replicas,
     control_plane_service,
     exported_kubeconfigs,
     host_policies,
@@ -1376,6 +1377,9 @@ class FluxPlayer:
         chart_version = str(
             as_dict(as_dict(obj.get("spec")).get("chart")).get("spec", {}).get("version", "")
         )
+        if control_plane_replicas(values) == 0:
+            state.problem = ""  # asleep: the StatefulSet wants no pod
+            return
         pod = control_plane_pod(values, namespace, release, chart_version)
         self.cluster.ensure_namespace(namespace, now)
         try:
@@ -1393,6 +1397,8 @@ class FluxPlayer:
         except ApiServerRefused as exc:
             # kube-apiserver exits at once; the syncer container restarts and never gets ready.
             return f"pod {release}-0: container syncer: the API server exited: {exc}"
+        if control_plane_replicas(as_dict(as_dict(obj.get("spec")).get("values"))) == 0:
+            return ""  # a StatefulSet scaled to zero is ready: helm --wait passes
         pod = self.store.get(PODS, namespace, f"{release}-0")
         if pod is None:
             self._create_control_plane(state, obj, now)
@@ -1541,7 +1547,16 @@ class FluxPlayer:
         KServe's Deployment and its ReplicaSet would (``kserve.py``)."""
         namespace, name = key
         predictor = as_dict(as_dict(obj.get("spec")).get("predictor"))
-        replicas = max(int(predictor.get("minReplicas") or 1), 1)
+        # KServe's default is 1 (pkg/constants DefaultMinReplicas). At 0 the Deployment runs
+        # no pod: class "none" sets its replicas to minReplicas (kserve v0.20.0 reconcilers/
+        # deployment/deployment_reconciler.go createRawDefaultDeployment); with KEDA the
+        # ScaledObject's minReplicaCount is 0 (reconcilers/keda/keda_reconciler.go
+        # createKedaScaledObject) and KEDA keeps it there while its trigger reads 0, which a
+        # vLLM metric of no pods always does: the simulator plays that idle state. A Deployment
+        # of 0 replicas is Available, so the InferenceService stays Ready with no pod
+        # (pkg/apis/serving/v1beta1/inference_service_status.go PropagateRawStatus).
+        min_replicas = predictor.get("minReplicas", 1)
+        replicas = min_replicas if isinstance(min_replicas, int) and min_replicas >= 0 else 1
         self.cluster.delete_pods(namespace, {ISVC_LABEL: name}, now)
         self.cluster.ensure_namespace(namespace, now)
         digest = hashlib.sha256(json.dumps(predictor, sort_keys=True).encode()).hexdigest()

@@ -278,6 +278,21 @@ def _image(image: Mapping[str, Any], tag: str, default_registry: object) -> str:
     return f"{registry}/{repository}:{tag}" if registry else f"{repository}:{tag}"
 
 
+def control_plane_replicas(values: Mapping[str, Any]) -> int:
+    """The control plane StatefulSet's replicas (``chart/templates/statefulset.yaml``:
+    ``replicas: {{ .Values.controlPlane.statefulSet.highAvailability.replicas }}``, 1 in the
+    chart's values.yaml). 0 is how a cluster sleeps without the Platform: vCluster v0.35.3's
+    ``sleep`` values are a Platform feature (config/config.go ``IsProFeatureEnabled``). Only
+    the control plane goes: the pods its syncer made in the host namespace keep running, as
+    nothing deletes them (``vcluster pause`` does, pkg/cli/pause_helm.go ``PauseVCluster``:
+    ``lifecycle.DeletePods`` of ``vcluster.loft.sh/managed-by=<release>``; a chart value
+    does not)."""
+    control = as_dict(helm_values(values).get("controlPlane"))
+    ha = as_dict(as_dict(control.get("statefulSet")).get("highAvailability"))
+    replicas = ha.get("replicas", 1)
+    return replicas if isinstance(replicas, int) and replicas >= 0 else 1
+
+
 def control_plane_pod(
     values: Mapping[str, Any], namespace: str, release: str, chart_version: str
 ) -> JsonObject:

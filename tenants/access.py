@@ -58,6 +58,7 @@ class Action(StrEnum):
     MANAGE_IDLE_POLICIES = "manage_idle_policies"  # idle thresholds, windows, grace, actions
     WAKE_IDLE = "wake_idle"  # wake a workload the idle reclaim acted on
     EXEMPT_IDLE = "exempt_idle"  # exempt a workload from idle reclaim, within the policy
+    WAKE = "wake"  # wake (or put to sleep) an endpoint or tenant cluster, through a change
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,9 @@ RULES: dict[Action, Rule] = {
     Action.MANAGE_IDLE_POLICIES: Rule(platform=_PLATFORM_ADMIN),
     Action.WAKE_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
     Action.EXEMPT_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
+    # Waking puts back what the tenant already had (its share holds room for it): the write
+    # role, as for a request, without an approval (catalog.idle_actions).
+    Action.WAKE: Rule(_WRITERS, _PLATFORM_ADMIN),
 }
 
 DENIED: dict[Action, str] = {
@@ -167,6 +171,7 @@ DENIED: dict[Action, str] = {
     "viewers cannot.",
     Action.EXEMPT_IDLE: "Only the tenant's members and admins exempt a workload from idle "
     "reclaim; viewers cannot.",
+    Action.WAKE: "Viewers cannot wake or put to sleep; ask a member or an admin.",
 }
 
 

@@ -15,6 +15,15 @@ Choices:
   ``memory`` use the HPA (utilisation in percent); ``concurrency`` and ``rps`` are Knative
   metrics that Standard mode's HPA does not offer, so they use KEDA with a Prometheus query on
   vLLM's own metrics, averaged per pod so the target is per replica.
+- Scale to zero, two ways (docs/architecture.md, "Scale to zero and sleep"). ``min_replicas``
+  0 is allowed with the KEDA metrics only: KServe v0.20.0 hands minReplicas to the
+  ScaledObject's ``minReplicaCount`` (pkg/controller/v1beta1/inferenceservice/reconcilers/
+  keda/keda_reconciler.go ``createKedaScaledObject``), and KEDA scales the Deployment to zero
+  while the query reads 0. An endpoint put to sleep (``asleep``, by an idle policy or its
+  tenant) renders class ``none`` and ``minReplicas: 0``: KServe then sets the Deployment's
+  replicas to minReplicas (reconcilers/deployment/deployment_reconciler.go
+  ``createRawDefaultDeployment``), so it runs no pod and nothing scales it up until a change
+  wakes it; its PodDisruptionBudget goes while it sleeps (it would guard no pod).
 - GPUs from the share: ``nvidia.com/gpu`` (whole), ``nvidia.com/mig-<profile>`` (MIG),
   ``nvidia.com/vgpu`` slots with the share's memory and cores (HAMi), or a ResourceClaim made
   from the endpoint's own template (DRA; KServe passes ``resourceClaims`` to the pod). More
@@ -157,7 +166,7 @@ def _autoscaling(
     tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec
 ) -> tuple[dict[str, str], dict[str, Any]]:
     """(InferenceService annotations, predictor fields) for the endpoint's scaling."""
-    if endpoint.min_replicas == endpoint.max_replicas:
+    if endpoint.asleep or endpoint.min_replicas == endpoint.max_replicas:
         return {"serving.kserve.io/autoscalerClass": "none"}, {}
     if endpoint.scale_metric in ("cpu", "memory"):
         return {"serving.kserve.io/autoscalerClass": "hpa"}, {
@@ -191,7 +200,7 @@ def inference_service(
     queue_labels = {QUEUE_NAME_LABEL: LOCAL_QUEUE, PRIORITY_CLASS_LABEL: INFERENCE_PRIORITY}
     scaling_annotations, scaling = _autoscaling(tenant, endpoint, fleet)
     predictor: dict[str, Any] = {
-        "minReplicas": endpoint.min_replicas,
+        "minReplicas": 0 if endpoint.asleep else endpoint.min_replicas,
         "maxReplicas": endpoint.max_replicas,
         **scaling,
         "deploymentStrategy": rollout_strategy(),
@@ -275,6 +284,6 @@ def endpoint_objects(
     objs.append(inference_service(tenant, endpoint, share, fleet))
     if endpoint.expose:
         objs.append(gateway.http_route(tenant, endpoint, fleet))
-    if endpoint.min_replicas > 1:
+    if endpoint.min_replicas > 1 and not endpoint.asleep:
         objs.append(disruption_budget(tenant, endpoint))
     return objs

@@ -153,6 +153,9 @@ DRA_TEMPLATE_SUFFIX = "-gpus"
 MAX_ARGS = 64
 MAX_ARG_LENGTH = 1024
 MAX_REPLICAS = 100
+# The scale metrics gitops.render.kserve serves through KEDA, the only autoscaler that scales
+# an endpoint to zero and back.
+KEDA_METRICS = ("concurrency", "rps")
 MAX_URI_LENGTH = 512
 SANE_LIMITS = {
     "cpu_quota": 100_000,
@@ -1031,6 +1034,8 @@ def _validate_cluster(
     _check_int(
         errors, f"{path}.max_pods", cluster.max_pods, 1, max(tenant.max_pods, 1), "The pod limit"
     )
+    if not isinstance(cluster.asleep, bool):
+        errors.add(f"{path}.asleep", "Asleep must be true or false.")
 
 
 def _validate_endpoint(
@@ -1078,7 +1083,7 @@ def _validate_endpoint(
         errors,
         f"{path}.min_replicas",
         endpoint.min_replicas,
-        1,
+        0,
         MAX_REPLICAS,
         "The minimum replicas",
     )
@@ -1097,6 +1102,18 @@ def _validate_endpoint(
             f"The maximum replicas ({endpoint.max_replicas}) must not be below the minimum "
             f"({endpoint.min_replicas}).",
         )
+    if min_ok and endpoint.min_replicas == 0 and endpoint.scale_metric not in KEDA_METRICS:
+        # Only KEDA scales a Deployment to zero and back: KServe v0.20.0 passes minReplicas to
+        # the ScaledObject's minReplicaCount (pkg/controller/v1beta1/inferenceservice/
+        # reconcilers/keda/keda_reconciler.go createKedaScaledObject); the HPA of "cpu" and
+        # "memory" keeps at least one replica (autoscaling/v2 minReplicas >= 1).
+        errors.add(
+            f"{path}.min_replicas",
+            "Only an endpoint that scales on concurrency or requests per second (KEDA) can "
+            "scale to zero replicas; with cpu or memory scaling the minimum is 1.",
+        )
+    if not isinstance(endpoint.asleep, bool):
+        errors.add(f"{path}.asleep", "Asleep must be true or false.")
     if _check_choice(
         errors,
         f"{path}.scale_metric",
@@ -1160,12 +1177,15 @@ def _validate_endpoint_totals(
             _is_int(endpoint.min_replicas) and _is_int(endpoint.gpus_per_replica)
         ):
             continue
-        used[share.name] += endpoint.min_replicas * endpoint.gpus_per_replica
+        # An endpoint at zero (by KEDA or asleep) holds no GPUs, but the share must still have
+        # room for the replica it wakes to.
+        used[share.name] += max(endpoint.min_replicas, 1) * endpoint.gpus_per_replica
         if used[share.name] > share.count:
             errors.add(
                 f"endpoints[{index}].min_replicas",
                 f"The endpoints on share {share.name!r} need {used[share.name]} "
-                f"{_unit(share)} at their minimum replicas, but the share has {share.count}.",
+                f"{_unit(share)} at their minimum replicas (at least one each, to wake), but "
+                f"the share has {share.count}.",
             )
 
 

@@ -229,6 +229,12 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
                 }
             },
             "statefulSet": {
+                # Asleep: no control plane pod. vCluster v0.35.3's own sleep mode (``sleep``
+                # in values.schema.json) is a Platform feature (config/config.go
+                # ``IsProFeatureEnabled`` lists ``c.Sleep``), so the open-source way is the
+                # StatefulSet's replicas (chart/templates/statefulset.yaml ``replicas:
+                # {{ .Values.controlPlane.statefulSet.highAvailability.replicas }}``).
+                **({"highAvailability": {"replicas": 0}} if cluster.asleep else {}),
                 "resources": SIZES[cluster.size],
                 "security": {
                     "podSecurityContext": _POD_SECURITY,

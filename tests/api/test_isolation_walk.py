@@ -108,6 +108,7 @@ def _fill(path: str, alphas: dict[str, str]) -> str:
     for segment, pk in ids.items():
         if segment in path:
             path = path.replace("{id}", str(pk))
+    path = path.replace("/resources/{kind}/{name}/", "/resources/endpoint/chat/")
     name = {"clusters": "dev", "gpushares": "train", "endpoints": "chat", "jobs": "ft-1"}
     for plural, value in name.items():
         if f"/{plural}/" in path:

@@ -65,6 +65,7 @@ EXPECTED: dict[Action, set[str]] = {
     A.MANAGE_IDLE_POLICIES: {"pam"},
     A.WAKE_IDLE: {"pam", "alice", "bob"},
     A.EXEMPT_IDLE: {"pam", "alice", "bob"},
+    A.WAKE: {"alice", "bob", "pam"},
 }
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 1}

@@ -242,7 +242,14 @@ BAD_TENANTS: list[tuple[str, Change, str, str]] = [
         "endpoints[1].max_replicas",
         "below the minimum",
     ),
-    ("zero replicas", _endpoint(1, min_replicas=0), "endpoints[1].min_replicas", "at least 1"),
+    # Endpoint 1 scales on cpu (an HPA): it cannot go to zero (KEDA's metrics can).
+    (
+        "zero replicas without KEDA",
+        _endpoint(1, min_replicas=0),
+        "endpoints[1].min_replicas",
+        "with cpu or memory scaling the minimum is 1",
+    ),
+    ("negative replicas", _endpoint(0, min_replicas=-1), "endpoints[0].min_replicas", "at least 0"),
     (
         "uri with another scheme",
         _endpoint(0, model_uri="http://example.com/m"),

@@ -1,0 +1,182 @@
+"""Sleep and wake through Git (catalog.idle_actions): the change is rendered from main, checked,
+merged by the standing policy, and main then holds the resource asleep (or awake)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from catalog import idle_actions, services
+from catalog.models import Kind, Resource, ResourceRequest
+from gitops import services as gitops
+from gitops.models import ChangeRequest
+from portal.models import AuditEvent
+
+S = ResourceRequest.State
+SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
+ENDPOINT = {"name": "chat", "model_uri": "hf://org/chat-model", "share": "train"}
+CLUSTER = {"name": "dev"}
+
+pytestmark = pytest.mark.django_db
+
+
+def _through_main(world: dict[str, Any], run_jobs: Any, kind: str, spec: dict[str, Any]) -> Any:
+    """bob asks, pam approves, the checks pass and pam merges: the resource is active."""
+    req = run_jobs(
+        services.do_create_request, world["alpha"], acting_user=world["bob"], kind=kind, spec=spec
+    )
+    req = run_jobs(services.do_approve, req, acting_user=world["pam"])
+    assert req.change is not None, req.error
+    ChangeRequest.objects.filter(pk=req.change.pk).update(checks_state="passed")
+    req.change.refresh_from_db()
+    run_jobs(gitops.do_merge, req.change, acting_user=world["pam"])
+    run_jobs(services.advance_requests)
+    req.resource.refresh_from_db()
+    assert req.resource.state == Resource.State.ACTIVE
+    return req.resource
+
+
+def _checked(request: ResourceRequest) -> None:
+    """The change's checks ran (as a job, in this process) and did not fail: "partial" here,
+    as these tests run without ../shared/crds (tests/gitops validates against them)."""
+    assert request.change is not None, request.error
+    request.change.refresh_from_db()
+    assert request.change.checks_state in ("passed", "partial"), request.change.checks_state
+    assert request.change.checks_mergeable
+
+
+@pytest.fixture
+def endpoint(world: dict[str, Any], onboarded: Any, run_jobs: Any) -> Resource:
+    _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
+    return _through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
+
+
+def test_an_endpoint_sleeps_and_wakes_through_main(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any
+) -> None:
+    assert not idle_actions.is_asleep(endpoint)
+    main_before = gitops.repository().head("main")
+    request = run_jobs(idle_actions.sleep, endpoint, reason="idle for 2 hours")
+    assert request.state == S.PR_OPEN and request.requested_by is None
+    # Nothing is on main until it merges; is_asleep reads main, not the request.
+    assert gitops.repository().head("main") == main_before
+    assert not idle_actions.is_asleep(endpoint)
+    _checked(request)
+    assert run_jobs(idle_actions.merge_ready) == 1
+    request.refresh_from_db()
+    assert request.state in (S.MERGED, S.READY)
+    assert request.change is not None and request.change.status == "merged"
+    assert request.change.merged_by is None  # the policy's merge, no person's
+    assert idle_actions.is_asleep(endpoint)
+    sha = request.change.merge_sha
+    isvc = gitops.repository().read_file(sha, "tenants/alpha/workloads/endpoints/chat.yaml")
+    assert b"minReplicas: 0" in isvc and b"autoscalerClass: none" in isvc
+    assert "Approved-by: none needed: a standing idle policy" in (
+        gitops.repository().commit_message(sha)
+    )
+    assert AuditEvent.objects.filter(action="change.merge", tenant_slug="alpha").exists()
+    endpoint.refresh_from_db()
+    assert endpoint.spec["asleep"] is True  # the database followed Git
+
+    with pytest.raises(ValidationError, match="already asleep"):
+        idle_actions.sleep(endpoint, reason="again")
+
+    woken = run_jobs(idle_actions.wake, endpoint, reason="wanted", actor=world["bob"])
+    assert woken.requested_by == world["bob"]
+    _checked(woken)
+    assert run_jobs(idle_actions.merge_ready) == 1
+    assert not idle_actions.is_asleep(endpoint)
+
+
+def test_a_viewer_may_not_wake_and_bad_input_changes_nothing(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any
+) -> None:
+    before = ResourceRequest.objects.count()
+    with pytest.raises(PermissionDenied, match="Viewers cannot wake"):
+        idle_actions.wake(endpoint, reason="please", actor=world["vic"])
+    with pytest.raises(PermissionDenied):
+        idle_actions.sleep(endpoint, reason="please", actor=world["charlie"])  # not a member
+    with pytest.raises(ValidationError, match="already awake"):
+        idle_actions.wake(endpoint, reason="please", actor=world["bob"])
+    with pytest.raises(ValidationError, match="Say why"):
+        idle_actions.sleep(endpoint, reason=" ")
+    share = Resource.objects.get(kind=Kind.GPU_SHARE, name="train")
+    with pytest.raises(ValidationError, match="Only endpoints and tenant clusters"):
+        idle_actions.sleep(share, reason="idle")
+    assert ResourceRequest.objects.count() == before
+
+
+def test_a_change_that_is_not_only_a_sleep_waits_for_review(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any
+) -> None:
+    request = run_jobs(idle_actions.sleep, endpoint, reason="idle")
+    _checked(request)
+    # Its spec now asks for more than main's with asleep flipped: not the policy's to merge.
+    ResourceRequest.objects.filter(pk=request.pk).update(spec={**request.spec, "max_replicas": 2})
+    assert run_jobs(idle_actions.merge_ready) == 0
+    request.refresh_from_db()
+    assert request.change is not None and request.change.status == "open"
+
+
+def test_policy_merges_can_be_turned_off(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any, settings: Any
+) -> None:
+    settings.GITOPS_POLICY_AUTO_MERGE = False
+    request = run_jobs(idle_actions.sleep, endpoint, reason="idle")
+    _checked(request)
+    assert run_jobs(idle_actions.merge_ready) == 0
+    assert not idle_actions.is_asleep(endpoint)
+
+
+def test_a_cluster_sleeps_through_main(
+    world: dict[str, Any], onboarded: Any, run_jobs: Any
+) -> None:
+    cluster = _through_main(world, run_jobs, Kind.CLUSTER, CLUSTER)
+    request = run_jobs(idle_actions.sleep, cluster, reason="idle for 8 hours")
+    _checked(request)
+    assert run_jobs(idle_actions.merge_ready) == 1
+    assert idle_actions.is_asleep(cluster)
+    assert request.change is not None
+    request.change.refresh_from_db()
+    release = gitops.repository().read_file(
+        request.change.merge_sha, "tenants/alpha/clusters/dev.yaml"
+    )
+    assert b"highAvailability:\n" in release and b"replicas: 0" in release
+
+
+# --- the catalog page and its wake button ------------------------------------------------
+
+
+def test_the_catalog_shows_asleep_since_and_wakes_on_a_click(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any, login: Any
+) -> None:
+    bob = login("bob")
+    page = bob.get("/t/alpha/catalog/").content.decode()
+    assert "awake" in page and "Wake</button>" not in page
+    request = run_jobs(idle_actions.sleep, endpoint, reason="idle")
+    run_jobs(idle_actions.merge_ready)
+    request.refresh_from_db()
+    assert request.change is not None and request.change.merged_at is not None
+    page = bob.get("/t/alpha/catalog/").content.decode()
+    assert "asleep" in page and "Wake</button>" in page
+    assert f"since {request.change.merged_at:%Y-%m-%d %H:%M} UTC" in page
+    assert "0 pods running" in page and "loads it onto its GPUs" in page
+    # A viewer sees the state but no button, and may not post.
+    vic = login("vic")
+    assert "Wake</button>" not in vic.get("/t/alpha/catalog/").content.decode()
+    url = f"/t/alpha/resources/{endpoint.pk}/wake/"
+    assert vic.post(url).status_code == 403
+    # A non-member gets 404, and nothing is opened.
+    before = ResourceRequest.objects.count()
+    assert login("charlie").post(url).status_code == 404
+    assert login("charlie").get(url).status_code == 404
+    assert ResourceRequest.objects.count() == before
+    assert bob.get(url).status_code == 405
+    response = run_jobs(bob.post, url)
+    woken = ResourceRequest.objects.latest("pk")
+    assert response.status_code == 302 and response["Location"].endswith(f"/{woken.pk}/")
+    assert woken.requested_by == world["bob"] and woken.spec["asleep"] is False
+    run_jobs(idle_actions.merge_ready)
+    assert not idle_actions.is_asleep(endpoint)
