@@ -47,7 +47,7 @@ from django.utils import timezone
 
 from fleet import lifecycle
 from fleet.kube import Kube, KubeError
-from fleet.models import BurnInRun, Node, NodeLifecycle
+from fleet.models import BurnInExpectation, BurnInRun, Node, NodeLifecycle
 from gitops.checks.schema import SchemaRegistry
 from portal.audit import record_audit
 from tenants import access
@@ -149,13 +149,45 @@ def check_expected(table: object) -> dict[str, float]:
     return checked
 
 
-def expected_busbw(product: str) -> float | None:
-    """The bus bandwidth (GB/s) a healthy node of ``product`` reaches, None when unknown."""
+def configured_expectations() -> dict[str, float]:
+    """``FLEET_BURN_IN_EXPECTED_BUSBW``, checked."""
     try:
-        table = check_expected(settings.FLEET_BURN_IN_EXPECTED_BUSBW)
+        return check_expected(settings.FLEET_BURN_IN_EXPECTED_BUSBW)
     except ValidationError as exc:
         raise ImproperlyConfigured(f"FLEET_BURN_IN_EXPECTED_BUSBW: {exc.messages[0]}") from exc
-    return table.get(product)
+
+
+def expectations() -> dict[str, float]:
+    """The expected bus bandwidth per product: the setting, overridden by the admins' values."""
+    table = configured_expectations()
+    table.update(BurnInExpectation.objects.values_list("product", "busbw_gbps"))
+    return dict(sorted(table.items()))
+
+
+def expected_busbw(product: str) -> float | None:
+    """The bus bandwidth (GB/s) a healthy node of ``product`` reaches, None when unknown."""
+    return expectations().get(product)
+
+
+@transaction.atomic
+def do_set_expectation(product: str, busbw_gbps: object, *, acting_user: Any) -> None:
+    """A platform admin sets the expected bus bandwidth of ``product`` (a positive number of
+    GB/s); bad input is a ``ValidationError`` and changes nothing."""
+    access.require(acting_user, Action.OPERATE_FLEET)
+    product = product.strip() if isinstance(product, str) else product
+    value = check_expected({product: busbw_gbps})[str(product)]
+    if len(str(product)) > 120:
+        raise ValidationError("A GPU product name has at most 120 characters.")
+    before = expected_busbw(str(product))
+    row, _ = BurnInExpectation.objects.update_or_create(
+        product=product, defaults={"busbw_gbps": value}
+    )
+    record_audit(
+        actor=acting_user,
+        action="fleet.burn_in_expectation",
+        target=row,
+        diff={"busbw_gbps": [before, value]},
+    )
 
 
 def pass_share() -> float:

@@ -104,3 +104,17 @@ class RemediationPolicyForm(forms.ModelForm):
         if value < 1:
             raise forms.ValidationError("At least 1 node: the loop must be able to act.")
         return value
+
+
+class BurnInExpectationForm(forms.Form):
+    """The expected NCCL bus bandwidth of a GPU product (``fleet.burnin.do_set_expectation``
+    checks it again)."""
+
+    product = forms.CharField(max_length=120, help_text="the nvidia.com/gpu.product label")
+    busbw_gbps = forms.FloatField(label="Expected bus bandwidth (GB/s)")
+
+    def clean_busbw_gbps(self) -> float:
+        value = self.cleaned_data["busbw_gbps"]
+        if value is None or not value > 0:
+            raise forms.ValidationError("Give a positive number of GB/s.")
+        return float(value)

@@ -607,3 +607,23 @@ class BurnInRun(models.Model):
 
     def __str__(self) -> str:
         return f"burn-in #{self.pk} of {self.node_name}: {self.outcome}"
+
+
+class BurnInExpectation(models.Model):
+    """The NCCL bus bandwidth a healthy node of a GPU product reaches, set by a platform admin
+    in the portal; it overrides ``FLEET_BURN_IN_EXPECTED_BUSBW`` for that product."""
+
+    product = models.CharField(max_length=120, unique=True)  # nvidia.com/gpu.product
+    busbw_gbps = models.FloatField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["product"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(busbw_gbps__gt=0), name="burn_in_expectation_positive"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.product}: {self.busbw_gbps:.2f} GB/s"

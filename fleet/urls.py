@@ -16,6 +16,7 @@ urlpatterns = [
     path("fleet/flavors/recount/", views.reconcile_flavors, name="reconcile_flavors"),
     path("fleet/portal-deployment/", views.portal_deployment, name="portal_deployment"),
     path("fleet/nodes/", views.node_list, name="nodes"),
+    path("fleet/burn-in/", views.burn_in_settings, name="burn_in_settings"),
     path("fleet/nodes/<str:name>/", views.node_detail, name="node"),
     path("fleet/nodes/<str:name>/cordon/", views.node_cordon, name="cordon"),
     path("fleet/nodes/<str:name>/uncordon/", views.node_uncordon, name="uncordon"),

@@ -37,7 +37,7 @@ from fleet.capacity import (
     total_requests,
 )
 from fleet.charts import capacity_figure, figure_html, queue_figure
-from fleet.forms import PortalDeploymentForm
+from fleet.forms import BurnInExpectationForm, PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
 from fleet.models import (
@@ -246,6 +246,38 @@ def burn_in_context(node: Node) -> dict[str, Any]:
         "runs": runs,
         "running": any(r.outcome == BurnInRun.Outcome.RUNNING for r in runs),
     }
+
+
+@action_page(Action.OPERATE_FLEET)
+@require_http_methods(["GET", "POST"])
+def burn_in_settings(request: HttpRequest) -> HttpResponse:
+    """The expected NCCL bus bandwidth per GPU product, which platform admins set."""
+    form = BurnInExpectationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            burnin.do_set_expectation(
+                form.cleaned_data["product"],
+                form.cleaned_data["busbw_gbps"],
+                acting_user=request.user,
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            product = form.cleaned_data["product"]
+            messages.success(request, f"Saved the expected bandwidth of {product}.")
+            return _go(request, reverse("fleet:burn_in_settings"))
+    products = sorted(set(Node.objects.exclude(product="").values_list("product", flat=True)))
+    share = burnin.pass_share()
+    context = {
+        "form": form,
+        "expectations": [
+            (product, gbps, gbps * share) for product, gbps in burnin.expectations().items()
+        ],
+        "products": products,
+        "pass_share": share,
+        "tab": "nodes",
+    }
+    return render(request, "fleet/burn_in.html", context)
 
 
 @action_page(Action.OPERATE_FLEET)

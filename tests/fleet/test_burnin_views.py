@@ -7,11 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from fleet import burnin, lifecycle, services
 from fleet.kube import Kube
-from fleet.models import BurnInRun, NodeLifecycle
+from fleet.models import BurnInExpectation, BurnInRun, NodeLifecycle
 from portal.models import AuditEvent
 from simulator import Simulator
 
@@ -118,3 +119,44 @@ def test_mark_ready_needs_a_reason_and_lifts_only_the_lifecycles_cordon(
     assert row is not None and row.state == State.READY
     assert row.reason == "marked ready: vendor replaced the HBM"
     assert not _unschedulable(sim, node)
+
+
+def test_an_admin_sets_the_expected_bandwidth_and_bad_values_change_nothing(
+    sim: Simulator, world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    pam = login("pam")
+    page = pam.get("/fleet/burn-in/").content.decode()
+    assert "NVIDIA-H200" in page and "450.00 GB/s" in page and "405.00 GB/s" in page
+    for bad in ("0", "-3", "fast", ""):
+        response = pam.post("/fleet/burn-in/", {"product": "NVIDIA-H200", "busbw_gbps": bad})
+        assert response.status_code == 200, bad
+        assert not BurnInExpectation.objects.exists()
+    with pytest.raises(ValidationError):
+        burnin.do_set_expectation("NVIDIA-H200", 0, acting_user=world["pam"])
+    assert (
+        login("alice")
+        .post("/fleet/burn-in/", {"product": "NVIDIA-H200", "busbw_gbps": "500"})
+        .status_code
+        == 404
+    )
+    assert not BurnInExpectation.objects.exists()
+
+    pam.post("/fleet/burn-in/", {"product": "NVIDIA-H200", "busbw_gbps": "500"})
+    assert burnin.expected_busbw("NVIDIA-H200") == 500.0
+    assert AuditEvent.objects.get(action="fleet.burn_in_expectation").diff == {
+        "busbw_gbps": [450.0, 500.0]
+    }
+    # The simulator's healthy H200 node reaches 480 GB/s: at 540 expected (0.9 of it is
+    # 486) it fails.
+    pam.post("/fleet/burn-in/", {"product": "NVIDIA-H200", "busbw_gbps": "540"})
+    node = _free_node(sim)
+    pam.post(f"/fleet/nodes/{node}/burn-in/")
+    with Kube() as kube:
+        for _ in range(12):
+            sim.tick()
+            burnin.run_all(kube)
+            if _state(node) != State.BURN_IN:
+                break
+    assert _state(node) == State.FAILED
+    run = BurnInRun.objects.get(node_name=node)
+    assert (run.expected_gbps, run.busbw_gbps) == (540.0, 480.0)
