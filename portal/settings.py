@@ -771,5 +771,8 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "portal.models.Job.Status",
         # A change's status kept its name when jobs (with a status of their own) joined.
         "StatusEnum": "gitops.models.ChangeRequest.Status",
+        # An idle case's kind (billing.idle) beside a change's, which keeps its name.
+        "IdleKindEnum": "billing.models.IdleKind",
+        "KindEnum": "gitops.models.ChangeRequest.Kind",
     },
 }
