@@ -1,6 +1,7 @@
 """What the fleet's remediation loop tells people (``fleet.signals.remediation_notice``): the
 platform admins in their inbox and by mail, and each tenant whose workloads ran on the node
-(attributed by namespace in fleet.remediation) through ``catalog.services.notify``."""
+(attributed by namespace in fleet.remediation) through ``catalog.services.notify`` and a
+``node.remediation`` event to the tenant's outbound webhooks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 
+from catalog import outbound
 from catalog.models import Notification, OutgoingMail
 from catalog.services import notify, send_outbox_soon
 from tenants import access
@@ -40,10 +42,6 @@ def tell(
     admin_ids = {p.pk for p in admins}
     for tenant in Tenant.objects.filter(slug__in=tenants):
         people = [u for u in access.users_who_may(tenant, Action.VIEW) if u.pk not in admin_ids]
-        notify(
-            people,
-            tenant=tenant,
-            title=title,
-            body=body,
-            url=reverse("fleet:tenant_status", args=[tenant.slug]),
-        )
+        url = reverse("fleet:tenant_status", args=[tenant.slug])
+        notify(people, tenant=tenant, title=title, body=body, url=url)
+        outbound.queue_node_event(tenant, node=node, title=title, message=body, url=url)

@@ -58,6 +58,8 @@ from tenants.models import Tenant
 from tenants.names import validate_single_line
 
 EVENT_STATE_CHANGED = "request.state_changed"
+# The remediation loop cordoned or returned a node the tenant's workloads ran on.
+EVENT_NODE_REMEDIATION = "node.remediation"
 SECRET_PREFIX = "whsec_"
 # After the first attempt: 30 s, 2 min, 10 min, 1 h, 6 h; then the delivery has failed.
 RETRY_DELAYS = (
@@ -221,6 +223,40 @@ def queue_state_change(resource_request: ResourceRequest, previous: str) -> None
         for endpoint in endpoints
     )
     _send_soon(resource_request.tenant, [d.pk for d in deliveries], "a request's state")
+
+
+def queue_node_event(tenant: Tenant, *, node: str, title: str, message: str, url: str) -> None:
+    """A ``node.remediation`` event to each active endpoint of ``tenant``, in the caller's
+    transaction: the node, what happened and the tenant's status page; nothing of others."""
+    endpoints = list(WebhookEndpoint.objects.filter(tenant_id=tenant.pk, active=True))
+    if not endpoints:
+        return
+    now = timezone.now()
+    message_id = f"msg_{uuid.uuid4().hex}"
+    event = {
+        "type": EVENT_NODE_REMEDIATION,
+        "id": message_id,
+        "timestamp": now.isoformat().replace("+00:00", "Z"),
+        "data": {
+            "tenant": tenant.slug,
+            "node": node,
+            "title": title,
+            "message": message,
+            "url": _absolute(url),
+        },
+    }
+    deliveries = WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(
+            endpoint=endpoint,
+            message_id=message_id,
+            event_type=EVENT_NODE_REMEDIATION,
+            body=json.dumps(event, sort_keys=True),
+            max_attempts=len(RETRY_DELAYS) + 1,
+            next_attempt_at=now,
+        )
+        for endpoint in endpoints
+    )
+    _send_soon(tenant, [d.pk for d in deliveries], "a node remediation")
 
 
 def _send_soon(tenant: Tenant, delivery_ids: list[int], what: str) -> None:

@@ -211,10 +211,15 @@ def step(*, kube: Kube | None = None, now: datetime | None = None) -> StepReport
         open_incidents = {
             r.node_name: r for r in Remediation.objects.filter(closed_at__isnull=True)
         }
+        warned: dict[str, dict[str, RemediationWarning]] = {}
+        for warning in RemediationWarning.objects.filter(cleared_at__isnull=True):
+            warned.setdefault(warning.node_name, {})[warning.reason] = warning
         for name, node in sorted(nodes.items()):
             found = findings(node)
             fatal = [f for f in found if f.fatal]
-            _warn(node, [f for f in found if not f.fatal], now, report)
+            warnings = [f for f in found if not f.fatal]
+            if warnings or name in warned:  # a query only for nodes with something to say
+                _warn(node, warnings, warned.get(name, {}), now, report)
             incident = open_incidents.get(name)
             try:
                 if incident is None and fatal:
@@ -425,12 +430,15 @@ def _return(incident: Remediation, node: Node | None, kube: Kube, now: datetime,
     )
 
 
-def _warn(node: Node, warnings: list[Finding], now: datetime, report: StepReport) -> None:
-    """Tell the admins of each new non-fatal signal once; mark the gone ones cleared."""
-    active = {
-        w.reason: w
-        for w in RemediationWarning.objects.filter(node_name=node.name, cleared_at__isnull=True)
-    }
+def _warn(
+    node: Node,
+    warnings: list[Finding],
+    active: dict[str, RemediationWarning],
+    now: datetime,
+    report: StepReport,
+) -> None:
+    """Tell the admins of each new non-fatal signal once; mark the gone ones cleared.
+    ``active``: the node's uncleared warnings by reason."""
     seen = {f.reason for f in warnings}
     for reason in seen - set(active):
         RemediationWarning.objects.create(node_name=node.name, reason=reason, first_seen=now)

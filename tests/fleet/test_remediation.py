@@ -430,3 +430,25 @@ def test_the_simulator_refuses_a_bad_condition_fault(sim: Simulator, settings: A
     assert requests.post(url, json=bad, timeout=5).status_code == 400
     services.sync_all()
     assert remediation.findings(Node.objects.get(name="h200-04")) == []
+
+
+def test_the_tenants_webhooks_get_a_node_event(sim: Simulator, vision: Any, world: Any) -> None:
+    import json
+
+    from catalog import outbound
+    from catalog.models import WebhookDelivery, WebhookEndpoint
+    from portal import encryption
+
+    secret = encryption.encrypt(outbound.new_secret())
+    mine = WebhookEndpoint.objects.create(
+        tenant=Tenant.objects.get(slug="vision"), url="https://1.1.1.1/hook", secret=secret
+    )
+    WebhookEndpoint.objects.create(tenant=world["alpha"], url="https://1.1.1.1/a", secret=secret)
+    node = _busy_node()
+    sim.inject_xid(node.name, 2, 79)
+    _round()
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.endpoint, delivery.event_type) == (mine, outbound.EVENT_NODE_REMEDIATION)
+    data = json.loads(delivery.body)["data"]
+    assert (data["tenant"], data["node"]) == ("vision", node.name)
+    assert data["url"].endswith("/t/vision/status/")
