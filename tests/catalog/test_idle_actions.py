@@ -180,3 +180,59 @@ def test_the_catalog_shows_asleep_since_and_wakes_on_a_click(
     assert woken.requested_by == world["bob"] and woken.spec["asleep"] is False
     run_jobs(idle_actions.merge_ready)
     assert not idle_actions.is_asleep(endpoint)
+
+
+def test_idle_reclaim_puts_an_idle_endpoint_to_sleep_and_its_tenant_wakes_it(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any
+) -> None:
+    """billing.idle acting on an endpoint's case goes through this module: a sleep change the
+    policy merges, then the tenant's wake from the idle case opens the change that wakes it."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing import idle
+    from billing.models import IdleCase, IdleKind, IdlePolicy
+
+    policy = IdlePolicy.objects.create(flavor="h200", threshold_percent=Decimal("5"))
+    now = timezone.now()
+    case = IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="tenant-alpha",
+        flavor="h200",
+        workload="InferenceService/chat",
+        kind=IdleKind.ENDPOINT,
+        target="chat",
+        policy=policy,
+        state=IdleCase.State.NOTIFIED,
+        utilisation_percent=Decimal("0.50"),
+        gpus=Decimal("2"),
+        detected_at=now - timedelta(hours=3),
+        act_after=now - timedelta(minutes=1),
+    )
+    assert run_jobs(idle.act, case, None) == IdleCase.State.ACTED
+    assert "put to sleep through a Git change" in case.note
+    sleep = ResourceRequest.objects.filter(resource=endpoint).latest("pk")
+    assert sleep.spec["asleep"] is True and sleep.requested_by is None
+    _checked(sleep)
+    assert run_jobs(idle_actions.merge_ready) == 1
+    assert idle_actions.is_asleep(endpoint)
+    # Acting again (another pass) finds it asleep on main and opens nothing more.
+    count = ResourceRequest.objects.filter(resource=endpoint).count()
+    assert run_jobs(idle.act, case, None) == IdleCase.State.ACTED
+    assert ResourceRequest.objects.filter(resource=endpoint).count() == count
+
+    case.state = IdleCase.State.ACTED
+    case.acted_at = now
+    case.save()
+    with pytest.raises(PermissionDenied):
+        idle.do_wake(case, acting_user=world["vic"])
+    run_jobs(idle.do_wake, case, acting_user=world["bob"])
+    case.refresh_from_db()
+    assert case.state == IdleCase.State.WOKEN
+    wake = ResourceRequest.objects.filter(resource=endpoint).latest("pk")
+    assert wake.spec["asleep"] is False and wake.requested_by == world["bob"]
+    _checked(wake)
+    assert run_jobs(idle_actions.merge_ready) == 1
+    assert not idle_actions.is_asleep(endpoint)
