@@ -169,6 +169,7 @@ def test_it_gives_a_plain_member_a_read_only_members_page(
             "Status",
             "Queue",
             "Usage & cost",
+            "Idle GPUs",
             "Invoices",
             "Budget",
             "Webhooks",  # members read the delivery log; only admins change it

@@ -39,7 +39,14 @@ TENANT_PATTERNS = _tenant_patterns()
 def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
     """The route with real ids: a placeholder left in would 404 for the wrong reason."""
     url = "/" + route.replace("<slug:tenant>", tenant).replace("<int:member_id>", str(member_id))
-    for name in ("request_id", "resource_id", "endpoint_id", "delivery_id", "invitation_id"):
+    for name in (
+        "request_id",
+        "resource_id",
+        "endpoint_id",
+        "delivery_id",
+        "invitation_id",
+        "case_id",
+    ):
         url = url.replace(f"<int:{name}>", str(ids.get(name, 1)))
     url = url.replace("<str:kind>", "gpu-share").replace("<slug:job>", "train-1")
     assert "<" not in url, f"unfilled URL argument in {route}"
@@ -94,7 +101,23 @@ def alpha_ids(world: dict[str, Any]) -> dict[str, int]:
         spec={"name": "train-1"},
         submitted_by=world["bob"],
     )
+    from decimal import Decimal
+
+    from billing.models import IdleCase, IdleKind
+
+    case = IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="tenant-alpha",
+        flavor="h200",
+        workload="Job/train-1",
+        kind=IdleKind.JOB,
+        state=IdleCase.State.ACTED,
+        utilisation_percent=Decimal("1.00"),
+        gpus=Decimal("1"),
+        act_after=timezone.now(),
+    )
     return {
+        "case_id": case.pk,
         "invitation_id": invitation.pk,
         "request_id": request.pk,
         "resource_id": resource.pk,
