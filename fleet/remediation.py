@@ -115,7 +115,9 @@ def findings(node: Node) -> list[Finding]:
         if kind in inventory.FATAL_CONDITION_TYPES or xids & FATAL_XIDS:
             fatal_xids = sorted(xids & FATAL_XIDS) or ([79] if "FallenOff" in kind else [])
             signal = FATAL_XID if fatal_xids else NODE_CONDITION
-            label = ", ".join(f"XID {x}" for x in fatal_xids)
+            # Name the fatal XIDs the sentence does not name already ("... (XID 79)" once).
+            named = {int(n) for n in inventory.XID_PATTERN.findall(sentence)}
+            label = ", ".join(f"XID {x}" for x in fatal_xids if x not in named)
             found.append(
                 Finding(signal, True, f"{sentence} ({label})" if label else sentence, True)
             )

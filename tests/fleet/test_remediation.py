@@ -93,7 +93,8 @@ def test_a_fatal_xid_cordons_and_tells_admins_and_tenants(sim: Simulator, vision
         remediation.FATAL_XID,
         True,
     )
-    assert "XID 79" in incident.reason and incident.tenants == ["vision"]
+    # The condition's message names the XID already: the reason names it once.
+    assert incident.reason.count("XID 79") == 1 and incident.tenants == ["vision"]
     told = set(Notification.objects.values_list("user__username", flat=True))
     assert {"pam", "victor"} <= told and "alice" not in told
     mails = [sorted(m.to) for m in OutgoingMail.objects.all()]
@@ -110,7 +111,7 @@ def test_every_fatal_xid_is_fatal(sim: Simulator, xid: int) -> None:
     services.sync_all()
     found = remediation.findings(Node.objects.get(name="h200-04"))
     assert [f.fatal for f in found] == [True], found
-    assert found[0].needs_burn_in
+    assert found[0].needs_burn_in and found[0].reason.count(f"XID {xid}") == 1, found
 
 
 def test_a_failed_health_watch_and_an_npd_condition_cordon(sim: Simulator) -> None:
