@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pynetbox
 import requests
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from fleet.models import BurnInRun, NetBoxDevice, Node, NodeLifecycle
@@ -36,6 +37,8 @@ from portal.models import Job
 
 TASK = "fleet.netbox_sync"
 GPU_ITEM = re.compile(r"^GPU (\d+)$")
+# A node job waits this long before it runs, so that the moves of a burst join it.
+GATHER_SECONDS = 5
 
 
 def configured() -> bool:
@@ -151,12 +154,28 @@ def node_context(node_name: str) -> dict[str, Any] | None:
 
 def queue(node_name: str) -> None:
     """Sync the node once the current transaction commits, when NetBox is configured (a
-    lifecycle move calls this). One waiting job per node is enough."""
+    lifecycle move calls this). Moves gather: a node job still waiting takes the node on (the
+    runner reads a job's kwargs when it claims it, and the claim waits for this row lock), and
+    a waiting full sync covers it already, so the first sync of a large fleet, which places
+    every node, makes one job, not one per node."""
     if not configured():
         return
-    waiting = Job.objects.filter(task=TASK, status=Job.Status.QUEUED, kwargs__node=node_name)
-    if not waiting.exists():
-        enqueue(TASK, title=f"Sync {node_name} to NetBox", node=node_name)
+    with transaction.atomic():
+        waiting = (
+            Job.objects.select_for_update()
+            .filter(task=TASK, status=Job.Status.QUEUED)
+            .order_by("pk")
+            .first()
+        )
+        if waiting is None:
+            enqueue(
+                TASK, title="Sync moved nodes to NetBox", delay=GATHER_SECONDS, nodes=[node_name]
+            )
+            return
+        nodes = waiting.kwargs.get("nodes")
+        if nodes is not None and node_name not in nodes:
+            waiting.kwargs = {**waiting.kwargs, "nodes": [*nodes, node_name]}
+            waiting.save(update_fields=["kwargs"])
 
 
 def sync(node_names: list[str] | None = None, *, api: Any = None) -> Report:

@@ -137,11 +137,10 @@ def burn_in(job: Job) -> None:
 
 @job_task(netbox.TASK)
 def netbox_sync(job: Job) -> None:
-    """Sync the fleet's nodes (or the node in ``kwargs["node"]``) to NetBox (``fleet.netbox``).
+    """Sync the fleet's nodes (or those in ``kwargs["nodes"]``) to NetBox (``fleet.netbox``).
     What failed is recorded and logged, not retried: the next lifecycle move or scheduled run
     is the retry."""
-    node = job.kwargs.get("node")
-    report = netbox.sync([node] if node else None)
+    report = netbox.sync(job.kwargs.get("nodes"))
     for line in report.lines():
         job.append_log(line)
     job.set_progress(100, report.summary())

@@ -22,6 +22,7 @@ from django.test import Client
 
 from fleet import lifecycle, netbox
 from fleet.models import BurnInRun, NetBoxDevice, Node, NodeLifecycle
+from portal.jobs import enqueue
 from portal.models import Job
 from tests.support.waiting import free_port
 
@@ -47,6 +48,8 @@ class FakeNetBox:
         self.manufacturers = [_fixture("manufacturer.json")]
         self.calls: list[dict[str, Any]] = []
         self.fail: dict[tuple[str, str], int] = {}  # (method, path) -> status
+        self.hang = threading.Event()  # set: requests get no answer until the fake stops
+        self.stopping = threading.Event()
         self.lock = threading.Lock()
         fake = self
 
@@ -104,6 +107,9 @@ class FakeNetBox:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else None
+        if self.hang.is_set():
+            self.stopping.wait()
+            return
         with self.lock:
             self.calls.append(
                 {
@@ -167,6 +173,7 @@ class FakeNetBox:
         return 404, {"detail": "Not found."}
 
     def stop(self) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -335,6 +342,39 @@ def test_a_refused_token_stops_the_run_and_is_recorded(fake: FakeNetBox, setting
     assert not NetBoxDevice.objects.filter(node_name="gpu-node-2").exclude(error="").exists()
 
 
+def test_a_proxy_refusing_with_401_stops_the_run(fake: FakeNetBox) -> None:
+    fake.add_device("gpu-node-1")
+    _node("gpu-node-1")
+    fake.fail[("GET", "/api/dcim/devices/")] = 401
+
+    report = netbox.sync()
+
+    assert report.stopped.startswith("NetBox refused the token (401) on GET /api/dcim/devices/")
+
+
+def test_a_wrong_base_url_answers_404_and_is_recorded(fake: FakeNetBox, settings: Any) -> None:
+    settings.NETBOX_URL = f"{fake.url}/netbox"  # NetBox is served at the root
+    _node("gpu-node-1")
+
+    report = netbox.sync()
+
+    assert report.errors == [
+        'gpu-node-1: NetBox answered 404 to GET /netbox/api/dcim/devices/: {"detail": "Not found."}'
+    ]
+    assert _row("gpu-node-1").error.startswith("NetBox answered 404")
+
+
+def test_a_netbox_that_does_not_answer_times_out(fake: FakeNetBox, settings: Any) -> None:
+    settings.NETBOX_TIMEOUT_SECONDS = 0.2
+    fake.hang.set()
+    _node("gpu-node-1")
+
+    report = netbox.sync()
+
+    assert report.stopped.startswith("NetBox cannot be reached: ReadTimeout")
+    assert _row("gpu-node-1").error == report.stopped
+
+
 def test_an_unreachable_netbox_is_recorded(fake: FakeNetBox, settings: Any) -> None:
     settings.NETBOX_URL = f"http://127.0.0.1:{free_port()}"
     _node("gpu-node-1")
@@ -397,11 +437,40 @@ def test_a_lifecycle_move_syncs_that_node(
         lifecycle.request_burn_in("gpu-node-1", reason="fatal Xid 79")
 
     job = Job.objects.get(task=netbox.TASK)
-    assert job.status == Job.Status.SUCCEEDED and job.kwargs == {"node": "gpu-node-1"}
+    assert job.status == Job.Status.SUCCEEDED and job.kwargs == {"nodes": ["gpu-node-1"]}
     assert device["custom_fields"][FIELD] == "burn-in; burn-in passed 2026-12-06, NCCL 432.10 GB/s"
     assert {c["query"].get("name") for c in fake.calls if c["path"] == "/api/dcim/devices/"} == {
         "gpu-node-1"
     }
+
+
+def test_moves_in_a_burst_make_one_job(
+    fake: FakeNetBox, django_capture_on_commit_callbacks: Any
+) -> None:
+    devices = [fake.add_device(f"gpu-node-{i}") for i in (1, 2)]
+    for i in (1, 2, 3):
+        _node(f"gpu-node-{i}")
+
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        lifecycle.request_burn_in("gpu-node-1", reason="fatal Xid 79")
+        lifecycle.request_burn_in("gpu-node-2", reason="fatal Xid 79")
+        lifecycle.move("gpu-node-1", NodeLifecycle.State.READY, reason="an admin's word")
+
+    (job,) = Job.objects.filter(task=netbox.TASK)
+    assert job.kwargs == {"nodes": ["gpu-node-1", "gpu-node-2"]}
+    assert [d["custom_fields"][FIELD].split(";")[0] for d in devices] == ["ready", "burn-in"]
+    assert not NetBoxDevice.objects.filter(node_name="gpu-node-3").exists()
+
+
+def test_a_waiting_full_sync_covers_a_moved_node(
+    fake: FakeNetBox, django_capture_on_commit_callbacks: Any
+) -> None:
+    _node("gpu-node-1")
+    with transaction.atomic():
+        full = enqueue(netbox.TASK, title="Sync the fleet to NetBox")
+        lifecycle.request_burn_in("gpu-node-1", reason="fatal Xid 79")
+        assert list(Job.objects.filter(task=netbox.TASK)) == [full]
+    assert Job.objects.get(pk=full.pk).kwargs == {}
 
 
 def test_without_netbox_a_lifecycle_move_queues_nothing(
