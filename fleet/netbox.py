@@ -206,10 +206,21 @@ def sync(node_names: list[str] | None = None, *, api: Any = None) -> Report:
     return report
 
 
+def _label(node: Node, key: str) -> str:
+    value = node.labels.get(key) if key and isinstance(node.labels, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def device_name(node: Node) -> str:
+    """The NetBox device's name: the node label ``NETBOX_NAME_LABEL`` when set and present,
+    else the node's name."""
+    return _label(node, settings.NETBOX_NAME_LABEL) or node.name
+
+
 def _sync_node(
     api: Any, node: Node, row: NetBoxDevice, report: Report, manufacturers: dict[str, int | None]
 ) -> None:
-    filters = {"name": node.name}
+    filters = {"name": device_name(node)}
     if settings.NETBOX_SITE:
         filters["site"] = settings.NETBOX_SITE
     device = api.dcim.devices.get(**filters)
@@ -232,6 +243,11 @@ def _sync_node(
     row.serial = device.serial or ""
     wrote = _write_validation(device, row)
     created, count, mismatches = _gpu_items(api, node, device.id, manufacturers)
+    labelled = _label(node, settings.NETBOX_SERIAL_LABEL)
+    if labelled and labelled != row.serial:
+        mismatches.insert(
+            0, f"NetBox holds serial {row.serial or '(none)'}, the node says {labelled}"
+        )
     row.gpu_items = count
     row.mismatch = "; ".join(mismatches)
     if wrote or created:

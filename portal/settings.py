@@ -599,6 +599,10 @@ NETBOX_URL = env("NETBOX_URL")
 NETBOX_TOKEN = env("NETBOX_TOKEN")
 NETBOX_VALIDATION_FIELD = env("NETBOX_VALIDATION_FIELD", "gpu_validation")
 NETBOX_SITE = env("NETBOX_SITE")  # a site's slug: look devices up in that site only
+# Node labels (set by the cluster's admins) with the NetBox device's name, unless it is the
+# node's name, and with the machine's serial, compared with NetBox's.
+NETBOX_NAME_LABEL = env("NETBOX_NAME_LABEL")
+NETBOX_SERIAL_LABEL = env("NETBOX_SERIAL_LABEL")
 NETBOX_GPU_ITEMS = env_bool("NETBOX_GPU_ITEMS", True)  # create missing GPU inventory items
 NETBOX_GPU_MANUFACTURER = env("NETBOX_GPU_MANUFACTURER", "nvidia")  # a manufacturer's slug
 NETBOX_TIMEOUT_SECONDS = float(env("NETBOX_TIMEOUT_SECONDS", "10"))

@@ -140,10 +140,12 @@ class FakeNetBox:
         if method == "PATCH" and path.startswith("/api/dcim/devices/"):
             device = self.devices[int(path.rstrip("/").rsplit("/", 1)[1])]
             fields = body.pop("custom_fields", {})
+            # NetBox v4.6.8 extras/api/customfields.py CustomFieldsDataField.to_internal_value:
+            # unknown names are refused; known ones merge into the device's existing data.
             unknown = sorted(set(fields) - set(device["custom_fields"]))
             if unknown:
-                # extras/api/customfields.py CustomFieldsDataField.to_internal_value
-                return 400, {"custom_fields": [f"Custom field '{unknown[0]}' does not exist"]}
+                message = "Custom field '{}' does not exist for this object type."
+                return 400, {"custom_fields": {n: [message.format(n)] for n in unknown}}
             device["custom_fields"].update(fields)
             device.update(body)
             return 200, device
@@ -185,6 +187,8 @@ def fake(settings: Any) -> Iterator[FakeNetBox]:
     settings.NETBOX_TOKEN = TOKEN
     settings.NETBOX_VALIDATION_FIELD = FIELD
     settings.NETBOX_SITE = ""
+    settings.NETBOX_NAME_LABEL = ""
+    settings.NETBOX_SERIAL_LABEL = ""
     settings.NETBOX_GPU_ITEMS = True
     settings.NETBOX_GPU_MANUFACTURER = "nvidia"
     yield server
@@ -306,6 +310,23 @@ def test_the_site_narrows_the_lookup(fake: FakeNetBox, settings: Any) -> None:
 
     assert report.missing == ["gpu-node-1"]
     assert fake.calls[0]["query"] == {"name": "gpu-node-1", "site": "dc-east", "limit": "0"}
+
+
+def test_labels_name_the_device_and_give_a_serial_to_check(fake: FakeNetBox, settings: Any) -> None:
+    settings.NETBOX_NAME_LABEL = "example.com/asset-name"
+    settings.NETBOX_SERIAL_LABEL = "example.com/serial"
+    device = fake.add_device("rack7-u12")
+    node = _node("gpu-node-1")
+    node.labels = {"example.com/asset-name": "rack7-u12", "example.com/serial": "S999"}
+    node.save()
+
+    report = netbox.sync()
+
+    assert report.written == ["gpu-node-1"] and device["custom_fields"][FIELD] == PASSED
+    assert _row("gpu-node-1").mismatch == (
+        "NetBox holds serial S121337X4B01234, the node says S999"
+    )
+    assert device["serial"] == "S121337X4B01234"  # NetBox's word on hardware stands
 
 
 def test_a_server_error_is_recorded_and_the_next_node_is_still_synced(fake: FakeNetBox) -> None:
