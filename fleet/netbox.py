@@ -239,7 +239,8 @@ def _sync_node(
     row.missing = False
     row.device_id = device.id
     url = getattr(device, "display_url", None) or ""
-    row.device_url = url if url.startswith(("https://", "http://")) else ""  # shown as a link
+    shown = url.startswith(("https://", "http://")) and len(url) <= 500  # a link on the pages
+    row.device_url = url if shown else ""
     row.serial = device.serial or ""
     wrote = _write_validation(device, row)
     created, count, mismatches = _gpu_items(api, node, device.id, manufacturers)
