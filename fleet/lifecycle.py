@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from fleet import netbox
 from fleet.models import NodeLifecycle
 from portal.audit import record_audit
 
@@ -45,6 +46,7 @@ def move(node_name: str, state: str, *, reason: str, actor: Any = None) -> NodeL
         target=row,
         diff={"state": [before, state], "reason": [None, reason]},
     )
+    netbox.queue(node_name)
     return row
 
 

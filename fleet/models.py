@@ -627,3 +627,28 @@ class BurnInExpectation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.product}: {self.busbw_gbps:.2f} GB/s"
+
+
+class NetBoxDevice(models.Model):
+    """What the NetBox sync (``fleet.netbox``) last found and wrote for a node: its NetBox
+    device, the serial NetBox holds, the validation state written to the device's custom field,
+    its GPU inventory items, and the error of the last attempt. Kept by node name, as
+    ``NodeLifecycle`` is."""
+
+    node_name = models.CharField(max_length=253, unique=True)
+    device_id = models.PositiveIntegerField(null=True, blank=True)
+    device_url = models.URLField(max_length=500, blank=True)  # NetBox's page of the device
+    serial = models.CharField(max_length=50, blank=True)  # as NetBox holds it
+    validation = models.CharField(max_length=200, blank=True)  # the custom field's value
+    gpu_items = models.PositiveIntegerField(null=True, blank=True)  # GPU inventory items
+    mismatch = models.TextField(blank=True)  # NetBox and the fleet disagree
+    missing = models.BooleanField(default=False)  # no device of the node's name
+    error = models.TextField(blank=True)  # the last attempt's failure, "" when it worked
+    checked_at = models.DateTimeField(null=True, blank=True)
+    written_at = models.DateTimeField(null=True, blank=True)  # the last write to NetBox
+
+    class Meta:
+        ordering = ["node_name"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} in NetBox"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fleet import burnin, remediation, services
+from fleet import burnin, netbox, remediation, services
 from fleet.kube import Kube, KubeError
 from fleet.models import Node, SyncState
 from portal.audit import record_audit
@@ -133,3 +133,15 @@ def burn_in(job: Job) -> None:
     else:
         job.set_progress(100, f"{len(runs)} node{'' if len(runs) == 1 else 's'} in burn-in")
     prune_scheduled("fleet.burn_in", SCHEDULED_SYNC_KEEP)
+
+
+@job_task(netbox.TASK)
+def netbox_sync(job: Job) -> None:
+    """Sync the fleet's nodes (or those in ``kwargs["nodes"]``) to NetBox (``fleet.netbox``).
+    What failed is recorded and logged, not retried: the next lifecycle move or scheduled run
+    is the retry."""
+    report = netbox.sync(job.kwargs.get("nodes"))
+    for line in report.lines():
+        job.append_log(line)
+    job.set_progress(100, report.summary())
+    prune_scheduled(netbox.TASK, SCHEDULED_SYNC_KEEP)

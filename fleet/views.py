@@ -27,7 +27,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseLocation
 
-from fleet import burnin, lifecycle, queues, remediation, services
+from fleet import burnin, lifecycle, netbox, queues, remediation, services
 from fleet.capacity import (
     capacity_rows,
     health_counts,
@@ -232,6 +232,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "incidents": Remediation.objects.filter(node_name=node.name)[:10],
         **burn_in_context(node),
         **sync_context(),
+        "netbox": netbox.node_context(node.name),
     }
     if request.GET.get("part") == "burnin":
         return render(request, "fleet/node.html#burnin", context)

@@ -591,6 +591,27 @@ CELERY_BEAT_SCHEDULE["fleet-burn-in"] = {
     "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),
 }
 
+# --- NetBox (fleet.netbox) -------------------------------------------------------------------
+# Optional: with NETBOX_URL set, each node's validation state (lifecycle and last burn-in) is
+# written to a custom field of its NetBox device (found by the node's name), NetBox's serial is
+# read back, and its GPUs are kept as inventory items. See docs/operator-guide.md, "NetBox".
+NETBOX_URL = env("NETBOX_URL")
+NETBOX_TOKEN = env("NETBOX_TOKEN")
+NETBOX_VALIDATION_FIELD = env("NETBOX_VALIDATION_FIELD", "gpu_validation")
+NETBOX_SITE = env("NETBOX_SITE")  # a site's slug: look devices up in that site only
+# Node labels (set by the cluster's admins) with the NetBox device's name, unless it is the
+# node's name, and with the machine's serial, compared with NetBox's.
+NETBOX_NAME_LABEL = env("NETBOX_NAME_LABEL")
+NETBOX_SERIAL_LABEL = env("NETBOX_SERIAL_LABEL")
+NETBOX_GPU_ITEMS = env_bool("NETBOX_GPU_ITEMS", True)  # create missing GPU inventory items
+NETBOX_GPU_MANUFACTURER = env("NETBOX_GPU_MANUFACTURER", "nvidia")  # a manufacturer's slug
+NETBOX_TIMEOUT_SECONDS = float(env("NETBOX_TIMEOUT_SECONDS", "10"))
+if NETBOX_URL:
+    CELERY_BEAT_SCHEDULE["fleet-netbox"] = {
+        "task": "fleet.netbox_sync",
+        "schedule": schedule(timedelta(seconds=env_int("NETBOX_SYNC_SECONDS", 3600))),
+    }
+
 # --- Outbound webhooks (catalog.outbound) ---------------------------------------------------
 # Tenants' URLs called, signed, when their requests change state. Plain http:// and hosts that
 # resolve to loopback, private or link-local addresses are refused unless allowed here; a local
