@@ -295,7 +295,9 @@ class Kueue:
             elif (
                 is_active(wl)
                 and requeued.get("status") == "False"
-                and requeued.get("reason") == "Deactivated"
+                # Also "DeactivatedDueTo<cause>", the reason the job reconciler copies from
+                # the eviction (evict.go ``IsEvictedByDeactivation`` matches the prefix too).
+                and str(requeued.get("reason") or "").startswith("Deactivated")
             ):
                 self.store.mutate(
                     WORKLOADS,

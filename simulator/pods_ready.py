@@ -200,15 +200,16 @@ def from_configuration(document: object) -> WaitForPodsReady:
         block_admission=block,
         timestamp=str(stamp),
         backoff_limit_count=None if limit is None else _int32(limit, f"{where}.backoffLimitCount"),
+        # ``cmp.Or`` on pointers: an explicit 0 stays 0 (a zero maximum is no cap).
         backoff_base_seconds=(
-            _int32(base, f"{where}.backoffBaseSeconds") or DEFAULT.backoff_base_seconds
-            if base is not None
-            else DEFAULT.backoff_base_seconds
+            DEFAULT.backoff_base_seconds
+            if base is None
+            else _int32(base, f"{where}.backoffBaseSeconds")
         ),
         backoff_max_seconds=(
-            _int32(cap, f"{where}.backoffMaxSeconds") or DEFAULT.backoff_max_seconds
-            if cap is not None
-            else DEFAULT.backoff_max_seconds
+            DEFAULT.backoff_max_seconds
+            if cap is None
+            else _int32(cap, f"{where}.backoffMaxSeconds")
         ),
     )
 

@@ -54,6 +54,15 @@ def test_the_configuration_is_read_as_the_manager_reads_it() -> None:
             }
         }
     )
+    # An explicit 0 is kept (cmp.Or on pointers): no backoff, no cap.
+    zero = pr.from_configuration(
+        {
+            "waitForPodsReady": {
+                "requeuingStrategy": {"backoffBaseSeconds": 0, "backoffMaxSeconds": 0}
+            }
+        }
+    )
+    assert (zero.backoff_base_seconds, zero.backoff_max_seconds) == (0, 0)
     assert config == pr.WaitForPodsReady(
         timeout=5400,
         recovery_timeout=None,
@@ -410,6 +419,18 @@ def test_a_job_that_never_gets_ready_is_evicted_then_deactivated_at_the_limit(
     assert sim.get_object("jobs", NS, "stuck")["spec"]["suspend"] is True
     sim.tick(readmitted + 303)
     assert reserving(sim) == 0
+    # Reactivated, it is admitted again and counts its requeues from the start.
+    key = (NS, wl["metadata"]["name"])
+    sim.store.mutate(WORKLOADS, *key, lambda o: o["spec"].update(active=True))
+    sim.tick(readmitted + 304)
+    sim.tick(readmitted + 305)
+    wl = workload_of(sim, created)
+    assert (condition(wl, "Requeued") or {}).get("reason") == "Reactivated"
+    assert (condition(wl, "Admitted") or {}).get("status") == "True"
+    sim.tick(readmitted + 305 + 301)
+    wl = workload_of(sim, created)
+    assert (condition(wl, "Evicted") or {}).get("reason") == "PodsReadyTimeout"
+    assert wl["status"]["requeueState"]["count"] == 1
 
 
 def test_a_refused_configuration_keeps_the_last_one(simulator: Simulator) -> None:
