@@ -43,7 +43,9 @@ Read from kubernetes-sigs/kueue v0.19.2:
 
 Simplified: Kueue reads its configuration once, at start; the simulator applies a change of
 the ConfigMap at once (a bad one is logged and the last good one kept, as a running manager
-keeps its own while a restarted one would crash). The condition is computed for batch/v1 Jobs
+keeps its own while a restarted one would crash); with the fleet's ``stack`` the Configuration
+is a value of the Kueue HelmRelease, which the simulator does not render, so Kueue's defaults
+apply there. The condition is computed for batch/v1 Jobs
 only: Workloads of other integrations are never timed out here. No jitter on the backoff
 (Kueue's is 0.01 %), no ``blockAdmission`` and no ``Creation`` timestamp.
 """
