@@ -19,7 +19,8 @@ import yaml
 
 from simulator import Simulator
 from simulator import pods_ready as pr
-from simulator.store import CONFIG_MAPS, NODES, WORKLOADS, timestamp
+from simulator.kueue import Kueue
+from simulator.store import CONFIG_MAPS, NODES, WORKLOADS, Store, timestamp
 from simulator.workloads import condition
 from tests.simulator.kueue_world import workload
 from tests.simulator.test_simulator_kueue_jobs import NS, job, job_pods, queues, workload_of
@@ -456,3 +457,172 @@ def test_workloads_of_other_integrations_are_not_timed_out(simulator: Simulator)
     wl = sim.store.get(WORKLOADS, NS, "plain") or {}
     assert (condition(wl, "QuotaReserved") or {}).get("status") == "True"
     assert condition(wl, "Evicted") is None
+
+
+# --- the workload controller: workload_controller_requeue_test.go TestReconcileRequeue -------
+
+
+def _controller(now: float, **wait_for_pods_ready: Any) -> Kueue:
+    store = Store()
+    store.apply(
+        CONFIG_MAPS,
+        {
+            "metadata": {"name": pr.CONFIG_MAP, "namespace": pr.NAMESPACE},
+            "data": {pr.CONFIG_KEY: yaml.safe_dump({"waitForPodsReady": wait_for_pods_ready})},
+        },
+        now,
+    )
+    return Kueue(store)
+
+
+def _job_workload(kueue: Kueue, now: float, status: dict[str, Any]) -> dict[str, Any]:
+    """``MakeWorkload("wl", "ns")`` owned by a Job, with ``status``."""
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "job", "uid": "u", "controller": True}
+    obj = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": "ns", "ownerReferences": [owner]},
+        "spec": {"active": True, "queueName": "q", "podSets": []},
+    }
+    kueue.store.apply(WORKLOADS, obj, now)
+    kueue.store.mutate(WORKLOADS, "ns", "wl", lambda o: o.update(status=status))
+    return kueue.store.get(WORKLOADS, "ns", "wl") or {}
+
+
+def _admitted_five_minutes_ago(now: float) -> list[dict[str, Any]]:
+    return [
+        _cond("QuotaReserved", "True", now, "QuotaReserved"),
+        _cond("Admitted", "True", now - 5 * MINUTE, "ByTest"),
+    ]
+
+
+def _evictions(wl: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(wl["status"]["schedulingStats"]["evictions"])
+
+
+def test_reconcile_requeue_increments_the_requeue_count() -> None:
+    # "increment re-queue count": timeout 3 s, limit 100, base 10 s: 10 s x 2^(4-1) = 80 s.
+    now = float(int(time.time()))
+    kueue = _controller(
+        now,
+        timeout="3s",
+        requeuingStrategy={"backoffLimitCount": 100, "backoffBaseSeconds": 10},
+    )
+    _job_workload(
+        kueue,
+        now,
+        {
+            "admission": {"clusterQueue": "q1", "podSetAssignments": []},
+            "conditions": _admitted_five_minutes_ago(now),
+            "requeueState": {"count": 3},
+            "schedulingStats": {
+                "evictions": [
+                    {
+                        "reason": "PodsReadyTimeout",
+                        "underlyingCause": "WaitForRecovery",
+                        "count": 1,
+                    },
+                    {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1},
+                ]
+            },
+        },
+    )
+    kueue.reconcile_pods_ready(now)
+    wl = kueue.store.get(WORKLOADS, "ns", "wl") or {}
+    evicted = condition(wl, "Evicted") or {}
+    assert (evicted["status"], evicted["reason"], evicted["message"]) == (
+        "True",
+        "PodsReadyTimeout",
+        "Exceeded the PodsReady timeout ns/wl",
+    )
+    assert wl["status"]["requeueState"] == {"count": 4, "requeueAt": timestamp(now + 80)}
+    assert _evictions(wl) == [  # merged by reason and cause
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1},
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 2},
+    ]
+
+
+def test_reconcile_requeue_limits_the_wait_to_backoff_max_seconds() -> None:
+    # "wait time should be limited to backoffMaxSeconds": 10 s x 2^(11-1) > 7200 s.
+    now = float(int(time.time()))
+    kueue = _controller(
+        now,
+        timeout="3s",
+        requeuingStrategy={
+            "backoffLimitCount": 100,
+            "backoffBaseSeconds": 10,
+            "backoffMaxSeconds": 7200,
+        },
+    )
+    _job_workload(
+        kueue,
+        now,
+        {
+            "admission": {"clusterQueue": "q1", "podSetAssignments": []},
+            "conditions": _admitted_five_minutes_ago(now),
+            "requeueState": {"count": 10, "requeueAt": timestamp(now - 1)},
+        },
+    )
+    kueue.reconcile_pods_ready(now)
+    wl = kueue.store.get(WORKLOADS, "ns", "wl") or {}
+    assert wl["status"]["requeueState"] == {"count": 11, "requeueAt": timestamp(now + 7200)}
+    assert _evictions(wl) == [
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForStart", "count": 1}
+    ]
+
+
+def test_reconcile_requeue_limits_recovery_to_recovery_timeout() -> None:
+    # "recovery time should be limited to recoveryTimeout": PodsReady False WaitForRecovery
+    # for 3 minutes against a 3 s recoveryTimeout (the 5 minute timeout does not apply).
+    now = float(int(time.time()))
+    kueue = _controller(
+        now,
+        timeout="5m",
+        recoveryTimeout="3s",
+        requeuingStrategy={"backoffLimitCount": 100, "backoffBaseSeconds": 10},
+    )
+    recovering = _cond("PodsReady", "False", now - 3 * MINUTE, "WaitForRecovery")
+    _job_workload(
+        kueue,
+        now,
+        {
+            "admission": {"clusterQueue": "q1", "podSetAssignments": []},
+            "conditions": [*_admitted_five_minutes_ago(now), recovering],
+        },
+    )
+    kueue.reconcile_pods_ready(now)
+    wl = kueue.store.get(WORKLOADS, "ns", "wl") or {}
+    assert (condition(wl, "Evicted") or {}).get("reason") == "PodsReadyTimeout"
+    assert wl["status"]["requeueState"]["count"] == 1
+    assert _evictions(wl) == [
+        {"reason": "PodsReadyTimeout", "underlyingCause": "WaitForRecovery", "count": 1}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("requeued", "state", "want"),
+    [
+        # "should keep the WorkloadRequeued condition until the WaitForPodsReady backoff expires"
+        (
+            _cond("Requeued", "False", NOW, "PodsReadyTimeout"),
+            {"count": 1, "requeueAt": timestamp(NOW + 60)},
+            ("False", "PodsReadyTimeout"),
+        ),
+        # "should set the WorkloadRequeued condition when the WaitForPodsReady backoff expires"
+        (_cond("Requeued", "False", NOW, "PodsReadyTimeout"), None, ("True", "BackoffFinished")),
+        # "should set the WorkloadRequeued condition to true on re-activated"
+        (_cond("Requeued", "False", NOW, "Deactivated"), None, ("True", "Reactivated")),
+    ],
+)
+def test_reconcile_requeue_ends_the_backoff(
+    requeued: dict[str, Any], state: dict[str, Any] | None, want: tuple[str, str]
+) -> None:
+    kueue = _controller(NOW)
+    status: dict[str, Any] = {"conditions": [requeued]}
+    if state is not None:
+        status["requeueState"] = state
+    _job_workload(kueue, NOW, status)
+    kueue.reconcile_workloads(NOW)
+    wl = kueue.store.get(WORKLOADS, "ns", "wl") or {}
+    found = condition(wl, "Requeued") or {}
+    assert (found["status"], found["reason"]) == want
