@@ -19,9 +19,11 @@ A fleet file has the fields of ``gitops.specs.FleetSpec`` (nested: ``flavors``, 
         gpu_memory_mib: 81559
         node_labels: {ai-factory.io/pool: h100-dra, nvidia.com/gpu.deploy.device-plugin: "false"}
     gateway: {name: ai-gateway, namespace: gateway-system, hostname: models.example.com}
+    pods_ready: {timeout_seconds: 1800, recovery_seconds: 300, requeue_limit: 3}
 
-Unknown keys and wrong types are errors naming the key (``flavors[0].gpus``), so a typo in
-the file does not silently become a default. A key that was retired says what replaced it.
+``pods_ready`` is Kueue's waitForPodsReady (``gitops.specs.PodsReady``). Unknown keys and
+wrong types are errors naming the key (``flavors[0].gpus``), so a typo in the file does not
+silently become a default. A key that was retired says what replaced it.
 """
 
 from __future__ import annotations

@@ -78,6 +78,25 @@ class Flavor:
 
 
 @dataclass(frozen=True)
+class PodsReady:
+    """Kueue's ``waitForPodsReady`` (``gitops.render.kueue_config``), in seconds.
+
+    ``timeout_seconds``: how long an admitted job may take until all its pods are ready;
+    ``recovery_seconds``: how long a running job may stay short of ready pods (a node drained
+    and its pod's replacement Pending) before Kueue evicts it, releases its quota and requeues
+    it (0: never); each requeue waits ``backoff_base_seconds x 2^(n-1)``, at most
+    ``backoff_max_seconds``; after ``requeue_limit`` requeues the job is deactivated (None:
+    requeued without end).
+    """
+
+    timeout_seconds: int = 1800
+    recovery_seconds: int = 600
+    requeue_limit: int | None = 5
+    backoff_base_seconds: int = 60
+    backoff_max_seconds: int = 3600
+
+
+@dataclass(frozen=True)
 class GatewayRef:
     """The fleet's shared Gateway.
 
@@ -190,6 +209,9 @@ class FleetSpec:
     # Operator, the DRA driver, Envoy Gateway, Kyverno, KEDA, cert-manager, LiteLLM:
     # gitops/render/stack.py); false: the operator installs them (docs/operator-guide.md).
     stack: bool = False
+    # Kueue evicts and requeues a job whose pods are not (or no longer) all ready in time, so
+    # a job stuck after a drain does not hold its quota (``PodsReady``).
+    pods_ready: PodsReady = field(default_factory=PodsReady)
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)

@@ -13,13 +13,17 @@ after a preemption, False after a deactivation) and it queues again. A finished 
 its Workload (``Finished``, reason Succeeded or Failed, the job's condition message), which
 releases the quota. ``spec.active`` back to true requeues a deactivated Workload (``Requeued``
 reason Reactivated, ``pkg/controller/core/workload_controller.go``).
+With waitForPodsReady (on by default in Kueue's v1beta2 configuration) the reconciler also
+writes the Workload's ``PodsReady`` condition from the Job's ready and succeeded pods
+(``pods_ready.py``); the workload controller times it out (``kueue.py``).
 
 The Job controller (kubernetes ``pkg/controller/job/job_controller.go``): an unsuspended Job
 keeps ``parallelism`` pods (fewer when fewer completions remain) named ``<job>-<5 random>``
 with the ``batch.kubernetes.io/controller-uid`` and ``job-name`` labels and a controller
 ownerReference; a suspended one has none (``Suspended`` condition, reason JobSuspended, and
 JobResumed when resumed, ``startTime`` reset). Its status counts ``active``, ``succeeded`` and
-``failed`` pods; once ``completions`` pods succeeded it gets ``SuccessCriteriaMet`` then
+``failed`` pods and ``ready`` the active ones whose Ready condition is True
+(``countReadyPods``); once ``completions`` pods succeeded it gets ``SuccessCriteriaMet`` then
 ``Complete`` (reason CompletionsReached); more failures than ``backoffLimit`` (default 6) give
 ``FailureTarget`` then ``Failed`` (BackoffLimitExceeded), a run longer than
 ``activeDeadlineSeconds`` the same with DeadlineExceeded, and its active pods are deleted. A
@@ -46,9 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.admission import Rejected
 from simulator.kueue_webhooks import UNMANAGED_NAMESPACES, managed_owner, queue_name
+from simulator.pods_ready import PODS_READY, job_pods_ready, pods_ready_condition
 from simulator.store import JOBS, JOBSETS, PODS, WORKLOADS, JsonObject, as_dict, as_list, key_of
 from simulator.store import timestamp as rfc3339
 from simulator.workloads import (
+    ADMITTED,
     EVICTED,
     MAIN,
     REQUEUED,
@@ -169,8 +175,32 @@ class Batch:
                         reason, message = outcome
                         self.store.mutate(WORKLOADS, *key_of(wl), finisher(reason, message, now))
                     continue
+                if kind == "Job":
+                    self._sync_pods_ready(obj, wl, now)
                 if is_evicted(wl) and has_quota(wl):
                     self._stop(kind, obj, wl, now)
+
+    def _sync_pods_ready(self, job: Mapping[str, Any], wl: JsonObject, now: float) -> None:
+        """Step 5 of ``ReconcileGenericJob``: the Workload's ``PodsReady`` condition from the
+        Job's ready and succeeded pods (``pods_ready.pods_ready_condition``), written when its
+        status or reason changes (``HasConditionWithTypeAndReason``)."""
+        current = condition(wl, PODS_READY)
+        admitted = condition(wl, ADMITTED)
+        status, reason, message = pods_ready_condition(
+            current,
+            admitted is not None and admitted.get("status") == "True",
+            job_pods_ready(job),
+        )
+        if current is not None and (current.get("status") == "True", current.get("reason")) == (
+            status,
+            reason,
+        ):
+            return
+        self.store.mutate(
+            WORKLOADS,
+            *key_of(wl),
+            lambda o: set_condition(o, PODS_READY, status, reason, message, now),
+        )
 
     def _finished(self, obj: Mapping[str, Any]) -> tuple[str, str] | None:
         """``Finished()``: (Succeeded or Failed, the condition's message) of a finished job."""
@@ -373,13 +403,14 @@ class Batch:
             for pod in active:
                 self.cluster.delete_pod(*key_of(pod), now, recreate=False)
             self.store.mutate(
-                JOBS, *key, lambda o: _job_status(o, 0, succeeded, failed, now, suspended=True)
+                JOBS, *key, lambda o: _job_status(o, 0, succeeded, failed, now, ready=None)
             )
             return
+        ready = sum(1 for p in active if _true(p, "Ready"))
         self.store.mutate(
             JOBS,
             *key,
-            lambda o: _job_status(o, len(active), succeeded, failed, now, suspended=False),
+            lambda o: _job_status(o, len(active), succeeded, failed, now, ready=ready),
         )
         job = self.store.get(JOBS, *key) or job
         status = as_dict(job.get("status"))
@@ -517,12 +548,14 @@ def _seconds(value: object) -> float | None:
 
 
 def _job_status(
-    job: JsonObject, active: int, succeeded: int, failed: int, now: float, *, suspended: bool
+    job: JsonObject, active: int, succeeded: int, failed: int, now: float, *, ready: int | None
 ) -> None:
+    """``ready`` None: the Job is suspended. ``status.ready`` counts the active pods whose Ready
+    condition is True (the Job controller's ``countReadyPods``)."""
     status = job.setdefault("status", {})
-    status.update({"active": active, "succeeded": succeeded, "failed": failed})
+    status.update({"active": active, "succeeded": succeeded, "failed": failed, "ready": ready or 0})
     old = condition(job, "Suspended")
-    if suspended:
+    if ready is None:
         set_condition(
             job, "Suspended", True, "JobSuspended", "Job suspended", now, generation=False
         )

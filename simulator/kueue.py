@@ -48,6 +48,12 @@ Read from kubernetes-sigs/kueue v0.19.2 and its documentation:
   ``gpumem``/``gpucores``, which no node advertises, never fit);
 - admitted pods get the assigned flavors' ``nodeLabels`` and ``tolerations`` (``pkg/podset``
   ``FromAssignment``, ``Merge``);
+- waitForPodsReady (``pods_ready.py``, configured by the manager's ConfigMap the platform
+  applies): an admitted Job whose pods are not all ready within ``timeout``, or short of ready
+  pods longer than ``recoveryTimeout`` after they were, is evicted (``PodsReadyTimeout``),
+  its job stopped and its quota released; it queues again after its backoff (``Requeued``
+  False until then), from the time of its eviction, and past ``backoffLimitCount`` requeues it
+  is deactivated;
 - status (``pkg/controller/core/clusterqueue_controller.go``, ``localqueue_controller.go``,
   ``pkg/cache/scheduler/fair_sharing.go``): per flavor and resource the reserved total and
   what is borrowed past the nominal quota, the counts of pending, reserving and admitted
@@ -69,7 +75,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from simulator import preemption
+from simulator import pods_ready, preemption
 from simulator.admission import pod_usage, quantity
 from simulator.kueue_webhooks import (
     ADMISSION_GATE,
@@ -82,6 +88,7 @@ from simulator.kueue_webhooks import (
 from simulator.store import (
     CLUSTER_QUEUES,
     COHORTS,
+    JOBS,
     LOCAL_QUEUES,
     NAMESPACES,
     NODES,
@@ -96,6 +103,8 @@ from simulator.store import (
     key_of,
 )
 from simulator.workloads import (
+    ADMITTED,
+    EVICTED,
     REQUEUED,
     condition,
     evict,
@@ -104,6 +113,7 @@ from simulator.workloads import (
     is_evicted,
     is_finished,
     is_pending,
+    owner_of,
     per_pod_requests,
     reserve_quota,
     set_condition,
@@ -125,6 +135,7 @@ REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 STRICT_FIFO = "StrictFIFO"
+BACKOFF_MESSAGE = "The workload backoff was finished"
 PENDING = "Pending"
 FIT, PREEMPT, NOFIT = 2, 1, 0
 # (ClusterQueue, flavor, resource) -> quantity held by admitted workloads.
@@ -186,9 +197,15 @@ def queue_key(wl: Mapping[str, Any]) -> tuple[int, str, str]:
     priority first, then older; the name last, for a deterministic order."""
     spec = as_dict(wl.get("spec"))
     metadata = as_dict(wl.get("metadata"))
+    # ``GetQueueOrderTimestamp`` with the ``Eviction`` requeuing timestamp: a workload evicted
+    # for its pods' readiness queues from the time of its eviction.
+    evicted = condition(wl, EVICTED) or {}
+    since = metadata.get("creationTimestamp")
+    if evicted.get("status") == "True" and evicted.get("reason") == pods_ready.PODS_READY_TIMEOUT:
+        since = evicted.get("lastTransitionTime")
     return (
         -int(spec.get("priority") or 0),
-        str(metadata.get("creationTimestamp") or ""),
+        str(since or ""),
         f"{metadata.get('namespace', '')}/{metadata.get('name', '')}",
     )
 
@@ -201,6 +218,12 @@ class Kueue:
     def __init__(self, store: Store, *, fair_sharing: bool = True) -> None:
         self.store = store
         self.fair_sharing = fair_sharing
+        # waitForPodsReady, from the manager's ConfigMap as the platform applied it.
+        self.configuration = pods_ready.ConfigurationReader(store)
+
+    @property
+    def wait_for_pods_ready(self) -> pods_ready.WaitForPodsReady:
+        return self.configuration.read()
 
     def mutate(self, pod: JsonObject) -> None:
         mutate_pod(self.store, pod)
@@ -232,25 +255,49 @@ class Kueue:
         )
 
     def reconcile_workloads(self, now: float) -> None:
-        """The workload controller's activation (``workload_controller.go`` ``Reconcile``):
-        ``spec.active: false`` evicts a Workload (Evicted, reason Deactivated, "The workload is
-        deactivated"; its job is stopped by ``jobs.py`` or ``Cluster``), and ``Requeued`` goes
-        False with that reason; set true again, ``Requeued`` goes True (Reactivated) and the
-        Workload queues again."""
+        """The workload controller (``workload_controller.go`` ``Reconcile``): the PodsReady
+        timeouts and the end of a requeue's backoff (``pods_ready.py``), then activation:
+        ``DeactivationTarget`` sets ``spec.active: false``; that evicts a Workload (Evicted,
+        reason Deactivated, "The workload is deactivated", with the target's reason as the
+        underlying cause: ``DeactivatedDueTo<cause>``, "... due to <its message>"; its job is
+        stopped by ``jobs.py`` or ``Cluster``), ``Requeued`` goes False with reason Deactivated
+        and the ``requeueState`` is dropped; set true again, ``Requeued`` goes True
+        (Reactivated) and the Workload queues again."""
+        self.reconcile_pods_ready(now)
         for wl in self.store.list(WORKLOADS):
             requeued = condition(wl, REQUEUED) or {}
+            target = condition(wl, pods_ready.DEACTIVATION_TARGET)
+            if is_active(wl) and target is not None and target.get("status") == "True":
+                wl = (
+                    self.store.mutate(
+                        WORKLOADS, *key_of(wl), lambda obj: obj["spec"].update(active=False)
+                    )
+                    or wl
+                )
             if not is_active(wl) and not is_finished(wl) and not is_evicted(wl):
 
                 def deactivate(obj: JsonObject) -> None:
-                    message = "The workload is deactivated"
-                    evict(obj, "Deactivated", message, now)
+                    message, cause = "The workload is deactivated", ""
+                    found = condition(obj, pods_ready.DEACTIVATION_TARGET)
+                    if found is not None:
+                        cause = str(found.get("reason") or "")
+                        message = f"{message} due to {found.get('message', '')}"
+                        _remove_condition(obj, pods_ready.DEACTIVATION_TARGET)
+                    evict(obj, "Deactivated", message, now, cause=cause)
                     set_condition(obj, REQUEUED, False, "Deactivated", message, now)
+                    obj["status"].pop("requeueState", None)
 
                 self.store.mutate(WORKLOADS, *key_of(wl), deactivate)
+            elif not is_active(wl) and "requeueState" in as_dict(wl.get("status")):
+                self.store.mutate(
+                    WORKLOADS, *key_of(wl), lambda obj: obj["status"].pop("requeueState", None)
+                )
             elif (
                 is_active(wl)
                 and requeued.get("status") == "False"
-                and requeued.get("reason") == "Deactivated"
+                # Also "DeactivatedDueTo<cause>", the reason the job reconciler copies from
+                # the eviction (evict.go ``IsEvictedByDeactivation`` matches the prefix too).
+                and str(requeued.get("reason") or "").startswith("Deactivated")
             ):
                 self.store.mutate(
                     WORKLOADS,
@@ -259,6 +306,52 @@ class Kueue:
                         obj, REQUEUED, True, "Reactivated", "The workload was reactivated", now
                     ),
                 )
+
+    def reconcile_pods_ready(self, now: float) -> None:
+        """``reconcileNotReadyTimeout`` for the Workloads of batch/v1 Jobs (the integration
+        whose ``PodsReady`` ``jobs.py`` writes), and the end of a requeue's backoff."""
+        config = self.wait_for_pods_ready
+        for wl in self.store.list(WORKLOADS):
+            if not is_active(wl) or is_finished(wl):
+                continue
+            requeued = condition(wl, REQUEUED) or {}
+            state = as_dict(as_dict(wl.get("status")).get("requeueState"))
+            if (
+                requeued.get("status") == "False"
+                and requeued.get("reason") == pods_ready.PODS_READY_TIMEOUT
+                and pods_ready.seconds(state.get("requeueAt")) <= now
+            ):
+                self.store.mutate(WORKLOADS, *key_of(wl), lambda obj: _backoff_finished(obj, now))
+                continue
+            if is_evicted(wl) or owner_of(wl)[0] != JOBS.kind:
+                continue
+            wait, left = pods_ready.not_ready(
+                condition(wl, ADMITTED), condition(wl, pods_ready.PODS_READY), config, now
+            )
+            if not wait or left > 0:
+                continue
+            limit = config.backoff_limit_count
+            if limit is not None and int(state.get("count") or 0) + 1 > limit:
+                self.store.mutate(
+                    WORKLOADS,
+                    *key_of(wl),
+                    lambda obj: set_condition(
+                        obj,
+                        pods_ready.DEACTIVATION_TARGET,
+                        True,
+                        pods_ready.REQUEUING_LIMIT_EXCEEDED,
+                        pods_ready.LIMIT_MESSAGE,
+                        now,
+                    ),
+                )
+                continue
+
+            def time_out(obj: JsonObject, cause: str = wait) -> None:
+                pods_ready.update_requeue_state(obj, config, now)
+                message = f"Exceeded the PodsReady timeout {_key(obj)}"
+                evict(obj, pods_ready.PODS_READY_TIMEOUT, message, now, cause=cause)
+
+            self.store.mutate(WORKLOADS, *key_of(wl), time_out)
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -318,7 +411,7 @@ class Kueue:
         ClusterQueue is missing are heads of their own (nominate marks them inadmissible)."""
         queues: dict[str, list[JsonObject]] = {}
         for wl in self.store.list(WORKLOADS):
-            if not is_pending(wl) or _key(wl) in tried:
+            if not is_pending(wl) or _key(wl) in tried or _backing_off(wl):
                 continue
             cq_name = self.cluster_queue_of(wl)
             queues.setdefault(cq_name or f"?{_key(wl)}", []).append(wl)
@@ -861,6 +954,27 @@ def _key(wl: Mapping[str, Any]) -> str:
 
 def _borrows(decision: Assignment | str) -> bool:
     return isinstance(decision, Assignment) and decision.borrows
+
+
+def _backing_off(wl: Mapping[str, Any]) -> bool:
+    """Not queued while ``Requeued`` is False (``backoffWaitingTimeExpired``, kueue v0.19.2
+    pkg/cache/queue/cluster_queue.go): evicted for its pods' readiness, until its backoff ends."""
+    requeued = condition(wl, REQUEUED)
+    return requeued is not None and requeued.get("status") == "False"
+
+
+def _backoff_finished(wl: JsonObject, now: float) -> None:
+    """The backoff is over: ``requeueAt`` cleared, ``Requeued`` True (BackoffFinished)."""
+    as_dict(as_dict(wl.get("status")).get("requeueState")).pop("requeueAt", None)
+    set_condition(wl, REQUEUED, True, pods_ready.BACKOFF_FINISHED, BACKOFF_MESSAGE, now)
+
+
+def _remove_condition(obj: JsonObject, kind: str) -> None:
+    """``apimeta.RemoveStatusCondition``."""
+    status = obj.setdefault("status", {})
+    status["conditions"] = [
+        c for c in as_list(status.get("conditions")) if as_dict(c).get("type") != kind
+    ]
 
 
 def _status_setter(status: JsonObject) -> Any:

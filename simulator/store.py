@@ -130,6 +130,8 @@ ENDPOINTS = Resource("endpoints", "Endpoints")
 ENDPOINT_SLICES = Resource("endpointslices", "EndpointSlice", "discovery.k8s.io", "v1")
 # Budgets the eviction subresource honours (``disruption.py``).
 PDBS = Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1")
+# Served for what the platform configures through one (Kueue's manager configuration).
+CONFIG_MAPS = Resource("configmaps", "ConfigMap")
 # Served from the simulator's CRD directory (``SimConfig.crd_dir``), as the API server serves
 # the CRDs installed in it: the portal builds its schema registry from them.
 CRDS = Resource(
@@ -176,6 +178,7 @@ RESOURCES: dict[str, Resource] = {
         ENDPOINTS,
         ENDPOINT_SLICES,
         PDBS,
+        CONFIG_MAPS,
     )
 }
 

@@ -177,14 +177,24 @@ def unset_quota(wl: JsonObject, reason: str, message: str, now: float) -> None:
         set_condition(wl, ADMITTED, False, "NoReservation", "The workload has no reservation", now)
 
 
-def evict(wl: JsonObject, reason: str, message: str, now: float) -> None:
-    """``workloadevict.Evict``'s status change (``SetEvictedCondition``)."""
-    set_condition(wl, EVICTED, True, reason, message, now)
+def evict(wl: JsonObject, reason: str, message: str, now: float, *, cause: str = "") -> None:
+    """``workloadevict.Evict``'s status change (``SetEvictedCondition``; a deactivation with
+    an underlying cause is reason ``DeactivatedDueTo<cause>``, ``patching.ReasonWithCause``)
+    and its count in ``schedulingStats`` by reason and cause (``workloadEvictionStateInc``)."""
+    shown = f"{reason}DueTo{cause}" if reason == "Deactivated" and cause else reason
+    set_condition(wl, EVICTED, True, shown, message, now)
     stats = wl.setdefault("status", {}).setdefault("schedulingStats", {})
     evictions = [as_dict(e) for e in as_list(stats.get("evictions"))]
-    entry = next((e for e in evictions if e.get("reason") == reason), None)
+    entry = next(
+        (
+            e
+            for e in evictions
+            if e.get("reason") == reason and (e.get("underlyingCause") or "") == cause
+        ),
+        None,
+    )
     if entry is None:
-        evictions.append({"reason": reason, "underlyingCause": "", "count": 1})
+        evictions.append({"reason": reason, "underlyingCause": cause, "count": 1})
     else:
         entry["count"] = int(entry.get("count") or 0) + 1
     stats["evictions"] = evictions

@@ -32,6 +32,19 @@ are also the values the release's own file sets:
   ``pkg/scheduler/preemption/fairsharing/strategy.go`` ``Enabled``: ``pfs != nil``); the
   strategies are Kueue's documented default pair, and ``pkg/config/validation.go`` accepts
   only the listed combinations. Left out when the fleet turns fair sharing off.
+- ``waitForPodsReady`` from the fleet's ``pods_ready``: ``timeout`` (admitted until every pod
+  is ready), ``recoveryTimeout`` (ready once, then short of ready pods, as after a drain whose
+  replacement pod cannot be placed), ``blockAdmission: false`` (a slow job does not stop the
+  queue behind it) and ``requeuingStrategy`` (``Eviction`` timestamp, ``backoffLimitCount``,
+  base and maximum backoff). Past the timeout Kueue evicts the workload (reason
+  ``PodsReadyTimeout``), suspends the job, releases its quota and requeues it after the
+  backoff; past ``backoffLimitCount`` requeues it deactivates it (kueue v0.19.2
+  ``pkg/controller/core/workload_controller.go`` ``reconcileNotReadyTimeout``,
+  ``triggerDeactivation``; ``pkg/controller/jobframework/reconciler.go``
+  ``generatePodsReadyCondition``). In ``v1beta2`` the feature has no ``enable`` switch: it is
+  on with Kueue's defaults (30 minutes, no limit) even when left out (``defaults.go``
+  ``SetDefaults_Configuration``), and the strict decoder refuses an ``enable`` key. Durations
+  are written in seconds (``600s``), which Go's ``time.ParseDuration`` reads.
 
 Kueue reads the file once, at start: after a change, restart the ``kueue-controller-manager``
 Deployment (the operator's guide says so). With the fleet's ``stack`` the document is the Kueue
@@ -45,7 +58,7 @@ from typing import Any
 from gitops.render import resources
 from gitops.render.meta import TENANT_LABEL, metadata
 from gitops.render.yamlio import dump_value
-from gitops.specs import FleetSpec
+from gitops.specs import FleetSpec, PodsReady
 
 API = "config.kueue.x-k8s.io/v1beta2"
 NAMESPACE = "kueue-system"
@@ -54,6 +67,8 @@ CONFIG_KEY = "controller_manager_config.yaml"
 FRAMEWORKS = ("batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset")
 FAIR_SHARING_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 DEVICE_CLASSES = (resources.DRA_GPU_CLASS, resources.DRA_MIG_CLASS)
+# A requeued workload queues by the time of its eviction, not its creation (Kueue's default).
+REQUEUING_TIMESTAMP = "Eviction"
 
 
 def configuration(fleet: FleetSpec) -> dict[str, Any]:
@@ -75,7 +90,23 @@ def configuration(fleet: FleetSpec) -> dict[str, Any]:
     }
     if fleet.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)}
+    config["waitForPodsReady"] = wait_for_pods_ready(fleet.pods_ready)
     return config
+
+
+def wait_for_pods_ready(pods_ready: PodsReady) -> dict[str, Any]:
+    """``waitForPodsReady`` (``WaitForPodsReady`` in apis/config/v1beta2)."""
+    strategy: dict[str, Any] = {"timestamp": REQUEUING_TIMESTAMP}
+    if pods_ready.requeue_limit is not None:
+        strategy["backoffLimitCount"] = pods_ready.requeue_limit
+    strategy["backoffBaseSeconds"] = pods_ready.backoff_base_seconds
+    strategy["backoffMaxSeconds"] = pods_ready.backoff_max_seconds
+    return {
+        "timeout": f"{pods_ready.timeout_seconds}s",
+        "recoveryTimeout": f"{pods_ready.recovery_seconds}s",
+        "blockAdmission": False,
+        "requeuingStrategy": strategy,
+    }
 
 
 def manager_config_map(fleet: FleetSpec) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from gitops.specs import (
     GpuMode,
     GpuShare,
     MemberRole,
+    PodsReady,
     ScaleMetric,
     ShareKind,
     SpecError,
@@ -479,6 +480,7 @@ def validate_fleet(fleet: FleetSpec) -> None:
         _validate_cluster_oidc(errors, "cluster_oidc", fleet.cluster_oidc)
     if not isinstance(fleet.stack, bool):
         errors.add("stack", "stack must be true or false.")
+    _validate_pods_ready(errors, "pods_ready", fleet.pods_ready)
     splits = {f.hami_split for f in fleet.flavors if isinstance(f, Flavor) and f.mode == "hami"}
     if fleet.stack is True and len(splits) > 1:
         # The stack's HAMi release takes one devicePlugin.deviceSplitCount for every node.
@@ -1238,6 +1240,69 @@ def _validate_derived_names(errors: _Errors, tenant: TenantSpec) -> None:
                 f"The endpoint's device claim template would be named {template!r}, like a "
                 "GPU share; rename the endpoint or the share.",
             )
+
+
+# A week: a job not ready after that is stuck, whatever it downloads. Kueue's own bound is
+# time.Duration's; the requeuing fields are int32 (apis/config/v1beta2 configuration_types.go).
+PODS_READY_MAX_SECONDS = 7 * 24 * 3600
+REQUEUE_LIMIT_MAX = 1_000
+
+
+def _validate_pods_ready(errors: _Errors, path: str, pods_ready: object) -> None:
+    """Kueue's ``waitForPodsReady`` settings: what kueue v0.19.2 ``pkg/config/validation.go``
+    ``validateWaitForPodsReady`` accepts (no negative value; a zero timeout would be defaulted
+    to 30 minutes, so it is refused as meaningless here), within sane bounds."""
+    if not isinstance(pods_ready, PodsReady):
+        errors.add(path, "pods_ready must be a mapping of Kueue's waitForPodsReady settings.")
+        return
+    limit = PODS_READY_MAX_SECONDS
+    _check_int(
+        errors,
+        f"{path}.timeout_seconds",
+        pods_ready.timeout_seconds,
+        1,
+        limit,
+        "The time a job has to get all its pods ready",
+    )
+    _check_int(
+        errors,
+        f"{path}.recovery_seconds",
+        pods_ready.recovery_seconds,
+        0,
+        limit,
+        "The time a running job may stay short of ready pods (0: no limit)",
+    )
+    if pods_ready.requeue_limit is not None:
+        _check_int(
+            errors,
+            f"{path}.requeue_limit",
+            pods_ready.requeue_limit,
+            0,
+            REQUEUE_LIMIT_MAX,
+            "The number of requeues before a job is deactivated",
+        )
+    base_ok = _check_int(
+        errors,
+        f"{path}.backoff_base_seconds",
+        pods_ready.backoff_base_seconds,
+        0,
+        limit,
+        "The first requeue's wait",
+    )
+    max_ok = _check_int(
+        errors,
+        f"{path}.backoff_max_seconds",
+        pods_ready.backoff_max_seconds,
+        0,
+        limit,
+        "The longest requeue wait",
+    )
+    if base_ok and max_ok and pods_ready.backoff_max_seconds < pods_ready.backoff_base_seconds:
+        errors.add(
+            f"{path}.backoff_max_seconds",
+            f"The longest requeue wait ({pods_ready.backoff_max_seconds} s) must be at least "
+            f"the first one (backoff_base_seconds, {pods_ready.backoff_base_seconds} s).",
+        )
 
 
 __all__ = ["reserved_name_problem", "reserved_namespaces", "validate_fleet", "validate_tenant"]

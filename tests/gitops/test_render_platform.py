@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gitops.fleet import demo_fleet
+from gitops.fleet import demo_fleet, parse_fleet
 from gitops.render import gateway, kserve, kueue, kueue_config, monitoring, priority, secrets
 from gitops.render.meta import TENANT_LABEL
 from gitops.render.tree import render_infrastructure, render_tenant_tree
@@ -43,6 +43,13 @@ _LABEL_SELECTOR: dict[str, Any] = {  # metav1.LabelSelector
         },
     },
 }
+# metav1.Duration: a string time.ParseDuration reads ("600s", "1h30m"); validateWaitForPodsReady
+# refuses a negative one.
+_DURATION: dict[str, Any] = {
+    "type": "string",
+    "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$",
+}
+_INT32: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
 KUEUE_CONFIGURATION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -77,6 +84,26 @@ KUEUE_CONFIGURATION_SCHEMA: dict[str, Any] = {
                         },
                     },
                 }
+            },
+        },
+        "waitForPodsReady": {  # WaitForPodsReady; pkg/config/validation.go
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["timeout"],  # the one field without omitempty
+            "properties": {
+                "timeout": _DURATION,
+                "blockAdmission": {"type": "boolean"},
+                "recoveryTimeout": _DURATION,
+                "requeuingStrategy": {  # RequeuingStrategy
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "timestamp": {"enum": ["Eviction", "Creation"]},
+                        "backoffLimitCount": _INT32,
+                        "backoffBaseSeconds": _INT32,
+                        "backoffMaxSeconds": _INT32,
+                    },
+                },
             },
         },
         "fairSharing": {  # FairSharing; pkg/config/validation.go validStrategySets
@@ -143,6 +170,50 @@ def test_the_kueue_configuration_has_only_fields_kueue_knows(fair_sharing: bool)
     config = _kueue_configuration(dataclasses.replace(FLEET, fair_sharing=fair_sharing))
     jsonschema.validate(config, KUEUE_CONFIGURATION_SCHEMA)
     assert ("fairSharing" in config) == fair_sharing
+
+
+def test_kueue_waits_for_pods_ready_with_the_fleets_timeouts_and_requeue_limit() -> None:
+    fleet = parse_fleet(
+        {
+            "name": "lab",
+            "pods_ready": {
+                "timeout_seconds": 900,
+                "recovery_seconds": 120,
+                "requeue_limit": 3,
+                "backoff_base_seconds": 30,
+                "backoff_max_seconds": 600,
+            },
+        }
+    )
+    config = _kueue_configuration(fleet)
+    jsonschema.validate(config, KUEUE_CONFIGURATION_SCHEMA)
+    assert config["waitForPodsReady"] == {
+        "timeout": "900s",
+        "recoveryTimeout": "120s",
+        "blockAdmission": False,
+        "requeuingStrategy": {
+            "timestamp": "Eviction",
+            "backoffLimitCount": 3,
+            "backoffBaseSeconds": 30,
+            "backoffMaxSeconds": 600,
+        },
+    }
+    # Without a limit Kueue requeues for ever: the key is left out (null in Kueue).
+    endless = parse_fleet({"name": "lab", "pods_ready": {"requeue_limit": None}})
+    strategy = _kueue_configuration(endless)["waitForPodsReady"]["requeuingStrategy"]
+    assert "backoffLimitCount" not in strategy
+    # The defaults: Kueue's 30 minutes to start, 10 minutes to recover, five requeues.
+    default = _kueue_configuration(FLEET)["waitForPodsReady"]
+    assert (default["timeout"], default["recoveryTimeout"]) == ("1800s", "600s")
+    assert default["requeuingStrategy"]["backoffLimitCount"] == 5
+
+
+def test_the_strict_schema_refuses_v1beta1s_enable_switch() -> None:
+    # v1beta2 has no waitForPodsReady.enable: Kueue's strict decoder would stop on it.
+    config = _kueue_configuration(FLEET)
+    config["waitForPodsReady"]["enable"] = True
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(config, KUEUE_CONFIGURATION_SCHEMA)
 
 
 def test_the_strict_schema_refuses_an_unknown_key() -> None:
