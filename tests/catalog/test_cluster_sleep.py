@@ -12,11 +12,14 @@ import pytest
 
 from catalog import cluster_sleep, idle_actions, services, tasks
 from catalog.models import Kind, Resource
+from fleet.kube import Kube, KubeError
 from gitops import services as gitops
+from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
+from gitops.render import portal
 from portal.models import AuditEvent, Job
 from simulator import Simulator
-from simulator.store import PODS
+from simulator.store import PODS, resource_of
 from simulator.virtual import VirtualCluster
 from tests.simulator.test_simulator_vcluster_sync import gpu_pod
 
@@ -75,20 +78,26 @@ def _asleep_on_main(run_jobs: Any, cluster: Resource) -> None:
     assert idle_actions.is_asleep(cluster)
 
 
-@pytest.fixture
-def scene(
-    world: dict[str, Any], onboarded: Any, run_jobs: Any, start_fleet: Callable[..., Simulator]
+def _scene(
+    world: dict[str, Any], run_jobs: Any, start_fleet: Callable[..., Simulator], **options: Any
 ) -> tuple[Simulator, Resource, VirtualCluster]:
-    """alpha with two tenant clusters on main, ``dev`` and ``ops``, each running a 2-GPU pod."""
     _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
     dev = _through_main(world, run_jobs, Kind.CLUSTER, DEV)
     _through_main(world, run_jobs, Kind.CLUSTER, OPS)
-    sim = start_fleet()
+    sim = start_fleet(**options)
     for _ in range(3):
         sim.tick()
     cluster = _run_gpu_pod(sim, "dev")
     _run_gpu_pod(sim, "ops")
     return sim, dev, cluster
+
+
+@pytest.fixture
+def scene(
+    world: dict[str, Any], onboarded: Any, run_jobs: Any, start_fleet: Callable[..., Simulator]
+) -> tuple[Simulator, Resource, VirtualCluster]:
+    """alpha with two tenant clusters on main, ``dev`` and ``ops``, each running a 2-GPU pod."""
+    return _scene(world, run_jobs, start_fleet)
 
 
 def test_a_sleeping_clusters_pods_go_once_its_control_plane_is_gone_and_free_the_gpus(
@@ -185,3 +194,29 @@ def test_woken_the_syncer_drops_the_started_pod_and_a_new_one_runs(
     # Awake again: the pass leaves the new pod alone.
     cluster_sleep.free_sleeping_clusters()
     assert DEV_POD in _host_pods(sim)
+
+
+def test_the_portals_own_account_with_its_rendered_rbac_frees_them(
+    world: dict[str, Any], onboarded: Any, run_jobs: Any, start_fleet: Callable[..., Simulator]
+) -> None:
+    """The portal as its own service account, with only its ClusterRole (its deployment's,
+    applied here by hand) and the tenant's portal-access Role as Flux applied it from main."""
+    fleet = configured_fleet()
+    account = f"system:serviceaccount:{fleet.portal_namespace}:{fleet.portal_service_account}"
+    sim, dev, _ = _scene(world, run_jobs, start_fleet, as_account=account)
+    for obj in portal.rbac_objects(fleet):
+        resource = resource_of(obj["apiVersion"], obj["kind"])
+        if resource is not None and obj["kind"] != "ServiceAccount":
+            sim.store.apply(resource, obj, 0)
+    _asleep_on_main(run_jobs, dev)
+    sim.tick()
+    report = cluster_sleep.free_sleeping_clusters()
+    assert report.errors == {} and report.freed == {"alpha/dev": (DEV_POD,)}
+    assert DEV_POD not in _host_pods(sim)
+    # Without a tenant cluster there is no grant: bravo's pods (and the platform's) are out
+    # of reach.
+    with Kube() as kube:
+        for namespace, name in (("bravo", "anything"), ("flux-system", "anything")):
+            with pytest.raises(KubeError) as refused:
+                kube.delete_pod(namespace, name)
+            assert refused.value.status == 403
