@@ -12,7 +12,9 @@ import pytest
 
 from catalog import cluster_sleep, idle_actions, services, tasks
 from catalog.models import Kind, Resource
+from fleet import services as fleet
 from fleet.kube import Kube, KubeError
+from fleet.models import Workload
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
@@ -220,3 +222,22 @@ def test_the_portals_own_account_with_its_rendered_rbac_frees_them(
             with pytest.raises(KubeError) as refused:
                 kube.delete_pod(namespace, name)
             assert refused.value.status == 403
+
+
+def test_the_catalog_shows_a_sleeping_clusters_pods_until_they_are_freed(
+    scene: tuple[Simulator, Resource, VirtualCluster], run_jobs: Any, login: Any
+) -> None:
+    sim, dev, _ = scene
+    _asleep_on_main(run_jobs, dev)
+    sim.tick()
+    fleet.sync_all()
+    assert Workload.objects.get(namespace="alpha", name=DEV_POD).vcluster == "dev"
+    bob = login("bob")
+    page = bob.get("/t/alpha/catalog/").content.decode()
+    assert "asleep" in page and "1 pod running" in page
+    cluster_sleep.free_sleeping_clusters()
+    fleet.sync_all()
+    page = bob.get("/t/alpha/catalog/").content.decode()
+    assert "0 pods running" in page
+    # The other cluster's pod is still seen, as its own.
+    assert Workload.objects.get(namespace="alpha", name=OPS_POD).vcluster == "ops"
