@@ -67,7 +67,7 @@ def free_sleeping_clusters(kube: Kube | None = None) -> FreeReport:
                 # The release is installed into the tenant's namespace under the cluster's name
                 # (gitops.render.vcluster ``helm_release``).
                 freed = free_host_pods(kube, slug, resource.name)
-            except KubeError as exc:
+            except (KubeError, ValueError) as exc:
                 report.errors[where] = str(exc)
                 continue
             if freed.waiting:
