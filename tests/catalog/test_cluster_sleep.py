@@ -5,6 +5,7 @@ in the tenant's namespace, as ``vcluster pause`` does, and nothing else."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -241,3 +242,21 @@ def test_the_catalog_shows_a_sleeping_clusters_pods_until_they_are_freed(
     assert "0 pods running" in page
     # The other cluster's pod is still seen, as its own.
     assert Workload.objects.get(namespace="alpha", name=OPS_POD).vcluster == "ops"
+
+
+def test_an_api_server_that_does_not_answer_is_reported_and_the_next_pass_frees_them(
+    scene: tuple[Simulator, Resource, VirtualCluster], run_jobs: Any, settings: Any
+) -> None:
+    sim, dev, _ = scene
+    _asleep_on_main(run_jobs, dev)
+    sim.tick()
+    served = settings.FLEET_API_URL
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        settings.FLEET_API_URL = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    report = cluster_sleep.free_sleeping_clusters()
+    assert list(report.errors) == ["alpha/dev"] and "did not answer" in report.errors["alpha/dev"]
+    assert report.freed == {} and DEV_POD in _host_pods(sim)
+    assert not AuditEvent.objects.filter(action=cluster_sleep.AUDIT_ACTION).exists()
+    settings.FLEET_API_URL = served
+    assert cluster_sleep.free_sleeping_clusters().freed == {"alpha/dev": (DEV_POD,)}
