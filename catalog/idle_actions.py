@@ -157,7 +157,7 @@ class SleepState:
 
     asleep: bool
     since: Any  # when main took it asleep (the merge), or None
-    pods: int  # predictor or control-plane pods the fleet read model last saw running
+    pods: int  # predictor pods, or a cluster's synced GPU pods, the read model saw running
     blocked: bool  # another request holds it (its pull request is not merged yet)
 
 
@@ -183,13 +183,16 @@ def sleep_states(tenant: Tenant, resources: Iterable[Resource]) -> dict[int, Sle
                 .values_list("change__merged_at", flat=True)
                 .first()
             )
-        pods = fleet.running_pods(tenant.slug, _pod_prefix(resource))
+        pods = _running_pods(tenant, resource)
         blocked = services.blocking_request(resource) is not None
         states[resource.pk] = SleepState(asleep=asleep, since=since, pods=pods, blocked=blocked)
     return states
 
 
-def _pod_prefix(resource: Resource) -> str:
-    # KServe's predictor Deployment is <name>-predictor; the vCluster StatefulSet's pod is
-    # <release>-0, the release being the cluster's name in the tenant's namespace.
-    return f"{resource.name}-predictor-" if resource.kind == Kind.ENDPOINT else f"{resource.name}-0"
+def _running_pods(tenant: Tenant, resource: Resource) -> int:
+    if resource.kind == Kind.ENDPOINT:
+        # KServe's predictor Deployment is <name>-predictor.
+        return fleet.running_pods(tenant.slug, f"{resource.name}-predictor-")
+    # The GPU pods the cluster's syncer made in the tenant's namespace (the release is the
+    # cluster's name): they outlive its control plane until fleet.sleep frees them.
+    return fleet.cluster_pods_running(tenant.slug, resource.name)

@@ -9,7 +9,7 @@ from django.core.mail import EmailMessage, get_connection, send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from catalog import idle_actions, outbound, services
+from catalog import cluster_sleep, idle_actions, outbound, services
 from catalog.models import OutgoingMail
 from portal.jobs import job_task, prune_scheduled
 from portal.models import Job
@@ -117,7 +117,17 @@ def webhooks(job: Job) -> None:
 
 @job_task("catalog.idle_merge")
 def idle_merge(job: Job) -> None:
-    """Merge the sleep and wake changes whose checks passed (``idle_actions.merge_ready``)."""
+    """Merge the sleep and wake changes whose checks passed (``idle_actions.merge_ready``),
+    then free the GPUs of the clusters main holds asleep (``cluster_sleep``). A cluster the API
+    did not answer for is logged, not retried: the next scheduled run is the retry."""
     merged = idle_actions.merge_ready()
-    job.set_progress(100, f"{merged} sleep or wake changes merged")
+    report = cluster_sleep.free_sleeping_clusters()
+    for where, pods in report.freed.items():
+        job.append_log(f"{where}: asleep, {len(pods)} host pods deleted: {', '.join(pods)}")
+    for where, error in report.errors.items():
+        job.append_log(f"{where}: {error}")
+    freed = sum(len(pods) for pods in report.freed.values())
+    job.set_progress(
+        100, f"{merged} sleep or wake changes merged; {freed} host pods of sleeping clusters gone"
+    )
     prune_scheduled("catalog.idle_merge", SCHEDULED_KEEP)

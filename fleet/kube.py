@@ -436,6 +436,42 @@ class Kube:
             lambda **kw: self.core.create_namespaced_pod_eviction(name, namespace, body, **kw),
         )
 
+    def pod_exists(self, namespace: str, name: str) -> bool:
+        """Whether pod ``namespace/name`` is there (running, pending or terminating)."""
+        try:
+            self._call(
+                f"read pod {namespace}/{name}",
+                lambda **kw: self.core.read_namespaced_pod(name, namespace, **kw),
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def list_namespace_pods(self, namespace: str, *, label_selector: str) -> builtins.list[Any]:
+        """The pods of one namespace matching ``label_selector`` (raw objects)."""
+        return self._items(
+            f"pods in {namespace}",
+            lambda **kw: self.core.list_namespaced_pod(
+                namespace, label_selector=label_selector, **kw
+            ),
+        )
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete a pod with its own grace period, as ``kubectl delete pod`` does; False when
+        it was already gone (the goal is its absence)."""
+        try:
+            self._call(
+                f"delete pod {namespace}/{name}",
+                lambda **kw: self.core.delete_namespaced_pod(name, namespace, **kw),
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     # --- any kind, by apiVersion and kind (run-once work) -----------------------------------
 
     def create(

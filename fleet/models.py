@@ -91,6 +91,9 @@ class Workload(models.Model):
     queue = models.CharField(max_length=63, blank=True)
     gpu_requests = models.JSONField(default=dict, blank=True)  # {resource: int}
     last_seen = models.DateTimeField(default=timezone.now)
+    # The tenant cluster whose syncer made the pod: its vcluster.loft.sh/managed-by label, the
+    # release (fleet.sleep). For display (a sleeping cluster's pods), never for attribution.
+    vcluster = models.CharField(max_length=63, blank=True)
 
     class Meta:
         ordering = ["namespace", "name"]

@@ -50,6 +50,7 @@ from fleet.models import (
     SyncState,
     Workload,
 )
+from fleet.sleep import MANAGED_BY
 from gitops import services as gitops_services
 from gitops import sources
 from gitops.applied import FluxReport, update_apply_states
@@ -387,6 +388,7 @@ def _workload_row(pod: inventory.PodInfo, platform: frozenset[str], now: Any) ->
         queue=pod.queue,
         gpu_requests=dict(pod.gpu_requests),
         last_seen=now,
+        vcluster=pod.labels.get(MANAGED_BY, "")[:63],
     )
 
 
@@ -1373,6 +1375,12 @@ def do_propose_portal_deployment(
         },
     )
     return change
+
+
+def cluster_pods_running(namespace: str, release: str) -> int:
+    """How many GPU pods the syncer of tenant cluster ``release`` made in ``namespace`` the last
+    sync saw running (a sleeping cluster's: none, once ``fleet.sleep`` freed them)."""
+    return Workload.objects.filter(namespace=namespace, vcluster=release, phase="Running").count()
 
 
 def running_pods(namespace: str, name_prefix: str) -> int:

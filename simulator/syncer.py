@@ -1731,7 +1731,14 @@ class Syncer:
         vcluster.service_proxy = partial(self.create_service, vcluster)
 
     def tick(self, now: float) -> None:
-        for vcluster in list(self.clusters()):
+        running = list(self.clusters())
+        # The object cache is the syncer's memory (pkg/syncer/synccontext/cache.go, a map per
+        # controller): a control plane that stopped (asleep, or its pod deleted) starts again
+        # without it, so a host object that went meanwhile is no ``HostOld`` then.
+        alive = {(vcluster.namespace, vcluster.release) for vcluster in running}
+        for key in [key for key in self._seen if (key[0], key[1]) not in alive]:
+            del self._seen[key]
+        for vcluster in running:
             config = sync_config(vcluster.values, vcluster.namespace, vcluster.release)
             self.attach(vcluster)
             with self.store.lock, vcluster.lock:

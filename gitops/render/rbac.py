@@ -272,8 +272,9 @@ def portal_access_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str
     """What the portal's service account may do in the tenant's namespace, and nothing
     outside it: ``get``/``update``/``delete`` exactly the Secrets it writes, ``create`` Secrets
     (RBAC cannot limit create to a name, and create gives no read access), and ``get`` the
-    kubeconfig Secrets of the tenant's clusters to hand them to its members. RBAC names are
-    exact, never patterns. Bound here, per tenant, instead of a cluster-wide grant."""
+    kubeconfig Secrets of the tenant's clusters to hand them to its members; with a cluster,
+    ``delete`` pods (a sleeping cluster's, ``fleet.sleep``). RBAC names are exact, never
+    patterns. Bound here, per tenant, instead of a cluster-wide grant."""
     kubeconfigs = sorted(kubeconfig_secret(cluster) for cluster in tenant.clusters)
     rules: list[dict[str, Any]] = [
         {
@@ -293,6 +294,10 @@ def portal_access_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str
                 "resourceNames": kubeconfigs,
             }
         )
+        # A sleeping cluster's synced pods are deleted as ``vcluster pause`` does (fleet.sleep;
+        # the pods are read under the ClusterRole's cluster-wide get/list). RBAC cannot name
+        # them by label, so: delete on pods, in the namespaces of tenants with a cluster only.
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]})
     role = {
         "apiVersion": RBAC_API,
         "kind": "Role",

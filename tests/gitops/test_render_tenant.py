@@ -113,6 +113,8 @@ def test_it_lets_the_portal_reach_only_its_secrets_in_the_tenant_namespace() -> 
             "verbs": ["get"],
             "resourceNames": ["dev-kubeconfig"],
         },
+        # A sleeping cluster's synced pods, deleted as ``vcluster pause`` does (fleet.sleep).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
     ]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -122,13 +124,14 @@ def test_it_lets_the_portal_reach_only_its_secrets_in_the_tenant_namespace() -> 
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "portal", "namespace": "portal-system"}
     ]
-    # No clusters: the Secrets the portal writes, no kubeconfig.
+    # No clusters: the Secrets the portal writes, no kubeconfig, no pods.
     without = render_tenant_tree(dataclasses.replace(rich_tenant(), clusters=()), FLEET)
     role, _ = _docs(without, "tenants/alpha/portal-access.yaml")
     assert [rule.get("resourceNames") for rule in role["rules"]] == [
         ["flux-git-auth", "gateway-api-key"],
         None,
     ]
+    assert all(rule["resources"] == ["secrets"] for rule in role["rules"])
 
 
 def test_it_keeps_workloads_namespaced_in_the_tenant_namespace() -> None:

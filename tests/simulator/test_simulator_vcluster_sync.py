@@ -444,3 +444,53 @@ def test_removing_the_cluster_takes_what_its_syncer_made(sim: Simulator, setting
         sim.tick()
     assert [p["metadata"]["name"] for p in sim.store.list(PODS, "alpha")] == []
     assert sim.store.list(SERVICES, "alpha") == []
+
+
+def _commit(settings: Any, tenant: TenantSpec) -> None:
+    repo = GitRepository.open_or_init(Path(settings.GITOPS_REPO_PATH))
+    repo.commit(
+        render_repository(fleet_with_oidc(), [tenant]),
+        message="m\n",
+        author=AUTHOR,
+        branch="main",
+        expected_parent=repo.head("main"),
+    )
+
+
+@pytest.mark.django_db
+def test_a_woken_syncer_syncs_a_pod_that_never_started_again_and_drops_one_that_had(
+    sim: Simulator, settings: Any
+) -> None:
+    """The syncer's object cache lives in its memory (pkg/syncer/synccontext/cache.go), so a
+    control plane that slept starts without it. A virtual pod whose host pod went meanwhile
+    (the portal deletes a sleeping cluster's, fleet.sleep) then reaches ``SyncToHost`` with no
+    ``HostOld`` (pods/syncer.go): one that never started is created on the host again, one
+    that had (``status.startTime``) is deleted in the virtual cluster."""
+    cluster = play(sim, settings)
+    create(cluster, "pods", gpu_pod("train-1", 2))
+    sim.tick()
+    create(cluster, "pods", gpu_pod("waiting", 2))  # the quota is used: Kueue holds it
+    sim.tick()
+    assert host_pod(sim, "waiting")["status"]["phase"] == "Pending"
+    assert host_pod(sim, "train-1")["status"]["phase"] == "Running"
+    waiting = cluster.get("", "Pod", "default", "waiting")
+    assert waiting is not None and "startTime" not in waiting["status"]
+
+    asleep = dataclasses.replace(
+        ALPHA, clusters=(dataclasses.replace(ALPHA.clusters[0], asleep=True),)
+    )
+    _commit(settings, asleep)
+    sim.tick()
+    assert sim.flux.virtual_cluster("alpha", "dev") is None
+    for name in ("waiting", "train-1"):
+        sim.cluster.delete_pod("alpha", f"{name}-x-default-x-dev", 0, recreate=False)
+
+    _commit(settings, ALPHA)
+    sim.tick()
+    sim.tick()
+    assert sim.flux.virtual_cluster("alpha", "dev") is cluster
+    # Back on the host, and admitted now: train-1's GPUs are free.
+    assert host_pod(sim, "waiting")["status"]["phase"] == "Running"
+    assert cluster.get("", "Pod", "default", "train-1") is None
+    with pytest.raises(LookupError):
+        host_pod(sim, "train-1")
