@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("fleet", "0008_burn_in"),
+        ("fleet", "0009_netbox_device"),
     ]
 
     operations = [
