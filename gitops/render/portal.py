@@ -99,6 +99,7 @@ BURN_IN_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("batch", "jobs", ("create", "get", "list", "delete")),
     ("", "pods", ("get", "list")),
     ("", "pods/log", ("get",)),
+    ("", "services", ("create", "delete")),  # the domain test's headless Service
 )
 # The Flux receiver the portal nudges after a merge (notification-controller's webhook
 # receiver listens on 9292, its Service webhook-receiver maps 80 to it).
