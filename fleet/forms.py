@@ -114,9 +114,13 @@ class BurnInExpectationForm(forms.Form):
     scope = forms.ChoiceField(
         choices=BurnInExpectation.Scope.choices,
         initial=BurnInExpectation.Scope.NODE,
+        required=False,
         help_text="all_reduce_perf on one node, or across the nodes of an NVLink domain",
     )
     busbw_gbps = forms.FloatField(label="Expected bus bandwidth (GB/s)")
+
+    def clean_scope(self) -> str:
+        return str(self.cleaned_data.get("scope") or BurnInExpectation.Scope.NODE)
 
     def clean_busbw_gbps(self) -> float:
         value = self.cleaned_data["busbw_gbps"]
