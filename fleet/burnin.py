@@ -103,7 +103,7 @@ SSH_DIR = "/root/.ssh"
 DOMAIN_SCRIPT = (
     'if [ "$JOB_COMPLETION_INDEX" != 0 ]; then exec /usr/sbin/sshd -D -e; fi; '
     'for host in $(echo "$BURN_IN_HOSTS" | tr , " "); do '
-    'until ssh -o BatchMode=yes -o StrictHostKeyChecking=no "${host%%:*}" true; '
+    'until ssh $OMPI_MCA_plm_rsh_args -o BatchMode=yes "${host%%:*}" true; '
     "do sleep 2; done; done; "
     'exec mpirun --allow-run-as-root -np "$BURN_IN_RANKS" -H "$BURN_IN_HOSTS" '
     "-x NCCL_DEBUG=WARN all_reduce_perf -b 8 -e 8G -f 2 -g 1"
@@ -357,6 +357,12 @@ def domain_objects(domain_run: BurnInDomainRun, hostnames: list[str]) -> list[di
         "env": [
             {"name": "BURN_IN_HOSTS", "value": hosts},
             {"name": "BURN_IN_RANKS", "value": str(count * gpus)},
+            # mpirun's ssh to the workers, whose host keys nobody knows in advance; the
+            # mounted .ssh is read-only (as the MPI operator sets it for its launchers).
+            {
+                "name": "OMPI_MCA_plm_rsh_args",
+                "value": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            },
         ],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": [{"name": "ssh", "mountPath": SSH_DIR, "readOnly": True}],

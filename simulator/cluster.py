@@ -349,19 +349,18 @@ def controller_of(pod: Mapping[str, Any]) -> JsonObject | None:
     return None
 
 
-def _node_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+def node_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
     """The pod's required node affinity: any term matches, a term when all its label
     expressions do (kubernetes v1.34 staging/src/k8s.io/component-helpers/scheduling/corev1/
     nodeaffinity/nodeaffinity.go ``NodeSelector.Match``; In, NotIn, Exists, DoesNotExist;
-    ``matchFields``, Gt and Lt are not modelled and never match)."""
-    required = as_dict(
-        as_dict(as_dict(pod_spec.get("affinity")).get("nodeAffinity")).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-    )
-    terms = [as_dict(t) for t in as_list(required.get("nodeSelectorTerms"))]
-    if not required:
+    ``matchFields``, Gt and Lt are not modelled and never match; an empty term matches
+    nothing)."""
+    node_affinity = as_dict(as_dict(pod_spec.get("affinity")).get("nodeAffinity"))
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
         return True
+    # No terms at all (nil or empty) match no node.
+    terms = [as_dict(t) for t in as_list(as_dict(required).get("nodeSelectorTerms"))]
 
     def matches(expression: Mapping[str, Any]) -> bool:
         key, operator = str(expression.get("key", "")), expression.get("operator")
@@ -1230,7 +1229,7 @@ class Cluster:
         labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
         selector = as_dict(pod_spec.get("nodeSelector"))
         if any(labels.get(key) != value for key, value in selector.items()) or not (
-            _node_affinity_matches(pod_spec, labels)
+            node_affinity_matches(pod_spec, labels)
         ):
             return "node(s) didn't match Pod's node affinity/selector"
         tolerations = as_list(pod_spec.get("tolerations"))

@@ -99,6 +99,7 @@ def test_the_domain_objects_are_valid_and_put_one_pod_on_each_member() -> None:
     assert env == {
         "BURN_IN_HOSTS": ",".join(f"burn-in-domain-3-{i}.burn-in-domain-3:8" for i in range(3)),
         "BURN_IN_RANKS": "24",
+        "OMPI_MCA_plm_rsh_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
     }
     # Nothing in the script comes from a node or a person: the hosts arrive by env.
     assert container["command"] == ["/bin/sh", "-c", burnin.DOMAIN_SCRIPT]

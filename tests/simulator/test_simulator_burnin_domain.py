@@ -16,6 +16,7 @@ import pytest
 import urllib3
 
 from simulator import Simulator
+from simulator.cluster import node_affinity_matches
 from simulator.config import SimConfig
 from simulator.jobs import success_policy_match
 from simulator.store import JOBS, PODS, JsonObject
@@ -296,3 +297,82 @@ def test_match_success_policy(
     case: str, rules: list[JsonObject], succeeded: set[int], matched: int | None
 ) -> None:
     assert success_policy_match({"rules": rules}, succeeded, 10) == matched, case
+
+
+def _required(*terms: JsonObject) -> JsonObject:
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+            }
+        }
+    }
+
+
+def _in(key: str, operator: str, *values: str) -> JsonObject:
+    expression: JsonObject = {"key": key, "operator": operator}
+    if values:
+        expression["values"] = list(values)
+    return {"matchExpressions": [expression]}
+
+
+# kubernetes v1.34 staging/src/k8s.io/component-helpers/scheduling/corev1/nodeaffinity/
+# nodeaffinity_test.go ``TestPodMatchesNodeSelectorAndAffinityTerms``: its node affinity cases
+# (its nodeSelector cases are the scheduler's other filter; Gt/Lt are not modelled).
+AFFINITY_CASES: list[tuple[str, JsonObject, dict[str, str], bool]] = [
+    (
+        "Pod with matchExpressions using In operator that matches the existing node",
+        _required(_in("foo", "In", "bar", "value2")),
+        {"foo": "bar"},
+        True,
+    ),
+    (
+        "Pod with matchExpressions using NotIn operator that matches the existing node",
+        _required(_in("mem-type", "NotIn", "DDR", "DDR2")),
+        {"mem-type": "DDR3"},
+        True,
+    ),
+    (
+        "Pod with matchExpressions using Exists operator that matches the existing node",
+        _required(_in("GPU", "Exists")),
+        {"GPU": "NVIDIA-GRID-K1"},
+        True,
+    ),
+    (
+        "Pod with affinity that don't match node's labels won't schedule onto the node",
+        _required(_in("foo", "In", "value1", "value2")),
+        {"foo": "bar"},
+        False,
+    ),
+    (
+        "Pod with a nil []NodeSelectorTerm in affinity, can't match the node's labels and "
+        "won't schedule onto the node",
+        {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}},
+        {"foo": "bar"},
+        False,
+    ),
+    (
+        "Pod with an empty []NodeSelectorTerm in affinity, can't match the node's labels and "
+        "won't schedule onto the node",
+        _required(),
+        {"foo": "bar"},
+        False,
+    ),
+    (
+        "Pod with empty MatchExpressions is not a valid value will match no objects and won't "
+        "schedule onto the node",
+        _required({"matchExpressions": []}),
+        {"foo": "bar"},
+        False,
+    ),
+    ("Pod with no Affinity will schedule onto a node", {}, {"foo": "bar"}, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "pod_spec", "labels", "fits"), AFFINITY_CASES, ids=[c[0] for c in AFFINITY_CASES]
+)
+def test_pod_matches_node_affinity_terms(
+    case: str, pod_spec: JsonObject, labels: dict[str, str], fits: bool
+) -> None:
+    assert node_affinity_matches(pod_spec, labels) is fits, case
