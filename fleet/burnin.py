@@ -566,7 +566,13 @@ def _start_domain(clique: str, product: str, runs: list[BurnInRun], kube: Kube) 
         pass_share=pass_share(),
     )
     BurnInRun.objects.filter(pk__in=[run.pk for run in runs]).update(domain_run=domain_run)
-    hostnames = [hosts[name].hostname or name for name in domain_run.nodes]
+    _launch(domain_run, kube)
+
+
+def _launch(domain_run: BurnInDomainRun, kube: Kube) -> None:
+    """Create the run's Service and Job (again, after a refusal: both tolerate 409)."""
+    hosts = Node.objects.in_bulk(domain_run.nodes, field_name="name")
+    hostnames = [hosts[n].hostname or n if n in hosts else n for n in domain_run.nodes]
     service, job = domain_objects(domain_run, hostnames)
     _start(kube, service)
     domain_run.job = _start(kube, job)
@@ -594,10 +600,17 @@ def _peer(clique: str, product: str, node_name: str, run: BurnInRun) -> list[str
 
 
 def _judge_domain(domain_run: BurnInDomainRun, kube: Kube) -> None:
+    if not domain_run.job:  # the API refused the Job last round
+        _launch(domain_run, kube)
+        return
     try:
         text = _finished_log(kube, domain_run.job, index=0)
         if text is None:
             return
+        if not text.strip():
+            raise BurnInParseError(
+                "pod 0 printed nothing: a pod did not start in time (a member's GPUs busy?)"
+            )
         domain_run.busbw_gbps = parse_busbw(text)
     except BurnInParseError as exc:
         _finish_domain(domain_run, kube, passed=False, error=f"NCCL across the domain: {exc}")

@@ -199,3 +199,23 @@ def test_an_admin_sets_the_domain_expectation_and_a_bad_scope_changes_nothing(
     ]
     for person in ("alice", "fiona"):
         assert login(person).get("/fleet/burn-in/").status_code == 404
+
+
+def test_a_domain_job_that_never_ran_fails_its_nodes_and_says_why(sim: Simulator) -> None:
+    node = _idle_domain(sim)[0]
+    _join(node)
+    _step(sim, BurnInDomainRun.objects.exists)
+    domain_run = BurnInDomainRun.objects.get()
+    assert domain_run.job and sim.store.get(SERVICES, NAMESPACE, domain_run.job) is not None
+
+    def expire(job: dict[str, Any]) -> None:  # as if the peer's GPUs stayed busy all along
+        job["spec"]["activeDeadlineSeconds"] = 0
+
+    sim.store.mutate(JOBS, NAMESPACE, domain_run.job, expire)
+    _step(sim, lambda: _state(node) != State.BURN_IN)
+    domain_run.refresh_from_db()
+    assert domain_run.outcome == BurnInDomainRun.Outcome.FAILED
+    assert "pod 0 printed nothing" in domain_run.error
+    row = lifecycle.get(node)
+    assert row is not None and row.state == State.FAILED and "pod 0 printed nothing" in row.reason
+    assert _state(domain_run.peers[0]) == State.READY  # the peer is not failed
