@@ -27,9 +27,10 @@ finalizer) until the Job goes; ``ttlSecondsAfterFinished`` is a day, a backstop,
 normal end.
 
 A node in a multi-node NVLink domain (GPU feature discovery's ``nvidia.com/gpu.clique`` label,
-``<clusterUUID>.<cliqueId>``: NVIDIA/k8s-device-plugin v0.20.0 ``internal/lm/imex.go``; the
-topology block is not used, a block's nodes need not share an NVLink fabric) then waits at
-step ``domain`` for a third test, NCCL's all-reduce across nodes (``BurnInDomainRun``):
+``<clusterUUID>.<cliqueId>``: NVIDIA/k8s-device-plugin v0.20.0, the GFD the GPU Operator
+deploys here, ``internal/lm/imex.go`` ``newImexLabeler``; the topology block is not used, a
+block's nodes need not share an NVLink fabric) then waits at step ``domain`` for a third
+test, NCCL's all-reduce across nodes (``BurnInDomainRun``):
 
 - who: the domain's nodes in burn-in that passed their own tests, started once none of the
   domain's nodes is still in its single-node tests (a new rack is tested as one); a node
@@ -51,6 +52,9 @@ step ``domain`` for a third test, NCCL's all-reduce across nodes (``BurnInDomain
   the product times the pass share. A slow or failed result fails every member in burn-in
   (they stay cordoned: a slow ring cannot say which link is slow, an admin re-runs or marks
   ready); a ready peer keeps its state, the result is on its page.
+- not built: the pods ask for no RDMA devices and no IMEX channel (a GB200 ComputeDomain),
+  so NCCL across nodes uses what the pod network gives it; the ssh identity is a Secret the
+  operator creates (``FLEET_BURN_IN_SSH_SECRET``).
 
 On a pass the node moves to ``ready``, and the cordon is lifted only if the lifecycle set it
 (``NodeLifecycle.lifecycle_cordoned``): a node remediation cordoned stays cordoned until
