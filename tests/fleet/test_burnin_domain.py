@@ -219,3 +219,21 @@ def test_a_domain_job_that_never_ran_fails_its_nodes_and_says_why(sim: Simulator
     row = lifecycle.get(node)
     assert row is not None and row.state == State.FAILED and "pod 0 printed nothing" in row.reason
     assert _state(domain_run.peers[0]) == State.READY  # the peer is not failed
+
+
+def test_the_burn_in_part_reads_runs_and_domain_runs_in_a_fixed_number_of_queries(
+    world: dict[str, Any], login: Callable[[str], Client], django_assert_max_num_queries: Any
+) -> None:
+    pam = login("pam")
+    Node.objects.create(name="gb-01", product="NVIDIA-GB200", gpu_count=4, clique="u.1")
+    for i in range(12):
+        domain_run = BurnInDomainRun.objects.create(
+            clique="u.1", gpus=4, nodes=["gb-01", f"gb-{i + 2:02}"], busbw_gbps=700.0
+        )
+        BurnInRun.objects.create(node_name="gb-01", gpus=4, domain_run=domain_run)
+        BurnInDomainRun.objects.create(clique="u.1", gpus=4, nodes=["x", "gb-01"], peers=["gb-01"])
+    # Session, user, role, node, runs with their domain runs (joined), lifecycle, sync and
+    # watch states, tenants, the runs it joined as a peer: none per run.
+    with django_assert_max_num_queries(10):
+        page = pam.get("/fleet/nodes/gb-01/?part=burnin").content.decode()
+    assert page.count("700.00 GB/s") == 12 and "As a ready peer" in page
