@@ -26,11 +26,40 @@ deletes it: the Job controller leaves finished pods in place (it only drops thei
 finalizer) until the Job goes; ``ttlSecondsAfterFinished`` is a day, a backstop, never the
 normal end.
 
+A node in a multi-node NVLink domain (GPU feature discovery's ``nvidia.com/gpu.clique`` label,
+``<clusterUUID>.<cliqueId>``: NVIDIA/k8s-device-plugin v0.20.0, the GFD the GPU Operator
+deploys here, ``internal/lm/imex.go`` ``newImexLabeler``; the topology block is not used, a
+block's nodes need not share an NVLink fabric) then waits at step ``domain`` for a third
+test, NCCL's all-reduce across nodes (``BurnInDomainRun``):
+
+- who: the domain's nodes in burn-in that passed their own tests, started once none of the
+  domain's nodes is still in its single-node tests (a new rack is tested as one); a node
+  alone in burn-in (a repaired node joining a domain whose others are ready) is tested with
+  one ready peer of its product, an idle one first. A node without a peer passes on its own
+  tests.
+- how: one indexed Job (``completionMode: Indexed``, a pod per node; plain batch/v1, no MPI
+  operator or JobSet), each pod asking for all its node's GPUs and limited to the members by
+  node affinity, so no two pods share a node. The Job controller names pod ``i``'s host
+  ``<job>-<i>`` (kubernetes v1.34 ``pkg/controller/job/job_controller.go`` ``manageJob``)
+  and gives it ``JOB_COMPLETION_INDEX`` (``indexed_job_utils.go``
+  ``addCompletionIndexEnvVariables``); with ``subdomain`` set to a headless Service the
+  hosts resolve as ``<job>-<i>.<job>``. Pod 0 waits until it reaches every pod by ssh, then
+  runs ``mpirun`` over them (nccl-tests takes ranks from MPI only: v2.19.6 ``src/common.cu``
+  ``run``, ``MPI_Comm_size``/``MPI_Bcast`` of the NCCL id), the others serve ssh. The
+  success policy ``succeededIndexes: "0"`` ends the Job when the launcher succeeded, and the
+  controller then stops the workers (``success_policy.go`` ``matchSuccessPolicy``).
+- judged: pod 0's ``# Avg bus bandwidth`` against ``FLEET_BURN_IN_EXPECTED_DOMAIN_BUSBW`` of
+  the product times the pass share. A slow or failed result fails every member in burn-in
+  (they stay cordoned: a slow ring cannot say which link is slow, an admin re-runs or marks
+  ready); a ready peer keeps its state, the result is on its page.
+- not built: the pods ask for no RDMA devices and no IMEX channel (a GB200 ComputeDomain),
+  so NCCL across nodes uses what the pod network gives it; the ssh identity is a Secret the
+  operator creates (``FLEET_BURN_IN_SSH_SECRET``).
+
 On a pass the node moves to ``ready``, and the cordon is lifted only if the lifecycle set it
 (``NodeLifecycle.lifecycle_cordoned``): a node remediation cordoned stays cordoned until
 remediation lifts its own cordon. A failed node moves to ``failed`` and stays cordoned until
-an admin runs the burn-in again. Single-node only: a multi-node run across an NVLink domain
-is not built.
+an admin runs the burn-in again.
 """
 
 from __future__ import annotations
@@ -47,19 +76,42 @@ from django.utils import timezone
 
 from fleet import lifecycle
 from fleet.kube import Kube, KubeError
-from fleet.models import BurnInExpectation, BurnInRun, Node, NodeLifecycle
+from fleet.models import (
+    BurnInDomainRun,
+    BurnInExpectation,
+    BurnInRun,
+    Node,
+    NodeLifecycle,
+    Workload,
+)
 from gitops.checks.schema import SchemaRegistry
 from portal.audit import record_audit
 from tenants import access
 from tenants.access import Action
 
 State = NodeLifecycle.State
+Scope = BurnInExpectation.Scope
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 GPU_TAINT = "nvidia.com/gpu"
 RUN_LABEL = "ai-factory.io/burn-in-run"
 STEP_LABEL = "ai-factory.io/burn-in-step"
 NODE_ANNOTATION = "ai-factory.io/burn-in-node"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+DOMAIN_RUN_LABEL = "ai-factory.io/burn-in-domain-run"
+# The Job controller's label (and annotation) of an indexed Job's pod: kubernetes v1.34
+# ``pkg/controller/job/indexed_job_utils.go`` ``addCompletionIndexLabel``.
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+SSH_DIR = "/root/.ssh"
+# Pod 0 launches once every pod answers ssh, the others serve it; a fixed script reading the
+# env the Job sets (hosts the portal derives from the Job's name), nothing typed.
+DOMAIN_SCRIPT = (
+    'if [ "$JOB_COMPLETION_INDEX" != 0 ]; then exec /usr/sbin/sshd -D -e; fi; '
+    'for host in $(echo "$BURN_IN_HOSTS" | tr , " "); do '
+    'until ssh $OMPI_MCA_plm_rsh_args -o BatchMode=yes "${host%%:*}" true; '
+    "do sleep 2; done; done; "
+    'exec mpirun --allow-run-as-root -np "$BURN_IN_RANKS" -H "$BURN_IN_HOSTS" '
+    "-x NCCL_DEBUG=WARN all_reduce_perf -b 8 -e 8G -f 2 -g 1"
+)
 # The host engine daemonises, then the diagnostic talks to it; a fixed script, nothing typed.
 DIAG_SCRIPT = "nv-hostengine --log-level NONE && exec dcgmi diag -r 3 -j"
 TTL_SECONDS = 86_400
@@ -149,44 +201,58 @@ def check_expected(table: object) -> dict[str, float]:
     return checked
 
 
-def configured_expectations() -> dict[str, float]:
-    """``FLEET_BURN_IN_EXPECTED_BUSBW``, checked."""
+SETTING = {
+    Scope.NODE: "FLEET_BURN_IN_EXPECTED_BUSBW",
+    Scope.DOMAIN: "FLEET_BURN_IN_EXPECTED_DOMAIN_BUSBW",
+}
+
+
+def configured_expectations(scope: str = Scope.NODE) -> dict[str, float]:
+    """``FLEET_BURN_IN_EXPECTED_BUSBW`` (one node) or ``..._DOMAIN_BUSBW`` (across an NVLink
+    domain), checked."""
+    name = SETTING[Scope(scope)]
     try:
-        return check_expected(settings.FLEET_BURN_IN_EXPECTED_BUSBW)
+        return check_expected(getattr(settings, name))
     except ValidationError as exc:
-        raise ImproperlyConfigured(f"FLEET_BURN_IN_EXPECTED_BUSBW: {exc.messages[0]}") from exc
+        raise ImproperlyConfigured(f"{name}: {exc.messages[0]}") from exc
 
 
-def expectations() -> dict[str, float]:
+def expectations(scope: str = Scope.NODE) -> dict[str, float]:
     """The expected bus bandwidth per product: the setting, overridden by the admins' values."""
-    table = configured_expectations()
-    table.update(BurnInExpectation.objects.values_list("product", "busbw_gbps"))
+    table = configured_expectations(scope)
+    table.update(BurnInExpectation.objects.filter(scope=scope).values_list("product", "busbw_gbps"))
     return dict(sorted(table.items()))
 
 
-def expected_busbw(product: str) -> float | None:
-    """The bus bandwidth (GB/s) a healthy node of ``product`` reaches, None when unknown."""
-    return expectations().get(product)
+def expected_busbw(product: str, scope: str = Scope.NODE) -> float | None:
+    """The bus bandwidth (GB/s) a healthy node of ``product`` reaches (or a domain of them
+    across nodes), None when unknown."""
+    return expectations(scope).get(product)
 
 
 @transaction.atomic
-def do_set_expectation(product: str, busbw_gbps: object, *, acting_user: Any) -> None:
+def do_set_expectation(
+    product: str, busbw_gbps: object, *, acting_user: Any, scope: str = Scope.NODE
+) -> None:
     """A platform admin sets the expected bus bandwidth of ``product`` (a positive number of
-    GB/s); bad input is a ``ValidationError`` and changes nothing."""
+    GB/s) on one node or across a domain; bad input is a ``ValidationError`` and changes
+    nothing."""
     access.require(acting_user, Action.OPERATE_FLEET)
+    if scope not in Scope.values:
+        raise ValidationError(f"The scope must be one of {', '.join(Scope.values)}.")
     product = product.strip() if isinstance(product, str) else product
     value = check_expected({product: busbw_gbps})[str(product)]
     if len(str(product)) > 120:
         raise ValidationError("A GPU product name has at most 120 characters.")
-    before = expected_busbw(str(product))
+    before = expected_busbw(str(product), scope)
     row, _ = BurnInExpectation.objects.update_or_create(
-        product=product, defaults={"busbw_gbps": value}
+        product=product, scope=scope, defaults={"busbw_gbps": value}
     )
     record_audit(
         actor=acting_user,
         action="fleet.burn_in_expectation",
         target=row,
-        diff={"busbw_gbps": [before, value]},
+        diff={"busbw_gbps": [before, value], "scope": [None, scope]},
     )
 
 
@@ -257,11 +323,119 @@ def nccl_job(run: BurnInRun, hostname: str) -> dict[str, Any]:
     return _job(run, BurnInRun.Step.NCCL, hostname, container)
 
 
+def domain_name(domain_run: BurnInDomainRun) -> str:
+    """The domain test's Job and headless Service (its pods' subdomain)."""
+    return f"burn-in-domain-{domain_run.pk}"
+
+
+def domain_objects(domain_run: BurnInDomainRun, hostnames: list[str]) -> list[dict[str, Any]]:
+    """The headless Service and the indexed Job of NCCL's all-reduce across ``hostnames``
+    (the members' ``kubernetes.io/hostname``, in ``domain_run.nodes`` order): a pod per
+    node, all the node's GPUs each, one MPI rank per GPU."""
+    name = domain_name(domain_run)
+    namespace = settings.FLEET_BURN_IN_NAMESPACE
+    labels = {
+        "app.kubernetes.io/managed-by": "ai-factory-portal",
+        DOMAIN_RUN_LABEL: str(domain_run.pk),
+        STEP_LABEL: BurnInRun.Step.DOMAIN,
+    }
+    count, gpus = len(hostnames), domain_run.gpus
+    hosts = ",".join(f"{name}-{index}.{name}:{gpus}" for index in range(count))
+    resources = {"nvidia.com/gpu": gpus}
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            # Pods resolve before they are ready: the launcher waits on ssh, not on DNS.
+            "publishNotReadyAddresses": True,
+            "selector": {JOB_NAME_LABEL: name},
+            "ports": [{"name": "ssh", "port": 22, "targetPort": 22}],
+        },
+    }
+    container = {
+        "name": "nccl",
+        "image": settings.FLEET_BURN_IN_NCCL_IMAGE,
+        "command": ["/bin/sh", "-c", DOMAIN_SCRIPT],
+        "env": [
+            {"name": "BURN_IN_HOSTS", "value": hosts},
+            {"name": "BURN_IN_RANKS", "value": str(count * gpus)},
+            # mpirun's ssh to the workers, whose host keys nobody knows in advance; the
+            # mounted .ssh is read-only (as the MPI operator sets it for its launchers).
+            {
+                "name": "OMPI_MCA_plm_rsh_args",
+                "value": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            },
+        ],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": "ssh", "mountPath": SSH_DIR, "readOnly": True}],
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {NODE_ANNOTATION: ",".join(domain_run.nodes)},
+        },
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": count,
+            "parallelism": count,
+            "backoffLimit": 0,
+            "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+            "activeDeadlineSeconds": settings.FLEET_BURN_IN_DEADLINE_SECONDS,
+            "ttlSecondsAfterFinished": TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "subdomain": name,
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/hostname",
+                                                "operator": "In",
+                                                "values": list(hostnames),
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                    "tolerations": [
+                        {"key": UNSCHEDULABLE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+                    ],
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "ssh",
+                            "secret": {
+                                "secretName": settings.FLEET_BURN_IN_SSH_SECRET,
+                                "defaultMode": 0o400,
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    return [service, job]
+
+
 def _validated(obj: dict[str, Any]) -> dict[str, Any]:
-    """The Job, checked against the upstream batch/v1 schema before it is sent."""
+    """The object, checked against the upstream schema before it is sent."""
     errors = SchemaRegistry().validate(obj)
     if errors:
-        raise ValueError(f"the burn-in Job is invalid: {'; '.join(map(str, errors))}")
+        raise ValueError(f"the burn-in {obj.get('kind')} is invalid: {'; '.join(map(str, errors))}")
     return obj
 
 
@@ -286,6 +460,7 @@ def run_all(kube: Kube) -> list[BurnInRun]:
             )
         advance(run, kube)
         runs.append(run)
+    advance_domains(kube)
     return runs
 
 
@@ -341,21 +516,148 @@ def advance(run: BurnInRun, kube: Kube) -> None:
             )
             return
         run.nccl_passed = run.busbw_gbps >= run.expected_gbps * (run.pass_share or 1.0)
+        if run.nccl_passed and node.clique and settings.FLEET_BURN_IN_DOMAIN:
+            run.step = BurnInRun.Step.DOMAIN
+            run.save(update_fields=["busbw_gbps", "nccl_passed", "step"])
+            return
         _finish(run, kube, passed=run.nccl_passed)
+
+
+# --- across an NVLink domain ------------------------------------------------------------------
+
+
+def advance_domains(kube: Kube) -> None:
+    """Judge the domain tests that finished, then start one for each domain whose nodes in
+    burn-in all wait at step ``domain``."""
+    for domain_run in BurnInDomainRun.objects.filter(outcome=BurnInDomainRun.Outcome.RUNNING):
+        _judge_domain(domain_run, kube)
+    waiting = BurnInRun.objects.filter(
+        step=BurnInRun.Step.DOMAIN, outcome=BurnInRun.Outcome.RUNNING, domain_run=None
+    )
+    nodes = Node.objects.in_bulk([r.node_name for r in waiting], field_name="name")
+    groups: dict[tuple[str, str], list[BurnInRun]] = {}
+    for run in waiting:
+        node = nodes.get(run.node_name)
+        if node is not None:  # else ``advance`` fails the run
+            groups.setdefault((node.clique, node.product), []).append(run)
+    for (clique, product), runs in sorted(groups.items()):
+        _start_domain(clique, product, runs, kube)
+
+
+def _start_domain(clique: str, product: str, runs: list[BurnInRun], kube: Kube) -> None:
+    members = list(Node.objects.filter(clique=clique).values_list("name", flat=True))
+    still_alone = BurnInRun.objects.filter(
+        node_name__in=members,
+        outcome=BurnInRun.Outcome.RUNNING,
+        step__in=[BurnInRun.Step.DIAG, BurnInRun.Step.NCCL],
+    )
+    ongoing = BurnInDomainRun.objects.filter(clique=clique, outcome=BurnInDomainRun.Outcome.RUNNING)
+    if still_alone.exists() or ongoing.exists():
+        return  # one test per domain, once its new nodes are all through their own
+    names = sorted(run.node_name for run in runs)
+    peers = [] if len(names) > 1 else _peer(clique, product, names[0], runs[0])
+    if len(names) == 1 and not peers:
+        _finish(runs[0], kube, passed=True)  # no other node of its product in the domain
+        return
+    hosts = Node.objects.in_bulk(names + peers, field_name="name")
+    domain_run = BurnInDomainRun.objects.create(
+        clique=clique,
+        product=product,
+        gpus=min(node.gpu_count for node in hosts.values()),
+        nodes=names + peers,
+        peers=peers,
+        expected_gbps=expected_busbw(product, Scope.DOMAIN),
+        pass_share=pass_share(),
+    )
+    BurnInRun.objects.filter(pk__in=[run.pk for run in runs]).update(domain_run=domain_run)
+    _launch(domain_run, kube)
+
+
+def _launch(domain_run: BurnInDomainRun, kube: Kube) -> None:
+    """Create the run's Service and Job (again, after a refusal: both tolerate 409)."""
+    hosts = Node.objects.in_bulk(domain_run.nodes, field_name="name")
+    hostnames = [hosts[n].hostname or n if n in hosts else n for n in domain_run.nodes]
+    service, job = domain_objects(domain_run, hostnames)
+    _start(kube, service)
+    domain_run.job = _start(kube, job)
+    domain_run.save(update_fields=["job"])
+
+
+def _peer(clique: str, product: str, node_name: str, run: BurnInRun) -> list[str]:
+    """A ready, schedulable node of the domain, product and GPU sharing to test
+    ``node_name`` with, one without tenant workloads first (its pod waits for all the
+    peer's GPUs)."""
+    sharing = Node.objects.filter(name=node_name).values_list("sharing", flat=True).first()
+    ready = set(NodeLifecycle.objects.filter(state=State.READY).values_list("node_name", flat=True))
+    candidates = [
+        node.name
+        for node in Node.objects.filter(
+            clique=clique, product=product, sharing=sharing or "", unschedulable=False
+        )
+        if node.name != node_name and node.name in ready and node.gpu_count >= run.gpus
+    ]
+    busy = set(
+        Workload.objects.filter(node__in=candidates).values_list("node", flat=True).distinct()
+    )
+    candidates.sort(key=lambda name: (name in busy, name))
+    return candidates[:1]
+
+
+def _judge_domain(domain_run: BurnInDomainRun, kube: Kube) -> None:
+    if not domain_run.job:  # the API refused the Job last round
+        _launch(domain_run, kube)
+        return
+    try:
+        text = _finished_log(kube, domain_run.job, index=0)
+        if text is None:
+            return
+        if not text.strip():
+            raise BurnInParseError(
+                "pod 0 printed nothing: a pod did not start in time (a member's GPUs busy?)"
+            )
+        domain_run.busbw_gbps = parse_busbw(text)
+    except BurnInParseError as exc:
+        _finish_domain(domain_run, kube, passed=False, error=f"NCCL across the domain: {exc}")
+        return
+    if domain_run.expected_gbps is None:
+        error = f"no expected bus bandwidth across an NVLink domain is set for {domain_run.product}"
+        _finish_domain(domain_run, kube, passed=False, error=error)
+        return
+    floor = domain_run.expected_gbps * (domain_run.pass_share or 1.0)
+    _finish_domain(domain_run, kube, passed=domain_run.busbw_gbps >= floor)
+
+
+def _finish_domain(
+    domain_run: BurnInDomainRun, kube: Kube, *, passed: bool, error: str = ""
+) -> None:
+    domain_run.outcome = (
+        BurnInDomainRun.Outcome.PASSED if passed else BurnInDomainRun.Outcome.FAILED
+    )
+    domain_run.error = error
+    domain_run.finished_at = timezone.now()
+    domain_run.save()
+    if domain_run.job:
+        _delete(kube, domain_run.job)
+        _delete(kube, domain_run.job, kind="Service")
+    for run in domain_run.runs.filter(outcome=BurnInRun.Outcome.RUNNING):
+        _finish(run, kube, passed=passed)
 
 
 def _start(kube: Kube, job: dict[str, Any]) -> str:
     name = str(job["metadata"]["name"])
     try:
-        kube.create("batch/v1", "Job", settings.FLEET_BURN_IN_NAMESPACE, _validated(job))
+        kube.create(
+            job["apiVersion"], job["kind"], settings.FLEET_BURN_IN_NAMESPACE, _validated(job)
+        )
     except KubeError as exc:
         if exc.status != 409:  # already there: a run resumed after a restart
             raise
     return name
 
 
-def _finished_log(kube: Kube, job_name: str) -> str | None:
-    """The log of the finished Job's pod; None while it runs."""
+def _finished_log(kube: Kube, job_name: str, index: int | None = None) -> str | None:
+    """The log of the finished Job's pod (of completion index ``index``); None while it
+    runs."""
     namespace = settings.FLEET_BURN_IN_NAMESPACE
     try:
         job = kube.get("batch/v1", "Job", namespace, job_name)
@@ -367,7 +669,10 @@ def _finished_log(kube: Kube, job_name: str) -> str | None:
     done = {c.get("type") for c in conditions if c.get("status") == "True"}
     if not done & {"Complete", "Failed"}:
         return None
-    pods = kube.list("v1", "Pod", namespace, label_selector=f"{JOB_NAME_LABEL}={job_name}")
+    selector = f"{JOB_NAME_LABEL}={job_name}"
+    if index is not None:
+        selector += f",{COMPLETION_INDEX_LABEL}={index}"
+    pods = kube.list("v1", "Pod", namespace, label_selector=selector)
     if not pods:
         return ""
     pods.sort(key=lambda p: str(p.get("metadata", {}).get("creationTimestamp", "")))
@@ -380,9 +685,10 @@ def _finished_log(kube: Kube, job_name: str) -> str | None:
         raise
 
 
-def _delete(kube: Kube, job_name: str) -> None:
+def _delete(kube: Kube, job_name: str, kind: str = "Job") -> None:
+    api_version = "batch/v1" if kind == "Job" else "v1"
     try:
-        kube.delete("batch/v1", "Job", settings.FLEET_BURN_IN_NAMESPACE, job_name)
+        kube.delete(api_version, kind, settings.FLEET_BURN_IN_NAMESPACE, job_name)
     except KubeError as exc:
         if exc.status != 404:
             raise
@@ -410,6 +716,15 @@ def _why(run: BurnInRun) -> str:
         return f"burn-in #{run.pk} failed: {run.error}"
     if run.diag_passed is False:
         return f"burn-in #{run.pk} failed the DCGM diagnostic: {'; '.join(run.diag_failures)}"
+    domain = run.domain_run
+    if domain is not None and run.nccl_passed:
+        if domain.error:
+            return f"burn-in #{run.pk} failed across NVLink domain {domain.clique}: {domain.error}"
+        return (
+            f"burn-in #{run.pk} failed NCCL across NVLink domain {domain.clique} "
+            f"({len(domain.nodes)} nodes): {domain.busbw_gbps or 0:.2f} GB/s, expected at "
+            f"least {(domain.expected_gbps or 0) * (domain.pass_share or 1):.2f} GB/s"
+        )
     return (
         f"burn-in #{run.pk} failed NCCL: {run.busbw_gbps or 0:.2f} GB/s, expected at least "
         f"{(run.expected_gbps or 0) * (run.pass_share or 1):.2f} GB/s"

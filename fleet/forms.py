@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from fleet.models import RemediationPolicy
+from fleet.models import BurnInExpectation, RemediationPolicy
 from gitops.specs import PortalDeploySpec, PortalEgress
 
 EGRESS = re.compile(
@@ -111,7 +111,16 @@ class BurnInExpectationForm(forms.Form):
     checks it again)."""
 
     product = forms.CharField(max_length=120, help_text="the nvidia.com/gpu.product label")
+    scope = forms.ChoiceField(
+        choices=BurnInExpectation.Scope.choices,
+        initial=BurnInExpectation.Scope.NODE,
+        required=False,
+        help_text="all_reduce_perf on one node, or across the nodes of an NVLink domain",
+    )
     busbw_gbps = forms.FloatField(label="Expected bus bandwidth (GB/s)")
+
+    def clean_scope(self) -> str:
+        return str(self.cleaned_data.get("scope") or BurnInExpectation.Scope.NODE)
 
     def clean_busbw_gbps(self) -> float:
         value = self.cleaned_data["busbw_gbps"]

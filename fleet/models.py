@@ -581,6 +581,7 @@ class BurnInRun(models.Model):
     class Step(models.TextChoices):
         DIAG = "diag", "DCGM diagnostic"
         NCCL = "nccl", "NCCL all-reduce"
+        DOMAIN = "domain", "NCCL across the NVLink domain"
         DONE = "done", "Done"
 
     class Outcome(models.TextChoices):
@@ -604,6 +605,10 @@ class BurnInRun(models.Model):
     error = models.TextField(blank=True)  # why a step could not be judged
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The multi-node all-reduce across the node's NVLink domain that judged its last step.
+    domain_run = models.ForeignKey(
+        "BurnInDomainRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
 
     class Meta:
         ordering = ["-started_at", "-pk"]
@@ -612,20 +617,60 @@ class BurnInRun(models.Model):
         return f"burn-in #{self.pk} of {self.node_name}: {self.outcome}"
 
 
-class BurnInExpectation(models.Model):
-    """The NCCL bus bandwidth a healthy node of a GPU product reaches, set by a platform admin
-    in the portal; it overrides ``FLEET_BURN_IN_EXPECTED_BUSBW`` for that product."""
+class BurnInDomainRun(models.Model):
+    """NCCL's all-reduce across nodes of one NVLink domain (``nvidia.com/gpu.clique``), one
+    indexed Job with a pod per node (``fleet.burnin``): the nodes in burn-in that passed
+    their single-node tests, with a ready peer when only one is. ``nodes`` lists them all,
+    ``peers`` those that were ready (a slow result does not fail a peer)."""
 
-    product = models.CharField(max_length=120, unique=True)  # nvidia.com/gpu.product
+    class Outcome(models.TextChoices):
+        RUNNING = "running", "Running"
+        PASSED = "passed", "Passed"
+        FAILED = "failed", "Failed"
+
+    clique = models.CharField(max_length=120, db_index=True)
+    product = models.CharField(max_length=120, blank=True)
+    gpus = models.PositiveIntegerField(default=0)  # per node
+    nodes = models.JSONField(default=list)  # node names, pod index order
+    peers = models.JSONField(default=list, blank=True)  # ready nodes among ``nodes``
+    job = models.CharField(max_length=63, blank=True)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices, default=Outcome.RUNNING)
+    busbw_gbps = models.FloatField(null=True, blank=True)
+    expected_gbps = models.FloatField(null=True, blank=True)
+    pass_share = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"domain burn-in #{self.pk} of {self.clique}: {self.outcome}"
+
+
+class BurnInExpectation(models.Model):
+    """The NCCL bus bandwidth a healthy node of a GPU product reaches (scope ``node``), or a
+    domain of such nodes across nodes (scope ``domain``), set by a platform admin in the
+    portal; it overrides ``FLEET_BURN_IN_EXPECTED_BUSBW`` (``..._DOMAIN_BUSBW``) for that
+    product."""
+
+    class Scope(models.TextChoices):
+        NODE = "node", "One node"
+        DOMAIN = "domain", "Across an NVLink domain"
+
+    product = models.CharField(max_length=120)  # nvidia.com/gpu.product
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.NODE)
     busbw_gbps = models.FloatField()
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["product"]
+        ordering = ["product", "scope"]
         constraints = [
+            models.UniqueConstraint(fields=["product", "scope"], name="burn_in_expectation_unique"),
             models.CheckConstraint(
                 condition=models.Q(busbw_gbps__gt=0), name="burn_in_expectation_positive"
-            )
+            ),
         ]
 
     def __str__(self) -> str:

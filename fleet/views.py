@@ -41,6 +41,8 @@ from fleet.forms import BurnInExpectationForm, PortalDeploymentForm
 from fleet.inventory import revision_sha
 from fleet.kube import KubeError
 from fleet.models import (
+    BurnInDomainRun,
+    BurnInExpectation,
     BurnInRun,
     FluxObject,
     Health,
@@ -240,12 +242,14 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def burn_in_context(node: Node) -> dict[str, Any]:
-    """The node's lifecycle and its burn-in runs, newest first."""
-    runs = list(BurnInRun.objects.filter(node_name=node.name)[:20])
+    """The node's lifecycle and its burn-in runs, newest first, with the tests across its
+    NVLink domain it took part in as a ready peer."""
+    runs = list(BurnInRun.objects.filter(node_name=node.name).select_related("domain_run")[:20])
     return {
         "lifecycle": lifecycle.get(node.name),
         "runs": runs,
         "running": any(r.outcome == BurnInRun.Outcome.RUNNING for r in runs),
+        "peer_runs": BurnInDomainRun.objects.filter(peers__contains=[node.name])[:10],
     }
 
 
@@ -260,6 +264,7 @@ def burn_in_settings(request: HttpRequest) -> HttpResponse:
                 form.cleaned_data["product"],
                 form.cleaned_data["busbw_gbps"],
                 acting_user=request.user,
+                scope=form.cleaned_data["scope"],
             )
         except ValidationError as exc:
             form.add_error(None, exc)
@@ -272,7 +277,9 @@ def burn_in_settings(request: HttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "expectations": [
-            (product, gbps, gbps * share) for product, gbps in burnin.expectations().items()
+            (product, scope.label, gbps, gbps * share)
+            for scope in BurnInExpectation.Scope
+            for product, gbps in burnin.expectations(scope).items()
         ],
         "products": products,
         "pass_share": share,

@@ -586,6 +586,18 @@ FLEET_BURN_IN_EXPECTED_BUSBW = json.loads(
 FLEET_BURN_IN_PASS_SHARE = float(env("FLEET_BURN_IN_PASS_SHARE", "0.9"))
 # A test Job running longer than this fails (a level 3 diagnostic takes up to an hour).
 FLEET_BURN_IN_DEADLINE_SECONDS = env_int("FLEET_BURN_IN_DEADLINE_SECONDS", 7200)
+# A node of a multi-node NVLink domain (nvidia.com/gpu.clique) is also tested across the
+# domain (fleet.burnin); the expected all-reduce bus bandwidth across nodes per GPU product, as
+# JSON; the pods reach each other by ssh with the keys of FLEET_BURN_IN_SSH_SECRET.
+FLEET_BURN_IN_DOMAIN = env_bool("FLEET_BURN_IN_DOMAIN", True)
+FLEET_BURN_IN_EXPECTED_DOMAIN_BUSBW = json.loads(
+    env(
+        "FLEET_BURN_IN_EXPECTED_DOMAIN_BUSBW",
+        '{"NVIDIA-GB200": 700, "NVIDIA-H200": 350, "NVIDIA-H100-80GB-HBM3": 350,'
+        ' "NVIDIA-A100-SXM4-80GB": 180}',
+    )
+)
+FLEET_BURN_IN_SSH_SECRET = env("FLEET_BURN_IN_SSH_SECRET", "burn-in-ssh")
 CELERY_BEAT_SCHEDULE["fleet-burn-in"] = {
     "task": "fleet.burn_in",
     "schedule": schedule(timedelta(seconds=FLEET_SYNC_SECONDS)),

@@ -41,6 +41,7 @@ from simulator.notify import Notifier
 from simulator.rbac import bootstrap_objects, split_service_account
 from simulator.server import Api, ApiServer
 from simulator.store import (
+    PODS,
     RESOURCES,
     SECRETS,
     JsonObject,
@@ -265,8 +266,28 @@ class Simulator:
         if node is None:
             return []
         return burnin.output_lines(
-            pod, container, node.group.product, len(node.gpus), self.burn_in_faults
+            pod,
+            container,
+            node.group.product,
+            len(node.gpus),
+            self.burn_in_faults,
+            self._job_members(pod),
         )
+
+    def _job_members(self, pod: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(node, GPU product) of each bound pod of ``pod``'s indexed Job."""
+        metadata = as_dict(pod.get("metadata"))
+        labels = as_dict(metadata.get("labels"))
+        job = labels.get("batch.kubernetes.io/job-name")
+        if not job or burnin.COMPLETION_INDEX not in labels:
+            return []
+        members = []
+        for other in self.cluster.store.list(PODS, str(metadata.get("namespace", ""))):
+            other_labels = as_dict(as_dict(other.get("metadata")).get("labels"))
+            node = self.cluster.nodes.get(str(as_dict(other.get("spec")).get("nodeName") or ""))
+            if other_labels.get("batch.kubernetes.io/job-name") == job and node is not None:
+                members.append((node.name, node.group.product))
+        return members
 
     def set_kueue_webhook_reachable(self, reachable: bool) -> None:
         """Kueue's webhook Service answers again, or not (a fault): while it does not, the

@@ -20,13 +20,19 @@ own format, so a client parses what it would parse on a real node:
 
 The bandwidth a healthy node reaches is ``NOMINAL_BUSBW`` for its GPU product; the
 ``nccl-slow`` fault scales it, the ``diag-fail`` fault fails one named test on GPU 0.
+
+Across nodes, ``mpirun ... all_reduce_perf -g 1`` in the pod of completion index 0 of an
+indexed Job (the launcher; the other pods serve ssh and print nothing) prints the same table
+for one GPU per process and ``BURN_IN_RANKS`` ranks; its bus bandwidth is
+``NOMINAL_DOMAIN_BUSBW`` of the product, held down by the slowest member: a ring all-reduce
+moves at the pace of its slowest link, so ``nccl-slow`` on any node of the Job slows it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +58,17 @@ NOMINAL_BUSBW = {
     "NVIDIA-L40S": 22.0,
 }
 DEFAULT_BUSBW = 100.0
+# all_reduce_perf's average bus bandwidth across nodes, one rank per GPU, GB/s: bounded by the
+# nodes' links out (8x 400 Gb/s InfiniBand for HGX H100/H200, 8x 200 Gb/s for A100) or, for
+# GB200 NVL72, by multi-node NVLink; rounded figures of public runs, not a measurement here.
+NOMINAL_DOMAIN_BUSBW = {
+    "NVIDIA-GB200": 760.0,
+    "NVIDIA-H200": 370.0,
+    "NVIDIA-H100-80GB-HBM3": 370.0,
+    "NVIDIA-A100-SXM4-80GB": 190.0,
+}
+DEFAULT_DOMAIN_BUSBW = 50.0
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass
@@ -134,8 +151,9 @@ def diag_document(gpus: int, failing: str = "") -> dict[str, Any]:
     }
 
 
-def nccl_lines(gpus: int, busbw: float) -> list[str]:
-    """``all_reduce_perf -b 8 -e 8G -f 2 -g <gpus>``'s table and footer at ``busbw`` GB/s."""
+def nccl_lines(gpus: int, busbw: float, ranks: int = 0) -> list[str]:
+    """``all_reduce_perf -b 8 -e 8G -f 2 -g <gpus>``'s table and footer at ``busbw`` GB/s;
+    ``ranks`` GPUs in all when run by ``mpirun`` (``gpus`` is then per process)."""
     lines = [
         f"# nThread 1 nGpus {gpus} minBytes 8 maxBytes 8589934592 step: 2(factor) warmup "
         "iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
@@ -147,7 +165,8 @@ def nccl_lines(gpus: int, busbw: float) -> list[str]:
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
         "            (us)  (GB/s)  (GB/s)       ",
     ]
-    factor = 2 * (gpus - 1) / gpus if gpus > 1 else 1.0
+    total = ranks or gpus
+    factor = 2 * (total - 1) / total if total > 1 else 1.0
     for size in (1 << 20, 1 << 26, 1 << 30, 1 << 33):
         bus = busbw * (0.4 if size < 1 << 26 else 0.9 if size < 1 << 30 else 1.0)
         alg = bus / factor
@@ -163,12 +182,46 @@ def nccl_lines(gpus: int, busbw: float) -> list[str]:
     return lines
 
 
+def _env(pod: Mapping[str, Any], container: str, name: str) -> str:
+    for c in as_list(as_dict(pod.get("spec")).get("containers")):
+        if as_dict(c).get("name") == container:
+            for var in as_list(as_dict(c).get("env")):
+                if as_dict(var).get("name") == name:
+                    return str(as_dict(var).get("value", ""))
+    return ""
+
+
+def domain_busbw(members: Sequence[tuple[str, str]], faults: BurnInFaults) -> float:
+    """The bus bandwidth across ``members`` ((node, GPU product) each): the slowest sets it."""
+    with faults.lock:
+        return round(
+            min(
+                NOMINAL_DOMAIN_BUSBW.get(product, DEFAULT_DOMAIN_BUSBW)
+                * faults.nccl_slow.get(node, 1.0)
+                for node, product in members
+            ),
+            2,
+        )
+
+
 def output_lines(
-    pod: Mapping[str, Any], container: str, product: str, gpus: int, faults: BurnInFaults
+    pod: Mapping[str, Any],
+    container: str,
+    product: str,
+    gpus: int,
+    faults: BurnInFaults,
+    members: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """What ``container`` of ``pod`` printed before it exited, when it ran a burn-in
-    program; [] otherwise."""
+    program; [] otherwise. ``members``: (node, GPU product) of every pod of the pod's
+    indexed Job, for the launcher of a run across nodes."""
     command = " ".join(_command(pod, container))
+    if "mpirun" in command and "all_reduce_perf" in command:
+        labels = as_dict(as_dict(pod.get("metadata")).get("labels"))
+        if str(labels.get(COMPLETION_INDEX)) != "0" or not members:
+            return []  # a worker: sshd until the Job controller stops it
+        ranks = int(_env(pod, container, "BURN_IN_RANKS") or len(members) * gpus)
+        return nccl_lines(1, domain_busbw(members, faults), ranks)
     node = str(as_dict(pod.get("spec")).get("nodeName") or "")
     with faults.lock:
         failing = faults.diag_fail.get(node, "")

@@ -349,6 +349,40 @@ def controller_of(pod: Mapping[str, Any]) -> JsonObject | None:
     return None
 
 
+def node_affinity_matches(pod_spec: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """The pod's required node affinity: any term matches, a term when all its label
+    expressions do (kubernetes v1.34 staging/src/k8s.io/component-helpers/scheduling/corev1/
+    nodeaffinity/nodeaffinity.go ``NodeSelector.Match``; In, NotIn, Exists, DoesNotExist;
+    ``matchFields``, Gt and Lt are not modelled and never match; an empty term matches
+    nothing)."""
+    node_affinity = as_dict(as_dict(pod_spec.get("affinity")).get("nodeAffinity"))
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    # No terms at all (nil or empty) match no node.
+    terms = [as_dict(t) for t in as_list(as_dict(required).get("nodeSelectorTerms"))]
+
+    def matches(expression: Mapping[str, Any]) -> bool:
+        key, operator = str(expression.get("key", "")), expression.get("operator")
+        values = [str(v) for v in as_list(expression.get("values"))]
+        if operator == "In":
+            return key in labels and str(labels[key]) in values
+        if operator == "NotIn":
+            return key not in labels or str(labels[key]) not in values
+        if operator == "Exists":
+            return key in labels
+        if operator == "DoesNotExist":
+            return key not in labels
+        return False
+
+    return any(
+        term.get("matchExpressions")
+        and not term.get("matchFields")
+        and all(matches(as_dict(e)) for e in as_list(term.get("matchExpressions")))
+        for term in terms
+    )
+
+
 def _tolerates(tolerations: Iterable[Any], taint: Mapping[str, Any]) -> bool:
     for toleration in tolerations:
         toleration = as_dict(toleration)
@@ -1194,7 +1228,9 @@ class Cluster:
             return "node(s) were unschedulable"
         labels = as_dict(as_dict(obj.get("metadata")).get("labels"))
         selector = as_dict(pod_spec.get("nodeSelector"))
-        if any(labels.get(key) != value for key, value in selector.items()):
+        if any(labels.get(key) != value for key, value in selector.items()) or not (
+            node_affinity_matches(pod_spec, labels)
+        ):
             return "node(s) didn't match Pod's node affinity/selector"
         tolerations = as_list(pod_spec.get("tolerations"))
         for taint in as_list(spec.get("taints")):

@@ -37,8 +37,19 @@ JobSet; ``Completed`` (AllJobsCompleted, "jobset completed successfully") once e
 completed, ``Failed`` (FailedJobs, "jobset failed due to one or more job failures") when one
 failed.
 
-Simplified: no pod failure policy, success policy, backoff delay or indexed completion; a
-JobSet has no failure policy (restarts) and its children share its Workload.
+An indexed Job (``completionMode: Indexed``) gives each pod a completion index: pod ``i`` is
+``<job>-<i>-<5 random>`` with hostname ``<job>-<i>`` (the template's ``subdomain`` kept), the
+``batch.kubernetes.io/job-completion-index`` annotation and label and ``JOB_COMPLETION_INDEX``
+from that label (kubernetes v1.34 ``pkg/controller/job/job_controller.go`` ``manageJob``,
+``indexed_job_utils.go`` ``podGenerateNameWithIndex``, ``addCompletionIndexLabel``,
+``addCompletionIndexEnvVariables``); the missing indexes are created, ``completedIndexes``
+lists the succeeded ones, and it completes once every index succeeded, or once a
+``successPolicy`` rule matched (``success_policy.go`` ``matchSuccessPolicy``: the rule's
+``succeededIndexes`` all succeeded, or ``succeededCount`` of them; ``SuccessCriteriaMet``
+reason SuccessPolicy, the other pods deleted).
+
+Simplified: no pod failure policy, backoff delay or backoff per index; a JobSet has no failure
+policy (restarts) and its children share its Workload.
 """
 
 from __future__ import annotations
@@ -85,6 +96,7 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 DEFAULT_BACKOFF_LIMIT = 6
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 _KINDS = {"Job": (JOBS, "batch"), "JobSet": (JOBSETS, "jobset.x-k8s.io")}
 
 
@@ -438,16 +450,45 @@ class Batch:
                 now,
             )
             return
-        done = succeeded >= completions if completions is not None else succeeded > 0 and not active
+        indexed = spec.get("completionMode") == "Indexed"
+        reason = "CompletionsReached"
+        done_indexes: set[int] = set()
+        if indexed:
+            total = completions or 0
+            done_indexes = {
+                index
+                for pod in pods
+                if (index := _index(pod)) is not None
+                and index < total
+                and _phase(pod) == "Succeeded"
+            }
+            self.store.mutate(JOBS, *key, lambda o: _completed_indexes(o, sorted(done_indexes)))
+            succeeded = len(done_indexes)
+            rule = success_policy_match(spec.get("successPolicy"), done_indexes, total)
+            if rule is not None:
+                reason = f"SuccessPolicy:{rule}"
+            done = rule is not None or len(done_indexes) >= total
+        else:
+            done = (
+                succeeded >= completions
+                if completions is not None
+                else succeeded > 0 and not active
+            )
         if done:
             for pod in active:
                 self.cluster.delete_pod(*key_of(pod), now, recreate=False)
-            self.store.mutate(JOBS, *key, lambda o: _complete(o, now))
+            self.store.mutate(JOBS, *key, lambda o: _complete(o, now, reason))
             return
         remaining = completions - succeeded if completions is not None else parallelism
         wanted = min(parallelism, remaining) if succeeded == 0 or completions is not None else 0
         template = as_dict(spec.get("template"))
-        for _ in range(max(0, wanted - len(active))):
+        busy = {i for i in (_index(p) for p in active) if i is not None}
+        missing = (
+            [i for i in range(completions or 0) if i not in done_indexes | busy] if indexed else []
+        )
+        for slot in range(max(0, wanted - len(active))):
+            if indexed and slot >= len(missing):
+                break
             pod = {
                 "metadata": {
                     "namespace": key[0],
@@ -464,8 +505,13 @@ class Batch:
                 },
                 "spec": as_dict(template.get("spec")),
             }
+            base = key[1]
+            if indexed:
+                index = missing[slot]
+                base = f"{key[1]}-{index}"
+                _set_index(pod, key[1], index)
             try:
-                self.cluster.create_pod(pod, key[1], now)
+                self.cluster.create_pod(pod, base, now)
             except Rejected as exc:
                 # The Job controller's FailedCreate; it retries on the next sync.
                 logger.info("creating a pod of job %s/%s: %s", *key, exc)
@@ -568,11 +614,95 @@ def _job_status(
         status.setdefault("startTime", rfc3339(now))
 
 
-def _complete(job: JsonObject, now: float) -> None:
+def _complete(job: JsonObject, now: float, reason: str = "CompletionsReached") -> None:
     message = "Reached expected number of succeeded pods"
-    set_condition(
-        job, "SuccessCriteriaMet", True, "CompletionsReached", message, now, generation=False
-    )
-    set_condition(job, "Complete", True, "CompletionsReached", message, now, generation=False)
+    if reason.startswith("SuccessPolicy:"):
+        reason, _, rule = reason.partition(":")
+        message = f"Matched rules at index {rule}"
+    set_condition(job, "SuccessCriteriaMet", True, reason, message, now, generation=False)
+    set_condition(job, "Complete", True, reason, message, now, generation=False)
     job["status"]["active"] = 0
     job["status"]["completionTime"] = rfc3339(now)
+
+
+# --- indexed Jobs ------------------------------------------------------------------------------
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str(as_dict(pod.get("status")).get("phase") or "")
+
+
+def _index(pod: Mapping[str, Any]) -> int | None:
+    """The pod's completion index (``getCompletionIndex``: the annotation), None if it has none."""
+    value = as_dict(as_dict(pod.get("metadata")).get("annotations")).get(COMPLETION_INDEX)
+    try:
+        index = int(str(value))
+    except ValueError:
+        return None
+    return index if index >= 0 else None
+
+
+def _set_index(pod: JsonObject, job_name: str, index: int) -> None:
+    metadata, spec = pod["metadata"], dict(pod["spec"])
+    metadata["annotations"] = {**metadata["annotations"], COMPLETION_INDEX: str(index)}
+    metadata["labels"][COMPLETION_INDEX] = str(index)
+    spec["hostname"] = f"{job_name}-{index}"
+    env = {
+        "name": "JOB_COMPLETION_INDEX",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{COMPLETION_INDEX}']"}},
+    }
+    spec["containers"] = [
+        {**as_dict(c), "env": [*as_list(as_dict(c).get("env")), env]}
+        for c in as_list(spec.get("containers"))
+    ]
+    pod["spec"] = spec
+
+
+def _parse_indexes(text: str, completions: int) -> set[int]:
+    """``"0,2-4"`` as a set of indexes below ``completions`` (``parseIndexesFromString``);
+    empty when it does not parse."""
+    found: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            return set()
+        found.update(i for i in range(low, high + 1) if i < completions)
+    return found
+
+
+def success_policy_match(policy: object, done: set[int], completions: int) -> int | None:
+    """The position of the first rule of ``policy`` the succeeded indexes ``done`` meet, None
+    when none does (``matchSuccessPolicy``)."""
+    if not done:
+        return None
+    for position, rule in enumerate(as_list(as_dict(policy).get("rules"))):
+        rule = as_dict(rule)
+        count = rule.get("succeededCount")
+        if rule.get("succeededIndexes") is not None:
+            required = _parse_indexes(str(rule["succeededIndexes"]), completions)
+            if not required:
+                continue
+            matched = len(required & done)
+            if matched >= (int(count) if count is not None else len(required)):
+                return position
+        elif count is not None and len(done) >= int(count):
+            return position
+    return None
+
+
+def _completed_indexes(job: JsonObject, indexes: list[int]) -> None:
+    """``status.completedIndexes`` as the controller writes it: ``"0-2,4"``."""
+    ranges: list[list[int]] = []
+    for index in indexes:
+        if ranges and index == ranges[-1][1] + 1:
+            ranges[-1][1] = index
+        else:
+            ranges.append([index, index])
+    text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+    status = job.setdefault("status", {})
+    if text:
+        status["completedIndexes"] = text
+    else:
+        status.pop("completedIndexes", None)

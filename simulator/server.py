@@ -73,6 +73,7 @@ from simulator.store import (
     PODS,
     RESOURCES,
     SECRETS,
+    SERVICES,
     Expired,
     JsonObject,
     PatchError,
@@ -101,9 +102,10 @@ JSON_PATCH = "application/json-patch+json"
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_BODY = 8 * 1024 * 1024
 # Resources a client may delete here; nodes and namespaces belong to the simulation.
-DELETABLE = frozenset(r for r in RESOURCES.values() if r.group) | {PODS, SECRETS}
-# Resources a client may create (POST) besides Secrets: the run-once work tenants submit.
-CREATABLE = frozenset({JOBS, JOBSETS})
+DELETABLE = frozenset(r for r in RESOURCES.values() if r.group) | {PODS, SECRETS, SERVICES}
+# Resources a client may create (POST) besides Secrets: the run-once work tenants submit, and
+# the headless Service of the burn-in's Job across nodes (its pods' DNS subdomain).
+CREATABLE = frozenset({JOBS, JOBSETS, SERVICES})
 # Who the simulator's bearer token authenticates as: an administrator in system:masters,
 # whom the authorizer allows everything (kube-apiserver's privileged group).
 TOKEN_USER = UserInfo("kubernetes-admin", (rbac.MASTERS,))

@@ -36,10 +36,11 @@ no HTTP and get no probes: a worker that loses its broker reconnects by itself
 
 Node burn-in (``fleet.burnin``) runs its test Jobs in their own namespace,
 ``BURN_IN_NAMESPACE`` (``burn-in.yaml``): the portal may create, read and delete Jobs there and
-read their pods and logs, by a Role bound to its service account, and nowhere else. That
-namespace is Pod Security ``privileged``: the DCGM diagnostic's host engine runs as root in
-NVIDIA's image (its entrypoint is ``nv-hostengine``, NVIDIA/DCGM ``docker/Dockerfile.*``), as
-it does in the GPU Operator's own namespace.
+read their pods and logs (and create and delete the headless Service of a run across nodes),
+by a Role bound to its service account, and nowhere else. That namespace is Pod Security
+``privileged``: the DCGM diagnostic's host engine runs as root in NVIDIA's image (its
+entrypoint is ``nv-hostengine``, NVIDIA/DCGM ``docker/Dockerfile.*``), as it does in the GPU
+Operator's own namespace.
 
 Every container runs as Pod Security ``restricted`` requires (non-root, no privilege
 escalation, every capability dropped, the runtime's default seccomp profile) with a read-only
@@ -99,6 +100,7 @@ BURN_IN_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("batch", "jobs", ("create", "get", "list", "delete")),
     ("", "pods", ("get", "list")),
     ("", "pods/log", ("get",)),
+    ("", "services", ("create", "delete")),  # the domain test's headless Service
 )
 # The Flux receiver the portal nudges after a merge (notification-controller's webhook
 # receiver listens on 9292, its Service webhook-receiver maps 80 to it).

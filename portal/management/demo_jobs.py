@@ -170,15 +170,26 @@ def finish_burn_in_jobs(
     from django.conf import settings
     from django.utils import timezone
 
-    from fleet.models import BurnInRun
+    from fleet.models import BurnInDomainRun, BurnInRun
 
     ended = 0
-    for run in BurnInRun.objects.filter(outcome=BurnInRun.Outcome.RUNNING):
+    for run in BurnInRun.objects.filter(outcome=BurnInRun.Outcome.RUNNING, domain_run=None):
         age = (timezone.now() - run.started_at).total_seconds()
         job = run.nccl_job or run.diag_job
-        if job and age >= run_seconds * (2 if run.nccl_job else 1):
+        if (
+            job
+            and run.step != BurnInRun.Step.DOMAIN
+            and age >= run_seconds * (2 if run.nccl_job else 1)
+        ):
             with contextlib.suppress(LookupError):  # deleted meanwhile
                 finish(settings.FLEET_BURN_IN_NAMESPACE, job)
+                ended += 1
+    # The test across the node's NVLink domain: its pods too, a step later.
+    for domain_run in BurnInDomainRun.objects.filter(outcome=BurnInDomainRun.Outcome.RUNNING):
+        age = (timezone.now() - domain_run.started_at).total_seconds()
+        if domain_run.job and age >= run_seconds:
+            with contextlib.suppress(LookupError):
+                finish(settings.FLEET_BURN_IN_NAMESPACE, domain_run.job)
                 ended += 1
     return ended
 

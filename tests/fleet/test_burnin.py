@@ -169,8 +169,10 @@ def test_the_rendered_rbac_is_all_the_engine_needs(
     assert _unschedulable(simulator, node)
     row = _burn_in(simulator, node)
     assert row.state == State.READY and not _unschedulable(simulator, node)
-    # Anywhere else the same Job is refused.
+    # Its test across the NVLink domain ran too (a Service and an indexed Job).
     run = BurnInRun.objects.get(node_name=node)
+    assert run.domain_run is not None and run.domain_run.outcome == BurnInRun.Outcome.PASSED
+    # Anywhere else the same Job is refused.
     job = burnin.diag_job(run, node)
     with Kube() as kube, pytest.raises(KubeError) as refused:
         kube.create("batch/v1", "Job", "default", job)
@@ -198,3 +200,5 @@ def test_the_demo_node_joins_new_and_becomes_ready(
                 break
     assert lifecycle.get(DEMO_BURN_IN_NODE).state == State.READY  # type: ignore[union-attr]
     assert not _unschedulable(simulator, DEMO_BURN_IN_NODE)
+    domain_run = BurnInRun.objects.get(node_name=DEMO_BURN_IN_NODE).domain_run
+    assert domain_run is not None and domain_run.outcome == BurnInRun.Outcome.PASSED

@@ -144,7 +144,8 @@ def test_an_admin_sets_the_expected_bandwidth_and_bad_values_change_nothing(
     pam.post("/fleet/burn-in/", {"product": "NVIDIA-H200", "busbw_gbps": "500"})
     assert burnin.expected_busbw("NVIDIA-H200") == 500.0
     assert AuditEvent.objects.get(action="fleet.burn_in_expectation").diff == {
-        "busbw_gbps": [450.0, 500.0]
+        "busbw_gbps": [450.0, 500.0],
+        "scope": [None, "node"],
     }
     # The simulator's healthy H200 node reaches 480 GB/s: at 540 expected (0.9 of it is
     # 486) it fails.

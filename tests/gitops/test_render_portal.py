@@ -154,6 +154,7 @@ def test_the_burn_in_namespace_grants_jobs_pods_and_logs_there_only() -> None:
         ("batch", "jobs"),
         ("", "pods"),
         ("", "pods/log"),
+        ("", "services"),  # the headless Service of the burn-in across an NVLink domain
     }
     (binding,) = _by_name("RoleBinding").values()
     assert binding["subjects"] == [
