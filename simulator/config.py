@@ -87,6 +87,9 @@ class NodeGroup:
     instance_type: str = "hgx-h200-8gpu"
     cpus: int = 224
     memory_gib: int = 2048
+    # SR-IOV VFs per node the SR-IOV network device plugin advertises, by resource name (e.g.
+    # nvidia.com/rdma_ib0: 8), for the fabric attachments of dedicated tenants (multus.py).
+    sriov_resources: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

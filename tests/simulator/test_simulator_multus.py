@@ -1,0 +1,140 @@
+"""The simulated Multus and SR-IOV device plugin: a pod's fabric attachment must exist in its
+namespace, and the SR-IOV resource it asks for must be left on the node.
+
+Cases transcribed from multus-cni v4.3.0 ``pkg/k8sclient/k8sclient_test.go``: "retrieves
+delegates from kubernetes using simple format annotation", "... using JSON format
+annotation", "fails when the network does not exist", "fails when the JSON format annotation
+is invalid", "Errors when namespace isolation is violated".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from simulator.cluster import Cluster
+from simulator.config import SimConfig
+from simulator.multus import selected_networks
+from simulator.store import EVENTS, NADS, PODS, Store
+
+RDMA = "nvidia.com/rdma_ib0"
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    demo = SimConfig.demo()
+    groups = tuple(
+        dataclasses.replace(g, sriov_resources=((RDMA, 2),)) if g.pool == "h200" else g
+        for g in demo.node_groups
+    )
+    return Cluster(dataclasses.replace(demo, node_groups=groups, seed_workloads=()), Store(), 0.0)
+
+
+def nad(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "k8s.cni.cncf.io/v1",
+        "kind": "NetworkAttachmentDefinition",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"k8s.v1.cni.cncf.io/resourceName": RDMA},
+        },
+        "spec": {"config": "{}"},
+    }
+
+
+def place(
+    cluster: Cluster, name: str, networks: str | None, rdma: int = 1, namespace: str = "bravo"
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"namespace": namespace}
+    if networks is not None:
+        metadata["annotations"] = {"k8s.v1.cni.cncf.io/networks": networks}
+    limits = {"nvidia.com/gpu": "1", **({RDMA: str(rdma)} if rdma else {})}
+    pod = {
+        "metadata": metadata,
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]},
+    }
+    return cluster.create_pod(pod, name, 1.0, name=name, admission=False)
+
+
+def state(pod: dict[str, Any]) -> dict[str, Any]:
+    return dict(pod["status"]["containerStatuses"][0]["state"])
+
+
+def warnings(cluster: Cluster, namespace: str) -> list[tuple[str, str]]:
+    return [(e["reason"], e["message"]) for e in cluster.store.list(EVENTS, namespace)]
+
+
+def test_simple_and_json_annotations_select_networks() -> None:
+    assert selected_networks("net1,net2", "test") == [("test", "net1"), ("test", "net2")]
+    assert selected_networks(" other/net1@ib1 ", "test") == [("other", "net1")]
+    assert selected_networks(
+        '[{"name": "net1"}, {"name": "net2", "namespace": "other"}]', "test"
+    ) == [("test", "net1"), ("other", "net2")]
+    bad = selected_networks("[adsfasdfasdfasf]", "test")
+    assert isinstance(bad, str)
+    assert bad.startswith("failed to parse pod Network Attachment Selection Annotation JSON")
+
+
+def test_a_pod_whose_attachment_exists_starts(cluster: Cluster) -> None:
+    cluster.store.apply(NADS, nad("bravo", "fabric-h200"), 0.0)
+    pod = place(cluster, "trainer", "fabric-h200")
+    assert pod["spec"]["nodeName"].startswith("h200-")
+    assert pod["status"]["phase"] == "Running"
+    assert warnings(cluster, "bravo") == []
+
+
+def test_a_missing_attachment_keeps_the_pod_creating_until_it_exists(cluster: Cluster) -> None:
+    pod = place(cluster, "trainer", "fabric-h200")
+    # Scheduled, but no sandbox: Multus found no attachment.
+    assert pod["spec"]["nodeName"].startswith("h200-")
+    assert pod["status"]["phase"] == "Pending"
+    assert state(pod) == {"waiting": {"reason": "ContainerCreating"}}
+    assert "podIP" not in pod["status"]
+    assert warnings(cluster, "bravo") == [
+        (
+            "NoNetworkFound",
+            "cannot find a network-attachment-definition (fabric-h200) in namespace (bravo): "
+            'network-attachment-definitions.k8s.cni.cncf.io "fabric-h200" not found',
+        )
+    ]
+    cluster.tick(2.0)
+    assert cluster.store.get(PODS, "bravo", "trainer")["status"]["phase"] == "Pending"
+    # The kubelet retries the sandbox: once the attachment is there, the pod runs.
+    cluster.store.apply(NADS, nad("bravo", "fabric-h200"), 3.0)
+    cluster.tick(4.0)
+    running = cluster.store.get(PODS, "bravo", "trainer")
+    assert running["status"]["phase"] == "Running"
+    assert running["status"]["podIP"]
+
+
+def test_another_namespaces_attachment_is_refused(cluster: Cluster) -> None:
+    # Another tenant's attachment, named across namespaces: Multus's namespace isolation.
+    cluster.store.apply(NADS, nad("delta", "fabric-h200"), 0.0)
+    pod = place(cluster, "intruder", "delta/fabric-h200")
+    assert pod["status"]["phase"] == "Pending"
+    assert warnings(cluster, "bravo") == [
+        (
+            "FailedCreatePodSandBox",
+            "GetNetworkDelegates: namespace isolation enabled, annotation violates permission, "
+            "pod is in namespace bravo but refers to target namespace delta",
+        )
+    ]
+
+
+def test_the_sriov_resource_must_be_left_on_the_node(cluster: Cluster) -> None:
+    cluster.store.apply(NADS, nad("bravo", "fabric-h200"), 0.0)
+    nodes = sorted(n for n in cluster.nodes if n.startswith("h200-0"))
+    first = place(cluster, "a", "fabric-h200", rdma=2)
+    assert first["spec"]["nodeName"] in nodes
+    # Nodes without the resource (every other pool) never take a pod asking for it.
+    elsewhere = place(cluster, "mig", "fabric-h200", rdma=1)
+    assert elsewhere["spec"]["nodeName"] in nodes
+    assert elsewhere["spec"]["nodeName"] != first["spec"]["nodeName"]
+    # Three VFs on a node that has two: nowhere.
+    too_many = place(cluster, "big", "fabric-h200", rdma=3)
+    assert not too_many["spec"].get("nodeName")
+    message = too_many["status"]["conditions"][0]["message"]
+    assert f"Insufficient {RDMA}" in message
