@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -15,9 +16,10 @@ from gitops.checks.isolation import check_isolation
 from gitops.checks.network_attachment import cni_config_problems
 from gitops.checks.schema import SchemaRegistry, get_registry
 from gitops.fleet import demo_fleet, flavor_free_fields, flavor_mapping, load_fleet, parse_fleet
-from gitops.render import fabric, objects_for, render_tenant_tree
+from gitops.render import fabric, kueue_config, objects_for, render_tenant_tree
 from gitops.specs import Fabric, FabricPartition, FabricPool, SpecError, TenantSpec
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+from tests.gitops.test_render_platform import KUEUE_CONFIGURATION_SCHEMA
 
 IB_FABRIC = {
     "kind": "infiniband",
@@ -295,3 +297,14 @@ def test_a_tenant_may_not_write_its_own_attachment() -> None:
     files["tenants/bravo/workloads/kustomization.yaml"] = yaml.safe_dump(kustomization).encode()
     findings = check_isolation(files, gateway_namespace="gateway-system")
     assert [f.rule for f in findings if "mine.yaml" in f.path] == ["forbidden-kind"]
+
+
+def test_kueue_leaves_the_fabric_resources_out_of_workloads() -> None:
+    with_fabric = kueue_config.configuration(fabric_fleet())
+    assert with_fabric["resources"]["excludeResourcePrefixes"] == [
+        "nvidia.com/rdma_ib0",
+        "nvidia.com/rdma_ib1",
+    ]
+    assert "excludeResourcePrefixes" not in kueue_config.configuration(demo_fleet())["resources"]
+    # A field of kueue v0.19.2 apis/config/v1beta2 Resources: the strict decoder takes it.
+    jsonschema.validate(with_fabric, KUEUE_CONFIGURATION_SCHEMA)

@@ -13,11 +13,23 @@ import dataclasses
 from typing import Any
 
 import pytest
+import yaml
 
+from simulator import pods_ready
 from simulator.cluster import Cluster
 from simulator.config import SimConfig
 from simulator.multus import selected_networks
-from simulator.store import EVENTS, NADS, PODS, Store
+from simulator.store import CONFIG_MAPS, EVENTS, NADS, PODS, Store
+from tests.simulator.kueue_world import admit_pod
+from tests.simulator.test_conformance_kueue import (
+    ASSIGN_FLAVORS,
+    PENDING,
+    cluster_queue,
+    group,
+    quota,
+    world,
+)
+from tests.simulator.test_conformance_kueue import pod as kueue_pod
 
 RDMA = "nvidia.com/rdma_ib0"
 
@@ -138,3 +150,34 @@ def test_the_sriov_resource_must_be_left_on_the_node(cluster: Cluster) -> None:
     assert not too_many["spec"].get("nodeName")
     message = too_many["status"]["conditions"][0]["message"]
     assert f"Insufficient {RDMA}" in message
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "expected"),
+    [
+        ((), PENDING + "resource networking.example.com/vpc1 unavailable in ClusterQueue"),
+        (("dummyPrefix", "networking.example.com/"), {"cpu": "default"}),
+    ],
+)
+def test_kueue_drops_the_excluded_resources(
+    prefixes: tuple[str, ...], expected: dict[str, str] | str
+) -> None:
+    """kueue v0.19.2 pkg/workload/workload_test.go ``TestNewInfo`` "filterResources": with
+    ``excludeResourcePrefixes`` a request of an uncovered resource (an SR-IOV VF here) is
+    left out of the Workload instead of making it inadmissible."""
+    store = world(
+        ASSIGN_FLAVORS,
+        [cluster_queue("test-clusterqueue", group(quota("default", cpu="4")))],
+        {("default", "main"): "test-clusterqueue"},
+    )
+    config = {"resources": {"excludeResourcePrefixes": list(prefixes)}} if prefixes else {}
+    store.apply(
+        CONFIG_MAPS,
+        {
+            "metadata": {"name": pods_ready.CONFIG_MAP, "namespace": pods_ready.NAMESPACE},
+            "data": {pods_ready.CONFIG_KEY: yaml.safe_dump(config)},
+        },
+        0,
+    )
+    found = admit_pod(store, kueue_pod({"cpu": "1", "networking.example.com/vpc1": "1"}))
+    assert found == expected
