@@ -16,8 +16,15 @@ from gitops.checks.isolation import check_isolation
 from gitops.checks.network_attachment import cni_config_problems
 from gitops.checks.schema import SchemaRegistry, get_registry
 from gitops.fleet import demo_fleet, flavor_free_fields, flavor_mapping, load_fleet, parse_fleet
-from gitops.render import fabric, kueue_config, objects_for, render_tenant_tree
-from gitops.specs import Fabric, FabricPartition, FabricPool, SpecError, TenantSpec
+from gitops.render import fabric, jobs, kueue_config, objects_for, render_tenant_tree
+from gitops.specs import (
+    BatchJobSpec,
+    Fabric,
+    FabricPartition,
+    FabricPool,
+    SpecError,
+    TenantSpec,
+)
 from tests.gitops.render_samples import dedicated_tenant, rich_tenant
 from tests.gitops.test_render_platform import KUEUE_CONFIGURATION_SCHEMA
 
@@ -308,3 +315,18 @@ def test_kueue_leaves_the_fabric_resources_out_of_workloads() -> None:
     assert "excludeResourcePrefixes" not in kueue_config.configuration(demo_fleet())["resources"]
     # A field of kueue v0.19.2 apis/config/v1beta2 Resources: the strict decoder takes it.
     jsonschema.validate(with_fabric, KUEUE_CONFIGURATION_SCHEMA)
+
+
+def test_a_dedicated_tenants_job_joins_its_partition() -> None:
+    job = BatchJobSpec(name="tune", image="ghcr.io/ai-factory/trainer:1", share="serving", nodes=2)
+    jobset = jobs.render_job(job, dedicated_tenant(), fabric_fleet())
+    template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert template["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == "fabric-h200"
+    resources = template["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/rdma_ib0"] == "1"
+    assert resources["requests"]["nvidia.com/rdma_ib0"] == "1"
+    # Without a partition (a fleet without a fabric): neither.
+    plain = jobs.render_job(job, dedicated_tenant(), demo_fleet())
+    template = plain["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert "k8s.v1.cni.cncf.io/networks" not in template["metadata"].get("annotations", {})
+    assert "nvidia.com/rdma_ib0" not in template["spec"]["containers"][0]["resources"]["limits"]

@@ -10,16 +10,23 @@ is invalid", "Errors when namespace isolation is violated".
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from simulator import pods_ready
+from gitops.fleet import parse_fleet
+from gitops.render.jobs import render_job
+from gitops.render.tree import render_repository
+from gitops.specs import BatchJobSpec
+from simulator import Simulator, pods_ready
 from simulator.cluster import Cluster
 from simulator.config import SimConfig
 from simulator.multus import selected_networks
 from simulator.store import CONFIG_MAPS, EVENTS, NADS, PODS, Store
+from tests.gitops.render_samples import dedicated_tenant
+from tests.gitops.test_render_fabric import IB_FABRIC, fleet_data
 from tests.simulator.kueue_world import admit_pod
 from tests.simulator.test_conformance_kueue import (
     ASSIGN_FLAVORS,
@@ -30,6 +37,7 @@ from tests.simulator.test_conformance_kueue import (
     world,
 )
 from tests.simulator.test_conformance_kueue import pod as kueue_pod
+from tests.simulator.test_simulator import commit, git_secret, repository
 
 RDMA = "nvidia.com/rdma_ib0"
 
@@ -181,3 +189,44 @@ def test_kueue_drops_the_excluded_resources(
     )
     found = admit_pod(store, kueue_pod({"cpu": "1", "networking.example.com/vpc1": "1"}))
     assert found == expected
+
+
+@pytest.fixture
+def fabric_simulator(settings: Any) -> Iterator[Simulator]:
+    """The demo fleet with two VFs per h200 node, playing Flux on this test's repository."""
+    demo = SimConfig.demo()
+    groups = tuple(
+        dataclasses.replace(g, sriov_resources=((RDMA, 2),)) if g.pool == "h200" else g
+        for g in demo.node_groups
+    )
+    config = dataclasses.replace(
+        demo, node_groups=groups, flux_delay=0, ready_delay=0, recreate_delay=0
+    )
+    sim = Simulator(config, repo_path=settings.GITOPS_REPO_PATH, branch="main")
+    sim.start("127.0.0.1", 0, tick_seconds=None)
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def test_the_rendered_attachment_reaches_the_cluster_and_a_job_pod_attaches(
+    fabric_simulator: Simulator, settings: Any
+) -> None:
+    fleet = parse_fleet(fleet_data(IB_FABRIC))
+    git_secret(fabric_simulator, "bravo")
+    commit(repository(settings), render_repository(fleet, [dedicated_tenant()]), None)
+    fabric_simulator.tick()
+    applied = fabric_simulator.store.get(NADS, "bravo", "fabric-h200")
+    assert applied is not None
+    assert applied["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/resourceName": RDMA}
+    # The pod of the tenant's rendered job, as its Job controller would create it.
+    job = BatchJobSpec(name="tune", image="ghcr.io/ai-factory/trainer:1", share="serving")
+    template = render_job(job, dedicated_tenant(), fleet)["spec"]["template"]
+    pod = {
+        "metadata": {"namespace": "bravo", "annotations": template["metadata"]["annotations"]},
+        "spec": template["spec"],
+    }
+    placed = fabric_simulator.cluster.create_pod(pod, "tune", 1.0, name="tune-0", admission=False)
+    assert placed["spec"]["nodeName"].startswith("h200-")
+    assert placed["status"]["phase"] == "Running"
