@@ -115,6 +115,40 @@ def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]
     return [attachment(tenant, pool, fleet.fabric.kind, partition) for pool in pools]
 
 
+def own_namespace_rule() -> dict[str, Any]:
+    """The tenant policy's rule (``gitops.render.kyverno``, on fleets with a fabric): a pod names
+    attachments of its own namespace only, by bare name. Multus's ``namespaceIsolation`` holds
+    the same in the node's CNI; this refuses the pod at admission, with a reason, even where
+    Multus runs without it: ``other/fabric-h200`` would otherwise join that tenant's partition.
+    The annotation's two forms (multus-cni v4.3.0 ``parsePodNetworkAnnotation``) name another
+    namespace with a ``/`` or a ``namespace`` key."""
+    return {
+        "name": "confine-network-attachments",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "validate": {
+            "failureAction": "Enforce",
+            "message": (
+                f"{NETWORKS_ANNOTATION} may name only network attachments of the pod's own "
+                "namespace, by name (without a namespace)."
+            ),
+            "deny": {
+                "conditions": {
+                    "any": [
+                        {
+                            "key": (
+                                f'{{{{ request.object.metadata.annotations."{NETWORKS_ANNOTATION}"'
+                                " || '' }}"
+                            ),
+                            "operator": "AnyIn",
+                            "value": ["*/*", "*namespace*"],
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
 def attachment_request(pool: FabricPool) -> tuple[dict[str, str], dict[str, int]]:
     """What a pod adds to join its tenant's partition on ``pool``: the annotation and the
     resource request (per pod, one VF)."""

@@ -330,3 +330,17 @@ def test_a_dedicated_tenants_job_joins_its_partition() -> None:
     template = plain["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     assert "k8s.v1.cni.cncf.io/networks" not in template["metadata"].get("annotations", {})
     assert "nvidia.com/rdma_ib0" not in template["spec"]["containers"][0]["resources"]["limits"]
+
+
+def test_every_object_of_a_fabric_fleet_passes_the_strict_schemas(schema_dir: Path) -> None:
+    fleet = fabric_fleet()
+    files = render_tenant_tree(dedicated_tenant(), fleet)
+    files.update(render_tenant_tree(rich_tenant(), fleet))
+    registry = get_registry(schema_dir)
+    objs = objects_for(files)
+    # The shared tenant's policy refuses attachments of other namespaces too.
+    policies = [o for o in objs if o["kind"] == "Policy" and o["metadata"]["namespace"] == "alpha"]
+    rules = {r["name"] for p in policies for r in p["spec"]["rules"]}
+    assert "confine-network-attachments" in rules
+    problems = [str(e) for o in objs for e in registry.validate(o) if e.severity == "error"]
+    assert problems == []

@@ -10,6 +10,7 @@ is invalid", "Errors when namespace isolation is violated".
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,12 +20,13 @@ import yaml
 from gitops.fleet import parse_fleet
 from gitops.render.jobs import render_job
 from gitops.render.tree import render_repository
-from gitops.specs import BatchJobSpec
+from gitops.specs import BatchJobSpec, TenantSpec
 from simulator import Simulator, pods_ready
+from simulator.admission import Rejected
 from simulator.cluster import Cluster
 from simulator.config import SimConfig
 from simulator.multus import selected_networks
-from simulator.store import CONFIG_MAPS, EVENTS, NADS, PODS, Store
+from simulator.store import CONFIG_MAPS, EVENTS, NADS, PODS, POLICIES, Store
 from tests.gitops.render_samples import dedicated_tenant
 from tests.gitops.test_render_fabric import IB_FABRIC, fleet_data
 from tests.simulator.kueue_world import admit_pod
@@ -38,6 +40,7 @@ from tests.simulator.test_conformance_kueue import (
 )
 from tests.simulator.test_conformance_kueue import pod as kueue_pod
 from tests.simulator.test_simulator import commit, git_secret, repository
+from tests.simulator.test_simulator_admission import play
 
 RDMA = "nvidia.com/rdma_ib0"
 
@@ -230,3 +233,50 @@ def test_the_rendered_attachment_reaches_the_cluster_and_a_job_pod_attaches(
     placed = fabric_simulator.cluster.create_pod(pod, "tune", 1.0, name="tune-0", admission=False)
     assert placed["spec"]["nodeName"].startswith("h200-")
     assert placed["status"]["phase"] == "Running"
+
+
+@pytest.mark.parametrize(
+    ("networks", "refused"),
+    [
+        ("fabric-h200", False),
+        ("bravo/fabric-h200", True),
+        ("fabric-h200,default/net", True),
+        ('[{"name": "fabric-h200", "namespace": "bravo"}]', True),
+        ('[{"name": "fabric-h200"}]', False),
+    ],
+)
+def test_the_tenant_policy_refuses_another_namespaces_attachment(
+    fabric_simulator: Simulator, settings: Any, networks: str, refused: bool
+) -> None:
+    """A shared tenant's pod naming the dedicated tenant's attachment is refused at admission,
+    with the rule's reason (gitops.render.fabric.own_namespace_rule), before Multus sees it."""
+    fleet = parse_fleet(fleet_data(IB_FABRIC))
+    shared = TenantSpec(slug="alpha")
+    play(fabric_simulator, settings, render_repository(fleet, [dedicated_tenant(), shared]))
+    assert fabric_simulator.store.list(POLICIES, "alpha")
+    container = {
+        "name": "main",
+        "image": "ghcr.io/ai-factory/trainer:1",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+    }
+    pod = {
+        "metadata": {
+            "namespace": "alpha",
+            "annotations": {"k8s.v1.cni.cncf.io/networks": networks},
+        },
+        "spec": {"containers": [container]},
+    }
+    if not refused:
+        assert fabric_simulator.cluster.create_pod(pod, "web", time.time())["metadata"]["name"]
+        return
+    with pytest.raises(Rejected) as caught:
+        fabric_simulator.cluster.create_pod(pod, "web", time.time())
+    message = " ".join(str(caught.value).split())  # Kyverno's YAML wraps long lines
+    assert "confine-network-attachments" in message
+    assert "may name only network attachments of the pod's own namespace" in message
