@@ -1416,7 +1416,7 @@ def _validate_partition_key(
     if getattr(partition, other_field):
         errors.add(
             f"{where}.{other_field}",
-            f"An {kind} fabric is partitioned by {field}, not {other_field}: leave "
+            f"This {kind} fabric is partitioned by {field}, not {other_field}: leave "
             f"{other_field} out.",
         )
     if kind == "infiniband":
