@@ -7,7 +7,9 @@ conditions, taints, the HAMi annotation) when that changes, leaving the rest (la
 ``spec.unschedulable`` patched by a client) alone.
 
 Placement is a small kube-scheduler: the filters are ``spec.unschedulable``, the node
-selector, taints against tolerations and the GPU devices; among the nodes that pass, the one
+selector, taints against tolerations, the GPU devices and the SR-IOV VFs a node group
+advertises (``multus.py``, which also holds a bound pod in ``ContainerCreating`` while Multus
+cannot attach the networks it names); among the nodes that pass, the one
 already using the most GPUs wins (bin packing, what a GPU fleet wants), then the name.
 Device plugin semantics (each node group is served by one of them, see
 ``gitops.specs.Flavor``):

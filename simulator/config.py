@@ -14,6 +14,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         gpus_per_node: 4
         gpu_memory_mib: 46068
         labels: {ai-factory.io/pool: l40s}
+        sriov_resources: {nvidia.com/rdma_ib0: 8}   # fabric VFs per node (multus.py)
       - pool: h200-mig
         nodes: 1
         mode: mig

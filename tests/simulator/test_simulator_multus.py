@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +25,9 @@ from gitops.specs import BatchJobSpec, TenantSpec
 from simulator import Simulator, pods_ready
 from simulator.admission import Rejected
 from simulator.cluster import Cluster
-from simulator.config import SimConfig
+from simulator.config import SimConfig, load_config
 from simulator.multus import selected_networks
-from simulator.store import CONFIG_MAPS, EVENTS, NADS, PODS, POLICIES, Store
+from simulator.store import CONFIG_MAPS, EVENTS, NADS, NODES, PODS, POLICIES, Store
 from tests.gitops.render_samples import dedicated_tenant
 from tests.gitops.test_render_fabric import IB_FABRIC, fleet_data
 from tests.simulator.kueue_world import admit_pod
@@ -280,3 +281,17 @@ def test_the_tenant_policy_refuses_another_namespaces_attachment(
     message = " ".join(str(caught.value).split())  # Kyverno's YAML wraps long lines
     assert "confine-network-attachments" in message
     assert "may name only network attachments of the pod's own namespace" in message
+
+
+def test_a_fleet_file_gives_node_groups_their_vfs(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "node_groups:\n"
+        "  - pool: ib\n"
+        "    nodes: 1\n"
+        "    labels: {ai-factory.io/pool: ib}\n"
+        f"    sriov_resources: {{{RDMA}: 8}}\n"
+    )
+    node = Simulator(load_config(path)).store.list(NODES)[0]
+    assert node["status"]["allocatable"][RDMA] == "8"
+    assert node["status"]["capacity"][RDMA] == "8"
