@@ -6,7 +6,9 @@ tenant's namespace. Its ``k8s.v1.cni.cncf.io/resourceName`` annotation names the
 resource, so Multus hands the CNI plugin the virtual function the device plugin allocated to
 the pod (multus-cni v4.3.0 pkg/k8sclient/k8sclient.go ``getKubernetesDelegate``: the
 ``deviceID`` comes from the pod's resource map under that name); ``spec.config`` is the CNI
-configuration, a JSON document (k8snetworkplumbingwg/multi-net-spec v1.3, section 3.2):
+configuration, a JSON document whose ``name`` is the attachment's own, as the NAD standard
+recommends (k8snetworkplumbingwg/multi-net-spec v1.0 markdown, the last release as text:
+``NetworkAttachmentDefinitionSpec`` and 3.4.3 "Naming Considerations"):
 
 - InfiniBand: ib-sriov-cni (``type: ib-sriov``, v1.3.0 ``pkg/types/types.go``
   ``IbSriovNetConf``) with the tenant's ``pkey``. The plugin does not program the subnet
