@@ -24,10 +24,12 @@ configuration is built as data and dumped with ``json.dumps``: nothing typed is 
 it, and ``gitops.checks.network_attachment`` validates it against the plugins' fields.
 
 Pods join the partition by asking for it: the annotation ``k8s.v1.cni.cncf.io/networks:
-fabric-<pool>`` and one unit of the pool's SR-IOV resource (``attachment_request``); the
-platform adds neither (docs/tenant-guide.md). A pod that names the attachment without the
-resource gets no VF, and Multus only finds attachments of the pod's own namespace when it
-runs with ``namespaceIsolation`` (docs/operator-guide.md).
+fabric-<pool>`` and one unit of the pool's SR-IOV resource (``attachment_request``). The
+portal's own jobs ask for them (``gitops.render.jobs``); no policy adds them to other pods,
+because the pool a pod lands on is Kueue's choice at admission, after the pod exists
+(docs/tenant-guide.md). A pod that names the attachment without the resource gets no VF; one
+that names another namespace's attachment is refused by the tenant's Kyverno policy
+(``own_namespace_rule``) and by Multus with ``namespaceIsolation`` (docs/operator-guide.md).
 """
 
 from __future__ import annotations
