@@ -188,6 +188,9 @@ class _Parser:
         if pair and isinstance(value, Mapping):
             # node_labels: {key: value}, mig_profiles: {profile: slices}
             value = list(value.items())
+        if isinstance(value, tuple):
+            # A spec turned back into data (``flavor_free_fields``) keeps nested tuples.
+            value = list(value)
         if not isinstance(value, list):
             self.errors[path] = "Must be a list." if not pair else "Must be a mapping."
             return ()

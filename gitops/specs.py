@@ -142,6 +142,54 @@ class ClusterOidc:
     groups_claim: str = ""
 
 
+# The secondary network GPU traffic between a dedicated tenant's nodes runs on: an InfiniBand
+# fabric (partitioned by partition keys) or RoCE on Ethernet (partitioned by VLANs).
+FabricKind = Literal["infiniband", "roce"]
+
+
+@dataclass(frozen=True)
+class FabricPool:
+    """One GPU pool's secondary network: the SR-IOV resource its nodes advertise for fabric
+    virtual functions (the SR-IOV network device plugin's ``<prefix>/<resourceName>``, e.g.
+    ``nvidia.com/rdma_ib0``), which a pod requests to get one."""
+
+    flavor: str
+    resource: str
+
+
+@dataclass(frozen=True)
+class FabricPartition:
+    """A dedicated tenant's own partition of the fabric (``gitops.render.fabric``).
+
+    On InfiniBand ``pkey`` is the partition key (15 bits, 0x0001-0x7ffe: 0x7fff is the default
+    partition every port is in); on RoCE ``vlan`` is the VLAN (1-4094). ``subnet`` is the IP
+    range the tenant's fabric interfaces take addresses from (whereabouts IPAM): required on
+    RoCE, whose RDMA traffic is routed by IP, optional on InfiniBand.
+    """
+
+    tenant: str
+    pkey: int = 0
+    vlan: int = 0
+    subnet: str = ""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The fleet's GPU fabric: which pools have one (``pools``) and which dedicated tenant owns
+    which partition of it (``partitions``). Kept in the fleet file, one list for the whole
+    fleet, so that a key can only be given once (docs/architecture.md, "Fabric partitions")."""
+
+    kind: FabricKind
+    pools: tuple[FabricPool, ...] = ()
+    partitions: tuple[FabricPartition, ...] = ()
+
+    def pool(self, flavor: str) -> FabricPool | None:
+        return next((p for p in self.pools if p.flavor == flavor), None)
+
+    def partition(self, tenant: str) -> FabricPartition | None:
+        return next((p for p in self.partitions if p.tenant == tenant), None)
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     """The platform: its flavors, topology, cohort and the shared services tenants reach."""
@@ -212,6 +260,8 @@ class FleetSpec:
     # Kueue evicts and requeues a job whose pods are not (or no longer) all ready in time, so
     # a job stuck after a drain does not hold its quota (``PodsReady``).
     pods_ready: PodsReady = field(default_factory=PodsReady)
+    # The GPU fabric's partitions for dedicated tenants (None: no secondary network rendered).
+    fabric: Fabric | None = None
 
     def flavor(self, name: str) -> Flavor | None:
         return next((f for f in self.flavors if f.name == name), None)

@@ -7,7 +7,9 @@ conditions, taints, the HAMi annotation) when that changes, leaving the rest (la
 ``spec.unschedulable`` patched by a client) alone.
 
 Placement is a small kube-scheduler: the filters are ``spec.unschedulable``, the node
-selector, taints against tolerations and the GPU devices; among the nodes that pass, the one
+selector, taints against tolerations, the GPU devices and the SR-IOV VFs a node group
+advertises (``multus.py``, which also holds a bound pod in ``ContainerCreating`` while Multus
+cannot attach the networks it names); among the nodes that pass, the one
 already using the most GPUs wins (bin packing, what a GPU fleet wants), then the name.
 Device plugin semantics (each node group is served by one of them, see
 ``gitops.specs.Flavor``):
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator import disruption
+from simulator import disruption, multus
 from simulator.admission import Rejected, admit_object, admit_pod
 from simulator.config import (
     DEVICE_PLUGIN_LABEL,
@@ -67,6 +69,7 @@ from simulator.kueue import gated as kueue_gated
 from simulator.opencost import NodeCapacity, Placement, pod_requests
 from simulator.store import (
     CLAIM_TEMPLATES,
+    EVENTS,
     NAMESPACES,
     NODES,
     PDBS,
@@ -172,6 +175,53 @@ class NotFound(LookupError):
 
 class AlreadyExists(Exception):
     """An object of that name exists already (HTTP 409)."""
+
+
+def running_status(
+    key: tuple[str, str],
+    containers: list[JsonObject],
+    node_ip: str,
+    pod_ip: str,
+    started: str,
+    now: float,
+) -> JsonObject:
+    """The status the kubelet writes for a pod whose containers all started."""
+    conditions = [
+        {"type": kind, "status": "True", "lastProbeTime": None, "lastTransitionTime": started}
+        for kind in (
+            "PodReadyToStartContainers",
+            "Initialized",
+            "Ready",
+            "ContainersReady",
+            "PodScheduled",
+        )
+    ]
+    return {
+        "phase": "Running",
+        "conditions": conditions,
+        "hostIP": node_ip,
+        "hostIPs": [{"ip": node_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": started,
+        "qosClass": "Burstable",
+        "containerStatuses": [
+            {
+                "name": str(c.get("name", "")),
+                "image": str(c.get("image", "")),
+                "imageID": "",
+                "containerID": "containerd://"
+                + derived_uuid(*key, c.get("name")).replace("-", "")
+                + derived_uuid(now).replace("-", ""),
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": started}},
+                "lastState": {},
+            }
+            for c in containers
+        ],
+    }
 
 
 def derived_uuid(*parts: object) -> str:
@@ -661,6 +711,7 @@ class Cluster:
         }
         gpus = [gpu for gpu in node.gpus if gpu.healthy or not allocatable]
         resources.update({k: str(v) for k, v in self._gpu_resources(node, gpus).items()})
+        resources.update({name: str(count) for name, count in group.sriov_resources})
         return resources
 
     def _node_object(self, node: SimNode, now: float) -> JsonObject:
@@ -1240,6 +1291,25 @@ class Cluster:
             ):
                 shown = f"{taint.get('key')}: {taint.get('value', '')}"
                 return f"node(s) had untolerated taint {{{shown}}}"
+        return self._sriov_shortfall(node, pod)
+
+    def _sriov_shortfall(self, node: SimNode, pod: Mapping[str, Any]) -> str | None:
+        """kube-scheduler's NodeResourcesFit for the SR-IOV resources (``multus.py``)."""
+        names = {name for group in self.config.node_groups for name, _ in group.sriov_resources}
+        wanted = multus.extended_requests(pod, dict.fromkeys(names, 0))
+        if not wanted:
+            return None
+        offered = dict(node.group.sriov_resources)
+        used: Counter[str] = Counter()
+        for other in self.store.list(PODS):
+            if as_dict(other.get("spec")).get("nodeName") != node.name or as_dict(
+                other.get("status")
+            ).get("phase") in ("Succeeded", "Failed"):
+                continue
+            used.update(multus.extended_requests(other, offered))
+        for name, count in sorted(wanted.items()):
+            if used[name] + count > offered.get(name, 0):
+                return f"Insufficient {name}"
         return None
 
     def _schedule(self, pod: JsonObject, now: float, *, exclude: str = "") -> bool:
@@ -1342,50 +1412,64 @@ class Cluster:
                         "hami.io/bind-phase": "success",
                     }
                 )
-            conditions = [
-                {
-                    "type": kind,
-                    "status": "True",
-                    "lastProbeTime": None,
-                    "lastTransitionTime": started,
-                }
-                for kind in (
-                    "PodReadyToStartContainers",
-                    "Initialized",
-                    "Ready",
-                    "ContainersReady",
-                    "PodScheduled",
-                )
-            ]
-            obj["status"] = {
-                "phase": "Running",
-                "conditions": conditions,
-                "hostIP": node.internal_ip,
-                "hostIPs": [{"ip": node.internal_ip}],
-                "podIP": pod_ip,
-                "podIPs": [{"ip": pod_ip}],
-                "startTime": started,
-                "qosClass": "Burstable",
-                "containerStatuses": [
-                    {
-                        "name": str(c.get("name", "")),
-                        "image": str(c.get("image", "")),
-                        "imageID": "",
-                        "containerID": "containerd://"
-                        + derived_uuid(*key, c.get("name")).replace("-", "")
-                        + derived_uuid(now).replace("-", ""),
-                        "ready": True,
-                        "started": True,
-                        "restartCount": 0,
-                        "state": {"running": {"startedAt": started}},
-                        "lastState": {},
-                    }
-                    for c in containers
-                ],
-            }
+            if blocked is not None:
+                # Multus could not attach the pod's networks: no sandbox, no IP (multus.py).
+                obj["status"] = multus.waiting_status(obj, node.internal_ip, started)
+                return
+            obj["status"] = running_status(key, containers, node.internal_ip, pod_ip, started, now)
 
+        blocked = multus.sandbox_error(self.store, pod)
         self.store.mutate(PODS, *key, bind)
+        if blocked is not None:
+            self._sandbox_event(key, *blocked, now)
         logger.debug("placed pod %s/%s on %s", *key, node.name)
+
+    def _sandbox_event(self, key: PodKey, reason: str, message: str, now: float) -> None:
+        """The Warning Multus (``NoNetworkFound``) or the kubelet records on the pod."""
+        pod = self.store.get(PODS, *key)
+        uid = str(as_dict(as_dict(pod).get("metadata")).get("uid", ""))
+        name = f"{key[1]}.{derived_uuid(uid, reason).replace('-', '')[:16]}"
+        old = self.store.get(EVENTS, key[0], name)
+        self.store.apply(
+            EVENTS,
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": key[0]},
+                "involvedObject": {"kind": "Pod", "namespace": key[0], "name": key[1], "uid": uid},
+                "type": "Warning",
+                "reason": reason,
+                "message": message,
+                "source": {"component": "multus" if reason == "NoNetworkFound" else "kubelet"},
+                "count": int(as_dict(old).get("count") or 0) + 1,
+                "firstTimestamp": as_dict(old).get("firstTimestamp") or timestamp(now),
+                "lastTimestamp": timestamp(now),
+            },
+            now,
+        )
+
+    def _retry_sandboxes(self, now: float) -> None:
+        """The kubelet retries a pod's sandbox: it starts once Multus can attach its networks."""
+        for pod in self.store.list(PODS):
+            if not multus.is_waiting_for_sandbox(pod):
+                continue
+            key = key_of(pod)
+            blocked = multus.sandbox_error(self.store, pod)
+            if blocked is not None:
+                self._sandbox_event(key, *blocked, now)
+                continue
+            node = self.nodes.get(str(as_dict(pod.get("spec")).get("nodeName")))
+            if node is None:
+                continue
+            self._pod_ips += 1
+            pod_ip = f"10.244.{list(self.nodes).index(node.name)}.{self._pod_ips % 250 + 2}"
+            containers = [as_dict(c) for c in as_list(as_dict(pod.get("spec")).get("containers"))]
+            status = running_status(key, containers, node.internal_ip, pod_ip, timestamp(now), now)
+
+            def start(obj: JsonObject, status: JsonObject = status) -> None:
+                obj["status"] = status
+
+            self.store.mutate(PODS, *key, start)
 
     def _release(self, key: PodKey, node_name: str, now: float) -> None:
         for placement in self.placements:
@@ -1583,6 +1667,7 @@ class Cluster:
                     self._admit_queued(pod, now, schedule=False)
                 else:
                     self._schedule(pod, now)
+            self._retry_sandboxes(now)
             self.kueue.update_status(now)
 
     # --- metrics -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         gpus_per_node: 4
         gpu_memory_mib: 46068
         labels: {ai-factory.io/pool: l40s}
+        sriov_resources: {nvidia.com/rdma_ib0: 8}   # fabric VFs per node (multus.py)
       - pool: h200-mig
         nodes: 1
         mode: mig
@@ -87,6 +88,9 @@ class NodeGroup:
     instance_type: str = "hgx-h200-8gpu"
     cpus: int = 224
     memory_gib: int = 2048
+    # SR-IOV VFs per node the SR-IOV network device plugin advertises, by resource name (e.g.
+    # nvidia.com/rdma_ib0: 8), for the fabric attachments of dedicated tenants (multus.py).
+    sriov_resources: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

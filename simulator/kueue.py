@@ -477,7 +477,12 @@ class Kueue:
         for podset in (as_dict(p) for p in as_list(as_dict(wl.get("spec")).get("podSets"))):
             name = str(podset.get("name", ""))
             count = int(podset.get("count") or 1)
-            requests = {r: v * count for r, v in per_pod_requests(podset).items()}
+            excluded = self.configuration.excluded_prefixes()
+            requests = {
+                r: v * count
+                for r, v in per_pod_requests(podset).items()
+                if not r.startswith(excluded)
+            }
             if "pods" in covered:
                 requests["pods"] = Decimal(count)
             template = as_dict(podset.get("template"))

@@ -223,6 +223,10 @@ class ConfigurationReader:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.current = DEFAULT
+        # ``resources.excludeResourcePrefixes``: requests Kueue leaves out of a Workload's
+        # (kueue v0.19.2 pkg/workload/workload.go ``dropExcludedResources``, a prefix match),
+        # such as the SR-IOV VFs of the fabric, which no ClusterQueue covers.
+        self.excluded: tuple[str, ...] = ()
         self._seen: object = None
 
     def read(self) -> WaitForPodsReady:
@@ -232,14 +236,21 @@ class ConfigurationReader:
             return self.current
         self._seen = version
         if found is None:
-            self.current = DEFAULT
+            self.current, self.excluded = DEFAULT, ()
             return self.current
         try:
             text = as_dict(found.get("data")).get(CONFIG_KEY)
-            self.current = from_configuration(yaml.safe_load(str(text or "")) or {})
+            document = yaml.safe_load(str(text or "")) or {}
+            self.current = from_configuration(document)
+            prefixes = as_dict(as_dict(document).get("resources")).get("excludeResourcePrefixes")
+            self.excluded = tuple(str(p) for p in prefixes or ())
         except (ConfigurationError, yaml.YAMLError) as exc:
             logger.error("kueue: %s/%s refused, keeping the last: %s", NAMESPACE, CONFIG_MAP, exc)
         return self.current
+
+    def excluded_prefixes(self) -> tuple[str, ...]:
+        self.read()
+        return self.excluded
 
 
 # --- the backoff --------------------------------------------------------------------------------

@@ -141,6 +141,11 @@ CRDS = Resource(
     "v1",
     namespaced=False,
 )
+# Multus's attachments (simulator/multus.py), and the core Events it and the kubelet record.
+NADS = Resource(
+    "network-attachment-definitions", "NetworkAttachmentDefinition", "k8s.cni.cncf.io", "v1"
+)
+EVENTS = Resource("events", "Event")
 RESOURCES: dict[str, Resource] = {
     r.plural: r
     for r in (
@@ -179,6 +184,8 @@ RESOURCES: dict[str, Resource] = {
         ENDPOINT_SLICES,
         PDBS,
         CONFIG_MAPS,
+        NADS,
+        EVENTS,
     )
 }
 

@@ -89,6 +89,9 @@ FORBIDDEN_WORKLOAD_KINDS = frozenset(
         "EnvoyExtensionPolicy",
         "EnvoyPatchPolicy",
         "CiliumNetworkPolicy",
+        # A tenant's own attachment could name another tenant's partition key or VLAN
+        # (gitops.render.fabric): the platform renders them from the fleet file.
+        "NetworkAttachmentDefinition",
     }
 )
 ROUTE_KINDS = frozenset({"HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute"})
@@ -109,6 +112,7 @@ KNOWN_CRD_SCOPES: dict[tuple[str, str], Scope] = {
     ("cilium.io", "CiliumCIDRGroup"): "Cluster",
     ("cilium.io", "CiliumClusterwideNetworkPolicy"): "Cluster",
     ("cilium.io", "CiliumNetworkPolicy"): "Namespaced",
+    ("k8s.cni.cncf.io", "NetworkAttachmentDefinition"): "Namespaced",
     ("gateway.envoyproxy.io", "BackendTrafficPolicy"): "Namespaced",
     ("gateway.envoyproxy.io", "ClientTrafficPolicy"): "Namespaced",
     ("gateway.envoyproxy.io", "SecurityPolicy"): "Namespaced",

@@ -46,7 +46,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
-from gitops.checks import names
+from gitops.checks import names, network_attachment
 from gitops.checks.findings import Severity, mapping
 from gitops.checks.manifests import load_documents
 
@@ -482,6 +482,8 @@ class SchemaRegistry:
         self.core = core_schemas(self.kubernetes_version)
         for key, (definition, scope) in self.core.kinds.items():
             self._kinds[key] = _KindVersion(scope=scope, served=True, definition=definition)
+        # Multus's kind, which no upstream CRD directory holds: a cluster's own CRD replaces it.
+        self.add_crd(network_attachment.CRD)
 
     # Construction ---------------------------------------------------------------------------
 
@@ -687,6 +689,9 @@ class SchemaRegistry:
             for path, message, severity in _metadata_problems(instance, kind, entry.scope)
         ]
         errors += [error(p, m) for p, m in self._helm_values_problems(instance, api_version, kind)]
+        errors += [
+            error(p, m) for p, m in network_attachment.config_problems(instance, api_version, kind)
+        ]
         unique = dict.fromkeys(errors)  # two schema keywords may say the same thing
         return sorted(unique, key=lambda e: (e.severity != "error", e.path, e.message))
 

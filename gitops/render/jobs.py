@@ -27,6 +27,10 @@ What the object carries, and why:
   ResourceQuota counts the pod as asked and the LimitRange adds nothing
   (``gitops.render.quota``); Pod Security "restricted" on the pod and every container, the
   tenant namespace's level (``gitops.render.namespace``).
+- The fabric: a dedicated tenant's job on a pool with a fabric partition asks for one of the
+  pool's SR-IOV VFs per pod and names the tenant's attachment in
+  ``k8s.v1.cni.cncf.io/networks`` (``gitops.render.fabric``), so its pods talk over the
+  tenant's own partition.
 - No retries (``backoffLimit: 0``; a JobSet ``maxRestarts: 0``): a failed fine-tuning run
   started again from scratch would spend the tenant's GPU hours unasked.
 """
@@ -36,7 +40,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gitops.render import kueue, kyverno, resources
+from gitops.render import fabric, kueue, kyverno, resources
 from gitops.render.kserve import RESTRICTED_CONTAINER_SECURITY
 from gitops.render.meta import LOCAL_QUEUE, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, metadata
 from gitops.render.validate import DNS1123_LABEL, HOSTNAME_LABEL, LABEL_VALUE, text_problem
@@ -354,6 +358,11 @@ def _pod_template(job: BatchJobSpec, tenant: TenantSpec, fleet: FleetSpec) -> di
         "ephemeral-storage": f"{EPHEMERAL_GIB}Gi",
         **gpu,
     }
+    # A dedicated tenant's job on a pool with a fabric joins the tenant's partition: one VF
+    # per pod, attached by Multus to the tenant's attachment (gitops.render.fabric).
+    pool = next((p for p in fabric.tenant_pools(tenant, fleet) if p.flavor == share.flavor), None)
+    network, vf = fabric.attachment_request(pool) if pool is not None else ({}, {})
+    compute.update({name: str(count) for name, count in vf.items()})
     container_resources: dict[str, Any] = {"requests": compute, "limits": dict(compute)}
     container: dict[str, Any] = {
         "name": CONTAINER,
@@ -380,7 +389,7 @@ def _pod_template(job: BatchJobSpec, tenant: TenantSpec, fleet: FleetSpec) -> di
     if share.kind == "dra":
         spec["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": share.name}]
         container_resources["claims"] = [{"name": CLAIM}]
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = dict(network)
     level = topology_level(job.topology, fleet) if job.topology else ""
     if level:
         annotations[REQUIRED_TOPOLOGY_ANNOTATION] = level

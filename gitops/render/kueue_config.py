@@ -28,6 +28,10 @@ are also the values the release's own file sets:
   queue are Kueue's (see ``gitops.render.meta.LOCAL_QUEUE``).
 - ``resources.deviceClassMappings``: each NVIDIA DeviceClass counted as a resource named after
   the class, as ``gitops.render.resources`` and the ClusterQueues expect.
+- ``resources.excludeResourcePrefixes``: the fabric's SR-IOV resources (``fleet.fabric``), which
+  pods of dedicated tenants request beside their GPUs (``gitops.render.fabric``): Kueue drops
+  them from the Workload (kueue v0.19.2 ``pkg/workload/workload.go``
+  ``dropExcludedResources``) instead of refusing a resource no ClusterQueue covers.
 - ``fairSharing``: its presence turns fair sharing on (kueue v0.19.2
   ``pkg/scheduler/preemption/fairsharing/strategy.go`` ``Enabled``: ``pfs != nil``); the
   strategies are Kueue's documented default pair, and ``pkg/config/validation.go`` accepts
@@ -88,6 +92,12 @@ def configuration(fleet: FleetSpec) -> dict[str, Any]:
             ]
         },
     }
+    if fleet.fabric is not None and fleet.fabric.pools:
+        # A pod's SR-IOV VF comes with its node (gitops.render.fabric): no ClusterQueue covers
+        # it, and Kueue refuses a request of a resource its queue does not cover.
+        config["resources"]["excludeResourcePrefixes"] = sorted(
+            {pool.resource for pool in fleet.fabric.pools}
+        )
     if fleet.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": list(FAIR_SHARING_STRATEGIES)}
     config["waitForPodsReady"] = wait_for_pods_ready(fleet.pods_ready)

@@ -63,6 +63,8 @@ rules mean the same for pods made by a Deployment, a Job or a vCluster):
   ``inference-critical`` only on model servers (``priority_rules``);
 - ``confine-route-backends``: an HTTPRoute's backends (and mirrors) are ``Service``s of the
   tenant's own namespace;
+- ``confine-network-attachments`` (on fleets with a ``fabric``): a pod names Multus
+  attachments of its own namespace only (``gitops.render.fabric.own_namespace_rule``);
 - ``confine-http-routes``: an HTTPRoute of the tenant names exactly the tenant's own host
   ``<slug>.<gateway hostname>`` and carries the tenant label (the same rule as the isolation
   check, in the cluster: a route on a shared host could take another tenant's requests, and
@@ -80,7 +82,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import kueue, resources, vcluster
+from gitops.render import fabric, kueue, resources, vcluster
 from gitops.render.gateway import tenant_host
 from gitops.render.meta import (
     LITELLM_MODEL_LABEL,
@@ -867,6 +869,8 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     )
     rules.append(_route_backends_rule(tenant))
     rules.extend(priority_rules(tenant))
+    if fleet.fabric is not None:
+        rules.append(fabric.own_namespace_rule())
     return {
         "apiVersion": API,
         "kind": "Policy",

@@ -36,6 +36,27 @@
   renders no policies of its own (``gitops.render.vcluster``);
 - ``allow-vcluster-api`` (with ``vcluster_api_domain``): the gateway reaches the API servers.
 
+- ``allow-kubelet-probes`` (on Cilium): the node's own host reaches the tenant's pods, for the
+  kubelet's probes. See "Host-network pods" below.
+
+Host-network pods (DaemonSets such as Cilium's agent, the SR-IOV device plugin, Multus, node
+exporters) share their node's network namespace, so no namespace or pod selector ever matches
+them: a NetworkPolicy peer selects pods by their own network identity. Cilium gives their
+traffic the reserved identity ``host`` on their own node and ``remote-node`` on every other
+(cilium/cilium ``pkg/policy/api/entity.go`` ``EntitySelectorMapping``: ``host`` is the local
+node alone, ``remote-node`` all other nodes, and ``cluster``, ``all`` include both), and its
+CIDR rules do not select nodes at all (``policy-cidr-match-mode`` unset). So none of the
+policies above admits a host-network pod of another node, whatever runs on the tenant's nodes:
+no ingress rule has an ``ipBlock``, a namespace selector without a named namespace, or an
+entity other than ``ingress`` and ``host``. ``host`` is needed because the kubelet's probes
+come from the node: Cilium admits the local host anyway unless ``allow-localhost: policy``
+(daemon option ``AllowLocalhost``, "auto" means "always" under Kubernetes, which "demands that
+the localhost can always reach local pods"), and with ``policy`` this rule keeps probes working.
+It also admits the host-network pods of the pod's own node, which Pod Security (baseline) keeps
+tenants from creating; on a dedicated tenant's nodes those are the platform's DaemonSets only.
+``tests/gitops/test_render_network_hosts.py`` evaluates the rendered policies for host-network
+peers.
+
 The policies select pods by labels only the platform's controllers may set: the Kyverno policy
 ``tenant-creators`` (``gitops.render.kyverno``) refuses ``serving.kserve.io/inferenceservice``
 and ``app: vcluster`` on pods and pod templates that the tenant's own accounts (its Flux, a
@@ -207,6 +228,23 @@ def vcluster_control_plane_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[
     return _policy(tenant, "allow-vcluster-control-plane", spec)
 
 
+# The only Cilium entities a tenant policy admits traffic from (see "Host-network pods").
+ADMITTED_ENTITIES = frozenset({"ingress", "host"})
+
+
+def kubelet_probe_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | None:
+    """``allow-kubelet-probes``: on Cilium, the pod's own node (``host``), never other nodes
+    (``remote-node``), so probes work with ``allow-localhost: policy`` too."""
+    if fleet.gateway.implementation != "cilium":
+        return None
+    return {
+        "apiVersion": CILIUM_API,
+        "kind": "CiliumNetworkPolicy",
+        "metadata": metadata("allow-kubelet-probes", tenant.slug, tenant=tenant.slug),
+        "spec": {"endpointSelector": {}, "ingress": [{"fromEntities": ["host"]}]},
+    }
+
+
 DNS_PORTS = ({"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53})
 
 
@@ -282,6 +320,7 @@ def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]
             )
         )
     for optional in (
+        kubelet_probe_policy(tenant, fleet),
         vcluster_control_plane_policy(tenant, fleet),
         vcluster_api_policy(tenant, fleet),
     ):

@@ -40,6 +40,7 @@ from gitops.render import (
     alerts,
     cluster_access,
     dra,
+    fabric,
     flux,
     gateway,
     gpu_operator,
@@ -180,6 +181,9 @@ def _platform_entries(tenant: TenantSpec, fleet: FleetSpec) -> Entries:
     credentials = secrets.tenant_objects(tenant, fleet)
     if credentials:
         entries.append(("model-credentials.yaml", credentials))
+    attachments = fabric.tenant_objects(tenant, fleet)
+    if attachments:
+        entries.append(("fabric.yaml", attachments))
     # LiteLLM configuration is platform-owned: LiteLLM follows its api_base and expands
     # os.environ/ references, so a tenant must not be able to write it.
     entries += [

@@ -31,6 +31,8 @@ from gitops.specs import (
     ClusterOidc,
     ClusterSize,
     EndpointSpec,
+    Fabric,
+    FabricKind,
     Flavor,
     FleetSpec,
     GatewayImplementation,
@@ -481,6 +483,8 @@ def validate_fleet(fleet: FleetSpec) -> None:
     if not isinstance(fleet.stack, bool):
         errors.add("stack", "stack must be true or false.")
     _validate_pods_ready(errors, "pods_ready", fleet.pods_ready)
+    if fleet.fabric is not None:
+        _validate_fabric(errors, "fabric", fleet.fabric, fleet)
     splits = {f.hami_split for f in fleet.flavors if isinstance(f, Flavor) and f.mode == "hami"}
     if fleet.stack is True and len(splits) > 1:
         # The stack's HAMi release takes one devicePlugin.deviceSplitCount for every node.
@@ -760,6 +764,7 @@ def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
     _validate_endpoint_totals(errors, tenant, valid_shares)
     _validate_derived_names(errors, tenant)
     _validate_members(errors, tenant, fleet)
+    _validate_fabric_tenant(errors, tenant, fleet)
     errors.raise_if_any()
 
 
@@ -1302,6 +1307,155 @@ def _validate_pods_ready(errors: _Errors, path: str, pods_ready: object) -> None
             f"{path}.backoff_max_seconds",
             f"The longest requeue wait ({pods_ready.backoff_max_seconds} s) must be at least "
             f"the first one (backoff_base_seconds, {pods_ready.backoff_base_seconds} s).",
+        )
+
+
+# --- the GPU fabric (gitops.render.fabric) ----------------------------------------------------
+
+# InfiniBand partition keys a tenant may own: 15 bits, without 0x0000 (invalid) and 0x7fff (the
+# default partition every port is a member of, so no isolation at all). The 16th bit is the
+# membership type (full or limited), which the subnet manager's partition table sets per port,
+# not the key (InfiniBand Architecture Specification vol. 1, 10.9 "Partitioning").
+PKEY_MIN, PKEY_MAX = 0x0001, 0x7FFE
+# 802.1Q VLAN ids: 0 is priority tagging only and 4095 reserved; sriov-cni v2.10.0
+# pkg/config/config.go ``LoadConf`` accepts 0-4094, where 0 means no tag at all.
+VLAN_MIN, VLAN_MAX = 1, 4094
+# An extended resource name: a domain prefix and a name (Kubernetes, "Extended resources").
+EXTENDED_RESOURCE = re.compile(
+    r"(?P<domain>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+
+
+def _validate_fabric(errors: _Errors, path: str, fabric: object, fleet: FleetSpec) -> None:
+    """The fleet's fabric: known pools with a valid SR-IOV resource each, and partitions that
+    fit the fabric's kind, each key, VLAN and subnet given to one tenant only."""
+    if not isinstance(fabric, Fabric):
+        errors.add(path, "fabric must be a mapping with kind, pools and partitions.")
+        return
+    kinds = get_args(FabricKind)
+    kind_ok = _check_choice(errors, f"{path}.kind", fabric.kind, kinds, "The fabric kind")
+    flavors = {f.name for f in fleet.flavors if isinstance(f, Flavor)}
+    pools: set[str] = set()
+    for index, pool in enumerate(fabric.pools):
+        where = f"{path}.pools[{index}]"
+        if pool.flavor not in flavors:
+            errors.add(
+                f"{where}.flavor",
+                f"There is no pool {pool.flavor!r} in this fleet (its pools: {_names(flavors)}).",
+            )
+        elif pool.flavor in pools:
+            errors.add(f"{where}.flavor", f"The pool {pool.flavor!r} is listed twice.")
+        pools.add(str(pool.flavor))
+        match = (
+            EXTENDED_RESOURCE.fullmatch(pool.resource) if isinstance(pool.resource, str) else None
+        )
+        domain = match.group("domain") if match else ""
+        if (
+            match is None
+            or len(pool.resource) > 253
+            or domain == "kubernetes.io"
+            or domain.endswith(".kubernetes.io")
+        ):
+            errors.add(
+                f"{where}.resource",
+                f"{pool.resource!r} is not an extended resource name: give the SR-IOV "
+                "resource the nodes advertise, as <prefix>/<name> (for example "
+                "nvidia.com/rdma_ib0), outside kubernetes.io.",
+            )
+    if fabric.partitions and not fabric.pools:
+        errors.add(f"{path}.pools", "Partitions need at least one pool with a fabric.")
+    owners: dict[tuple[str, object], str] = {}
+    subnets: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
+    for index, partition in enumerate(fabric.partitions):
+        where = f"{path}.partitions[{index}]"
+        if _check_label(
+            errors, f"{where}.tenant", partition.tenant, "The tenant", max_length=TENANT_SLUG_MAX
+        ):
+            if ("tenant", partition.tenant) in owners:
+                errors.add(
+                    f"{where}.tenant",
+                    f"The tenant {partition.tenant!r} already has a partition; give each tenant "
+                    "one.",
+                )
+            owners[("tenant", partition.tenant)] = partition.tenant
+        if kind_ok:
+            _validate_partition_key(errors, where, partition, str(fabric.kind), owners)
+        if partition.subnet:
+            try:
+                subnet = ipaddress.ip_network(partition.subnet)
+            except (TypeError, ValueError):
+                errors.add(
+                    f"{where}.subnet",
+                    f"{partition.subnet!r} is not a network such as 10.128.1.0/24 (the host "
+                    "bits must be zero).",
+                )
+                continue
+            other = next((t for net, t in subnets if net.overlaps(subnet)), None)  # type: ignore[arg-type]
+            if other is not None:
+                errors.add(
+                    f"{where}.subnet",
+                    f"{partition.subnet} overlaps the subnet of tenant {other!r}: each "
+                    "partition needs addresses of its own.",
+                )
+            subnets.append((subnet, str(partition.tenant)))
+        elif fabric.kind == "roce":
+            errors.add(
+                f"{where}.subnet",
+                "A RoCE partition needs a subnet: RoCE routes RDMA traffic by IP address.",
+            )
+
+
+def _validate_partition_key(
+    errors: _Errors, where: str, partition: Any, kind: str, owners: dict[tuple[str, object], str]
+) -> None:
+    """The partition's key (InfiniBand) or VLAN (RoCE): in range, the other one unset, and not
+    given to another tenant already."""
+    field, other_field = ("pkey", "vlan") if kind == "infiniband" else ("vlan", "pkey")
+    value = getattr(partition, field)
+    if getattr(partition, other_field):
+        errors.add(
+            f"{where}.{other_field}",
+            f"This {kind} fabric is partitioned by {field}, not {other_field}: leave "
+            f"{other_field} out.",
+        )
+    if kind == "infiniband":
+        ok = _is_int(value) and PKEY_MIN <= value <= PKEY_MAX
+        if not ok:
+            shown = f"0x{value:04x}" if _is_int(value) and value >= 0 else repr(value)
+            errors.add(
+                f"{where}.pkey",
+                f"The partition key must be 0x0001-0x7ffe (got {shown}): 0x7fff is the default "
+                "partition every port is in, and the membership bit (0x8000) is the subnet "
+                "manager's to set.",
+            )
+    else:
+        ok = _check_int(errors, f"{where}.vlan", value, VLAN_MIN, VLAN_MAX, "The VLAN")
+    if not ok:
+        return
+    shown = f"0x{value:04x}" if field == "pkey" else str(value)
+    owner = owners.get((field, value))
+    if owner is not None:
+        what = "partition key" if field == "pkey" else "VLAN"
+        errors.add(
+            f"{where}.{field}",
+            f"The {what} {shown} is already the partition of tenant {owner!r}: a {what} "
+            "may be given to one tenant only.",
+        )
+        return
+    owners[(field, value)] = str(partition.tenant)
+
+
+def _validate_fabric_tenant(errors: _Errors, tenant: TenantSpec, fleet: FleetSpec) -> None:
+    """Only a dedicated tenant may own a fabric partition: a shared tenant's pods share nodes
+    with other tenants, so a partition would isolate nothing."""
+    partition = fleet.fabric.partition(tenant.slug) if fleet.fabric is not None else None
+    if partition is not None and tenant.trust_level != "dedicated":
+        errors.add(
+            "trust_level",
+            f"The fleet file gives {tenant.slug!r} a fabric partition (fabric.partitions), "
+            "which only a dedicated tenant may have: make the tenant dedicated, or remove "
+            "its partition from the fleet file.",
         )
 
 

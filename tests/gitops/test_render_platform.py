@@ -83,7 +83,8 @@ KUEUE_CONFIGURATION_SCHEMA: dict[str, Any] = {
                             "deviceClassNames": {"type": "array", "items": {"type": "string"}},
                         },
                     },
-                }
+                },
+                "excludeResourcePrefixes": {"type": "array", "items": {"type": "string"}},
             },
         },
         "waitForPodsReady": {  # WaitForPodsReady; pkg/config/validation.go
