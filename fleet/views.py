@@ -249,8 +249,18 @@ def burn_in_context(node: Node) -> dict[str, Any]:
         "lifecycle": lifecycle.get(node.name),
         "runs": runs,
         "running": any(r.outcome == BurnInRun.Outcome.RUNNING for r in runs),
-        "peer_runs": BurnInDomainRun.objects.filter(peers__contains=[node.name])[:10],
+        "peer_runs": _peer_runs(node),
     }
+
+
+def _peer_runs(node: Node, limit: int = 10) -> list[BurnInDomainRun]:
+    """The newest domain runs of the node's NVLink domain it took part in as a ready peer,
+    read from the domain's recent runs (a JSON ``contains`` lookup is PostgreSQL-only, and
+    the demo runs on SQLite)."""
+    if not node.clique:
+        return []
+    recent = BurnInDomainRun.objects.filter(clique=node.clique)[:200]
+    return [run for run in recent if node.name in (run.peers or [])][:limit]
 
 
 @action_page(Action.OPERATE_FLEET)
