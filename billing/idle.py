@@ -12,9 +12,9 @@ and that mean stayed under the threshold. One aggregate query per distinct windo
 
 Acting: a batch job (a Kueue Workload owns it) is deactivated directly through the API
 (``fleet.activation``: run-once work, no Git change); an endpoint or a tenant cluster is put
-to sleep through a checked Git change by ``catalog.idle_actions`` when that module is
-installed, else the case stays ``no_action`` (its tenant was told). Anything else is only
-reported.
+to sleep through a checked Git change by ``catalog.idle_actions``; a case whose endpoint or
+cluster is gone from the catalog stays ``no_action`` (its tenant was told). Anything else is
+only reported.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from importlib import import_module
-from types import ModuleType
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -38,6 +36,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import IdleCase, IdleExemption, IdleKind, IdlePolicy, ReclaimedHour, UsageHour
+from catalog import idle_actions
 from catalog.models import Kind, Resource, WebhookDelivery, WebhookEndpoint
 from catalog.services import notify
 from fleet import activation
@@ -372,7 +371,7 @@ def queue_event(case: IdleCase, event_type: str, now: datetime) -> int:
 
 
 def _tell(case: IdleCase, title: str, body: str) -> None:
-    people = access.users_who_may(case.tenant, Action.WAKE_IDLE)
+    people = access.users_who_may(case.tenant, Action.WAKE)
     notify(
         people,
         tenant=case.tenant,
@@ -383,15 +382,6 @@ def _tell(case: IdleCase, title: str, body: str) -> None:
 
 
 # --- acting --------------------------------------------------------------------------------
-
-
-def idle_actions() -> ModuleType | None:
-    """``catalog.idle_actions`` (sleep and wake of Git-owned endpoints and clusters), or None
-    while it is not installed."""
-    try:
-        return import_module("catalog.idle_actions")
-    except ModuleNotFoundError:
-        return None
 
 
 def _resource(case: IdleCase) -> Resource | None:
@@ -422,16 +412,15 @@ def act(case: IdleCase, kube: Kube | None) -> str:
         case.target = name
         case.note = f"Kueue Workload {name} deactivated (spec.active false): its job is suspended."
         return IdleCase.State.ACTED
-    module = idle_actions()
     resource = _resource(case)
-    if module is None or resource is None:
-        case.note = "No action is available for this kind yet; its tenant was told."
+    if resource is None:
+        case.note = f"{case.target} is no longer in the catalog: nothing to put to sleep."
         return IdleCase.State.NO_ACTION
-    if module.is_asleep(resource):
+    if idle_actions.is_asleep(resource):
         # Another case of the same cluster (one per pod) put it to sleep already.
         case.note = f"{resource} is asleep already."
         return IdleCase.State.ACTED
-    module.sleep(resource, reason=f"idle: {case.utilisation_percent}% busy")
+    idle_actions.sleep(resource, reason=f"idle: {case.utilisation_percent}% busy")
     case.note = f"{resource} put to sleep through a Git change."
     return IdleCase.State.ACTED
 
@@ -671,7 +660,7 @@ def reclaimed_by_day(
 def do_wake(case: IdleCase, *, acting_user: Any, kube: Kube | None = None) -> IdleCase:
     """Undo the action of an acted case: the Workload active again (Kueue queues it anew), or
     the endpoint or cluster woken through Git. Only an acted case can be woken."""
-    access.require(acting_user, Action.WAKE_IDLE, case.tenant)
+    access.require(acting_user, Action.WAKE, case.tenant)
     if case.state != IdleCase.State.ACTED:
         raise ValidationError(f"This case is {case.get_state_display().lower()}: nothing to wake.")
     now = timezone.now()
@@ -679,11 +668,10 @@ def do_wake(case: IdleCase, *, acting_user: Any, kube: Kube | None = None) -> Id
         activation.set_active(kube or Kube(), case.namespace, case.target, True)
         note = f"Kueue Workload {case.target} active again: it queues for admission anew."
     else:
-        module = idle_actions()
         resource = _resource(case)
-        if module is None or resource is None:
-            raise ValidationError("No wake action is available for this kind.")
-        module.wake(resource, reason="woken by its tenant", actor=acting_user)
+        if resource is None:
+            raise ValidationError(f"{case.target} is no longer in the catalog: nothing to wake.")
+        idle_actions.wake(resource, reason="woken by its tenant", actor=acting_user)
         note = f"{resource} woken through a Git change."
     _end(case, IdleCase.State.WOKEN, note, acting_user, now)
     record_reclaimed(now)

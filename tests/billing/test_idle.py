@@ -386,21 +386,26 @@ def test_kinds_come_from_owner_kueue_kserve_and_vcluster_names(world: dict[str, 
     )
 
 
-def test_an_endpoint_without_a_sleep_action_is_told_not_acted_on(
-    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+def test_an_endpoint_gone_from_the_catalog_before_its_grace_is_told_not_acted_on(
+    world: dict[str, Any],
 ) -> None:
-    from catalog.models import Resource
+    from catalog.models import Resource, ResourceRequest
 
-    # The scale-to-zero action (catalog.idle_actions) is not installed.
-    monkeypatch.setattr(idle, "idle_actions", lambda: None)
-    Resource.objects.create(tenant=world["alpha"], kind="endpoint", name="chat", state="active")
-    policy(grace_minutes=0, act_on_endpoints=True)
+    chat = Resource.objects.create(
+        tenant=world["alpha"], kind="endpoint", name="chat", state="active"
+    )
+    policy(grace_minutes=30, act_on_endpoints=True)
     usage("alpha", "ReplicaSet/chat-predictor-6d5f8c7b9c", [0.0, 0.0])
     idle.evaluate(now=NOW)
     case = IdleCase.objects.get()
-    assert (case.kind, case.target) == (IdleKind.ENDPOINT, "chat")
-    assert case.state == IdleCase.State.NO_ACTION
-    assert "No action is available" in case.note
+    assert (case.kind, case.target, case.state) == (IdleKind.ENDPOINT, "chat", "notified")
+    # Decommissioned within the grace: nothing is left to put to sleep, and no change opens.
+    Resource.objects.filter(pk=chat.pk).update(state=Resource.State.DECOMMISSIONED)
+    result = idle.evaluate(now=NOW + timedelta(minutes=31))
+    case.refresh_from_db()
+    assert case.state == IdleCase.State.NO_ACTION and result.errors == []
+    assert case.note == "chat is no longer in the catalog: nothing to put to sleep."
+    assert not ResourceRequest.objects.exists()
 
 
 def test_the_beat_task_evaluates(
