@@ -482,10 +482,34 @@ def _open_case(item: Idle, tenant: Tenant, policy: IdlePolicy, now: datetime) ->
     return case
 
 
+def last_woken(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+    """{(namespace, workload): when its tenant last woke it} for those of ``keys`` ever woken
+    (one query)."""
+    keys = set(keys)
+    if not keys:
+        return {}
+    rows = (
+        IdleCase.objects.filter(
+            state=IdleCase.State.WOKEN,
+            namespace__in={n for n, _ in keys},
+            workload__in={w for _, w in keys},
+        )
+        .values("namespace", "workload")
+        .annotate(last=Max("ended_at"))
+        .order_by()
+    )
+    return {
+        (r["namespace"], r["workload"]): r["last"]
+        for r in rows
+        if (r["namespace"], r["workload"]) in keys and r["last"] is not None
+    }
+
+
 def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evaluation:
     """One pass: open a case (and tell its tenant) for each new idle workload, close the open
     notified cases whose workload is busy again, act on those past their grace, and record
-    the reclaimed hours of the acted ones."""
+    the reclaimed hours of the acted ones. A workload its tenant woke is judged again only
+    on a window that starts after the wake."""
     now = now or timezone.now()
     policies = Policies.load()
     result = Evaluation()
@@ -497,12 +521,18 @@ def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evalua
         (c.namespace, c.workload): c
         for c in IdleCase.objects.filter(state__in=IdleCase.OPEN).select_related("tenant", "policy")
     }
+    woken = last_woken(idle)
+    end = window_end(now)
     for key, item in idle.items():
         if key in open_cases:
             continue
         tenant = tenants[item.tenant_slug]
         policy = policies.effective(item.flavor, tenant.pk)
         if policy is None or exempt(item.namespace, item.workload, now) is not None:
+            continue
+        if key in woken and end - timedelta(hours=policy.window_hours) < woken[key]:
+            # Woken by its tenant: the hours before the wake (asleep, or the idle ones that
+            # put it to sleep) do not count, so it gets a whole window of its own first.
             continue
         open_cases[key] = _open_case(item, tenant, policy, now)
         result.detected += 1

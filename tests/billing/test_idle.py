@@ -175,6 +175,38 @@ def test_an_exemption_is_honoured_until_it_expires(world: dict[str, Any]) -> Non
     assert idle.evaluate(now=until + timedelta(minutes=1)).detected == 1
 
 
+def test_a_woken_workload_gets_a_whole_window_after_the_wake(world: dict[str, Any]) -> None:
+    p = policy(grace_minutes=10, window_hours=2)
+    # Idle from 10:00 to 15:00 in the ledger; put to sleep and woken by bob at 11:30.
+    usage("alpha", "Job/idle", [0.0] * 5, end=THIS_HOUR + 3 * HOUR)
+    woken_at = THIS_HOUR - timedelta(minutes=30)
+    IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="alpha",
+        flavor="h200",
+        workload="Job/idle",
+        kind=IdleKind.JOB,
+        policy=p,
+        state=IdleCase.State.WOKEN,
+        utilisation_percent=Decimal(1),
+        gpus=Decimal(2),
+        act_after=woken_at - HOUR,
+        acted_at=woken_at - HOUR,
+        ended_at=woken_at,
+        ended_by=world["bob"],
+    )
+    # 12:20, 13:20: the window (10-12, 11-13) starts before the wake, so no case opens.
+    assert idle.evaluate(now=NOW).detected == 0
+    assert idle.evaluate(now=NOW + HOUR).detected == 0
+    # 14:20: the window 12-14 is all after the wake; the case opens with a grace of its own.
+    assert idle.evaluate(now=NOW + 2 * HOUR).detected == 1
+    case = IdleCase.objects.get(state=IdleCase.State.NOTIFIED)
+    assert case.act_after == NOW + 2 * HOUR + timedelta(minutes=10)
+    # Another workload of the tenant, never woken, is judged on the usual window.
+    usage("alpha", "Job/other", [0.0, 0.0])
+    assert idle.evaluate(now=NOW).detected == 1
+
+
 def test_a_viewer_and_another_tenant_cannot_wake_or_exempt(world: dict[str, Any]) -> None:
     policy()
     usage("alpha", "Job/idle", [0.0, 0.0])
