@@ -38,7 +38,7 @@ from django.utils import timezone
 from billing.models import IdleCase, IdleExemption, IdleKind, IdlePolicy, ReclaimedHour, UsageHour
 from catalog import idle_actions
 from catalog.models import Kind, Resource, WebhookDelivery, WebhookEndpoint
-from catalog.services import notify
+from catalog.services import blocking_request, notify
 from fleet import activation
 from fleet.kube import Kube, KubeError
 from portal.audit import record_audit
@@ -552,8 +552,30 @@ def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evalua
         elif case.state == IdleCase.State.NO_ACTION and key not in idle:
             _end(case, IdleCase.State.CLOSED, "Busy again (or gone).", None, now)
             result.closed += 1
+        elif case.state == IdleCase.State.ACTED and case.kind != IdleKind.JOB:
+            ended = _awake_again(case)
+            if ended is not None:
+                _end(case, *ended, None, now)
+                result.closed += 1
     result.reclaimed_rows = record_reclaimed(now)
     return result
+
+
+def _awake_again(case: IdleCase) -> tuple[str, str] | None:
+    """(state, note) ending an acted endpoint or cluster case that main holds awake again with
+    no change of it still open (woken from the catalog, the API or a change of its spec, not
+    from this case), or gone from the catalog; None while it sleeps or a change is on its way
+    (the sleep change not merged yet, or the wake)."""
+    resource = _resource(case)
+    if resource is None:
+        return IdleCase.State.CLOSED, f"{case.target} is no longer in the catalog."
+    if idle_actions.is_asleep(resource) or blocking_request(resource) is not None:
+        return None
+    return (
+        IdleCase.State.WOKEN,
+        f"{resource} is awake on main again (woken outside this case, or its sleep change "
+        "did not merge).",
+    )
 
 
 def _act(case: IdleCase, kube: Kube | None, now: datetime, result: Evaluation) -> int:
