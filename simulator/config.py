@@ -20,6 +20,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         mig_config: all-balanced
         mig_profiles: {1g.18gb: 2, 2g.35gb: 1, 3g.71gb: 1}
     prices: {cpu_core_hour: 0.031611, ram_gib_hour: 0.004237, gpu_hour: 0.95}
+    idle_pods: [lab/notebook-]      # these pods hold their GPUs and do no work
     crd_dir: ../shared/crds
 
 Unknown keys and wrong types are errors naming the key (``node_groups[0].gpus``).
