@@ -37,6 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.costing import priced, totals
+from billing.dashboards import endpoint_of
 from billing.fractions import MIG_PROFILE, MIG_SLICES_PER_GPU, FractionError, gpu_equivalents
 from billing.ingest import workload_name
 from billing.models import Budget, GpuPrice, IdlePolicy, IngestCursor, Source, UsageHour
@@ -221,8 +222,6 @@ def _busy(rng: random.Random, hour: datetime, idle: bool) -> float:
 def is_idle(tenant_slug: str, workload: str) -> bool:
     """Whether the history has the workload nearly idle: the idle tenant's, and the idle
     endpoint's predictor (``billing.dashboards.endpoint_of``)."""
-    from billing.dashboards import endpoint_of
-
     tenant, endpoint = IDLE_ENDPOINT
     return tenant_slug == IDLE_TENANT or (
         tenant_slug == tenant and endpoint_of(workload, [endpoint]) == endpoint
