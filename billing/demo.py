@@ -8,7 +8,12 @@ has been synced, else the workloads ``seed_demo`` says the demo's cluster will r
 by namespace with the ingest's own rules, with ``source="demo"`` so it can never be mistaken
 for metered usage. Utilisation is pseudo-random from a fixed seed with a daily cycle, so two
 runs write the same rows; one tenant is left nearly idle so that waste and right-sizing have
-something to show.
+something to show, and so is one model endpoint, which the demo's idle policy then puts to
+sleep after its grace (the simulator's DCGM reads its pods as idle too: ``idle_pods``).
+
+The periodic ingest starts after the history (its cursor is set to the history's last hour
+when it has none): it would otherwise rewrite the last day's hours from an exporter that had
+not been scraped yet, leaving them empty.
 
 Re-running replaces the demo rows and never touches another source's: an hour that the real
 ingest has written is skipped (the ingest, for its part, replaces a whole hour, demo rows
@@ -27,13 +32,15 @@ from datetime import date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from billing.costing import priced, totals
+from billing.dashboards import endpoint_of
 from billing.fractions import MIG_PROFILE, MIG_SLICES_PER_GPU, FractionError, gpu_equivalents
 from billing.ingest import workload_name
-from billing.models import Budget, GpuPrice, IdlePolicy, Source, UsageHour
+from billing.models import Budget, GpuPrice, IdlePolicy, IngestCursor, Source, UsageHour
 from billing.services import HOUR, last_complete_hour, rollup_days
 from fleet.models import Node, Workload
 from fleet.services import platform_namespaces, tenant_of
@@ -43,6 +50,8 @@ DAYS = 30
 SEED = 20260101
 # The inference tenant's endpoint holds its GPU shares around the clock and is asked little.
 IDLE_TENANT = "llm-platform"
+# vision's catalog endpoint (tenant, endpoint) nobody calls: the idle policy's demo case.
+IDLE_ENDPOINT = ("vision", "caption")
 BUDGET_TENANT = "vision"
 PRICE_NOTE = "Demo price (seed_demo)"
 # Per GPU-hour of a whole GPU, and per instance-hour of a MIG profile: (days ago, amount).
@@ -53,8 +62,11 @@ MIG_PRICE_PER_SLICE = Decimal("0.4500")  # a 1g instance; a 3g pays three slices
 IDLE_WATTS = 100
 BUSY_WATTS = 600
 BATCH = 2000
-# The demo's idle policy: the nearly idle tenant runs at 2-7%, the others at 25% and more.
+# The demo's idle policy: the nearly idle tenant runs at 2-7%, the others at 25% and more;
+# a grace short enough to watch the endpoint go to sleep after `make demo` starts.
 DEMO_IDLE_THRESHOLD = Decimal(10)
+DEMO_IDLE_WINDOW_HOURS = 2
+DEMO_GRACE_MINUTES = 2
 
 
 @dataclass(frozen=True)
@@ -207,6 +219,15 @@ def _busy(rng: random.Random, hour: datetime, idle: bool) -> float:
     return min(1.0, max(0.0, 0.25 + 0.6 * cycle * weekend + rng.uniform(-0.1, 0.1)))
 
 
+def is_idle(tenant_slug: str, workload: str) -> bool:
+    """Whether the history has the workload nearly idle: the idle tenant's, and the idle
+    endpoint's predictor (``billing.dashboards.endpoint_of``)."""
+    tenant, endpoint = IDLE_ENDPOINT
+    return tenant_slug == IDLE_TENANT or (
+        tenant_slug == tenant and endpoint_of(workload, [endpoint]) == endpoint
+    )
+
+
 def _dec(value: float | Fraction, places: str) -> Decimal:
     if isinstance(value, Fraction):
         value = value.numerator / value.denominator
@@ -227,7 +248,7 @@ def history_rows(
             owner = tenant_of(p.namespace, platform)
             if p.namespace and not owner:
                 continue  # a platform namespace: the ingest does not bill it either
-            idle = owner == IDLE_TENANT
+            idle = is_idle(owner, p.workload)
             busy = _busy(rng, hour, idle)
             # Now and then a scrape is missed: the ledger marks a gap, never fills it in.
             observed = 3600 - 60 * rng.randrange(1, 30) if rng.random() < 0.01 else 3600
@@ -339,28 +360,36 @@ def seed_history(now: datetime | None = None, *, planned: Iterable[PlannedWorklo
     # The daily sums the dashboards read for ranges of days, as the ingest keeps them.
     rollup_days({(start + i * HOUR).date() for i in range(DAYS * 24)})
     budget = seed_budget(start, end)
+    if rows and not IngestCursor.objects.filter(source=settings.BILLING_SOURCE).exists():
+        IngestCursor.objects.create(source=settings.BILLING_SOURCE, last_complete_hour=end - HOUR)
     return Seeded(prices, len(rows), len(hours) - len(kept), budget)
 
 
 def seed_idle(now: datetime | None = None) -> int:
-    """An idle policy with a short grace on each flavor the nearly idle tenant uses, and one
-    evaluation, so the idle pages have a case: its workloads ran at a few percent all month.
-    Returns the cases opened; policies already set are left as they are."""
+    """An idle policy with a short grace, acting on endpoints, on each flavor the nearly idle
+    workloads use, and one evaluation, so the idle pages have cases: the idle tenant's
+    (told, as nothing in the catalog stands behind them) and the idle endpoint's, which the
+    policy puts to sleep once the grace has run out. Returns the cases opened; policies
+    already set are left as they are."""
     from billing import idle
 
-    flavors = set(
-        UsageHour.objects.filter(source=Source.DEMO, tenant_slug=IDLE_TENANT)
+    keys = (
+        UsageHour.objects.filter(source=Source.DEMO)
         .exclude(flavor="")
-        .values_list("flavor", flat=True)
+        .values_list("tenant_slug", "workload", "flavor")
+        .order_by()
+        .distinct()
     )
+    flavors = {flavor for tenant, workload, flavor in keys if is_idle(tenant, workload)}
     for flavor in sorted(flavors):
         IdlePolicy.objects.get_or_create(
             flavor=flavor,
             tenant=None,
             defaults={
                 "threshold_percent": DEMO_IDLE_THRESHOLD,
-                "window_hours": 2,
-                "grace_minutes": 10,
+                "window_hours": DEMO_IDLE_WINDOW_HOURS,
+                "grace_minutes": DEMO_GRACE_MINUTES,
+                "act_on_endpoints": True,
             },
         )
     return idle.evaluate(now=now).detected

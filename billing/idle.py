@@ -12,9 +12,9 @@ and that mean stayed under the threshold. One aggregate query per distinct windo
 
 Acting: a batch job (a Kueue Workload owns it) is deactivated directly through the API
 (``fleet.activation``: run-once work, no Git change); an endpoint or a tenant cluster is put
-to sleep through a checked Git change by ``catalog.idle_actions`` when that module is
-installed, else the case stays ``no_action`` (its tenant was told). Anything else is only
-reported.
+to sleep through a checked Git change by ``catalog.idle_actions``; a case whose endpoint or
+cluster is gone from the catalog stays ``no_action`` (its tenant was told). Anything else is
+only reported.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from importlib import import_module
-from types import ModuleType
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -38,8 +36,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import IdleCase, IdleExemption, IdleKind, IdlePolicy, ReclaimedHour, UsageHour
+from catalog import idle_actions
 from catalog.models import Kind, Resource, WebhookDelivery, WebhookEndpoint
-from catalog.services import notify
+from catalog.services import blocking_request, notify
 from fleet import activation
 from fleet.kube import Kube, KubeError
 from portal.audit import record_audit
@@ -372,7 +371,7 @@ def queue_event(case: IdleCase, event_type: str, now: datetime) -> int:
 
 
 def _tell(case: IdleCase, title: str, body: str) -> None:
-    people = access.users_who_may(case.tenant, Action.WAKE_IDLE)
+    people = access.users_who_may(case.tenant, Action.WAKE)
     notify(
         people,
         tenant=case.tenant,
@@ -383,15 +382,6 @@ def _tell(case: IdleCase, title: str, body: str) -> None:
 
 
 # --- acting --------------------------------------------------------------------------------
-
-
-def idle_actions() -> ModuleType | None:
-    """``catalog.idle_actions`` (sleep and wake of Git-owned endpoints and clusters), or None
-    while it is not installed."""
-    try:
-        return import_module("catalog.idle_actions")
-    except ModuleNotFoundError:
-        return None
 
 
 def _resource(case: IdleCase) -> Resource | None:
@@ -422,16 +412,15 @@ def act(case: IdleCase, kube: Kube | None) -> str:
         case.target = name
         case.note = f"Kueue Workload {name} deactivated (spec.active false): its job is suspended."
         return IdleCase.State.ACTED
-    module = idle_actions()
     resource = _resource(case)
-    if module is None or resource is None:
-        case.note = "No action is available for this kind yet; its tenant was told."
+    if resource is None:
+        case.note = f"{case.target} is no longer in the catalog: nothing to put to sleep."
         return IdleCase.State.NO_ACTION
-    if module.is_asleep(resource):
+    if idle_actions.is_asleep(resource):
         # Another case of the same cluster (one per pod) put it to sleep already.
         case.note = f"{resource} is asleep already."
         return IdleCase.State.ACTED
-    module.sleep(resource, reason=f"idle: {case.utilisation_percent}% busy")
+    idle_actions.sleep(resource, reason=f"idle: {case.utilisation_percent}% busy")
     case.note = f"{resource} put to sleep through a Git change."
     return IdleCase.State.ACTED
 
@@ -493,10 +482,34 @@ def _open_case(item: Idle, tenant: Tenant, policy: IdlePolicy, now: datetime) ->
     return case
 
 
+def last_woken(keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+    """{(namespace, workload): when its tenant last woke it} for those of ``keys`` ever woken
+    (one query)."""
+    keys = set(keys)
+    if not keys:
+        return {}
+    rows = (
+        IdleCase.objects.filter(
+            state=IdleCase.State.WOKEN,
+            namespace__in={n for n, _ in keys},
+            workload__in={w for _, w in keys},
+        )
+        .values("namespace", "workload")
+        .annotate(last=Max("ended_at"))
+        .order_by()
+    )
+    return {
+        (r["namespace"], r["workload"]): r["last"]
+        for r in rows
+        if (r["namespace"], r["workload"]) in keys and r["last"] is not None
+    }
+
+
 def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evaluation:
     """One pass: open a case (and tell its tenant) for each new idle workload, close the open
     notified cases whose workload is busy again, act on those past their grace, and record
-    the reclaimed hours of the acted ones."""
+    the reclaimed hours of the acted ones. A workload its tenant woke is judged again only
+    on a window that starts after the wake."""
     now = now or timezone.now()
     policies = Policies.load()
     result = Evaluation()
@@ -508,12 +521,18 @@ def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evalua
         (c.namespace, c.workload): c
         for c in IdleCase.objects.filter(state__in=IdleCase.OPEN).select_related("tenant", "policy")
     }
+    woken = last_woken(idle)
+    end = window_end(now)
     for key, item in idle.items():
         if key in open_cases:
             continue
         tenant = tenants[item.tenant_slug]
         policy = policies.effective(item.flavor, tenant.pk)
         if policy is None or exempt(item.namespace, item.workload, now) is not None:
+            continue
+        if key in woken and end - timedelta(hours=policy.window_hours) < woken[key]:
+            # Woken by its tenant: the hours before the wake (asleep, or the idle ones that
+            # put it to sleep) do not count, so it gets a whole window of its own first.
             continue
         open_cases[key] = _open_case(item, tenant, policy, now)
         result.detected += 1
@@ -533,8 +552,30 @@ def evaluate(*, now: datetime | None = None, kube: Kube | None = None) -> Evalua
         elif case.state == IdleCase.State.NO_ACTION and key not in idle:
             _end(case, IdleCase.State.CLOSED, "Busy again (or gone).", None, now)
             result.closed += 1
+        elif case.state == IdleCase.State.ACTED and case.kind != IdleKind.JOB:
+            ended = _awake_again(case)
+            if ended is not None:
+                _end(case, *ended, None, now)
+                result.closed += 1
     result.reclaimed_rows = record_reclaimed(now)
     return result
+
+
+def _awake_again(case: IdleCase) -> tuple[str, str] | None:
+    """(state, note) ending an acted endpoint or cluster case that main holds awake again with
+    no change of it still open (woken from the catalog, the API or a change of its spec, not
+    from this case), or gone from the catalog; None while it sleeps or a change is on its way
+    (the sleep change not merged yet, or the wake)."""
+    resource = _resource(case)
+    if resource is None:
+        return IdleCase.State.CLOSED, f"{case.target} is no longer in the catalog."
+    if idle_actions.is_asleep(resource) or blocking_request(resource) is not None:
+        return None
+    return (
+        IdleCase.State.WOKEN,
+        f"{resource} is awake on main again (woken outside this case, or its sleep change "
+        "did not merge).",
+    )
 
 
 def _act(case: IdleCase, kube: Kube | None, now: datetime, result: Evaluation) -> int:
@@ -671,7 +712,7 @@ def reclaimed_by_day(
 def do_wake(case: IdleCase, *, acting_user: Any, kube: Kube | None = None) -> IdleCase:
     """Undo the action of an acted case: the Workload active again (Kueue queues it anew), or
     the endpoint or cluster woken through Git. Only an acted case can be woken."""
-    access.require(acting_user, Action.WAKE_IDLE, case.tenant)
+    access.require(acting_user, Action.WAKE, case.tenant)
     if case.state != IdleCase.State.ACTED:
         raise ValidationError(f"This case is {case.get_state_display().lower()}: nothing to wake.")
     now = timezone.now()
@@ -679,11 +720,10 @@ def do_wake(case: IdleCase, *, acting_user: Any, kube: Kube | None = None) -> Id
         activation.set_active(kube or Kube(), case.namespace, case.target, True)
         note = f"Kueue Workload {case.target} active again: it queues for admission anew."
     else:
-        module = idle_actions()
         resource = _resource(case)
-        if module is None or resource is None:
-            raise ValidationError("No wake action is available for this kind.")
-        module.wake(resource, reason="woken by its tenant", actor=acting_user)
+        if resource is None:
+            raise ValidationError(f"{case.target} is no longer in the catalog: nothing to wake.")
+        idle_actions.wake(resource, reason="woken by its tenant", actor=acting_user)
         note = f"{resource} woken through a Git change."
     _end(case, IdleCase.State.WOKEN, note, acting_user, now)
     record_reclaimed(now)

@@ -75,7 +75,7 @@ def tenant_idle(request: HttpRequest, tenant: str) -> HttpResponse:
         "access": tenant_access,
         "tenant": tenant_access.tenant,
         "cases": idle.tenant_cases(tenant_access.tenant, acting_user=request.user),
-        "may_wake": tenant_access.may(Action.WAKE_IDLE),
+        "may_wake": tenant_access.may(Action.WAKE),
         "may_exempt": tenant_access.may(Action.EXEMPT_IDLE),
         "reclaimed_30d": idle.reclaimed_total(
             tenant_slug=slug, since=timezone.now() - timedelta(days=30)

@@ -1685,6 +1685,13 @@ class Cluster:
             for node in self.nodes.values()
         ]
 
+    def _idle_pod(self, pod: PodKey | None) -> bool:
+        """Whether the pod is one the configuration says does no work (``idle_pods``)."""
+        return pod is not None and any(
+            pod[0] == namespace and pod[1].startswith(prefix)
+            for namespace, _, prefix in (p.partition("/") for p in self.config.idle_pods)
+        )
+
     def gpu_samples(self) -> list[GpuSample]:
         """One DCGM sample per GPU (per MIG instance on MIG GPUs), with the pod using it; a
         HAMi GPU shows the first of the pods sharing it."""
@@ -1694,18 +1701,39 @@ class Cluster:
                 for gpu in node.gpus:
                     if gpu.mig:
                         samples += [
-                            _sample(node, gpu, device.pod, device.container, device)
+                            _sample(
+                                node,
+                                gpu,
+                                device.pod,
+                                device.container,
+                                device,
+                                idle=gpu.idle or self._idle_pod(device.pod),
+                            )
                             for device in gpu.mig
                         ]
                     else:
                         slot = gpu.slots[0] if gpu.slots else None
                         pod = slot.pod if slot else None
-                        samples.append(_sample(node, gpu, pod, slot.container if slot else ""))
+                        samples.append(
+                            _sample(
+                                node,
+                                gpu,
+                                pod,
+                                slot.container if slot else "",
+                                idle=gpu.idle or self._idle_pod(pod),
+                            )
+                        )
         return samples
 
 
 def _sample(
-    node: SimNode, gpu: Gpu, pod: PodKey | None, container: str, device: MigDevice | None = None
+    node: SimNode,
+    gpu: Gpu,
+    pod: PodKey | None,
+    container: str,
+    device: MigDevice | None = None,
+    *,
+    idle: bool = False,
 ) -> GpuSample:
     namespace, name = pod or ("", "")
     return GpuSample(
@@ -1722,6 +1750,6 @@ def _sample(
         container=container,
         busy=pod is not None,
         xid=gpu.xid,
-        idle=gpu.idle,
+        idle=idle,
         memory_mib=mig_memory_mib(device.profile) if device else gpu.memory_mib,
     )

@@ -21,6 +21,7 @@ two NVLink domains) with a few tenant workloads already running, so the demo loo
         mig_config: all-balanced
         mig_profiles: {1g.18gb: 2, 2g.35gb: 1, 3g.71gb: 1}
     prices: {cpu_core_hour: 0.031611, ram_gib_hour: 0.004237, gpu_hour: 0.95}
+    idle_pods: [lab/notebook-]      # these pods hold their GPUs and do no work
     crd_dir: ../shared/crds
 
 Unknown keys and wrong types are errors naming the key (``node_groups[0].gpus``).
@@ -157,6 +158,10 @@ class SimConfig:
     # Whether Kueue's Configuration turns fair sharing on (``fairSharing``), as the portal
     # renders it unless the fleet turns it off (``gitops.render.kueue_config``).
     fair_sharing: bool = True
+    # Workloads that hold their GPUs and do no work (DCGM reads them as ``fleet_fault idle``
+    # does), by ``<namespace>/<pod name prefix>``: a property of what runs, not of a GPU, so
+    # it follows the pods wherever they are placed.
+    idle_pods: tuple[str, ...] = ()
 
     @classmethod
     def demo(cls) -> SimConfig:
@@ -206,6 +211,9 @@ class SimConfig:
                 ),
             ),
             nvlink_domains=2,
+            # vision's endpoint ``caption`` (seeded by ``seed_demo``) is asked nothing: idle
+            # reclaim puts it to sleep after its grace, and its tenant wakes it.
+            idle_pods=("vision/caption-predictor-",),
             seed_workloads=(
                 SeedWorkload(
                     "vision",
@@ -274,6 +282,9 @@ def validate_config(config: SimConfig) -> None:
         problems.append("prices: a price cannot be negative")
     if config.nvlink_domains < 1 or config.nodes_per_rack < 1:
         problems.append("nvlink_domains and nodes_per_rack must be at least 1")
+    for index, prefix in enumerate(config.idle_pods):
+        if prefix.count("/") != 1 or not all(prefix.split("/")):
+            problems.append(f"idle_pods[{index}]: write it as <namespace>/<pod name prefix>")
     for index, workload in enumerate(config.seed_workloads):
         if workload.pool and config.pool(workload.pool) is None:
             problems.append(f"seed_workloads[{index}].pool: no node group {workload.pool!r}")

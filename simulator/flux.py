@@ -1559,9 +1559,7 @@ class FluxPlayer:
         replicas = min_replicas if isinstance(min_replicas, int) and min_replicas >= 0 else 1
         self.cluster.delete_pods(namespace, {ISVC_LABEL: name}, now)
         self.cluster.ensure_namespace(namespace, now)
-        digest = hashlib.sha256(json.dumps(predictor, sort_keys=True).encode()).hexdigest()
-        template_hash = "".join("bcdfghjklmnpqrstvwxz2456789"[int(c, 16)] for c in digest[:10])
-        replica_set = f"{name}-predictor-{template_hash}"
+        replica_set, template_hash = kserve.predictor_replica_set(name, predictor)
         labels = {
             **{str(k): str(v) for k, v in as_dict(predictor.get("labels")).items()},
             ISVC_LABEL: name,

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -82,6 +84,17 @@ def pod_spec(predictor: Mapping[str, Any]) -> JsonObject:
         if predictor.get(field):
             spec[field] = predictor[field]
     return spec
+
+
+def predictor_replica_set(name: str, predictor: Mapping[str, Any]) -> tuple[str, str]:
+    """(ReplicaSet name, pod-template-hash) of the InferenceService ``name``'s predictor: the
+    Deployment is ``<name>-predictor`` (kserve v0.20.0 pkg/constants PredictorServiceName) and
+    its ReplicaSet ``<deployment>-<hash>``, the hash a function of the pod template in the
+    alphabet of Kubernetes' ``rand.SafeEncodeString`` (here of ``spec.predictor``, which
+    makes the template), so the same spec gives the same names."""
+    digest = hashlib.sha256(json.dumps(predictor, sort_keys=True).encode()).hexdigest()
+    template_hash = "".join("bcdfghjklmnpqrstvwxz2456789"[int(c, 16)] for c in digest[:10])
+    return f"{name}-predictor-{template_hash}", template_hash
 
 
 def storage_uri(predictor: Mapping[str, Any]) -> str:

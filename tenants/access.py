@@ -56,9 +56,9 @@ class Action(StrEnum):
     MANAGE_JOB_TEMPLATES = "manage_job_templates"  # the platform's batch job templates
     REMEDIATE = "remediate"  # return a remediated node, resume a paused pool, set the policy
     MANAGE_IDLE_POLICIES = "manage_idle_policies"  # idle thresholds, windows, grace, actions
-    WAKE_IDLE = "wake_idle"  # wake a workload the idle reclaim acted on
     EXEMPT_IDLE = "exempt_idle"  # exempt a workload from idle reclaim, within the policy
-    WAKE = "wake"  # wake (or put to sleep) an endpoint or tenant cluster, through a change
+    # wake what idle reclaim stopped; wake (or put to sleep) an endpoint or tenant cluster
+    WAKE = "wake"
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,6 @@ RULES: dict[Action, Rule] = {
     # Idle reclaim: the platform sets the policies; the tenant's writers may wake or exempt
     # what they own (within the policy's limits), as may a platform admin.
     Action.MANAGE_IDLE_POLICIES: Rule(platform=_PLATFORM_ADMIN),
-    Action.WAKE_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
     Action.EXEMPT_IDLE: Rule(_WRITERS, _PLATFORM_ADMIN),
     # Waking puts back what the tenant already had (its share holds room for it): the write
     # role, as for a request, without an approval (catalog.idle_actions).
@@ -167,11 +166,10 @@ DENIED: dict[Action, str] = {
     Action.REMEDIATE: "Only platform admins return remediated nodes, resume the remediation "
     "loop or change its policy.",
     Action.MANAGE_IDLE_POLICIES: "Only platform admins set idle policies.",
-    Action.WAKE_IDLE: "Only the tenant's members and admins wake what idle reclaim stopped; "
-    "viewers cannot.",
     Action.EXEMPT_IDLE: "Only the tenant's members and admins exempt a workload from idle "
     "reclaim; viewers cannot.",
-    Action.WAKE: "Viewers cannot wake or put to sleep; ask a member or an admin.",
+    Action.WAKE: "Viewers cannot wake or put to sleep (what idle reclaim stopped included); "
+    "ask a member or an admin.",
 }
 
 

@@ -208,6 +208,8 @@ def test_the_demo_has_an_idle_policy_and_a_case_for_the_idle_tenant(fleet: Simul
     cases = IdleCase.objects.all()
     assert {c.tenant.slug for c in cases} == {demo.IDLE_TENANT}
     assert all(c.utilisation_percent < demo.DEMO_IDLE_THRESHOLD for c in cases)
-    assert IdlePolicy.objects.filter(grace_minutes=10).exists()
+    assert IdlePolicy.objects.filter(
+        grace_minutes=demo.DEMO_GRACE_MINUTES, act_on_endpoints=True
+    ).exists()
     # Seeding again opens nothing twice.
     assert demo.seed_idle() == 0

@@ -175,6 +175,38 @@ def test_an_exemption_is_honoured_until_it_expires(world: dict[str, Any]) -> Non
     assert idle.evaluate(now=until + timedelta(minutes=1)).detected == 1
 
 
+def test_a_woken_workload_gets_a_whole_window_after_the_wake(world: dict[str, Any]) -> None:
+    p = policy(grace_minutes=10, window_hours=2)
+    # Idle from 10:00 to 15:00 in the ledger; put to sleep and woken by bob at 11:30.
+    usage("alpha", "Job/idle", [0.0] * 5, end=THIS_HOUR + 3 * HOUR)
+    woken_at = THIS_HOUR - timedelta(minutes=30)
+    IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="alpha",
+        flavor="h200",
+        workload="Job/idle",
+        kind=IdleKind.JOB,
+        policy=p,
+        state=IdleCase.State.WOKEN,
+        utilisation_percent=Decimal(1),
+        gpus=Decimal(2),
+        act_after=woken_at - HOUR,
+        acted_at=woken_at - HOUR,
+        ended_at=woken_at,
+        ended_by=world["bob"],
+    )
+    # 12:20, 13:20: the window (10-12, 11-13) starts before the wake, so no case opens.
+    assert idle.evaluate(now=NOW).detected == 0
+    assert idle.evaluate(now=NOW + HOUR).detected == 0
+    # 14:20: the window 12-14 is all after the wake; the case opens with a grace of its own.
+    assert idle.evaluate(now=NOW + 2 * HOUR).detected == 1
+    case = IdleCase.objects.get(state=IdleCase.State.NOTIFIED)
+    assert case.act_after == NOW + 2 * HOUR + timedelta(minutes=10)
+    # Another workload of the tenant, never woken, is judged on the usual window.
+    usage("alpha", "Job/other", [0.0, 0.0])
+    assert idle.evaluate(now=NOW).detected == 1
+
+
 def test_a_viewer_and_another_tenant_cannot_wake_or_exempt(world: dict[str, Any]) -> None:
     policy()
     usage("alpha", "Job/idle", [0.0, 0.0])
@@ -386,21 +418,26 @@ def test_kinds_come_from_owner_kueue_kserve_and_vcluster_names(world: dict[str, 
     )
 
 
-def test_an_endpoint_without_a_sleep_action_is_told_not_acted_on(
-    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+def test_an_endpoint_gone_from_the_catalog_before_its_grace_is_told_not_acted_on(
+    world: dict[str, Any],
 ) -> None:
-    from catalog.models import Resource
+    from catalog.models import Resource, ResourceRequest
 
-    # The scale-to-zero action (catalog.idle_actions) is not installed.
-    monkeypatch.setattr(idle, "idle_actions", lambda: None)
-    Resource.objects.create(tenant=world["alpha"], kind="endpoint", name="chat", state="active")
-    policy(grace_minutes=0, act_on_endpoints=True)
+    chat = Resource.objects.create(
+        tenant=world["alpha"], kind="endpoint", name="chat", state="active"
+    )
+    policy(grace_minutes=30, act_on_endpoints=True)
     usage("alpha", "ReplicaSet/chat-predictor-6d5f8c7b9c", [0.0, 0.0])
     idle.evaluate(now=NOW)
     case = IdleCase.objects.get()
-    assert (case.kind, case.target) == (IdleKind.ENDPOINT, "chat")
-    assert case.state == IdleCase.State.NO_ACTION
-    assert "No action is available" in case.note
+    assert (case.kind, case.target, case.state) == (IdleKind.ENDPOINT, "chat", "notified")
+    # Decommissioned within the grace: nothing is left to put to sleep, and no change opens.
+    Resource.objects.filter(pk=chat.pk).update(state=Resource.State.DECOMMISSIONED)
+    result = idle.evaluate(now=NOW + timedelta(minutes=31))
+    case.refresh_from_db()
+    assert case.state == IdleCase.State.NO_ACTION and result.errors == []
+    assert case.note == "chat is no longer in the catalog: nothing to put to sleep."
+    assert not ResourceRequest.objects.exists()
 
 
 def test_the_beat_task_evaluates(

@@ -63,7 +63,6 @@ EXPECTED: dict[Action, set[str]] = {
     A.MANAGE_JOB_TEMPLATES: {"pam"},
     A.REMEDIATE: {"pam"},
     A.MANAGE_IDLE_POLICIES: {"pam"},
-    A.WAKE_IDLE: {"pam", "alice", "bob"},
     A.EXEMPT_IDLE: {"pam", "alice", "bob"},
     A.WAKE: {"alice", "bob", "pam"},
 }

@@ -236,3 +236,65 @@ def test_idle_reclaim_puts_an_idle_endpoint_to_sleep_and_its_tenant_wakes_it(
     _checked(wake)
     assert run_jobs(idle_actions.merge_ready) == 1
     assert not idle_actions.is_asleep(endpoint)
+
+
+def test_an_idle_case_ends_when_its_endpoint_is_woken_from_the_catalog(
+    world: dict[str, Any], endpoint: Resource, run_jobs: Any
+) -> None:
+    """Woken through the catalog's button (not the case's), the acted case ends with it: it
+    stops counting reclaimed hours, and the workload may be found idle again later."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing import idle
+    from billing.models import IdleCase, IdleKind, IdlePolicy, ReclaimedHour, UsageHour
+
+    policy = IdlePolicy.objects.create(flavor="h200", threshold_percent=Decimal("5"))
+    now = timezone.now()
+    this_hour = now.replace(minute=0, second=0, microsecond=0)
+    for back in (1, 2):  # idle in the ledger all along: only the catalog's state ends it
+        UsageHour.objects.create(
+            hour=this_hour - back * timedelta(hours=1),
+            tenant_slug="alpha",
+            namespace="tenant-alpha",
+            flavor="h200",
+            workload="ReplicaSet/chat-predictor-6d5f8c7b9c",
+            source="exporter",
+            allocated_gpu_seconds=Decimal(7200),
+            used_gpu_seconds=Decimal(0),
+            observed_seconds=3600,
+        )
+    case = IdleCase.objects.create(
+        tenant=world["alpha"],
+        namespace="tenant-alpha",
+        flavor="h200",
+        workload="ReplicaSet/chat-predictor-6d5f8c7b9c",
+        kind=IdleKind.ENDPOINT,
+        target="chat",
+        policy=policy,
+        state=IdleCase.State.NOTIFIED,
+        utilisation_percent=Decimal("0.50"),
+        gpus=Decimal("2"),
+        detected_at=now - timedelta(hours=3),
+        act_after=now - timedelta(minutes=1),
+    )
+    assert run_jobs(idle.evaluate, now=now).acted == 1
+    case.refresh_from_db()
+    assert case.state == IdleCase.State.ACTED
+    # The sleep change is not merged yet: main holds it awake, but the case stays acted.
+    assert run_jobs(idle.evaluate, now=now).closed == 0
+    assert run_jobs(idle_actions.merge_ready) == 1
+    assert run_jobs(idle.evaluate, now=now + timedelta(minutes=5)).closed == 0
+
+    run_jobs(idle_actions.wake, endpoint, reason="needed now", actor=world["bob"])
+    # Its wake change on the way: still acted.
+    assert run_jobs(idle.evaluate, now=now + timedelta(minutes=6)).closed == 0
+    assert run_jobs(idle_actions.merge_ready) == 1
+    assert run_jobs(idle.evaluate, now=now + timedelta(minutes=10)).closed == 1
+    case.refresh_from_db()
+    assert (case.state, case.ended_by) == (IdleCase.State.WOKEN, None)
+    assert "awake on main again" in case.note
+    assert case.ended_at == now + timedelta(minutes=10)
+    assert sum(r.gpu_hours for r in ReclaimedHour.objects.filter(case=case)) == Decimal("0.333")

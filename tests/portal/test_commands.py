@@ -70,7 +70,8 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     from billing.models import Budget, GpuPrice, UsageHour
 
     history = UsageHour.objects.filter(source="demo").count()
-    assert history == 30 * 24 * 4  # four placements of the simulator's seed workloads
+    # four placements of the simulator's seed workloads and caption's predictor
+    assert history == 30 * 24 * 5
     counts = (
         Tenant.objects.count(),
         Membership.objects.count(),

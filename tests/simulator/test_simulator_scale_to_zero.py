@@ -12,7 +12,7 @@ from kubernetes import client
 from gitops.fleet import demo_fleet
 from gitops.render.tree import render_repository
 from gitops.specs import TenantSpec
-from simulator import Simulator
+from simulator import Simulator, kserve
 from tests.simulator.test_simulator import (
     ALPHA,
     HELM,
@@ -63,6 +63,9 @@ def test_an_endpoint_sleeps_with_no_pod_and_wakes_when_raised(
     git_secret(simulator)
     awake = _play(simulator, settings, _with(), None)
     assert [p.status.phase for p in _predictors(kube)] == ["Running"]
+    # The ReplicaSet is named from the predictor's spec (what seed_demo's history names).
+    replica_set, _ = kserve.predictor_replica_set("chat", _isvc(kube)["spec"]["predictor"])
+    assert [o.name for o in _predictors(kube)[0].metadata.owner_references] == [replica_set]
 
     asleep = _play(simulator, settings, _with({"asleep": True}), awake)
     assert _predictors(kube) == []
@@ -76,6 +79,8 @@ def test_an_endpoint_sleeps_with_no_pod_and_wakes_when_raised(
     pods = _predictors(kube)
     assert [p.status.phase for p in pods] == ["Running"]
     assert condition(_isvc(kube), "Ready")["status"] == "True"
+    # Woken, the same spec: the same ReplicaSet, so the ledger keeps one workload.
+    assert [o.name for o in pods[0].metadata.owner_references] == [replica_set]
 
 
 def test_a_keda_endpoint_at_min_zero_runs_no_pod_while_idle(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import yaml
 from allauth.account.models import EmailAddress
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -18,17 +19,26 @@ from gitops.models import ChangeRequest
 from tenants import services
 from tenants.models import Membership, PlatformRole, Role, Tenant
 
+if TYPE_CHECKING:
+    from simulator.config import SimConfig
 
-def planned_workloads() -> list[PlannedWorkload]:
-    """The seed workloads of the simulator ``make demo`` starts (FLEET_SIMULATOR_CONFIG, else
-    the demo fleet's), for the billing history of a fleet not synced yet."""
+
+def _simulator_config() -> SimConfig:
+    """The configuration of the simulator ``make demo`` starts (FLEET_SIMULATOR_CONFIG, else
+    the demo fleet's)."""
     from simulator.config import SimConfig, load_config
 
-    config = (
+    return (
         load_config(settings.FLEET_SIMULATOR_CONFIG)
         if settings.FLEET_SIMULATOR_CONFIG
         else SimConfig.demo()
     )
+
+
+def planned_workloads() -> list[PlannedWorkload]:
+    """The seed workloads of the simulator ``make demo`` starts (FLEET_SIMULATOR_CONFIG, else
+    the demo fleet's), for the billing history of a fleet not synced yet."""
+    config = _simulator_config()
     planned = []
     for seed in config.seed_workloads:
         group = config.pool(seed.pool)
@@ -47,6 +57,58 @@ def planned_workloads() -> list[PlannedWorkload]:
                 requests={r: int(v) for r, v in seed.resources if r.startswith("nvidia.com/")},
             )
         )
+    return planned
+
+
+def planned_endpoints() -> list[PlannedWorkload]:
+    """The predictors of the endpoints main holds awake, as the demo's cluster will run them:
+    their InferenceServices as main has them, their ReplicaSets named as the simulator's
+    KServe names them (``simulator.kserve.predictor_replica_set``), so the history's rows
+    carry the workload names the ingest will give their pods, ``minReplicas`` pods each on
+    the pool of their share's flavor."""
+    from gitops.fleet import POOL_LABEL, configured_fleet
+    from simulator.kserve import predictor_replica_set
+
+    config = _simulator_config()
+    fleet = configured_fleet()
+    main = gitops.main_sha()
+    if main is None:
+        return []
+    repo = gitops.repository()
+    planned = []
+    for slug in Tenant.objects.order_by("slug").values_list("slug", flat=True):
+        tenant = gitops.tenant_spec_on_main(slug)
+        if tenant is None or not tenant.endpoints:
+            continue
+        services_of = {
+            doc["metadata"]["name"]: doc
+            for text in repo.read_tree(main, f"tenants/{slug}/").values()
+            for doc in yaml.safe_load_all(text)
+            if isinstance(doc, dict) and doc.get("kind") == "InferenceService"
+        }
+        for endpoint in tenant.endpoints:
+            share = tenant.share(endpoint.share)
+            flavor = fleet.flavor(share.flavor) if share else None
+            group = config.pool(dict(flavor.node_labels).get(POOL_LABEL, "")) if flavor else None
+            service = services_of.get(endpoint.name)
+            if endpoint.asleep or group is None or service is None:
+                continue
+            predictor = service["spec"]["predictor"]
+            limits = predictor.get("model", {}).get("resources", {}).get("limits", {})
+            replica_set, _ = predictor_replica_set(endpoint.name, predictor)
+            planned.append(
+                PlannedWorkload(
+                    namespace=slug,
+                    kind="ReplicaSet",
+                    name=replica_set,
+                    pods=int(predictor.get("minReplicas", 1)),
+                    pool=group.pool,
+                    product=group.product,
+                    mode=group.mode,
+                    gpu_memory_mib=group.gpu_memory_mib,
+                    requests={r: int(v) for r, v in limits.items() if r.startswith("nvidia.com/")},
+                )
+            )
     return planned
 
 
@@ -372,14 +434,14 @@ class Command(BaseCommand):
         history before the demo's own exporter has been scraped for an hour."""
         from billing.demo import seed_history, seed_idle
 
-        seeded = seed_history(planned=planned_workloads())
+        seeded = seed_history(planned=planned_workloads() + planned_endpoints())
         self.stdout.write(
             f"Demo billing: {seeded.rows} usage rows over the last 30 days "
             f"({seeded.skipped_hours} hours already metered), {seeded.prices} new prices, "
             f"a budget for {seeded.budget or 'no tenant'}."
         )
         cases = seed_idle()
-        self.stdout.write(f"Demo idle reclaim: an idle policy, {cases} idle case(s) opened.")
+        self.stdout.write(f"Demo idle reclaim: idle policies, {cases} idle case(s) opened.")
 
     def _seed_lifecycle(self) -> None:
         """Every node of the demo fleet known and ready but ``DEMO_BURN_IN_NODE``: the first
@@ -399,13 +461,7 @@ class Command(BaseCommand):
 
 def demo_node_names() -> list[str]:
     """The node names of the simulator ``make demo`` starts (``<pool>-<NN>``)."""
-    from simulator.config import SimConfig, load_config
-
-    config = (
-        load_config(settings.FLEET_SIMULATOR_CONFIG)
-        if settings.FLEET_SIMULATOR_CONFIG
-        else SimConfig.demo()
-    )
+    config = _simulator_config()
     return [
         f"{group.pool}-{number:02d}"
         for group in config.node_groups
