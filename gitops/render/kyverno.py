@@ -80,7 +80,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import kueue, resources, vcluster
+from gitops.render import kueue, reservations, resources, vcluster
 from gitops.render.gateway import tenant_host
 from gitops.render.meta import (
     LITELLM_MODEL_LABEL,
@@ -352,6 +352,7 @@ def gpu_cap(tenant: TenantSpec, fleet: FleetSpec) -> int:
     """The most ``nvidia.com/gpu`` (whole GPUs; HAMi slots are ``nvidia.com/vgpu``) one pod of
     the tenant may ask for."""
     granted = sum(resources.kueue_resources(share).get(resources.GPU, 0) for share in tenant.shares)
+    granted += sum(reservations.reserved_gpus(tenant).values())
     return min(granted, fleet.max_gpus_per_tenant)
 
 
@@ -748,6 +749,55 @@ def priority_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     return rules
 
 
+_TOLERATIONS = "request.object.spec.tolerations || `[]`"
+
+
+def reservation_rule(tenant: TenantSpec) -> dict[str, Any]:
+    """``confine-reserved-tolerations``: the tenant's pods tolerate the reservation taint
+    (``gitops.render.reservations``) only with the tenant's own slug, and only while it has
+    nodes of its own; never with ``Exists`` on that key, nor with a key-less ``Exists``, which
+    tolerates every taint (k8s.io/api core/v1 ``Toleration.ToleratesTaint``: an empty key with
+    ``Exists`` matches all keys). Kueue adds the toleration to the pods it admits on the
+    tenant's own flavor, in the tenant's namespace, which this rule lets through; a pod of
+    any other tenant tolerating it is refused, so it can never land on those nodes. On every
+    tenant, so that a shared tenant's policy refuses it too."""
+    own = [tenant.slug] if tenant.reservations else []
+    key = reservations.RESERVED_KEY
+    return {
+        "name": "confine-reserved-tolerations",
+        "match": _PODS,
+        "validate": _enforce(
+            f"Only pods of the tenant a node is reserved for may tolerate {key} (this "
+            f"tenant's pods: {'only ' + tenant.slug if own else 'never'}), and no pod may "
+            "tolerate every taint.",
+            deny={
+                "conditions": {
+                    "any": [
+                        {
+                            "key": f"{{{{ ({_TOLERATIONS})[?key == '{key}'].value }}}}",
+                            "operator": "AnyNotIn",
+                            "value": own,
+                        },
+                        {
+                            # Exists, or no value: the first condition does not see these.
+                            "key": f"{{{{ length(({_TOLERATIONS})[?key == '{key}' && "
+                            "((operator || '') == 'Exists' || (value || '') == '')]) }}",
+                            "operator": "GreaterThan",
+                            "value": 0,
+                        },
+                        {
+                            "key": f"{{{{ length(({_TOLERATIONS})[?(key || '') == '' && "
+                            "(operator || '') == 'Exists']) }}",
+                            "operator": "GreaterThan",
+                            "value": 0,
+                        },
+                    ]
+                }
+            },
+        ),
+    }
+
+
 def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     images = image_patterns(tenant, fleet)
     cap = gpu_cap(tenant, fleet)
@@ -867,6 +917,7 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     )
     rules.append(_route_backends_rule(tenant))
     rules.extend(priority_rules(tenant))
+    rules.append(reservation_rule(tenant))
     return {
         "apiVersion": API,
         "kind": "Policy",
