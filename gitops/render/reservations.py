@@ -50,6 +50,13 @@ def flavor_name(pool: str, slug: str) -> str:
     return f"{pool}.{slug}"
 
 
+def pool_of(flavor: str, fleet: FleetSpec) -> str | None:
+    """The fleet pool a tenant's own flavor (``<pool>.<slug>``) draws on, or None when
+    ``flavor`` is not one."""
+    pool, dot, slug = flavor.partition(".")
+    return pool if dot and slug and fleet.flavor(pool) is not None else None
+
+
 def taint(slug: str) -> dict[str, str]:
     return {"key": RESERVED_KEY, "value": slug, "effect": "NoSchedule"}
 
