@@ -80,10 +80,35 @@ def _others_work(node: str, slug: str) -> list[str]:
     return [str(pod) for pod in pods.order_by("namespace", "name")]
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeFacts:
+    """What a reservation needs to know of a node: its pool (portal flavor), GPUs, model."""
+
+    flavor: str
+    gpus: int
+    product: str
+
+
+def inventory_facts(names: Iterable[str]) -> dict[str, NodeFacts]:
+    """The facts of the nodes ``names`` as the inventory (the last sync) has them."""
+    return {
+        node.name: NodeFacts(node.flavor, node.gpu_count, node.product)
+        for node in Node.objects.filter(name__in=list(names))
+    }
+
+
 @transaction.atomic
-def do_reserve_nodes(slug: str, nodes: Iterable[str], *, acting_user: Any) -> ChangeRequest:
+def do_reserve_nodes(
+    slug: str,
+    nodes: Iterable[str],
+    *,
+    acting_user: Any,
+    inventory: Mapping[str, NodeFacts] | None = None,
+) -> ChangeRequest:
     """Open the change that reserves ``nodes`` (whole GPU nodes) for the dedicated tenant
-    ``slug``; a ``ValidationError`` naming each refused node otherwise, and nothing written."""
+    ``slug``; a ``ValidationError`` naming each refused node otherwise, and nothing written.
+    ``inventory``: the nodes' facts when no sync has read them yet (the demo's seed, from the
+    simulator's configuration); by default the inventory's."""
     require(acting_user, Action.OPERATE_FLEET)
     wanted = sorted(set(nodes))
     if not wanted:
@@ -103,14 +128,15 @@ def do_reserve_nodes(slug: str, nodes: Iterable[str], *, acting_user: Any) -> Ch
             raise ValidationError(f"{slug} is not on main yet; reserve nodes once it is onboarded.")
         taken = {node: owner for node, (owner, _) in gitops.reservations_on_main().items()}
         pending = _pending()
+        facts = inventory if inventory is not None else inventory_facts(wanted)
         errors: list[str] = []
         added: list[ReservedNode] = []
         for name in wanted:
-            node = Node.objects.filter(name=name).first()
+            node = facts.get(name)
             pool = fleet.flavor(node.flavor) if node is not None else None
             if node is None:
                 errors.append(f"{name}: there is no such node in the inventory.")
-            elif pool is None or not node.gpu_count:
+            elif pool is None or not node.gpus:
                 errors.append(f"{name}: not a node of a GPU pool; only GPU nodes are reserved.")
             elif pool.mode != "whole":
                 errors.append(
@@ -129,7 +155,7 @@ def do_reserve_nodes(slug: str, nodes: Iterable[str], *, acting_user: Any) -> Ch
                     f"{', ...' if len(busy) > 3 else ''}); drain it first."
                 )
             else:
-                added.append(ReservedNode(name=name, flavor=pool.name, gpus=node.gpu_count))
+                added.append(ReservedNode(name=name, flavor=pool.name, gpus=node.gpus))
         if errors:
             raise ValidationError(errors)
         spec = dataclasses.replace(on_main, reservations=(*on_main.reservations, *added))
@@ -151,13 +177,12 @@ def do_reserve_nodes(slug: str, nodes: Iterable[str], *, acting_user: Any) -> Ch
                 "tolerate that taint, and its queue uses them first."
             ),
         )
-    products = dict(Node.objects.filter(name__in=wanted).values_list("name", "product"))
     for reservation in added:
         NodeReservation.objects.create(
             node_name=reservation.name,
             tenant_slug=slug,
             flavor=reservation.flavor,
-            gpu_product=products.get(reservation.name, ""),
+            gpu_product=facts[reservation.name].product,
             gpus=reservation.gpus,
             change=change,
             requested_by=acting_user if getattr(acting_user, "pk", None) else None,
