@@ -47,7 +47,6 @@ from gitops.specs import NodeReservation as ReservedNode
 from gitops.specs import SpecError
 from portal.audit import record_audit
 from tenants.access import Action, require
-from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -113,19 +112,19 @@ def do_reserve_nodes(
     wanted = sorted(set(nodes))
     if not wanted:
         raise ValidationError("Choose at least one node.")
-    tenant = Tenant.objects.filter(slug=slug).first()
-    if tenant is None:
-        raise ValidationError(f"There is no tenant {slug!r}.")
-    if tenant.trust_level != Tenant.TrustLevel.DEDICATED:
-        raise ValidationError(
-            f"{slug} is a {tenant.trust_level} tenant; only a dedicated tenant gets nodes of its "
-            "own. Change its trust level first."
-        )
     fleet = configured_fleet()
     with gitops.reading_main():
+        # The tenant as main holds it: its trust level there is what the render checks.
         on_main = gitops.tenant_spec_on_main(slug)
         if on_main is None:
-            raise ValidationError(f"{slug} is not on main yet; reserve nodes once it is onboarded.")
+            raise ValidationError(
+                f"There is no tenant {slug!r} on main; reserve nodes once it is onboarded."
+            )
+        if on_main.trust_level != "dedicated":
+            raise ValidationError(
+                f"{slug} is a {on_main.trust_level} tenant; only a dedicated tenant gets nodes "
+                "of its own. Change its trust level first."
+            )
         taken = {node: owner for node, (owner, _) in gitops.reservations_on_main().items()}
         pending = _pending()
         facts = inventory if inventory is not None else inventory_facts(wanted)

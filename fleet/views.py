@@ -48,6 +48,7 @@ from fleet.models import (
     Health,
     Node,
     NodeLifecycle,
+    NodeReservation,
     Remediation,
     SyncState,
     Workload,
@@ -160,7 +161,12 @@ def node_list(request: HttpRequest) -> HttpResponse:
     nodes = Node.objects.annotate(
         lifecycle_state=Subquery(
             NodeLifecycle.objects.filter(node_name=OuterRef("name")).values("state")[:1]
-        )
+        ),
+        reserved_for=Subquery(
+            NodeReservation.objects.filter(
+                node_name=OuterRef("name"), accepted_at__isnull=False, released_at__isnull=True
+            ).values("tenant_slug")[:1]
+        ),
     )
     if filters["health"] in Health.values:
         nodes = nodes.filter(health=filters["health"])
@@ -232,6 +238,9 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "problems": _texts(node.problems),
         "workloads": Workload.objects.filter(node=node.name),
         "incidents": Remediation.objects.filter(node_name=node.name)[:10],
+        "reservation": NodeReservation.objects.filter(
+            node_name=node.name, released_at__isnull=True
+        ).first(),
         **burn_in_context(node),
         **sync_context(),
         "netbox": netbox.node_context(node.name),

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.test import Client
+from django.urls import reverse
 
 from fleet import reservations, services
 from fleet.kube import Kube
@@ -109,6 +111,7 @@ def test_a_reservation_is_a_change_that_marks_the_nodes_once_merged(
     ("slug", "nodes", "reason"),
     [
         ("alpha", ["h200-07"], "alpha is a shared tenant; only a dedicated tenant gets nodes"),
+        ("zulu", ["h200-07"], "There is no tenant 'zulu' on main"),
         ("bravo", ["nope-01"], "nope-01: there is no such node in the inventory."),
         ("bravo", ["h200-mig-01"], "nodes are reserved from whole-GPU pools"),
         ("bravo", ["h200-01"], "h200-01: runs other tenants' work (vision/"),
@@ -177,3 +180,36 @@ def test_releasing_waits_for_the_tenant_work_and_takes_the_marks_off(
         assert reservations.apply_marks(kube) == ["h200-07: mark removed"]
     assert _mark(sim, "h200-07") == (None, [])
     assert _mark(sim, "h200-08")[0] == "bravo"
+
+
+def test_the_pages_are_for_platform_admins_and_mark_reserved_nodes(
+    sim: Simulator,
+    world: dict[str, Any],
+    make_user: Callable[..., Any],
+    login: Callable[[str], Client],
+) -> None:
+    page = reverse("fleet:reservations")
+    for outsider in ("alice", "charlie", "fiona"):
+        release = reverse("fleet:release_node", args=["h200-07"])
+        assert login(outsider).get(page).status_code == 404
+        assert login(outsider).post(release).status_code == 404
+    pam = login("pam")
+    listing = pam.get(page)
+    assert listing.status_code == 200
+    assert b"No node is reserved." in listing.content
+    refused = pam.post(page, {"tenant": "bravo", "nodes": ["h200-01"]})
+    assert refused.status_code == 200
+    assert b"h200-01: runs other tenants&#x27; work" in refused.content
+    assert not NodeReservation.objects.exists()
+    opened = pam.post(page, {"tenant": "bravo", "nodes": OWN})
+    change = ChangeRequest.objects.get(title="Reserve h200-07, h200-08 for bravo")
+    assert opened["Location"] == reverse("gitops:detail", args=[change.pk])
+    _merge(change, world, make_user)
+    reservations.follow()
+    nodes = pam.get(reverse("fleet:nodes"))
+    assert nodes.content.count(b"reserved for bravo") == 2
+    node = pam.get(reverse("fleet:node", args=["h200-07"]))
+    assert b"Reserved for <strong>bravo</strong>" in node.content
+    released = pam.post(reverse("fleet:release_node", args=["h200-07"]))
+    release = ChangeRequest.objects.get(title="Release h200-07 from bravo")
+    assert released["Location"] == reverse("gitops:detail", args=[release.pk])
