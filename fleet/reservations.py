@@ -360,6 +360,16 @@ def follow(marks: Mapping[str, tuple[str, ReservedNode]] | None = None) -> None:
         row.save(update_fields=["released_at"])
 
 
+def reserved_gpus_by_pool() -> dict[str, tuple[int, tuple[str, ...]]]:
+    """Per pool (portal flavor), the GPUs of its nodes reserved now and for whom, as the rows
+    last followed main: what the catalog's what-if takes out of the shared pool."""
+    totals: dict[str, tuple[int, set[str]]] = {}
+    for row in NodeReservation.objects.filter(accepted_at__isnull=False, released_at__isnull=True):
+        gpus, owners = totals.get(row.flavor, (0, set()))
+        totals[row.flavor] = (gpus + row.gpus, owners | {row.tenant_slug})
+    return {pool: (gpus, tuple(sorted(owners))) for pool, (gpus, owners) in totals.items()}
+
+
 def reserved_nodes() -> dict[str, str]:
     """Node -> the tenant it is reserved for, as the reservation rows last followed main."""
     return dict(
