@@ -286,6 +286,8 @@ def apply_marks(kube: Kube, marks: Mapping[str, str] | None = None) -> list[str]
     read from main when None), and take the mark off nodes no longer reserved. Returns a line
     per node patched or failed; each patch is audited."""
     if marks is None:
+        if gitops.main_sha() is None:
+            return []  # no main yet: nothing to follow, and no reason to take marks off
         marks = {node: owner for node, (owner, _) in gitops.reservations_on_main().items()}
     lines: list[str] = []
     marked = set(Node.objects.filter(labels__has_key=RESERVED_KEY).values_list("name", flat=True))
@@ -323,6 +325,8 @@ def follow(marks: Mapping[str, tuple[str, ReservedNode]] | None = None) -> None:
     """Bring the reservation rows in line with main: accepted when main holds the node for
     the tenant (at its change's merge, or now for one made in Git by hand), released when
     main no longer does; a row whose change closed unmerged is deleted."""
+    if marks is None and gitops.main_sha() is None:
+        return  # no main yet (an unbootstrapped repository): nothing was accepted or released
     on_main = marks if marks is not None else gitops.reservations_on_main()
     now = timezone.now()
     NodeReservation.objects.filter(

@@ -20,7 +20,8 @@ from gitops import services as gitops
 from gitops.models import ChangeRequest
 from gitops.render.reservations import RESERVED_KEY
 from gitops.specs import TenantSpec
-from portal.models import AuditEvent
+from portal.jobs import enqueue
+from portal.models import AuditEvent, Job
 from simulator import Simulator
 from tenants.models import PlatformRole
 
@@ -213,3 +214,20 @@ def test_the_pages_are_for_platform_admins_and_mark_reserved_nodes(
     released = pam.post(reverse("fleet:release_node", args=["h200-07"]))
     release = ChangeRequest.objects.get(title="Release h200-07 from bravo")
     assert released["Location"] == reverse("gitops:detail", args=[release.pk])
+
+
+def test_the_scheduled_sync_follows_main_and_marks_the_nodes(
+    sim: Simulator,
+    world: dict[str, Any],
+    make_user: Callable[..., Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    _merge(reservations.do_reserve_nodes("bravo", OWN, acting_user=world["pam"]), world, make_user)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = enqueue("fleet.sync", title="sync")
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.error
+    assert f"reservations: h200-07: {RESERVED_KEY}=bravo" in job.log
+    assert _mark(sim, "h200-08")[0] == "bravo"
+    assert NodeReservation.objects.filter(accepted_at__isnull=False).count() == 2
+    assert reservations.reserved_nodes() == {"h200-07": "bravo", "h200-08": "bravo"}
