@@ -12,9 +12,11 @@ import pytest
 from kubernetes import client
 
 from gitops.fleet import demo_fleet
+from gitops.render.kyverno import tenant_policy
 from gitops.render.reservations import RESERVED_KEY
 from gitops.render.tree import render_repository
 from simulator import Simulator
+from simulator.kyverno import evaluate_conditions
 from simulator.store import PODS
 from tests.gitops.render_samples import reserved_tenant
 from tests.simulator.test_simulator_admission import MIXED, endpoint_ready, play
@@ -110,3 +112,32 @@ def test_the_owner_endpoint_lands_on_its_nodes_and_the_shared_one_elsewhere(
     shared_nodes = {node for namespace, node in placed if namespace == MIXED.slug}
     assert owner_nodes and owner_nodes <= set(OWN_NODES)
     assert shared_nodes and not shared_nodes & set(OWN_NODES)
+
+
+def test_the_owner_pods_without_gpus_get_the_toleration_and_nobody_else(
+    fleet: Simulator,
+) -> None:
+    toleration = _toleration(OWNER.slug)
+    own = fleet.cluster.create_pod(_pod(OWNER.slug, []), "web-1", time.time())
+    assert toleration in own["spec"]["tolerations"]
+    other = fleet.cluster.create_pod(_pod(MIXED.slug, []), "web-1", time.time())
+    assert toleration not in other["spec"].get("tolerations", [])
+    # GPU pods are Kueue's: the policy leaves them alone, and Kueue adds the toleration (with
+    # the node selector) to those it admits on the tenant's own flavor.
+    gpu = _pod(OWNER.slug, [])
+    gpu["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu"}
+    gpu["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    (rule,) = [
+        r
+        for r in tenant_policy(OWNER, demo_fleet())["spec"]["rules"]
+        if r["name"] == "tolerate-own-nodes"
+    ]
+    context = {"request": {"object": gpu, "operation": "CREATE"}}
+    assert evaluate_conditions(rule["preconditions"], context) == (False, "")
+    created = fleet.cluster.create_pod(gpu, "web-1", time.time())
+    for _ in range(2):
+        fleet.tick()
+    admitted = fleet.get_object("pods", OWNER.slug, created["metadata"]["name"])
+    assert admitted["spec"]["nodeSelector"][RESERVED_KEY] == OWNER.slug
+    assert toleration in admitted["spec"]["tolerations"]
+    assert admitted["spec"]["nodeName"] in OWN_NODES
