@@ -98,7 +98,10 @@ def _node(name: str) -> Node:
 def overview(request: HttpRequest) -> HttpResponse:
     nodes = list(Node.objects.all())
     workloads = list(Workload.objects.exclude(node=""))
-    rows = capacity_rows(configured_fleet(), nodes, workloads)
+    reserved = set(
+        NodeReservation.objects.filter(released_at__isnull=True).values_list("node_name", flat=True)
+    )
+    rows = capacity_rows(configured_fleet(), nodes, workloads, reserved)
     context = {
         **sync_context(),
         "rows": rows,

@@ -14,9 +14,11 @@ from django.test import Client
 from django.urls import reverse
 
 from fleet import reservations, services
+from fleet.capacity import capacity_rows, domain_free_gpus
 from fleet.kube import Kube
-from fleet.models import NodeReservation, Workload
+from fleet.models import Node, NodeReservation, Workload
 from gitops import services as gitops
+from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render.reservations import RESERVED_KEY
 from gitops.specs import TenantSpec
@@ -231,3 +233,30 @@ def test_the_scheduled_sync_follows_main_and_marks_the_nodes(
     assert _mark(sim, "h200-08")[0] == "bravo"
     assert NodeReservation.objects.filter(accepted_at__isnull=False).count() == 2
     assert reservations.reserved_nodes() == {"h200-07": "bravo", "h200-08": "bravo"}
+
+
+def test_reserved_gpus_are_not_the_shared_pool_free_capacity(
+    sim: Simulator,
+    world: dict[str, Any],
+    make_user: Callable[..., Any],
+    login: Callable[[str], Client],
+) -> None:
+    def h200() -> tuple[int, int]:
+        rows = capacity_rows(
+            configured_fleet(),
+            Node.objects.all(),
+            Workload.objects.exclude(node=""),
+            set(reservations.reserved_nodes()),
+        )
+        row = next(r for r in rows if r.flavor == "h200")
+        return row.free, row.reserved
+
+    free, reserved = h200()
+    assert reserved == 0
+    domains = sum(domain_free_gpus("h200").values())
+    _merge(reservations.do_reserve_nodes("bravo", OWN, acting_user=world["pam"]), world, make_user)
+    reservations.follow()
+    assert h200() == (free - 16, 16)
+    assert sum(domain_free_gpus("h200").values()) == domains - 16
+    page = login("pam").get(reverse("fleet:overview")).content.decode()
+    assert "<th>Reserved</th>" in page
