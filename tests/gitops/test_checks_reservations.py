@@ -120,3 +120,19 @@ def test_a_tenant_flavor_that_selects_shared_nodes_is_refused() -> None:
     assert [f.object for f in findings if f.rule == "cluster-scoped"] == [
         "ResourceFlavor/h200.vault"
     ]
+
+
+def test_a_reservation_change_stays_in_its_scope() -> None:
+    from gitops.checks import scope
+
+    after = dataclasses.replace(reserved_tenant(), clusters=())
+    base = rendered_fleet(FLEET, dataclasses.replace(after, reservations=()))
+    head = rendered_fleet(FLEET, after)
+    changed = {p for p in set(base) | set(head) if base.get(p) != head.get(p)}
+    asked = {"vault": ["reservations/h200-07", "reservations/h200-08"]}
+    assert scope.violations(base, head, changed, asked) == []
+    found = scope.violations(base, head, changed, {"vault": ["reservations/h200-07"]})
+    assert [str(v) for v in found] == [
+        "tenants/vault/spec/reservations/h200-08.json: this change adds the reservation of "
+        "node h200-08, which none of its requests asks for"
+    ]
