@@ -64,12 +64,12 @@ def _spec_error(exc: SpecError) -> ValidationError:
     return ValidationError([f"{key}: {message}" for key, message in sorted(exc.errors.items())])
 
 
-def _pending(exclude_slug: str = "") -> dict[str, str]:
+def _pending() -> dict[str, str]:
     """Nodes a reservation change still open asks for -> the tenant."""
     rows = NodeReservation.objects.filter(
         accepted_at__isnull=True, released_at__isnull=True, change__status=ChangeRequest.Status.OPEN
     )
-    return {r.node_name: r.tenant_slug for r in rows if r.tenant_slug != exclude_slug}
+    return {r.node_name: r.tenant_slug for r in rows}
 
 
 def _others_work(node: str, slug: str) -> list[str]:
@@ -176,6 +176,10 @@ def do_reserve_nodes(
                 "tolerate that taint, and its queue uses them first."
             ),
         )
+    # A request whose change was closed unmerged, not yet followed: it held nothing.
+    NodeReservation.objects.filter(
+        node_name__in=wanted, accepted_at__isnull=True, released_at__isnull=True
+    ).exclude(change__status=ChangeRequest.Status.OPEN).delete()
     for reservation in added:
         NodeReservation.objects.create(
             node_name=reservation.name,

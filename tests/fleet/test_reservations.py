@@ -260,3 +260,13 @@ def test_reserved_gpus_are_not_the_shared_pool_free_capacity(
     assert sum(domain_free_gpus("h200").values()) == domains - 16
     page = login("pam").get(reverse("fleet:overview")).content.decode()
     assert "<th>Reserved</th>" in page
+
+
+def test_a_reservation_closed_unmerged_holds_nothing(sim: Simulator, world: dict[str, Any]) -> None:
+    first = reservations.do_reserve_nodes("bravo", ["h200-07"], acting_user=world["pam"])
+    gitops.do_close(first, acting_user=world["pam"], reason="Not now.")
+    again = reservations.do_reserve_nodes("bravo", ["h200-07"], acting_user=world["pam"])
+    assert list(NodeReservation.objects.values_list("change_id", flat=True)) == [again.pk]
+    gitops.do_close(again, acting_user=world["pam"], reason="Not now either.")
+    reservations.follow()
+    assert not NodeReservation.objects.exists()
