@@ -241,15 +241,15 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "problems": _texts(node.problems),
         "workloads": Workload.objects.filter(node=node.name),
         "incidents": Remediation.objects.filter(node_name=node.name)[:10],
-        "reservation": NodeReservation.objects.filter(
-            node_name=node.name, released_at__isnull=True
-        ).first(),
         **burn_in_context(node),
         **sync_context(),
         "netbox": netbox.node_context(node.name),
     }
     if request.GET.get("part") == "burnin":
         return render(request, "fleet/node.html#burnin", context)
+    context["reservation"] = NodeReservation.objects.filter(
+        node_name=node.name, released_at__isnull=True
+    ).first()
     return render(request, "fleet/node.html", context)
 
 
