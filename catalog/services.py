@@ -45,6 +45,7 @@ from catalog.specs import (
     to_json,
 )
 from fleet.models import FluxObject
+from fleet.reservations import reserved_gpus_by_pool
 from gitops import services as gitops
 from gitops.checks.capacity import flavor_pools
 from gitops.fleet import configured_fleet
@@ -89,6 +90,9 @@ class CapacityRow:
     capacity: Decimal
     before: Decimal
     after: Decimal
+    # GPUs of the pool's nodes reserved for dedicated tenants (in before and after), and whose.
+    reserved: Decimal = Decimal(0)
+    reserved_for: tuple[str, ...] = ()
 
     @property
     def over(self) -> bool:
@@ -194,17 +198,23 @@ def capacity_rows(
     others = _others_promised(tenant, fleet)
     before = _plus(others, _promised(current.shares, fleet))
     later = _plus(others, _promised(after.shares, fleet))
+    reserved = reserved_gpus_by_pool()
     rows = []
     for flavor in fleet.flavors:
         for pool in flavor_pools(flavor):
             key = (flavor.name, pool.unit)
+            # Reserved nodes' GPUs are promised to their tenant (whole pools only: a node is
+            # reserved from a whole-GPU pool, whose one unit is GPUs).
+            gpus, owners = reserved.get(flavor.name, (0, ())) if flavor.mode == "whole" else (0, ())
             rows.append(
                 CapacityRow(
                     flavor.name,
                     pool.unit,
                     pool.capacity,
-                    before.get(key, Decimal(0)),
-                    later.get(key, Decimal(0)),
+                    before.get(key, Decimal(0)) + gpus,
+                    later.get(key, Decimal(0)) + gpus,
+                    Decimal(gpus),
+                    owners,
                 )
             )
     return rows
@@ -327,7 +337,16 @@ def check_request(
         )
     rows = capacity_rows(tenant, current, after, fleet) if not errors else []
     for row in rows:
-        if row.over and row.changed:
+        if row.over and row.changed and row.after - row.reserved <= row.capacity:
+            # It would fit only on nodes reserved for dedicated tenants: never theirs to give.
+            errors.setdefault(
+                "count",
+                f"The shared {row.flavor} pool has "
+                f"{max(row.capacity - row.before, Decimal(0)).normalize():f} {row.unit} left: "
+                f"{row.reserved.normalize():f} of its {row.capacity.normalize():f} are on nodes "
+                f"reserved for {', '.join(row.reserved_for)}, which no other tenant may use.",
+            )
+        elif row.over and row.changed:
             warnings.append(
                 f"Overcommit: {row.flavor} would promise {row.after.normalize():f} {row.unit} "
                 f"of {row.capacity.normalize():f}. A platform admin must allow it explicitly."

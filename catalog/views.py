@@ -27,6 +27,7 @@ from catalog.keys import do_revoke_gateway_key, do_rotate_gateway_key
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
 from catalog.models import GatewayKey, Kind, Resource, ResourceRequest
 from catalog.specs import CLASSES
+from fleet.models import Node, NodeReservation
 from fleet.watch import freshness
 from gitops import services as gitops
 from gitops.diffview import RenderedFile, render_file_diff
@@ -149,9 +150,21 @@ def home(request: HttpRequest, tenant: str) -> HttpResponse:
         "gpus_used": _gpus(usage.gpu_equivalents),
         "gpus_over": usage.gpu_equivalents > access.tenant.gpu_quota,
         "dedicated": access.tenant.trust_level == Tenant.TrustLevel.DEDICATED,
+        "own_nodes": _own_nodes(access.tenant),
         "first_request_wait": idle_actions.FIRST_REQUEST_WAIT,
     }
     return render(request, "catalog/home.html", context)
+
+
+def _own_nodes(tenant: Tenant) -> list[tuple[NodeReservation, Node | None]]:
+    """The nodes reserved for the tenant now, with what the last sync saw of each."""
+    rows = list(
+        NodeReservation.objects.filter(
+            tenant_slug=tenant.slug, accepted_at__isnull=False, released_at__isnull=True
+        )
+    )
+    nodes = {n.name: n for n in Node.objects.filter(name__in=[r.node_name for r in rows])}
+    return [(row, nodes.get(row.node_name)) for row in rows]
 
 
 @login_required

@@ -14,7 +14,7 @@ GPU feature discovery counts, and what pods hold is what their ``gpu_requests`` 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleet.inventory import (
@@ -25,7 +25,7 @@ from fleet.inventory import (
     MIG_RESOURCE_PREFIX,
     VGPU,
 )
-from fleet.models import Health, Node, Workload
+from fleet.models import Health, Node, NodeReservation, Workload
 from gitops.render.resources import DRA_GPU_CLASS
 from gitops.specs import Flavor, FleetSpec
 
@@ -110,10 +110,13 @@ class CapacityRow:
     in_use: int
     free: int
     unavailable: int
+    # Free on nodes reserved for a dedicated tenant (``fleet.reservations``): only its pods
+    # may have it, so it is not the shared pool's free capacity.
+    reserved: int = 0
 
     @property
     def total(self) -> int:
-        return self.in_use + self.free + self.unavailable
+        return self.in_use + self.free + self.unavailable + self.reserved
 
     @property
     def label(self) -> str:
@@ -139,10 +142,14 @@ def _flavor_resources(flavor: Flavor, members: Sequence[Node]) -> list[str]:
 
 
 def capacity_rows(
-    fleet: FleetSpec, nodes: Iterable[Node], workloads: Iterable[Workload]
+    fleet: FleetSpec,
+    nodes: Iterable[Node],
+    workloads: Iterable[Workload],
+    reserved_nodes: Collection[str] = (),
 ) -> list[CapacityRow]:
-    """In use / free / unavailable per flavor, in the flavor's unit. Pods still running on a
-    cordoned node count as in use; the rest of that node counts as unavailable."""
+    """In use / free / unavailable / reserved per flavor, in the flavor's unit. Pods still
+    running on a cordoned node count as in use; the rest of that node counts as unavailable.
+    What is free on a node of ``reserved_nodes`` counts as reserved, not free."""
     requested = requests_by_node(workloads)
     by_flavor: dict[str, list[Node]] = defaultdict(list)
     for node in nodes:
@@ -151,20 +158,25 @@ def capacity_rows(
     for flavor in fleet.flavors:
         members = by_flavor.get(flavor.name, [])
         for resource in _flavor_resources(flavor, members):
-            in_use = free = unavailable = 0
+            in_use = free = unavailable = reserved = 0
             for node in members:
                 allocatable = _advertised(node, resource, allocatable=True)
                 capacity = max(_advertised(node, resource, allocatable=False), allocatable)
                 used = requested.get(node.name, {}).get(resource, 0)
                 in_use += used
                 if available(node):
-                    free += max(allocatable - used, 0)
+                    if node.name in reserved_nodes:
+                        reserved += max(allocatable - used, 0)
+                    else:
+                        free += max(allocatable - used, 0)
                     unavailable += max(capacity - max(allocatable, used), 0)
                 else:
                     unavailable += max(capacity - used, 0)
             unit = UNITS.get(flavor.mode, "GPUs")
             rows.append(
-                CapacityRow(flavor.name, flavor.mode, resource, unit, in_use, free, unavailable)
+                CapacityRow(
+                    flavor.name, flavor.mode, resource, unit, in_use, free, unavailable, reserved
+                )
             )
     return rows
 
@@ -285,6 +297,8 @@ def topology(uses: Iterable[NodeUse]) -> list[Domain]:
 def domain_free_gpus(flavor: str) -> dict[str, int]:
     """Whole GPUs free now per NVLink domain on the nodes of ``flavor``, from the synced rows
     (empty when nothing is known)."""
-    nodes = Node.objects.filter(flavor=flavor)
+    # Nodes reserved for a dedicated tenant are not the shared pool's (fleet.reservations).
+    reserved = NodeReservation.objects.filter(released_at__isnull=True).values("node_name")
+    nodes = Node.objects.filter(flavor=flavor).exclude(name__in=reserved)
     workloads = Workload.objects.filter(node__in=nodes.values("name"))
     return {domain.name: domain.free_gpus for domain in topology(node_uses(nodes, workloads))}

@@ -15,12 +15,14 @@ from fleet.queues import QueueRow
 IN_USE_COLOUR = "#3b5bdb"
 FREE_COLOUR = "#2b8a3e"
 UNAVAILABLE_COLOUR = "#adb5bd"
+RESERVED_COLOUR = "#e67700"
 # No toolbar; the chart follows its container's width.
 CHART_CONFIG = {"displayModeBar": False, "responsive": True}
 
 
 def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
-    """A stacked bar per flavor (per MIG profile): in use, free, unavailable. Units differ
+    """A stacked bar per flavor (per MIG profile): in use, free, reserved (free on nodes of a
+    dedicated tenant's own), unavailable. Units differ
     between bars (GPUs, MIG slices, vGPU slots), so each bar's label and hover say its unit."""
     labels = [f"{row.label}<br>({row.unit})" for row in rows]
     units = [row.unit for row in rows]
@@ -28,6 +30,7 @@ def capacity_figure(rows: Sequence[CapacityRow]) -> go.Figure:
     for name, colour, values in (
         ("In use", IN_USE_COLOUR, [row.in_use for row in rows]),
         ("Free", FREE_COLOUR, [row.free for row in rows]),
+        ("Reserved", RESERVED_COLOUR, [row.reserved for row in rows]),
         ("Unavailable", UNAVAILABLE_COLOUR, [row.unavailable for row in rows]),
     ):
         figure.add_trace(

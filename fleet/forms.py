@@ -127,3 +127,20 @@ class BurnInExpectationForm(forms.Form):
         if value is None or not value > 0:
             raise forms.ValidationError("Give a positive number of GB/s.")
         return float(value)
+
+
+class ReservationForm(forms.Form):
+    """Whole nodes for a dedicated tenant (``fleet.reservations.do_reserve_nodes``, which
+    checks them all again against main and the inventory)."""
+
+    tenant = forms.SlugField(max_length=63, help_text="the slug of a dedicated tenant on main")
+    nodes = forms.MultipleChoiceField(
+        widget=forms.CheckboxSelectMultiple,
+        help_text="whole-GPU nodes that no tenant holds; each must run no other tenant's work",
+    )
+
+    def __init__(self, *args: Any, nodes: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        chosen = self.fields["nodes"]
+        assert isinstance(chosen, forms.ChoiceField)
+        chosen.choices = [(name, name) for name in nodes]

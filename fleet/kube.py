@@ -426,6 +426,16 @@ class Kube:
             lambda **kw: self.core.patch_node(node, {"spec": {"unschedulable": value}}, **kw),
         )
 
+    def read_node(self, name: str) -> dict[str, Any]:
+        return self.get("v1", "Node", "", name)
+
+    def json_patch_node(self, name: str, patch: builtins.list[dict[str, Any]]) -> None:
+        """Apply a JSON patch (RFC 6902) to a node: the reservation mark (``fleet.reservations``),
+        with a ``test`` of its resourceVersion so a node changed meanwhile is refused (409/422)."""
+        what = f"patch node {name}"
+        path = self._path(what, "v1", "Node", "", name)
+        self._request(what, "PATCH", path, body=patch, content_type="application/json-patch+json")
+
     def evict(self, namespace: str, name: str) -> None:
         """Ask the eviction API to remove a pod; it honours PodDisruptionBudgets (429)."""
         body = client.V1Eviction(
@@ -582,12 +592,13 @@ class Kube:
         path: str,
         *,
         query: builtins.list[tuple[str, str]] | None = None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | builtins.list[Any] | None = None,
+        content_type: str = "application/json",
     ) -> bytes:
         """One REST call; the body of a 2xx answer, else ``KubeError``."""
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             request = self.api.param_serialize(
                 method=method,

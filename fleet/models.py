@@ -700,3 +700,47 @@ class NetBoxDevice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name} in NetBox"
+
+
+class NodeReservation(models.Model):
+    """A whole node reserved for a dedicated tenant (issue 29), as asked and as main came to
+    hold it. Git is the truth of which nodes are reserved (the tenant's spec files, read by
+    ``fleet.reservations``); this row keeps what Git does not: who asked, the change that
+    reserved the node and the one that released it, and when each merged. Billing reads
+    "reserved from ``accepted_at`` to ``released_at``, per node and GPU model" from it.
+
+    A row whose reserving change closed unmerged is deleted; ``accepted_at`` and
+    ``released_at`` are set by ``fleet.reservations.follow`` from the changes' merge times
+    (or, for a reservation made or removed in Git by hand, when the portal first saw it)."""
+
+    node_name = models.CharField(max_length=253)
+    tenant_slug = models.CharField(max_length=63, db_index=True)
+    flavor = models.CharField(max_length=63)
+    gpu_product = models.CharField(max_length=120, blank=True)
+    gpus = models.PositiveIntegerField()
+    change = models.ForeignKey(
+        "gitops.ChangeRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    release_change = models.ForeignKey(
+        "gitops.ChangeRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField(default=timezone.now)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_name", "-requested_at"]
+        constraints = [
+            # One reservation of a node not released yet, asked or accepted.
+            models.UniqueConstraint(
+                fields=["node_name"],
+                condition=models.Q(released_at__isnull=True),
+                name="node_reservation_open_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} for {self.tenant_slug}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fleet import burnin, netbox, remediation, services
+from fleet import burnin, netbox, remediation, reservations, services
 from fleet.kube import Kube, KubeError
 from fleet.models import Node, SyncState
 from portal.audit import record_audit
@@ -26,8 +26,21 @@ def sync(job: Job) -> None:
     if report.moved_changes:
         job.append_log(f"changes moved on: {', '.join(f'#{pk}' for pk in report.moved_changes)}")
     if not report.errors.get(SyncState.Source.NODES):
+        _mark_reserved(job)
         _remediate(job)
     prune_scheduled("fleet.sync", SCHEDULED_SYNC_KEEP)
+
+
+def _mark_reserved(job: Job) -> None:
+    """Reserved nodes as main holds them: the rows follow, the nodes get (or lose) their mark
+    (``fleet.reservations``)."""
+    reservations.follow()
+    try:
+        with Kube() as kube:
+            for line in reservations.apply_marks(kube):
+                job.append_log(f"reservations: {line}")
+    except KubeError as exc:
+        job.append_log(f"reservations: {exc}")
 
 
 @job_task("fleet.remediate")

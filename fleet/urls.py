@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from fleet import hooks, netbox_views, remediation_views, views
+from fleet import hooks, netbox_views, remediation_views, reservation_views, views
 
 app_name = "fleet"
 
@@ -24,6 +24,12 @@ urlpatterns = [
     path("fleet/nodes/<str:name>/burn-in/", views.node_burn_in, name="burn_in"),
     path("fleet/nodes/<str:name>/mark-ready/", views.node_mark_ready, name="mark_ready"),
     path("fleet/topology/", views.topology_page, name="topology"),
+    path("fleet/reservations/", reservation_views.reservations_page, name="reservations"),
+    path(
+        "fleet/reservations/<str:name>/release/",
+        reservation_views.release_node,
+        name="release_node",
+    ),
     path("fleet/netbox/", netbox_views.netbox_page, name="netbox"),
     path("fleet/netbox/sync/", netbox_views.netbox_sync_now, name="netbox_sync"),
     path("fleet/status/", views.flux_status, name="status"),

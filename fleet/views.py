@@ -48,6 +48,7 @@ from fleet.models import (
     Health,
     Node,
     NodeLifecycle,
+    NodeReservation,
     Remediation,
     SyncState,
     Workload,
@@ -97,7 +98,10 @@ def _node(name: str) -> Node:
 def overview(request: HttpRequest) -> HttpResponse:
     nodes = list(Node.objects.all())
     workloads = list(Workload.objects.exclude(node=""))
-    rows = capacity_rows(configured_fleet(), nodes, workloads)
+    reserved = set(
+        NodeReservation.objects.filter(released_at__isnull=True).values_list("node_name", flat=True)
+    )
+    rows = capacity_rows(configured_fleet(), nodes, workloads, reserved)
     context = {
         **sync_context(),
         "rows": rows,
@@ -160,7 +164,12 @@ def node_list(request: HttpRequest) -> HttpResponse:
     nodes = Node.objects.annotate(
         lifecycle_state=Subquery(
             NodeLifecycle.objects.filter(node_name=OuterRef("name")).values("state")[:1]
-        )
+        ),
+        reserved_for=Subquery(
+            NodeReservation.objects.filter(
+                node_name=OuterRef("name"), accepted_at__isnull=False, released_at__isnull=True
+            ).values("tenant_slug")[:1]
+        ),
     )
     if filters["health"] in Health.values:
         nodes = nodes.filter(health=filters["health"])
@@ -238,6 +247,9 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     }
     if request.GET.get("part") == "burnin":
         return render(request, "fleet/node.html#burnin", context)
+    context["reservation"] = NodeReservation.objects.filter(
+        node_name=node.name, released_at__isnull=True
+    ).first()
     return render(request, "fleet/node.html", context)
 
 

@@ -9,6 +9,7 @@ as jobs after commit.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -58,7 +59,14 @@ from gitops.repo import (
     Snapshot,
     format_message,
 )
-from gitops.specs import Flavor, FleetSpec, PortalDeploySpec, SpecError, TenantSpec
+from gitops.specs import (
+    Flavor,
+    FleetSpec,
+    NodeReservation,
+    PortalDeploySpec,
+    SpecError,
+    TenantSpec,
+)
 from gitops.usertext import user_text
 from portal.audit import record_audit
 from portal.jobs import enqueue, enqueue_unless_waiting
@@ -405,6 +413,27 @@ def tenant_spec_at(
 def tenant_spec_on_main(slug: str) -> TenantSpec | None:
     """The tenant as main holds it: what every change of the tenant starts from."""
     return tenant_spec_at(main_sha(), slug)
+
+
+def reservations_on_main() -> dict[str, tuple[str, NodeReservation]]:
+    """Node name -> (tenant slug, its ``NodeReservation``), over every tenant main holds: the
+    truth the node marks follow (``fleet.reservations``). A file that does not parse is left
+    out and logged (the checks refuse a change that writes one)."""
+    repo, base = repository(), main_sha()
+    if base is None:
+        return {}
+    found: dict[str, tuple[str, NodeReservation]] = {}
+    for slug in sorted(_tenant_slugs(repo, base)):
+        prefix = f"tenants/{slug}/{specfiles.SPEC_DIR}/reservations/"
+        for name in repo.list_dir(base, prefix):
+            data = repo.read_file(base, prefix + name)
+            try:
+                item = specfiles.from_json(NodeReservation, json.loads(data or b""))
+            except (SpecError, ValueError) as exc:
+                logger.error("unreadable reservation %s%s on main: %s", prefix, name, exc)
+                continue
+            found.setdefault(item.name, (slug, item))
+    return found
 
 
 def _spec_paths(change: ChangeRequest) -> dict[str, list[str]]:

@@ -382,6 +382,22 @@ class ClusterMember:
 
 
 @dataclass(frozen=True)
+class NodeReservation:
+    """A whole node of a GPU pool reserved for one dedicated tenant (``name`` is the node's).
+
+    The node carries the label and ``NoSchedule`` taint ``ai-factory.io/reserved-for=<slug>``
+    (``gitops.render.reservations``); the tenant's ClusterQueue gets its ``gpus`` on a
+    ResourceFlavor of its own that selects and tolerates them, and no other tenant's pod may
+    tolerate the taint (the tenant policy). ``flavor`` is the pool the node belongs to, a
+    whole-GPU pool (``validate_tenant``).
+    """
+
+    name: str
+    flavor: str
+    gpus: int
+
+
+@dataclass(frozen=True)
 class TenantSpec:
     """Everything the platform runs for one tenant."""
 
@@ -402,6 +418,8 @@ class TenantSpec:
     endpoints: tuple[EndpointSpec, ...] = ()
     # Who may use the tenant's clusters, and how (gitops/render/cluster_access.py).
     members: tuple[ClusterMember, ...] = ()
+    # Whole nodes of its own (dedicated tenants only).
+    reservations: tuple[NodeReservation, ...] = ()
 
     def share(self, name: str) -> GpuShare | None:
         return next((s for s in self.shares if s.name == name), None)

@@ -626,7 +626,7 @@ class Kueue:
                     reasons.append(why)
                 mode = min(mode, resource_mode)
             if mode == FIT and tas:
-                short = self._topology_shortfall(flavor, per_pod, count)
+                short = self._topology_shortfall(flavor, per_pod, count, template)
                 if short is not None:
                     reasons.append(short)
                     mode = PREEMPT
@@ -868,11 +868,25 @@ class Kueue:
         return True, None
 
     def _topology_shortfall(
-        self, flavor: Mapping[str, Any], wanted: Mapping[str, Decimal], count: int
+        self,
+        flavor: Mapping[str, Any],
+        wanted: Mapping[str, Decimal],
+        count: int,
+        template: Mapping[str, Any] | None = None,
     ) -> str | None:
         """Why a topology-aware flavor cannot place a pod of the pod set on any node, or
-        None."""
+        None. A node with a NoSchedule or NoExecute taint that neither the pod (``template``)
+        nor the flavor tolerates is left out (kueue v0.19.2 pkg/cache/scheduler/
+        tas_flavor_snapshot.go: the requirements' tolerations are the pod's plus the
+        flavor's; scheduling_simulator_default.go "excluding node with untolerated taint")."""
         spec = as_dict(flavor.get("spec"))
+        tolerations = [
+            as_dict(t)
+            for t in [
+                *as_list(as_dict(as_dict(template).get("spec")).get("tolerations")),
+                *as_list(spec.get("tolerations")),
+            ]
+        ]
         name = spec.get("topologyName")
         if not isinstance(name, str) or not name:
             return None
@@ -897,6 +911,13 @@ class Kueue:
                 continue
             if topology is None or any(level not in labels for level in levels):
                 continue  # TAS leaves out nodes without the topology's labels
+            taints = (as_dict(t) for t in as_list(as_dict(node.get("spec")).get("taints")))
+            if any(
+                taint.get("effect") in ("NoSchedule", "NoExecute")
+                and not any(tolerates(t, taint) for t in tolerations)
+                for taint in taints
+            ):
+                continue
             allocatable = {
                 str(k): quantity(v)
                 for k, v in as_dict(as_dict(node.get("status")).get("allocatable")).items()

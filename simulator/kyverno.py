@@ -35,6 +35,11 @@ Modelled, each from the file named next to it (paths at the tag above):
 - ``mutate.patchStrategicMerge`` on maps, with the ``+(key)`` add-if-not-present anchor
   (pkg/engine/mutate/mutation.go, pkg/engine/mutate/patch/strategicPreprocessing.go
   ``handleAddIfNotPresentAnchor``);
+- ``mutate.patchesJson6902`` (a YAML or JSON list of RFC 6902 operations), applied as
+  pkg/engine/mutate/patch/patchJSON6902.go ``applyPatchesWithOptions`` does: evanphx/json-patch
+  v5 with ``EnsurePathExistsOnAdd`` (an ``add`` creates the missing containers on its way, an
+  array where the next part is an index or ``-``), ``AllowMissingPathOnRemove`` and negative
+  indices (not modelled: refused as a bad index);
 - the admission request (``request.object``, ``oldObject``, ``namespace``, ``operation``,
   ``userInfo``) with the object as the API server serializes it: resource quantities in their
   canonical form (k8s.io/apimachinery pkg/api/resource/quantity.go ``CanonicalizeBytes``: a
@@ -45,7 +50,7 @@ Modelled, each from the file named next to it (paths at the tag above):
 Not modelled, and refused with ``Unsupported`` naming the construct whenever a stored policy
 uses it (never skipped): other anchors (conditional, global, existence, negation), ``anyPattern``,
 ``context`` entries, ``exclude``, user/role matching, namespace selectors, nested ``foreach``,
-JSON patches, mutate ``foreach`` and ``targets``, CEL, Pod Security and image verification
+mutate ``foreach`` and ``targets``, CEL, Pod Security and image verification
 rules, variables other than ``request`` and ``element``, Kyverno's JMESPath functions other than
 ``sum``, ``$(...)`` references. Autogen rules (for Deployments and other pod controllers) are not
 generated: the simulator serves no pod controllers, so they would match nothing here.
@@ -73,10 +78,12 @@ from simulator.store import (
     CLUSTER_POLICIES,
     POLICIES,
     JsonObject,
+    PatchError,
     Resource,
     Store,
     as_dict,
     as_list,
+    json_patch,
 )
 
 VALIDATING_WEBHOOK = "validate.kyverno.svc-fail"
@@ -1329,7 +1336,10 @@ def _check_rule(policy: str, rule: Mapping[str, Any]) -> None:
         if validate.get("failureAction", "Enforce") not in ("Enforce", "Audit"):
             raise Unsupported(f"{where}: failureAction {validate.get('failureAction')!r}")
     else:
-        _unsupported_keys(f"{where} mutate", as_dict(rule.get("mutate")), {"patchStrategicMerge"})
+        mutation = as_dict(rule.get("mutate"))
+        _unsupported_keys(f"{where} mutate", mutation, {"patchStrategicMerge", "patchesJson6902"})
+        if len(mutation) != 1:
+            raise Unsupported(f"{where}: exactly one of patchStrategicMerge and patchesJson6902")
         _check_anchors(
             f"{where} patchStrategicMerge",
             as_dict(rule.get("mutate")).get("patchStrategicMerge"),
@@ -1615,11 +1625,71 @@ def mutate_rule(
         substituted = substitute(dict(rule), context)
     except _QueryError as exc:
         return raw, RuleResult(name, ERROR, f"variable substitution failed: {exc}")
-    patch = as_dict(substituted.get("mutate")).get("patchStrategicMerge")
-    patched = strategic_merge(raw, patch)
+    mutation = as_dict(substituted.get("mutate"))
+    if "patchesJson6902" in mutation:
+        try:
+            patched = json6902(raw, mutation["patchesJson6902"])
+        except (PatchError, yaml.YAMLError, ValueError) as exc:
+            return raw, RuleResult(name, ERROR, f"failed to apply JSON Patch: {exc}")
+    else:
+        patched = strategic_merge(raw, mutation.get("patchStrategicMerge"))
     if patched == raw:
         return raw, RuleResult(name, SKIP, "no patches applied")
     return patched, RuleResult(name, PASS, "resource patched")
+
+
+def json6902(resource: JsonObject, text: Any) -> JsonObject:
+    """``patchesJson6902`` on ``resource`` (see the module docstring)."""
+    operations = yaml.safe_load(text) if isinstance(text, str) else text
+    if not isinstance(operations, list):
+        raise ValueError("failed to decode patches: not a list of operations")
+    doc = copy.deepcopy(resource)
+    for operation in operations:
+        if isinstance(operation, dict) and operation.get("op") == "add":
+            _ensure_path(doc, str(operation.get("path", "")))
+        if (
+            isinstance(operation, dict)
+            and operation.get("op") == "remove"
+            and not _exists(doc, str(operation.get("path", "")))
+        ):
+            continue  # AllowMissingPathOnRemove
+        doc = json_patch(doc, [operation])
+    return as_dict(doc)
+
+
+def _parts(path: str) -> list[str]:
+    if not path.startswith("/"):
+        return []
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _ensure_path(doc: Any, path: str) -> None:
+    """evanphx/json-patch v5 ``ensurePathExists``: every missing container before the last
+    part is created, an array when the part after it is an index or ``-``, else an object."""
+    parts = _parts(path)
+    node = doc
+    for index, part in enumerate(parts[:-1]):
+        after = parts[index + 1]
+        if isinstance(node, dict):
+            if node.get(part) is None:
+                node[part] = [] if after == "-" or after.isdigit() else {}
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return
+
+
+def _exists(doc: Any, path: str) -> bool:
+    node = doc
+    for part in _parts(path):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
 
 
 # --- admission -----------------------------------------------------------------------------------

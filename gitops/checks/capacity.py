@@ -5,7 +5,10 @@ Kueue does not check that the promises of all queues fit in the nodes, so a chan
 over-promises merges quietly and tenants find out when their jobs wait. This check sums the
 nominal quotas of the whole tree per (flavor, resource) and compares them with the pool each
 ``gitops.specs.Flavor`` describes. ``borrowingLimit`` is left out: borrowing only uses what
-others lend and never adds to what is promised.
+others lend and never adds to what is promised. A dedicated tenant's own flavor
+(``<pool>.<slug>``, ``gitops.render.reservations``) draws on its pool: the reserved nodes' GPUs
+and the shared quota on the pool add up to the pool's size, so a reservation leaves the shared
+pool smaller. A node reserved for two tenants (their spec files on main) is an error.
 
 Capacity per flavor mode:
 
@@ -22,6 +25,9 @@ Capacity per flavor mode:
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -32,6 +38,7 @@ from kubernetes.utils import parse_quantity
 
 from gitops.checks.findings import Finding, mapping, object_ref, sequence
 from gitops.checks.manifests import iter_objects
+from gitops.render.reservations import pool_of
 from gitops.render.resources import (
     DRA_GPU_CLASS,
     DRA_MIG_CLASS,
@@ -112,6 +119,12 @@ def capacity_findings(
     """``check_capacity`` on quotas already collected (``nominal_quotas``), with the findings
     collecting them gave."""
     findings = list(findings)
+    quotas = [
+        dataclasses.replace(quota, flavor=drawn)
+        if (drawn := pool_of(quota.flavor, fleet))
+        else quota
+        for quota in quotas
+    ]
     pools = [pool for flavor in fleet.flavors for pool in flavor_pools(flavor)]
     covered = {(pool.flavor, name) for pool in pools for name in pool.resources}
     flavors = {flavor.name for flavor in fleet.flavors}
@@ -197,6 +210,51 @@ def nominal_quotas(
                         )
                     )
     return quotas, findings
+
+
+_RESERVATION = re.compile(r"^tenants/([^/]+)/spec/reservations/([^/]+)\.json$")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A node a tenant's spec reserves (``tenants/<slug>/spec/reservations/<node>.json``)."""
+
+    path: str
+    node: str
+    tenant: str
+
+
+def reservation_claims(files: Mapping[str, bytes]) -> list[Claim]:
+    claims = []
+    for path in sorted(files):
+        match = _RESERVATION.match(path)
+        if match:
+            try:
+                node = json.loads(files[path]).get("name", match.group(2))
+            except (ValueError, AttributeError):
+                node = match.group(2)  # the spec's own parser reports the file
+            claims.append(Claim(path, str(node), match.group(1)))
+    return claims
+
+
+def reservation_findings(claims: Iterable[Claim]) -> list[Finding]:
+    """A node reserved for more than one tenant."""
+    by_node: dict[str, list[Claim]] = defaultdict(list)
+    for claim in claims:
+        by_node[claim.node].append(claim)
+    findings = []
+    for node, found in sorted(by_node.items()):
+        tenants = sorted({c.tenant for c in found})
+        if len(tenants) > 1:
+            findings.append(
+                Finding(
+                    found[-1].path,
+                    f"Node/{node}",
+                    "node-reserved-twice",
+                    f"node {node} is reserved for {' and '.join(tenants)}; a node has one owner",
+                )
+            )
+    return findings
 
 
 def _fmt(value: Decimal) -> str:

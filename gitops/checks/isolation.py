@@ -41,6 +41,11 @@ with a valid object is the escape:
   other service account (one that may be impersonated is as good as its token); and a tenant's
   own objects may not run as, define or mint a token for those job accounts, which exist only
   to be impersonated by the portal;
+- reserved nodes (``gitops.render.reservations``): nothing in a tenant's directory may select,
+  tolerate or queue on another tenant's reserved nodes: a node selector or flavor label
+  ``ai-factory.io/reserved-for`` with another tenant's slug, a toleration of that key with
+  another value or with ``Exists``, such a toleration in a vCluster's ``enforceTolerations``,
+  or a ClusterQueue flavor or ResourceFlavor ``<pool>.<other slug>``;
 - a LiteLLM model ConfigMap (label ``ai-factory.io/litellm-model``) is refused in
   ``workloads/``, and in the platform-owned part may not use ``os.environ/`` (LiteLLM replaces
   it with the proxy's own environment, secrets included: https://docs.litellm.ai/docs/proxy/configs)
@@ -57,7 +62,7 @@ from typing import Any
 import yaml
 
 from gitops.checks import cluster_access, names, vcluster
-from gitops.checks.findings import Finding, mapping, object_ref
+from gitops.checks.findings import Finding, mapping, object_ref, sequence
 from gitops.checks.manifests import (
     is_kustomization_path,
     is_remote_reference,
@@ -70,6 +75,7 @@ from gitops.checks.schema import SchemaRegistry, Scope, get_registry
 from gitops.render import rbac, secrets
 from gitops.render.kyverno import RESERVED_LABEL_KEYS, RESERVED_LABELS
 from gitops.render.meta import LITELLM_MODEL_LABEL, LOCAL_QUEUE, TENANT_LABEL
+from gitops.render.reservations import RESERVED_KEY
 from gitops.render.vcluster import CHART_VERSION
 
 ALLOWED_ROOTS = ("clusters", "infrastructure", "tenants")
@@ -217,6 +223,7 @@ def check_isolation(
         slug, tenant_owned = tenant_of(item.path)
         if slug is None:
             continue
+        findings += reservation_findings(item.path, item.obj, slug)
         if cluster_access.access_dir(item.path) is not None:
             findings += cluster_access.object_findings(item.path, item.obj)
         elif tenant_owned:
@@ -603,11 +610,23 @@ class _Rules:
             own = (kind == "Namespace" and str(obj.get("apiVersion")) == "v1") or (
                 kind == "ClusterQueue" and str(obj.get("apiVersion")).startswith("kueue.x-k8s.io/")
             )
+            # The flavor of the tenant's own nodes (gitops.render.reservations): named
+            # <pool>.<slug> and selecting only nodes reserved for the tenant.
+            reserved = (
+                kind == "ResourceFlavor"
+                and str(obj.get("apiVersion")).startswith("kueue.x-k8s.io/")
+                and isinstance(name, str)
+                and name.endswith(f".{slug}")
+                and mapping(mapping(obj.get("spec")).get("nodeLabels")).get(RESERVED_KEY) == slug
+            )
+            if reserved:
+                return findings
             if not own or name != slug:
                 add(
                     "cluster-scoped",
-                    f"the only cluster-scoped objects in tenants/{slug}/ are the Namespace and "
-                    f"the Kueue ClusterQueue named {slug!r}",
+                    f"the only cluster-scoped objects in tenants/{slug}/ are the Namespace, "
+                    f"the Kueue ClusterQueue named {slug!r} and the ResourceFlavors of its "
+                    f"reserved nodes (<pool>.{slug}, selecting {RESERVED_KEY}: {slug})",
                 )
             return findings
         if scope is None:
@@ -1016,6 +1035,64 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _within(path: str, directory: str) -> bool:
     return not directory or path == directory or path.startswith(f"{directory}/")
+
+
+def reservation_findings(path: str, obj: Mapping[str, Any], slug: str) -> list[Finding]:
+    """Where an object of tenant ``slug`` reaches nodes reserved for another tenant (the
+    module docstring's reserved-node rule)."""
+    ref = object_ref(obj)
+    problems: list[str] = []
+    for where, key, value in _walk(obj):
+        dotted = _dotted((*where, key))
+        if key == RESERVED_KEY and value != slug:
+            problems.append(f"{dotted} selects nodes reserved for {value!r}")
+        elif key == "matchExpressions" and isinstance(value, list):
+            for index, expression in enumerate(value):
+                expression = mapping(expression)
+                values = expression.get("values")
+                if (
+                    expression.get("key") == RESERVED_KEY
+                    and expression.get("operator") in ("In", "Exists")
+                    and (not isinstance(values, list) or any(v != slug for v in values))
+                ):
+                    problems.append(f"{dotted}[{index}] selects nodes reserved for another tenant")
+        elif key == "tolerations" and isinstance(value, list):
+            for index, toleration in enumerate(value):
+                toleration = mapping(toleration)
+                if toleration.get("key") != RESERVED_KEY:
+                    continue
+                if toleration.get("operator") == "Exists" or toleration.get("value") != slug:
+                    problems.append(
+                        f"{dotted}[{index}] tolerates nodes reserved for another tenant"
+                    )
+        elif key == "enforceTolerations" and isinstance(value, list):
+            # vCluster's "key[=value][:Effect]" (v0.35.3 pkg/util/toleration ParseToleration).
+            for index, text in enumerate(value):
+                if not isinstance(text, str):
+                    continue
+                spec = text.split(":", 1)[0]
+                if spec.split("=", 1)[0] == RESERVED_KEY and spec != f"{RESERVED_KEY}={slug}":
+                    problems.append(
+                        f"{dotted}[{index}] tolerates nodes reserved for another tenant"
+                    )
+    kind = obj.get("kind")
+    name = str(mapping(obj.get("metadata")).get("name", ""))
+    if kind == "ResourceFlavor" and "." in name and name.rpartition(".")[2] != slug:
+        problems.append(f"the flavor {name} is another tenant's reserved nodes")
+    if kind == "ClusterQueue":
+        groups = sequence(mapping(obj.get("spec")).get("resourceGroups"))
+        for g, group in enumerate(groups):
+            for f, flavor in enumerate(sequence(mapping(group).get("flavors"))):
+                value = mapping(flavor).get("name")
+                if isinstance(value, str) and "." in value and value.rpartition(".")[2] != slug:
+                    problems.append(
+                        f"spec.resourceGroups[{g}].flavors[{f}] queues on flavor {value}, "
+                        "reserved nodes"
+                    )
+    return [
+        Finding(path, ref, "reserved-nodes", f"{problem}; a tenant's own nodes are its alone")
+        for problem in problems
+    ]
 
 
 def _walk(value: Any, where: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], str, Any]]:

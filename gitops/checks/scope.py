@@ -35,15 +35,23 @@ ANY_TENANT = "*"
 _NAME = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?)"
 # A file that belongs to one item (path under tenants/<slug>/ -> item). Everything else in a
 # tenant's directory is derived from the whole spec.
+# A reserved node is named after the node, which may hold dots.
+_NODE = r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
 _ITEMS = [
     (re.compile(rf"^{SPEC_DIR}/(shares|clusters|endpoints)/{_NAME}\.json$"), r"\1/\2"),
+    (re.compile(rf"^{SPEC_DIR}/reservations/{_NODE}\.json$"), r"reservations/\1"),
     (re.compile(rf"^workloads/endpoints/{_NAME}\.yaml$"), r"endpoints/\1"),
     (re.compile(rf"^litellm/{_NAME}\.yaml$"), r"endpoints/\1"),
     (re.compile(rf"^workloads/gpu-shares/{_NAME}\.yaml$"), r"shares/\1"),
     (re.compile(rf"^clusters/{_NAME}\.yaml$"), r"clusters/\1"),
     (re.compile(rf"^cluster-access/{_NAME}/"), r"clusters/\1"),
 ]
-_NOUN = {"shares": "GPU share", "clusters": "cluster", "endpoints": "endpoint"}
+_NOUN = {
+    "shares": "GPU share",
+    "clusters": "cluster",
+    "endpoints": "endpoint",
+    "reservations": "the reservation of node",
+}
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,10 @@ One ClusterPolicy serves every pool; pools differ by node labels, which the flav
   ``serviceMonitor`` is not enabled (object_controls.go ``ServiceMonitor``).
 - ``gfd`` on: the portal's inventory reads GFD's ``nvidia.com/gpu.product`` and MIG labels.
 - ``nodeStatusExporter`` off (the chart's default): nothing in the portal reads it.
-- ``daemonsets.tolerations`` tolerate each pool's taint (``Flavor.taint_key``), or the operands
-  would never start on tainted GPU nodes; ``system-node-critical`` as the chart sets.
+- ``daemonsets.tolerations`` tolerate each pool's taint (``Flavor.taint_key``) and the taint of
+  nodes reserved for a dedicated tenant (``gitops.render.reservations``, any tenant), or the
+  operands (the device plugin, GFD, the exporter) would never start on tainted GPU nodes and
+  a reserved node would advertise no GPU; ``system-node-critical`` as the chart sets.
 
 Images: the CRD leaves them optional, but the operator falls back to environment variables
 (``DEVICE_PLUGIN_IMAGE`` ..., api/nvidia/v1/clusterpolicy_types.go ``ImagePath``) that the Helm
@@ -52,6 +54,7 @@ from __future__ import annotations
 from typing import Any
 
 from gitops.render.meta import metadata
+from gitops.render.reservations import RESERVED_KEY
 from gitops.specs import FleetSpec
 
 API = "nvidia.com/v1"
@@ -92,7 +95,7 @@ def _operand(name: str, enabled: bool) -> dict[str, Any]:
 def cluster_policy(fleet: FleetSpec) -> dict[str, Any]:
     """The fleet's ClusterPolicy (see the module docstring for each setting)."""
     mig = uses_mig(fleet)
-    taints = sorted({flavor.taint_key for flavor in fleet.flavors})
+    taints = sorted({flavor.taint_key for flavor in fleet.flavors} | {RESERVED_KEY})
     return {
         "apiVersion": API,
         "kind": "ClusterPolicy",

@@ -67,7 +67,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from gitops.render import resources
+from gitops.render import reservations, resources
 from gitops.render.meta import LOCAL_QUEUE, TENANT_LABEL, UNTIL_ANNOTATION, metadata
 from gitops.render.vcluster import pool_labels
 from gitops.specs import Flavor, FleetSpec, TenantSpec
@@ -125,18 +125,23 @@ def tas_resources(tenant: TenantSpec, fleet: FleetSpec) -> tuple[str, ...]:
     return tuple(sorted(aware - plain))
 
 
-def resource_flavor(flavor: Flavor) -> dict[str, Any]:
+def resource_flavor(flavor: Flavor, *, reserved_for: str = "") -> dict[str, Any]:
+    """The flavor's ResourceFlavor; ``reserved_for`` a tenant's own flavor of its reserved
+    nodes (``gitops.render.reservations``), whose pods also tolerate the reservation taint."""
+    tolerations = [{"key": flavor.taint_key, "operator": "Exists", "effect": "NoSchedule"}]
+    if reserved_for:
+        tolerations.append(reservations.toleration(reserved_for))
     spec: dict[str, Any] = {
         "nodeLabels": pool_labels(flavor),
         # Kueue adds these to admitted pods, so GPU pods need not tolerate the taint themselves.
-        "tolerations": [{"key": flavor.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": tolerations,
     }
     if topology_enabled(flavor):
         spec["topologyName"] = TOPOLOGY
     return {
         "apiVersion": API,
         "kind": "ResourceFlavor",
-        "metadata": metadata(flavor.name),
+        "metadata": metadata(flavor.name, tenant=reserved_for or None),
         "spec": spec,
     }
 
@@ -177,6 +182,14 @@ def fleet_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
     return objs
 
 
+def _namespace_entries(tenant: TenantSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": "cpu", "nominalQuota": str(tenant.cpu_quota)},
+        {"name": "memory", "nominalQuota": f"{tenant.memory_gib}Gi"},
+        {"name": "ephemeral-storage", "nominalQuota": f"{tenant.ephemeral_storage_gib}Gi"},
+    ]
+
+
 def _resource_group(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | None:
     nominal: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     borrowing: dict[str, dict[str, int | None]] = defaultdict(dict)
@@ -201,19 +214,30 @@ def _resource_group(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any] | No
             lending_limited[share.flavor].update(lent)
         for name, amount in lent.items():
             lending[share.flavor][name] += amount
-    if not nominal:
+    own = reservations.tenant_flavors(tenant, fleet)
+    if not nominal and not own:
         return None
-    gpu_names = sorted({name for amounts in nominal.values() for name in amounts})
+    gpu_names = sorted(
+        {name for amounts in nominal.values() for name in amounts}
+        | ({resources.GPU} if own else set())
+    )
     covered = [*NAMESPACE_RESOURCES, *gpu_names]
     flavors = []
+    # The tenant's own nodes first: Kueue tries a group's flavors in order.
+    for flavor, gpus in own:
+        entries = _namespace_entries(tenant)
+        for name in gpu_names:
+            if name == resources.GPU:
+                # No other queue lists the flavor: nothing to borrow, nobody to lend to.
+                quota = {"nominalQuota": str(gpus), "borrowingLimit": "0", "lendingLimit": "0"}
+                entries.append({"name": name, **quota})
+            else:
+                entries.append({"name": name, "nominalQuota": "0"})
+        flavors.append({"name": flavor.name, "resources": entries})
     for flavor in fleet.flavors:
         if flavor.name not in nominal:
             continue
-        entries: list[dict[str, Any]] = [
-            {"name": "cpu", "nominalQuota": str(tenant.cpu_quota)},
-            {"name": "memory", "nominalQuota": f"{tenant.memory_gib}Gi"},
-            {"name": "ephemeral-storage", "nominalQuota": f"{tenant.ephemeral_storage_gib}Gi"},
-        ]
+        entries = _namespace_entries(tenant)
         for name in gpu_names:
             amount = nominal[flavor.name].get(name, 0)
             entry: dict[str, Any] = {"name": name, "nominalQuota": str(amount)}
@@ -237,13 +261,13 @@ def admissible(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, int]:
     group = _resource_group(tenant, fleet)
     for entry in group["flavors"] if group else []:
         flavor = fleet.flavor(entry["name"])
-        assert flavor is not None, "the group lists only the fleet's flavors"
         for resource in entry["resources"]:
             name = resource["name"]
             if name in NAMESPACE_RESOURCES:
                 continue
             nominal = int(resource["nominalQuota"])
-            if "borrowingLimit" in resource:
+            if flavor is None or "borrowingLimit" in resource:
+                # A flavor of the tenant's own nodes always has a borrowing limit (0).
                 totals[name] += nominal + int(resource["borrowingLimit"])
             else:
                 totals[name] += max(nominal, resources.flavor_capacity(flavor, name))
@@ -297,4 +321,8 @@ def local_queue(tenant: TenantSpec) -> dict[str, Any]:
 
 
 def tenant_objects(tenant: TenantSpec, fleet: FleetSpec) -> list[dict[str, Any]]:
-    return [cluster_queue(tenant, fleet), local_queue(tenant)]
+    own = [
+        resource_flavor(flavor, reserved_for=tenant.slug)
+        for flavor, _ in reservations.tenant_flavors(tenant, fleet)
+    ]
+    return [*own, cluster_queue(tenant, fleet), local_queue(tenant)]

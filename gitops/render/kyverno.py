@@ -29,6 +29,10 @@ Fleet-wide (``infrastructure/configs``):
 Per tenant (``tenants/<slug>/kyverno-policy.yaml``, on Pods only: ``autogen`` is off so the
 rules mean the same for pods made by a Deployment, a Job or a vCluster):
 
+- ``tolerate-own-nodes`` (a mutation, only while the tenant has nodes of its own) and
+  ``confine-reserved-tolerations`` (every tenant): a pod of the tenant tolerates the reserved
+  nodes' taint only with its own slug (``gitops.render.reservations``; ``own_nodes_rule``,
+  ``reservation_rule``);
 - ``request-topology-aware-scheduling`` (a mutation, only while the tenant has such shares): a
   pod that asks for a GPU resource the tenant has only on topology-aware flavors gets
   ``kueue.x-k8s.io/podset-unconstrained-topology: "true"`` unless it already has it. Kueue
@@ -82,7 +86,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitops.render import fabric, kueue, resources, vcluster
+import yaml
+
+from gitops.render import fabric, kueue, reservations, resources, vcluster
 from gitops.render.gateway import tenant_host
 from gitops.render.meta import (
     LITELLM_MODEL_LABEL,
@@ -354,6 +360,7 @@ def gpu_cap(tenant: TenantSpec, fleet: FleetSpec) -> int:
     """The most ``nvidia.com/gpu`` (whole GPUs; HAMi slots are ``nvidia.com/vgpu``) one pod of
     the tenant may ask for."""
     granted = sum(resources.kueue_resources(share).get(resources.GPU, 0) for share in tenant.shares)
+    granted += sum(reservations.reserved_gpus(tenant).values())
     return min(granted, fleet.max_gpus_per_tenant)
 
 
@@ -750,6 +757,90 @@ def priority_rules(tenant: TenantSpec) -> list[dict[str, Any]]:
     return rules
 
 
+_TOLERATIONS = "request.object.spec.tolerations || `[]`"
+
+
+def own_nodes_rule(tenant: TenantSpec) -> dict[str, Any]:
+    """``tolerate-own-nodes`` (a mutation, only while the tenant has nodes of its own): a pod
+    created without GPUs and without a toleration of the reservation key gets the tenant's
+    own, so its pods that Kueue does not admit may run on its nodes too. GPU pods are left to
+    Kueue, which adds the toleration only to those it admits on the tenant's own flavor: one
+    admitted against the shared pool's quota must not take a reserved node's GPUs. A JSON
+    patch appending to ``spec.tolerations``: a strategic merge would replace the list
+    (tolerations have no merge key), and Kyverno creates the list when the pod has none
+    (``EnsurePathExistsOnAdd``, kyverno v1.19.0 pkg/engine/mutate/patch/patchJSON6902.go).
+    The value is the tenant's slug, written as data and dumped, never pasted into the text."""
+    patch = [
+        {"op": "add", "path": "/spec/tolerations/-", "value": reservations.toleration(tenant.slug)}
+    ]
+    return {
+        "name": "tolerate-own-nodes",
+        "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}]},
+        "preconditions": {
+            "all": [
+                {
+                    "key": f"{{{{ ({_TOLERATIONS})[].key }}}}",
+                    "operator": "AllNotIn",
+                    "value": [reservations.RESERVED_KEY],
+                },
+                {**_limits_any_in(["nvidia.com/*"]), "operator": "AllNotIn"},
+                {
+                    "key": "{{ length(request.object.spec.resourceClaims || `[]`) }}",
+                    "operator": "Equals",
+                    "value": 0,
+                },
+            ]
+        },
+        "mutate": {"patchesJson6902": yaml.safe_dump(patch, sort_keys=True)},
+    }
+
+
+def reservation_rule(tenant: TenantSpec) -> dict[str, Any]:
+    """``confine-reserved-tolerations``: the tenant's pods tolerate the reservation taint
+    (``gitops.render.reservations``) only with the tenant's own slug, and only while it has
+    nodes of its own; never with ``Exists`` on that key, nor with a key-less ``Exists``, which
+    tolerates every taint (k8s.io/api core/v1 ``Toleration.ToleratesTaint``: an empty key with
+    ``Exists`` matches all keys). Kueue adds the toleration to the pods it admits on the
+    tenant's own flavor, in the tenant's namespace, which this rule lets through; a pod of
+    any other tenant tolerating it is refused, so it can never land on those nodes. On every
+    tenant, so that a shared tenant's policy refuses it too."""
+    own = [tenant.slug] if tenant.reservations else []
+    key = reservations.RESERVED_KEY
+    return {
+        "name": "confine-reserved-tolerations",
+        "match": _PODS,
+        "validate": _enforce(
+            f"Only pods of the tenant a node is reserved for may tolerate {key} (this "
+            f"tenant's pods: {'only ' + tenant.slug if own else 'never'}), and no pod may "
+            "tolerate every taint.",
+            deny={
+                "conditions": {
+                    "any": [
+                        {
+                            "key": f"{{{{ ({_TOLERATIONS})[?key == '{key}'].value }}}}",
+                            "operator": "AnyNotIn",
+                            "value": own,
+                        },
+                        {
+                            # Exists, or no value: the first condition does not see these.
+                            "key": f"{{{{ length(({_TOLERATIONS})[?key == '{key}' && "
+                            "((operator || '') == 'Exists' || (value || '') == '')]) }}",
+                            "operator": "GreaterThan",
+                            "value": 0,
+                        },
+                        {
+                            "key": f"{{{{ length(({_TOLERATIONS})[?(key || '') == '' && "
+                            "(operator || '') == 'Exists']) }}",
+                            "operator": "GreaterThan",
+                            "value": 0,
+                        },
+                    ]
+                }
+            },
+        ),
+    }
+
+
 def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     images = image_patterns(tenant, fleet)
     cap = gpu_cap(tenant, fleet)
@@ -832,6 +923,8 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     tas = kueue.tas_resources(tenant, fleet)
     if tas:
         rules.insert(0, _tas_request_rule(tas))
+    if tenant.reservations:
+        rules.insert(0, own_nodes_rule(tenant))
     host = tenant_host(tenant.slug, fleet)
     rules.append(
         {
@@ -871,6 +964,7 @@ def tenant_policy(tenant: TenantSpec, fleet: FleetSpec) -> dict[str, Any]:
     rules.extend(priority_rules(tenant))
     if fleet.fabric is not None:
         rules.append(fabric.own_namespace_rule())
+    rules.append(reservation_rule(tenant))
     return {
         "apiVersion": API,
         "kind": "Policy",

@@ -59,6 +59,7 @@ from urllib.parse import urlsplit
 
 from gitops.render import flux, monitoring, network, rbac
 from gitops.render.meta import FLUX_NAMESPACE, TENANT_LABEL, kustomization, metadata
+from gitops.render.reservations import RESERVED_KEY
 from gitops.render.validate import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -355,7 +356,11 @@ def rbac_objects(fleet: FleetSpec) -> list[dict[str, Any]]:
 # GA in Kubernetes 1.30) on the portal's own requests only.
 WRITE_SCOPE_POLICY = "ai-factory-portal-write-scope"
 GPU_NODE_LABEL = "nvidia.com/gpu.present"  # GPU feature discovery's label on GPU nodes
-_UNCHANGED = ("metadata", "labels"), ("metadata", "annotations"), ("spec", "taints")
+_UNCHANGED = (("metadata", "annotations"),)
+_RESERVATION_MESSAGE = (
+    f"The portal may change a node's spec.unschedulable and its {RESERVED_KEY} mark only, "
+    "not {what}."
+)
 
 
 def _unchanged(*path: str) -> str:
@@ -363,13 +368,37 @@ def _unchanged(*path: str) -> str:
     return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
 
 
+def _labels_but_reservation() -> str:
+    """The node's labels are unchanged but for the reservation label (both ways)."""
+
+    def within(a: str, b: str) -> str:
+        return (
+            f"!has({a}.metadata.labels) || {a}.metadata.labels.all(k, k == '{RESERVED_KEY}' || "
+            f"(has({b}.metadata.labels) && k in {b}.metadata.labels && "
+            f"{b}.metadata.labels[k] == {a}.metadata.labels[k]))"
+        )
+
+    return f"({within('object', 'oldObject')}) && ({within('oldObject', 'object')})"
+
+
+def _taints_but_reservation() -> str:
+    """The node's taints are unchanged, in order, but for the reservation taint."""
+
+    def others(a: str) -> str:
+        return f"(has({a}.spec.taints) ? {a}.spec.taints.filter(t, t.key != '{RESERVED_KEY}') : [])"
+
+    return f"{others('object')} == {others('oldObject')}"
+
+
 def write_scope_policy(fleet: FleetSpec) -> list[dict[str, Any]]:
-    """The portal writes nodes only to cordon GPU nodes and evicts only tenants' pods.
+    """The portal writes nodes only to cordon GPU nodes and to mark the ones reserved for a
+    tenant, and evicts only tenants' pods.
 
     Its ClusterRole has ``patch`` on every node and ``create`` on every ``pods/eviction``. The
     policy narrows both for requests from its service account: a node update may change
-    ``spec.unschedulable`` and nothing the scheduler reads besides (labels, annotations and
-    taints stay as they were) and only on a GPU node (GPU feature discovery's
+    ``spec.unschedulable`` and the reservation label and taint (``RESERVED_KEY``,
+    ``fleet.reservations``) and nothing the scheduler reads besides (other labels, annotations
+    and taints stay as they were) and only on a GPU node (GPU feature discovery's
     ``nvidia.com/gpu.present``); an eviction only in a namespace carrying the tenant label
     (``namespaceObject``, the request's namespace). A drain leaves other pods on the node to
     the operator (``fleet.services.drain_plan``)."""
@@ -411,14 +440,21 @@ def write_scope_policy(fleet: FleetSpec) -> list[dict[str, Any]]:
                     "== 'true')",
                     "message": "The portal cordons and uncordons GPU nodes only.",
                 },
+                {
+                    "expression": nodes + f"({_labels_but_reservation()})",
+                    "message": _RESERVATION_MESSAGE.format(what="metadata.labels"),
+                },
                 *(
                     {
                         "expression": nodes + f"({_unchanged(*path)})",
-                        "message": f"The portal may change a node's spec.unschedulable only, "
-                        f"not {'.'.join(path)}.",
+                        "message": _RESERVATION_MESSAGE.format(what=".".join(path)),
                     }
                     for path in _UNCHANGED
                 ),
+                {
+                    "expression": nodes + f"({_taints_but_reservation()})",
+                    "message": _RESERVATION_MESSAGE.format(what="spec.taints"),
+                },
                 {
                     "expression": "request.resource.resource != 'pods' || "
                     f"(has(namespaceObject.metadata.labels) && '{TENANT_LABEL}' in "

@@ -8,6 +8,7 @@ manifests, the spec they were rendered from, one small JSON file per part:
     tenants/<slug>/spec/shares/<name>.json        one per GpuShare
     tenants/<slug>/spec/clusters/<name>.json      one per TenantClusterSpec
     tenants/<slug>/spec/endpoints/<name>.json     one per EndpointSpec
+    tenants/<slug>/spec/reservations/<node>.json  one per NodeReservation (a whole node)
 
 So the next change of the tenant is rendered from what main holds plus its own request
 (``parse_spec_files``), never from a database that lags behind the merges; and two changes of
@@ -31,6 +32,7 @@ from gitops.specs import (
     ClusterMember,
     EndpointSpec,
     GpuShare,
+    NodeReservation,
     SpecError,
     TenantClusterSpec,
     TenantSpec,
@@ -44,9 +46,13 @@ COLLECTIONS: dict[str, Any] = {
     "shares": GpuShare,
     "clusters": TenantClusterSpec,
     "endpoints": EndpointSpec,
+    "reservations": NodeReservation,
 }
 # What a file of a collection is named: the item's name, a DNS label (validate_tenant).
-_ITEM = re.compile(r"^spec/(shares|clusters|endpoints)/([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.json$")
+# Reserved nodes are named after the node, which may be a DNS subdomain (dots).
+_ITEM = re.compile(
+    r"^spec/(shares|clusters|endpoints|reservations)/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)\.json$"
+)
 _NOT_SETTINGS = frozenset({"slug", "members", *COLLECTIONS})
 
 
@@ -59,6 +65,7 @@ def canonical(tenant: TenantSpec) -> TenantSpec:
         shares=tuple(sorted(tenant.shares, key=lambda s: s.name)),
         clusters=tuple(sorted(tenant.clusters, key=lambda c: c.name)),
         endpoints=tuple(sorted(tenant.endpoints, key=lambda e: e.name)),
+        reservations=tuple(sorted(tenant.reservations, key=lambda r: r.name)),
         members=tuple(sorted(tenant.members, key=lambda m: (m.subject, m.name))),
     )
 

@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
-from gitops.render import cluster_access, kueue_config, resources, stack, vcluster
+from gitops.render import cluster_access, kueue_config, reservations, resources, stack, vcluster
 from gitops.render.meta import FLUX_NAMESPACE
 from gitops.specs import (
     ClusterMember,
@@ -543,6 +543,19 @@ def _validate_cluster_oidc(errors: _Errors, path: str, oidc: ClusterOidc) -> Non
 
 def _validate_flavor(errors: _Errors, path: str, flavor: Flavor) -> None:
     _check_label(errors, f"{path}.name", flavor.name, "The flavor name")
+    # The reservation key is the portal's alone: a pool selecting or tainting by it would let
+    # its tenants' pods onto (or tolerate) another tenant's reserved nodes.
+    if any(key == reservations.RESERVED_KEY for key, _ in flavor.node_labels):
+        errors.add(
+            f"{path}.node_labels",
+            f"{reservations.RESERVED_KEY} marks the nodes reserved for one tenant; a pool may "
+            "not select by it.",
+        )
+    if flavor.taint_key == reservations.RESERVED_KEY:
+        errors.add(
+            f"{path}.taint_key",
+            f"{reservations.RESERVED_KEY} is the taint of reserved nodes; give the pool its own.",
+        )
     product = flavor.product
     if (
         not isinstance(product, str)
@@ -765,7 +778,51 @@ def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
     _validate_derived_names(errors, tenant)
     _validate_members(errors, tenant, fleet)
     _validate_fabric_tenant(errors, tenant, fleet)
+    _validate_reservations(errors, tenant, fleet)
     errors.raise_if_any()
+
+
+def _validate_reservations(errors: _Errors, tenant: TenantSpec, fleet: FleetSpec) -> None:
+    """Whole nodes of whole-GPU pools, for a dedicated tenant only (``NodeReservation``).
+    Whether a node is already another tenant's is a check over all tenants
+    (``gitops.checks.isolation``) and the reservation service's, not the tenant's alone."""
+    if not tenant.reservations:
+        return
+    if tenant.trust_level != "dedicated":
+        errors.add(
+            "reservations",
+            f"Only a dedicated tenant gets nodes of its own; {tenant.slug} is "
+            f"{tenant.trust_level}.",
+        )
+    _duplicates(errors, tenant.reservations, "reservations", "reserved node")
+    per_pool: dict[str, int] = defaultdict(int)
+    for index, reservation in enumerate(tenant.reservations):
+        path = f"reservations[{index}]"
+        _check_subdomain(errors, f"{path}.name", reservation.name, "The node name")
+        pool = fleet.flavor(reservation.flavor) if isinstance(reservation.flavor, str) else None
+        if pool is None:
+            errors.add(
+                f"{path}.flavor",
+                f"There is no GPU pool {reservation.flavor!r}; the fleet has: "
+                f"{_names(f.name for f in fleet.flavors)}.",
+            )
+        elif pool.mode != "whole":
+            errors.add(
+                f"{path}.flavor",
+                f"Nodes are reserved from whole-GPU pools; {pool.name} hands out {pool.mode} GPUs.",
+            )
+        if (
+            _check_int(errors, f"{path}.gpus", reservation.gpus, 1, 64, "The node's GPU count")
+            and pool is not None
+        ):
+            per_pool[pool.name] += reservation.gpus
+    for name, gpus in sorted(per_pool.items()):
+        pool = fleet.flavor(name)
+        if pool is not None and gpus > pool.gpus:
+            errors.add(
+                "reservations",
+                f"{gpus} GPUs of {name} reserved, but the pool has {pool.gpus}.",
+            )
 
 
 def _validate_members(errors: _Errors, tenant: TenantSpec, fleet: FleetSpec) -> None:
@@ -991,7 +1048,8 @@ def _validate_cluster(
     )
     _check_choice(errors, f"{path}.size", cluster.size, get_args(ClusterSize), "The cluster size")
     pools: list[Flavor] = []
-    share_flavors = {share.flavor for share in shares.values()}
+    reserved = reservations.reserved_gpus(tenant)
+    share_flavors = {share.flavor for share in shares.values()} | set(reserved)
     seen: set[str] = set()
     for index, pool in enumerate(cluster.node_pools):
         where = f"{path}.node_pools[{index}]"
@@ -1024,6 +1082,9 @@ def _validate_cluster(
         for share in shares.values()
         if share.flavor in {p.name for p in pools}
     )
+    if pools and all(p.name in reserved for p in pools):
+        # Its pods run on the tenant's own nodes only (gitops.render.vcluster).
+        gpu_units = sum(reserved[p.name] for p in pools)
     if (
         _check_int(
             errors, f"{path}.gpu_quota", cluster.gpu_quota, 0, max(gpu_units, 0), "The GPU quota"

@@ -76,6 +76,7 @@ from typing import Any
 
 from gitops.render import cluster_access
 from gitops.render.meta import FLUX_NAMESPACE, metadata
+from gitops.render.reservations import RESERVED_KEY
 from gitops.specs import Flavor, FleetSpec, TenantClusterSpec, TenantSpec
 
 CHART = "vcluster"
@@ -214,8 +215,18 @@ def values(cluster: TenantClusterSpec, tenant: TenantSpec, fleet: FleetSpec) -> 
     nodes: dict[str, Any] = {"enabled": False}
     selector = node_selector(pools, fleet)
     if pools and selector:
+        tolerations = {f"{pool.taint_key}:NoSchedule" for pool in pools}
+        reserved = {r.flavor for r in tenant.reservations}
+        if reserved and all(pool.name in reserved for pool in pools):
+            # The tenant's own nodes only: the reservation label joins the synced pods' node
+            # selector, and their toleration is "key=value:Effect", which vCluster v0.35.3
+            # pkg/util/toleration/toleration.go ParseToleration reads as operator Equal (the
+            # pods syncer adds enforceTolerations to every host pod: pkg/controllers/
+            # resources/pods/translate/diff.go). The tenant policy allows exactly that value.
+            selector = {**selector, RESERVED_KEY: tenant.slug}
+            tolerations.add(f"{RESERVED_KEY}={tenant.slug}:NoSchedule")
         nodes["selector"] = {"labels": selector}
-        pods["enforceTolerations"] = sorted({f"{pool.taint_key}:NoSchedule" for pool in pools})
+        pods["enforceTolerations"] = sorted(tolerations)
     out: dict[str, Any] = {
         "controlPlane": {
             "distro": {

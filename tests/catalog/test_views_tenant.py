@@ -88,7 +88,7 @@ def test_the_catalog_shows_what_the_tenant_has_and_its_quota(
     assert reverse("catalog:modify", args=["alpha", share.pk]) in page
     assert reverse("catalog:decommission", args=["alpha", share.pk]) in page
     assert reverse("catalog:request", args=["alpha", waiting.pk]) in page
-    assert "dedicated tenant" not in page
+    assert 'id="dedicated-note"' not in page and 'id="trust-note"' in page
     bravo = login("charlie").get("/t/bravo/catalog/").content.decode()
     assert "offered whole GPUs and MIG slices only" in bravo
     assert 'href="/t/alpha/catalog/"' in login("bob").get("/t/alpha/").content.decode()

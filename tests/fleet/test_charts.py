@@ -226,12 +226,12 @@ def test_it_totals_a_tenants_requests() -> None:
 
 def test_it_draws_stacked_bars_per_flavor() -> None:
     rows = [
-        CapacityRow("h200", "whole", "nvidia.com/gpu", "GPUs", 5, 12, 15),
+        CapacityRow("h200", "whole", "nvidia.com/gpu", "GPUs", 5, 12, 15, 16),
         CapacityRow("h200-mig", "mig", "nvidia.com/mig-1g.18gb", "MIG slices", 3, 13, 0),
     ]
     figure = capacity_figure(rows)
-    assert [trace.name for trace in figure.data] == ["In use", "Free", "Unavailable"]
-    assert [list(trace.y) for trace in figure.data] == [[5, 3], [12, 13], [15, 0]]
+    assert [trace.name for trace in figure.data] == ["In use", "Free", "Reserved", "Unavailable"]
+    assert [list(trace.y) for trace in figure.data] == [[5, 3], [12, 13], [16, 0], [15, 0]]
     assert all(trace.type == "bar" for trace in figure.data)
     assert figure.layout.barmode == "stack"
     assert list(figure.data[0].x) == ["h200<br>(GPUs)", "h200-mig 1g.18gb<br>(MIG slices)"]

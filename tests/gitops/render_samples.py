@@ -13,7 +13,14 @@ from gitops.render import (
     render_tenant_tree,
     render_tenants_index,
 )
-from gitops.specs import EndpointSpec, FleetSpec, GpuShare, TenantClusterSpec, TenantSpec
+from gitops.specs import (
+    EndpointSpec,
+    FleetSpec,
+    GpuShare,
+    NodeReservation,
+    TenantClusterSpec,
+    TenantSpec,
+)
 
 TRAIN = GpuShare(
     name="train",
@@ -85,6 +92,23 @@ def dedicated_tenant() -> TenantSpec:
             GpuShare(name="serving", flavor="h200", kind="whole", count=8),
             GpuShare(name="mig", flavor="h200-mig", kind="mig", count=4, mig_profile="3g.71gb"),
         ),
+        endpoints=(EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="serving"),),
+    )
+
+
+def reserved_tenant() -> TenantSpec:
+    """A dedicated tenant with two whole H200 nodes of its own, a share of the shared pool, a
+    cluster on the h200 pool and an endpoint."""
+    return TenantSpec(
+        slug="vault",
+        display_name="Vault risk",
+        trust_level="dedicated",
+        shares=(GpuShare(name="serving", flavor="h200", kind="whole", count=4),),
+        reservations=(
+            NodeReservation(name="h200-07", flavor="h200", gpus=8),
+            NodeReservation(name="h200-08", flavor="h200", gpus=8),
+        ),
+        clusters=(TenantClusterSpec(name="risk", node_pools=("h200",), gpu_quota=16),),
         endpoints=(EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="serving"),),
     )
 

@@ -89,8 +89,10 @@ def test_dcgm_is_scraped_once_by_the_portals_own_service_monitor() -> None:
 def test_operands_tolerate_every_pools_taint_and_pin_their_images() -> None:
     tainted = dataclasses.replace(FLEET.flavors[0], taint_key="ai-factory.io/gpu")
     spec = _policy(dataclasses.replace(FLEET, flavors=(tainted, *FLEET.flavors[1:])))["spec"]
+    # And nodes reserved for a dedicated tenant: their GPUs need the operands too.
     assert [t["key"] for t in spec["daemonsets"]["tolerations"]] == [
         "ai-factory.io/gpu",
+        "ai-factory.io/reserved-for",
         "nvidia.com/gpu",
     ]
     # The Helm-installed operator has no image defaults for these operands.

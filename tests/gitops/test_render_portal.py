@@ -420,13 +420,23 @@ def test_the_portal_may_cordon_gpu_nodes_and_evict_tenant_pods_only() -> None:
     assert _admits(checks, cordon) == []
     system = {**cordon, "oldObject": _node({}), "object": _node({}, unschedulable=True)}
     assert _admits(checks, system) == ["The portal cordons and uncordons GPU nodes only."]
+    only = "The portal may change a node's spec.unschedulable and its ai-factory.io/reserved-for"
     relabel = {**cordon, "object": _node({**gpu, "ai-factory.io/pool": "other"})}
-    assert _admits(checks, relabel) == [
-        "The portal may change a node's spec.unschedulable only, not metadata.labels."
-    ]
+    assert _admits(checks, relabel) == [f"{only} mark only, not metadata.labels."]
+    unlabel = {**cordon, "object": _node({"nvidia.com/gpu.present": "true"})}
+    assert _admits(checks, unlabel) == [f"{only} mark only, not metadata.labels."]
     taint = {**cordon, "object": _node(gpu, taints=[{"key": "x", "effect": "NoSchedule"}])}
-    assert _admits(checks, taint) == [
-        "The portal may change a node's spec.unschedulable only, not spec.taints."
+    assert _admits(checks, taint) == [f"{only} mark only, not spec.taints."]
+    # Marking a node reserved (fleet.reservations), and taking the mark off again.
+    mark = {"key": "ai-factory.io/reserved-for", "value": "bank", "effect": "NoSchedule"}
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    reserved = _node({**gpu, "ai-factory.io/reserved-for": "bank"}, taints=[gpu_taint, mark])
+    plain = _node(gpu, taints=[gpu_taint])
+    assert _admits(checks, {**cordon, "oldObject": plain, "object": reserved}) == []
+    assert _admits(checks, {**cordon, "oldObject": reserved, "object": plain}) == []
+    sneaky = _node({**gpu, "ai-factory.io/reserved-for": "bank"}, taints=[mark])
+    assert _admits(checks, {**cordon, "oldObject": plain, "object": sneaky}) == [
+        f"{only} mark only, not spec.taints."
     ]
     pods = {"resource": {"group": "", "version": "v1", "resource": "pods"}}
     eviction = {"request": pods, "object": {"metadata": {"name": "p"}}}

@@ -18,7 +18,7 @@ from gitops.specs import (
     ScaleMetric,
     TenantClusterSpec,
 )
-from tests.gitops.render_samples import dedicated_tenant, rich_tenant
+from tests.gitops.render_samples import dedicated_tenant, reserved_tenant, rich_tenant
 
 
 @pytest.mark.parametrize("stack", [False, True])
@@ -35,7 +35,7 @@ def test_it_renders_only_objects_the_schemas_accept(
         secret_store="vault",
         stack=stack,
     )
-    files = render_repository(fleet, [rich_tenant(), dedicated_tenant()])
+    files = render_repository(fleet, [rich_tenant(), dedicated_tenant(), reserved_tenant()])
     objs = objects_for(files)
     # Each implementation's own kinds are among them, so they are validated too.
     kinds = {o["kind"] for o in objs}

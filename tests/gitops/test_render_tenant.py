@@ -374,6 +374,7 @@ def test_it_guards_tenant_pods_with_a_kyverno_policy() -> None:
         "confine-route-backends",
         "restrict-priority-classes",
         "inference-priority-for-model-servers",
+        "confine-reserved-tolerations",
     }
     for rule in rules.values():
         assert "mutate" in rule or rule["validate"]["failureAction"] == "Enforce"

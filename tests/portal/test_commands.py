@@ -98,6 +98,13 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
         "bank-risk",
     }
     assert Tenant.objects.get(slug="bank-risk").trust_level == "dedicated"
+    # Its two H200 nodes of its own, reserved through a merged change (and only once).
+    from fleet.models import NodeReservation
+    from gitops.services import reservations_on_main
+
+    held = {node: owner for node, (owner, _) in reservations_on_main().items()}
+    assert held == {"h200-05": "bank-risk", "h200-06": "bank-risk"}
+    assert NodeReservation.objects.filter(tenant_slug="bank-risk").count() == 2
     assert PlatformRole.objects.get(user__username="platform").role == "platform-admin"
     assert PlatformRole.objects.get(user__username="finance").role == "finance"
     assert Membership.objects.get(user__username="alice").role == "admin"

@@ -170,3 +170,34 @@ def test_workload_does_not_get_scheduled_as_it_does_not_fit_within_the_node_capa
     # pods of 1 CPU on a 1-CPU node; here one pod of 2 CPUs: the simulator places single pods).
     reason = _admit(_store("tas-default"), _pod(cpu="2", **{REQUIRED_TOPOLOGY: HOSTNAME}))
     assert "doesn't allow to fit" in reason
+
+
+def _tainted(store: Store) -> Store:
+    node = store.get(NODES, "", "x1")
+    assert node is not None
+    node["spec"] = {
+        "taints": [{"key": "example.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    }
+    store.apply(NODES, node, 0)
+    return store
+
+
+def test_skip_node_which_has_untolerated_taint() -> None:
+    # kubernetes-sigs/kueue v0.19.2 pkg/cache/scheduler/tas_cache_test.go "skip node which has
+    # untolerated taint; BestFit": the only node carries example.com/gpu=present:NoSchedule,
+    # which the pod set does not tolerate: it is excluded and nothing fits.
+    reason = _admit(_tainted(_store("tas-default")), _pod(**{REQUIRED_TOPOLOGY: HOSTNAME}))
+    assert "doesn't allow to fit" in reason
+
+
+def test_a_taint_the_flavor_tolerates_keeps_the_node() -> None:
+    # The same node, with the toleration among the flavor's (tas_flavor_snapshot.go: the
+    # requirements' tolerations are the pod set's plus the flavor's).
+    store = _tainted(_store("tas-default"))
+    flavor = store.get(RESOURCE_FLAVORS, "", "tas-default")
+    assert flavor is not None
+    flavor["spec"]["tolerations"] = [
+        {"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    store.apply(RESOURCE_FLAVORS, flavor, 0)
+    assert _admit(store, _pod(**{REQUIRED_TOPOLOGY: HOSTNAME})) == "tas-default"

@@ -646,7 +646,7 @@ def test_a_mutation_adds_an_annotation_and_keeps_one_set() -> None:
         ({"validate": {"anyPattern": [{}]}}, "anyPattern"),
         ({"validate": {"deny": {}}, "exclude": {"any": []}}, "exclude"),
         ({"validate": {"deny": {}}, "context": []}, "context"),
-        ({"mutate": {"patchesJson6902": "[]"}}, "patchesJson6902"),
+        ({"mutate": {"foreach": []}}, "foreach"),
     ],
 )
 def test_what_is_not_modelled_is_refused_by_name(rule: dict[str, Any], construct: str) -> None:

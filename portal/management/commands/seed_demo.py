@@ -127,7 +127,10 @@ USERS = [
     ("frank", "Frank Viewer", None),
 ]
 
-MERGED_ONBOARDINGS = ("vision", "llm-platform")
+MERGED_ONBOARDINGS = ("vision", "llm-platform", "bank-risk")
+# The dedicated tenant's own nodes (issue 29): whole H200 nodes, away from the node the first
+# sync sends to burn-in (demo_jobs.DEMO_BURN_IN_NODE) and from where the seed's jobs run.
+DEMO_RESERVATIONS = {"bank-risk": ("h200-05", "h200-06")}
 
 # Catalog requests: (tenant, requester, kind, spec, merged?). Merged ones become resources the
 # simulated cluster runs; the last waits in the approval queue.
@@ -281,6 +284,7 @@ class Command(BaseCommand):
         with override_settings(PORTAL_TASK_RUNNER="eager"):
             self._seed()
             self._merge_onboarding()
+            self._reserve_nodes()
             self._commit_flux_components()
             self._seed_catalog()
             self._seed_job_templates()
@@ -352,6 +356,36 @@ class Command(BaseCommand):
                     gitops.do_review(change, acting_user=ops, state="approve", body="Looks right.")
                 with transaction.atomic():
                     gitops.do_merge(change, acting_user=ops)
+
+    def _reserve_nodes(self) -> None:
+        """bank-risk's two H200 nodes, through the change flow: the platform admin asks, a
+        second one approves and merges. Nothing to do once main holds them. The nodes' facts
+        come from the simulator's configuration: no sync has read the fleet yet."""
+        from fleet import reservations
+        from gitops.services import reservations_on_main
+
+        users = {u.username: u for u in get_user_model().objects.all()}
+        on_main = {owner for owner, _ in reservations_on_main().values()}
+        facts = demo_node_facts()
+        for slug, nodes in DEMO_RESERVATIONS.items():
+            if slug in on_main:
+                continue
+            try:
+                with transaction.atomic():
+                    change = reservations.do_reserve_nodes(
+                        slug, nodes, acting_user=users["platform"], inventory=facts
+                    )
+            except ValidationError as exc:
+                self.stderr.write(f"demo reservation for {slug} skipped: {exc.messages}")
+                continue
+            change.refresh_from_db()
+            if change.checks_state not in ("passed", "partial"):
+                self.stderr.write(f"demo reservation {change} did not pass its checks")
+                continue
+            with transaction.atomic():
+                gitops.do_review(change, acting_user=users["ops"], state="approve", body="Ok.")
+            with transaction.atomic():
+                gitops.do_merge(change, acting_user=users["ops"])
 
     def _commit_flux_components(self) -> None:
         """The controllers of the Flux the demo's cluster runs (the simulator's ``flux install
@@ -457,6 +491,28 @@ class Command(BaseCommand):
             NodeLifecycle(node_name=name, state=NodeLifecycle.State.READY, reason="demo fleet")
             for name in names
         )
+
+
+def demo_node_facts() -> dict[str, Any]:
+    """The GPU nodes of the simulator ``make demo`` starts, as a reservation needs them."""
+    from fleet.reservations import NodeFacts
+
+    return {
+        f"{group.pool}-{number:02d}": NodeFacts(group.pool, group.gpus_per_node, group.product)
+        for group in _demo_config().node_groups
+        if group.gpus_per_node
+        for number in range(1, group.nodes + 1)
+    }
+
+
+def _demo_config() -> Any:
+    from simulator.config import SimConfig, load_config
+
+    return (
+        load_config(settings.FLEET_SIMULATOR_CONFIG)
+        if settings.FLEET_SIMULATOR_CONFIG
+        else SimConfig.demo()
+    )
 
 
 def demo_node_names() -> list[str]:
