@@ -57,6 +57,7 @@ from fleet.models import (
     RemediationPolicy,
     RemediationWarning,
 )
+from fleet.reservations import reserved_nodes
 from fleet.signals import remediation_notice
 from portal.audit import record_audit
 from portal.jobs import enqueue_unless_waiting
@@ -177,10 +178,14 @@ def _notify(title: str, body: str, *, tenants: list[str], node: str) -> None:
 
 
 def _tenants_on(node_name: str, kube: Kube) -> list[str]:
-    """The tenants whose pods run on the node now, by namespace (never a label)."""
+    """The tenants whose pods run on the node now, by namespace (never a label), and the
+    dedicated tenant the node is reserved for (as main holds it, ``fleet.reservations``):
+    its own capacity shrinks even when nothing of it runs there."""
     raw = kube.list_pods(node=node_name)
     platform = services.platform_namespaces()
     slugs = set()
+    if owner := reserved_nodes().get(node_name):
+        slugs.add(owner)
     for obj in raw:
         pod = inventory.parse_pod(obj)
         if pod is None or pod.node != node_name or pod.phase in ("Succeeded", "Failed"):

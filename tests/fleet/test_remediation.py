@@ -105,6 +105,35 @@ def test_a_fatal_xid_cordons_and_tells_admins_and_tenants(sim: Simulator, vision
     assert RemediationEvent.objects.filter(action="cordon").count() == 1
 
 
+def test_the_tenant_a_node_is_reserved_for_is_told_though_nothing_of_it_runs_there(
+    sim: Simulator,
+) -> None:
+    from fleet.models import NodeReservation
+
+    services.sync_all()
+    node = Node.objects.get(name="h200-04")
+    NodeReservation.objects.create(
+        node_name=node.name,
+        tenant_slug="bravo",
+        flavor="h200",
+        gpus=node.gpu_count,
+        accepted_at=timezone.now(),
+    )
+    # An earlier, released reservation of the node tells its tenant nothing.
+    NodeReservation.objects.create(
+        node_name=node.name,
+        tenant_slug="charlie",
+        flavor="h200",
+        gpus=8,
+        accepted_at=timezone.now() - timedelta(days=2),
+        released_at=timezone.now() - timedelta(days=1),
+    )
+    sim.inject_xid(node.name, 1, 79)
+    _round()
+    incident = Remediation.objects.get(node_name=node.name)
+    assert "bravo" in incident.tenants and "charlie" not in incident.tenants
+
+
 @pytest.mark.parametrize("xid", sorted(remediation.FATAL_XIDS))
 def test_every_fatal_xid_is_fatal(sim: Simulator, xid: int) -> None:
     sim.inject_xid("h200-04", 1, xid)
