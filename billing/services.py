@@ -91,8 +91,13 @@ def node_infos(
     (``billing.reservations``)."""
     reserved: dict[str, str] = {}
     if start is not None and end is not None:
+        longest = UsageHour._meta.get_field("flavor").max_length or 0
         for row in reservations.overlapping(start, end):
-            reserved[row.node_name] = reservations.reserved_flavor(row.flavor, row.tenant_slug)
+            name = reservations.reserved_flavor(row.flavor, row.tenant_slug)
+            # A pool and slug too long for the ledger's column (pool names are short; slugs
+            # at most 40) stay under the pool: billed as usage, beside the reservation.
+            if len(name) <= longest:
+                reserved[row.node_name] = name
     infos: dict[str, ingest.NodeInfo] = {}
     for node in Node.objects.filter(gpu_count__gt=0):
         info = ingest.NodeInfo(

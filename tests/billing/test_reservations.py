@@ -289,5 +289,11 @@ def test_members_see_their_reserved_nodes_this_month_and_outsiders_get_404(
         world["bravo"], invoicing.previous_month(start.date()), acting_user=world["fiona"]
     )
     invoicing.do_issue_invoice(invoice, acting_user=world["fiona"])
-    assert login("charlie").get(url("invoice", invoice.pk)).status_code == 200
+    shown = login("charlie").get(url("invoice", invoice.pk))
+    assert shown.status_code == 200
+    page = shown.content.decode()
+    # The month's last two hours, 16 GPU-hours at 1,234.50, and the rule stated.
+    assert "Reserved node h200-05: 8 NVIDIA-H200 GPUs, 2.00 node-hours" in page
+    assert "19,752.00 EUR" in page
+    assert "covered by the reservation and listed at zero" in page
     assert login("alice").get(url("invoice", invoice.pk)).status_code == 404
