@@ -26,7 +26,13 @@ from django.utils import timezone
 
 from billing.costing import HOUR, PriceBook, Priced, Total, priced, totals
 from billing.models import FleetDay, IngestRun, UsageDay, UsageHour, UsageMonth
-from billing.reservations import is_reserved_flavor, overlapping, reserved_window
+from billing.reservations import (
+    is_reserved_flavor,
+    overlapping,
+    reserved_flavor,
+    reserved_window,
+    spans,
+)
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.services import share_gpu_equivalents
 from catalog.specs import SpecError, from_json
@@ -495,6 +501,8 @@ class ReservedIdle:
 
     by_tenant: dict[str, Decimal]
     by_bucket: dict[datetime, Decimal]
+    # What the reservations cost in the range, by tenant and its own flavor (not rounded).
+    cost: dict[tuple[str, str], Decimal] = field(default_factory=dict)
 
     @property
     def total(self) -> Decimal:
@@ -508,7 +516,7 @@ def reserved_idle(
     29): the hours no work of the tenant held them (reserved GPU-hours minus the GPU-hours its
     ledger holds on its own flavors ``<pool>.<slug>``, per bucket) are the tenant's waste, and
     not the platform's idle capacity. One query for the reservations and, when there are any,
-    one for the ledger's rows on reserved flavors."""
+    one for the ledger's rows on reserved flavors and one for the reservation prices."""
     now = now or timezone.now()
     found = list(overlapping(window.start, window.end, None if tenant is None else [tenant]))
     if not found:
@@ -535,14 +543,19 @@ def reserved_idle(
         idle = max(gpu_hours - held.get((slug, start), ZERO), ZERO)
         by_tenant[slug] += idle
         by_bucket[start] += idle
-    return ReservedIdle(dict(by_tenant), dict(by_bucket))
+    cost: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for priced_span in spans(found, window.start, window.end, now):
+        row = priced_span.reservation
+        cost[(row.tenant_slug, reserved_flavor(row.flavor, row.tenant_slug))] += priced_span.amount
+    return ReservedIdle(dict(by_tenant), dict(by_bucket), dict(cost))
 
 
 def with_reserved_idle(
     buckets: Sequence[Bucket], costs: Sequence[TenantCost], idle: ReservedIdle
 ) -> tuple[list[Bucket], list[TenantCost]]:
     """The platform's series and tenant rows with reserved nodes' idle hours counted as held
-    by their tenants (a tenant with nothing but an idle reservation gets a row)."""
+    by their tenants, and their cost under the tenant's own flavor (a tenant with nothing but
+    a reservation gets a row)."""
     series = [
         replace(
             b,
@@ -554,8 +567,17 @@ def with_reserved_idle(
     rows = list(costs)
     listed = {row.tenant for row in rows}
     rows += [TenantCost(slug, Total()) for slug in sorted(idle.by_tenant) if slug not in listed]
+    rows += [
+        TenantCost(slug, Total())
+        for slug in sorted({slug for slug, _ in idle.cost} - listed - set(idle.by_tenant))
+    ]
     for row in rows:
         row.reserved_idle_gpu_hours = idle.by_tenant.get(row.tenant, ZERO)
+    for (slug, flavor), amount in idle.cost.items():
+        row = next(r for r in rows if r.tenant == slug)
+        row.total.amount += amount
+        row.by_flavor[flavor] = row.by_flavor.get(flavor, ZERO) + amount
+    rows.sort(key=lambda row: (-row.total.amount, -row.total.gpu_hours, row.tenant))
     return series, rows
 
 
@@ -625,10 +647,15 @@ def admin_dashboard(window: Range) -> AdminDashboard:
     lines = priced(
         rows, window.start, window.end, by=by, book=PriceBook.load(), months=monthly(window)
     )
+    for line in lines:
+        # Covered by the reservation, as on the invoice (billing.reservations).
+        if is_reserved_flavor(str(line.key["flavor"] or ""), str(line.key["tenant_slug"] or "")):
+            line.amount = ZERO
+    reserved = reserved_idle(window)
     buckets, costs = with_reserved_idle(
         series(rows if window.bucket == "hour" else fleet_days(window), window, now.total),
         tenant_costs(lines),
-        reserved_idle(window),
+        reserved,
     )
     return AdminDashboard(
         window=window,
@@ -638,7 +665,10 @@ def admin_dashboard(window: Range) -> AdminDashboard:
         quotas=quotas(latest),
         top=top_workloads(lines),
         warnings=warnings(window, buckets, costs),
-        flavors=sorted({str(line.key.get("flavor") or "") for line in lines}),
+        flavors=sorted(
+            {str(line.key.get("flavor") or "") for line in lines}
+            | {flavor for _, flavor in reserved.cost}
+        ),
     )
 
 

@@ -208,6 +208,14 @@ def test_idle_reserved_hours_are_the_tenants_waste_not_the_platforms(
     # Held and not used (0.75) plus the reserved GPU-hours no work held (16 - 1).
     assert costs["bravo"].idle_gpu_hours == Decimal("15.75")
     assert costs["alpha"].idle_gpu_hours == 0
+    # Cost as the invoice has it: the reservation at 2.00, the usage on it covered.
+    assert (costs["bravo"].total.amount, costs["bravo"].by_flavor) == (
+        Decimal(32),
+        {"h200.bravo": Decimal(32)},
+    )
+    assert costs["alpha"].total.amount == Decimal(3)
+    assert [c.tenant for c in board.costs] == ["bravo", "alpha"]
+    assert "h200.bravo" in board.flavors
     # On the platform's series the reserved hours count as allocated, not as idle capacity.
     assert [(b.gpu_hours, b.reserved_idle_gpu_hours) for b in board.series] == [
         (Decimal(2) + 7, Decimal(7)),
