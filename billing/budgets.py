@@ -10,6 +10,7 @@ and to finance.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
@@ -21,10 +22,11 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.costing import money, priced, totals
+from billing.costing import money, priced
 from billing.invoicing import month_bounds, opencost_by_tenant, today_utc
 from billing.models import Budget, BudgetAlert, UsageHour
 from billing.opencost import OpenCostError
+from billing.reservations import is_reserved_flavor, overlapping, spans
 from catalog.services import notify
 from portal.audit import record_audit
 from tenants import access
@@ -132,7 +134,14 @@ def month_to_date(
     end = min(end, now or timezone.now())
     slugs = [t.slug for t in tenants]
     rows = UsageHour.objects.filter(tenant_slug__in=slugs)
-    gpu = totals(priced(rows, start, end, by=("tenant_slug",)), "tenant_slug")
+    gpu: dict[str, Decimal] = defaultdict(Decimal)
+    for line in priced(rows, start, end, by=("tenant_slug", "flavor")):
+        slug = str(line.key["tenant_slug"])
+        # Usage on the tenant's reserved nodes is covered by the reservation (billing.reservations).
+        if not is_reserved_flavor(str(line.key["flavor"]), slug):
+            gpu[slug] += line.amount
+    for span in spans(overlapping(start, end, slugs), start, end, end):
+        gpu[span.reservation.tenant_slug] += span.amount
     other: dict[str, Decimal] = {}
     error = ""
     if settings.BILLING_OPENCOST_URL and tenants and start < end:
@@ -145,7 +154,7 @@ def month_to_date(
         Spend(
             tenant=t,
             budget=budgets.get(t.pk),
-            gpu=money(gpu[t.slug].amount) if t.slug in gpu else Decimal(0),
+            gpu=money(gpu.get(t.slug, Decimal(0))),
             other=money(other.get(t.slug, Decimal(0))),
             opencost_error=error,
         )

@@ -16,15 +16,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Subquery, Sum
+from django.utils import timezone
 
 from billing.costing import HOUR, PriceBook, Priced, Total, priced, totals
 from billing.models import FleetDay, IngestRun, UsageDay, UsageHour, UsageMonth
+from billing.reservations import (
+    is_reserved_flavor,
+    overlapping,
+    reserved_flavor,
+    reserved_window,
+    spans,
+)
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.services import share_gpu_equivalents
 from catalog.specs import SpecError, from_json
@@ -176,6 +184,8 @@ class Bucket:
     capacity_gpu_hours: Decimal = ZERO
     gap_rows: int = 0  # ledger rows with less than the hour observed
     gap_hours: int = 0  # hours with such rows
+    # Of ``gpu_hours``: reserved nodes' GPU-hours no work held, their tenants' (``reserved_idle``).
+    reserved_idle_gpu_hours: Decimal = ZERO
 
     @property
     def allocation(self) -> Decimal:
@@ -204,10 +214,13 @@ class TenantCost:
     tenant: str
     total: Total
     by_flavor: dict[str, Decimal] = field(default_factory=dict)
+    # Its reserved nodes' GPU-hours that none of its work held (``reserved_idle``).
+    reserved_idle_gpu_hours: Decimal = ZERO
 
     @property
     def idle_gpu_hours(self) -> Decimal:
-        return self.total.gpu_hours - self.total.used_gpu_hours
+        """Held and not used, reserved nodes standing idle included: the tenant's waste."""
+        return self.total.gpu_hours - self.total.used_gpu_hours + self.reserved_idle_gpu_hours
 
 
 @dataclass(frozen=True)
@@ -479,6 +492,95 @@ def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> 
     ]
 
 
+# --- reserved nodes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReservedIdle:
+    """Reserved nodes' GPU-hours that no work of their tenant held in a range."""
+
+    by_tenant: dict[str, Decimal]
+    by_bucket: dict[datetime, Decimal]
+    # What the reservations cost in the range, by tenant and its own flavor (not rounded).
+    cost: dict[tuple[str, str], Decimal] = field(default_factory=dict)
+
+    @property
+    def total(self) -> Decimal:
+        return sum(self.by_tenant.values(), ZERO)
+
+
+def reserved_idle(
+    window: Range, tenant: str | None = None, now: datetime | None = None
+) -> ReservedIdle:
+    """A reserved node's GPUs are its tenant's from acceptance to release, used or not (issue
+    29): the hours no work of the tenant held them (reserved GPU-hours minus the GPU-hours its
+    ledger holds on its own flavors ``<pool>.<slug>``, per bucket) are the tenant's waste, and
+    not the platform's idle capacity. One query for the reservations and, when there are any,
+    one for the ledger's rows on reserved flavors and one for the reservation prices."""
+    now = now or timezone.now()
+    found = list(overlapping(window.start, window.end, None if tenant is None else [tenant]))
+    if not found:
+        return ReservedIdle({}, {})
+    reserved: dict[tuple[str, datetime], Decimal] = defaultdict(Decimal)
+    for start, hours in bucket_starts(window):
+        end = min(start + timedelta(hours=hours), window.end)
+        for row in found:
+            span = reserved_window(row, max(start, window.start), end, now)
+            if span is not None:
+                held_for = Decimal((span[1] - span[0]).total_seconds()) / HOUR
+                reserved[(row.tenant_slug, start)] += held_for * row.gpus
+    rows = ledger(window, tenant).filter(flavor__contains=".")
+    when = time_field(rows)
+    held: dict[tuple[str, datetime], Decimal] = defaultdict(Decimal)
+    sums = rows.values(when, "tenant_slug", "flavor").annotate(a=Sum("allocated_gpu_seconds"))
+    for item in sums.order_by():
+        if is_reserved_flavor(item["flavor"], item["tenant_slug"]):
+            bucket = _truncate(_moment(item[when]), window.bucket)
+            held[(item["tenant_slug"], bucket)] += _hours(item["a"])
+    by_tenant: dict[str, Decimal] = defaultdict(Decimal)
+    by_bucket: dict[datetime, Decimal] = defaultdict(Decimal)
+    for (slug, start), gpu_hours in reserved.items():
+        idle = max(gpu_hours - held.get((slug, start), ZERO), ZERO)
+        by_tenant[slug] += idle
+        by_bucket[start] += idle
+    cost: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for priced_span in spans(found, window.start, window.end, now):
+        row = priced_span.reservation
+        cost[(row.tenant_slug, reserved_flavor(row.flavor, row.tenant_slug))] += priced_span.amount
+    return ReservedIdle(dict(by_tenant), dict(by_bucket), dict(cost))
+
+
+def with_reserved_idle(
+    buckets: Sequence[Bucket], costs: Sequence[TenantCost], idle: ReservedIdle
+) -> tuple[list[Bucket], list[TenantCost]]:
+    """The platform's series and tenant rows with reserved nodes' idle hours counted as held
+    by their tenants, and their cost under the tenant's own flavor (a tenant with nothing but
+    a reservation gets a row)."""
+    series = [
+        replace(
+            b,
+            gpu_hours=b.gpu_hours + idle.by_bucket.get(b.start, ZERO),
+            reserved_idle_gpu_hours=idle.by_bucket.get(b.start, ZERO),
+        )
+        for b in buckets
+    ]
+    rows = list(costs)
+    listed = {row.tenant for row in rows}
+    rows += [TenantCost(slug, Total()) for slug in sorted(idle.by_tenant) if slug not in listed]
+    rows += [
+        TenantCost(slug, Total())
+        for slug in sorted({slug for slug, _ in idle.cost} - listed - set(idle.by_tenant))
+    ]
+    for row in rows:
+        row.reserved_idle_gpu_hours = idle.by_tenant.get(row.tenant, ZERO)
+    for (slug, flavor), amount in idle.cost.items():
+        row = next(r for r in rows if r.tenant == slug)
+        row.total.amount += amount
+        row.by_flavor[flavor] = row.by_flavor.get(flavor, ZERO) + amount
+    rows.sort(key=lambda row: (-row.total.amount, -row.total.gpu_hours, row.tenant))
+    return series, rows
+
+
 # --- warnings -------------------------------------------------------------------------------------
 
 
@@ -545,8 +647,16 @@ def admin_dashboard(window: Range) -> AdminDashboard:
     lines = priced(
         rows, window.start, window.end, by=by, book=PriceBook.load(), months=monthly(window)
     )
-    costs = tenant_costs(lines)
-    buckets = series(rows if window.bucket == "hour" else fleet_days(window), window, now.total)
+    for line in lines:
+        # Covered by the reservation, as on the invoice (billing.reservations).
+        if is_reserved_flavor(str(line.key["flavor"] or ""), str(line.key["tenant_slug"] or "")):
+            line.amount = ZERO
+    reserved = reserved_idle(window)
+    buckets, costs = with_reserved_idle(
+        series(rows if window.bucket == "hour" else fleet_days(window), window, now.total),
+        tenant_costs(lines),
+        reserved,
+    )
     return AdminDashboard(
         window=window,
         tiles=now,
@@ -555,7 +665,10 @@ def admin_dashboard(window: Range) -> AdminDashboard:
         quotas=quotas(latest),
         top=top_workloads(lines),
         warnings=warnings(window, buckets, costs),
-        flavors=sorted({str(line.key.get("flavor") or "") for line in lines}),
+        flavors=sorted(
+            {str(line.key.get("flavor") or "") for line in lines}
+            | {flavor for _, flavor in reserved.cost}
+        ),
     )
 
 
@@ -654,6 +767,8 @@ class TenantDashboard:
     quotas: list[FlavorQuota]
     endpoints: list[EndpointUse]
     top: list[WorkloadUse]
+    # Its reserved nodes' GPU-hours none of its work held: paid for, and its waste.
+    reserved_idle_gpu_hours: Decimal = ZERO
 
 
 def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
@@ -687,4 +802,5 @@ def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
         quotas=quotas(latest_hour_by(("tenant_slug", "flavor"), tenant), tenant),
         endpoints=endpoint_usage(uses, names),
         top=uses[:TOP_WORKLOADS],
+        reserved_idle_gpu_hours=reserved_idle(window, tenant).total,
     )

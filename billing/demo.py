@@ -40,7 +40,15 @@ from billing.costing import priced, totals
 from billing.dashboards import endpoint_of
 from billing.fractions import MIG_PROFILE, MIG_SLICES_PER_GPU, FractionError, gpu_equivalents
 from billing.ingest import workload_name
-from billing.models import Budget, GpuPrice, IdlePolicy, IngestCursor, Source, UsageHour
+from billing.models import (
+    Budget,
+    GpuPrice,
+    IdlePolicy,
+    IngestCursor,
+    ReservationPrice,
+    Source,
+    UsageHour,
+)
 from billing.services import HOUR, last_complete_hour, rollup_days
 from fleet.models import Node, Workload
 from fleet.services import platform_namespaces, tenant_of
@@ -58,6 +66,9 @@ PRICE_NOTE = "Demo price (seed_demo)"
 # The older price makes the price history, and an invoice line per price period, visible.
 WHOLE_PRICES = ((120, Decimal("3.4000")), (12, Decimal("2.9500")))
 MIG_PRICE_PER_SLICE = Decimal("0.4500")  # a 1g instance; a 3g pays three slices
+# Per GPU-hour of a reserved node, paid whether used or not: below the usage price, as a
+# commitment is.
+RESERVATION_PRICE = Decimal("2.6000")
 # An H200 draws about 100 W idle and up to its 700 W board power (NVIDIA H200 datasheet).
 IDLE_WATTS = 100
 BUSY_WATTS = 600
@@ -322,6 +333,26 @@ def seed_prices(found: list[Placement], today: date) -> int:
     return created
 
 
+def seed_reservation_prices(today: date) -> int:
+    """A price per reserved GPU-hour for each GPU model of the fleet's flavors that has none
+    (the demo reserves two H200 nodes for bank-risk; an operator's own prices are left
+    alone)."""
+    from gitops.fleet import base_fleet
+
+    created = 0
+    for model in sorted({flavor.product for flavor in base_fleet().flavors if flavor.product}):
+        if ReservationPrice.objects.filter(gpu_model=model).exists():
+            continue
+        ReservationPrice.objects.create(
+            gpu_model=model,
+            amount=RESERVATION_PRICE,
+            effective_from=today - timedelta(days=WHOLE_PRICES[0][0]),
+            note=PRICE_NOTE,
+        )
+        created += 1
+    return created
+
+
 def seed_budget(start: datetime, end: datetime) -> str:
     """A monthly budget for one tenant, a little above its last 30 days' GPU cost, so the
     first thresholds are crossed. Left alone once set."""
@@ -347,7 +378,8 @@ def seed_history(now: datetime | None = None, *, planned: Iterable[PlannedWorklo
     end = last_complete_hour(now) + HOUR
     start = end - timedelta(days=DAYS)
     found = placements(planned)
-    prices = seed_prices(found, (now or timezone.now()).date())
+    today = (now or timezone.now()).date()
+    prices = seed_prices(found, today) + seed_reservation_prices(today)
     UsageHour.objects.filter(source=Source.DEMO).delete()
     metered = set(
         UsageHour.objects.filter(hour__gte=start, hour__lt=end).values_list("hour", flat=True)

@@ -57,6 +57,55 @@ class PriceForm(forms.Form):
         return day
 
 
+def inventory_models() -> list[str]:
+    """The GPU models of the nodes the portal knows (GPU feature discovery's product label)."""
+    from fleet.models import Node
+
+    return sorted(
+        set(
+            Node.objects.filter(gpu_count__gt=0)
+            .exclude(product="")
+            .values_list("product", flat=True)
+        )
+    )
+
+
+class ReservationPriceForm(forms.Form):
+    """A price per GPU-hour of a reserved node, for a GPU model of the inventory."""
+
+    prefix = "reservation"
+    gpu_model = forms.ChoiceField(choices=(), help_text="A GPU model of the fleet's nodes")
+    amount = forms.CharField(
+        max_length=20, help_text="Per GPU-hour of a reserved node, at most four decimals"
+    )
+    effective_from = forms.DateField(
+        help_text="A future date (UTC): the price applies from its midnight on",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+    note = forms.CharField(max_length=200, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["gpu_model"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = [(m, m) for m in inventory_models()]
+
+    def clean_amount(self) -> Decimal:
+        try:
+            return invoicing.check_amount(self.cleaned_data["amount"])
+        except ValidationError as exc:
+            raise ValidationError(exc.message_dict["amount"]) from None
+
+    def clean_effective_from(self) -> date:
+        day: date = self.cleaned_data["effective_from"]
+        if day <= invoicing.today_utc():
+            raise ValidationError(
+                f"A price starts after today ({invoicing.today_utc():%Y-%m-%d} UTC): prices "
+                "never reach back to hours already billed."
+            )
+        return day
+
+
 class BudgetForm(forms.Form):
     monthly_amount = forms.CharField(max_length=20, help_text="Per calendar month (UTC)")
     thresholds = forms.CharField(

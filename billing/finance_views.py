@@ -23,13 +23,29 @@ from django.db.models import Count, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from billing import budgets, exports, invoicing
 from billing.costing import money, priced, totals
 from billing.finance_charts import budget_figure, cost_trend_figure
-from billing.finance_forms import BudgetForm, CorrectionForm, MonthForm, PriceForm, RangeForm
-from billing.models import Budget, BudgetAlert, GpuPrice, Invoice, UsageHour
+from billing.finance_forms import (
+    BudgetForm,
+    CorrectionForm,
+    MonthForm,
+    PriceForm,
+    RangeForm,
+    ReservationPriceForm,
+)
+from billing.models import (
+    Budget,
+    BudgetAlert,
+    GpuPrice,
+    Invoice,
+    InvoiceLine,
+    ReservationPrice,
+    UsageHour,
+)
 from fleet.charts import figure_html
 from portal.views import plotly_js_url
 from tenants import access
@@ -148,10 +164,45 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
 # --- prices ---------------------------------------------------------------------------------
 
 
+def _split(prices: list[Any], key: Callable[[Any], object], today: date) -> dict[str, list[Any]]:
+    """Prices ordered by key and date as current (the last in effect of each key), coming and
+    past."""
+    in_effect = {key(p): p.pk for p in prices if p.effective_from <= today}
+    current = set(in_effect.values())
+    return {
+        "future": [p for p in prices if p.effective_from > today],
+        "current": [p for p in prices if p.pk in current],
+        "past": [p for p in prices if p.effective_from <= today and p.pk not in current],
+    }
+
+
+def _add_reservation_price(request: HttpRequest, form: ReservationPriceForm) -> bool:
+    if not form.is_valid():
+        return False
+    data = form.cleaned_data
+    try:
+        invoicing.do_add_reservation_price(
+            data["gpu_model"],
+            data["amount"],
+            data["effective_from"],
+            data["note"],
+            acting_user=request.user,
+        )
+    except ValidationError as exc:
+        _form_errors(form, exc)
+        return False
+    messages.success(request, "Reservation price added.")
+    return True
+
+
 @finance_page
 def prices(request: HttpRequest) -> HttpResponse:
-    form = PriceForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    reserving = request.method == "POST" and "reservation-gpu_model" in request.POST
+    reservation_form = ReservationPriceForm(request.POST if reserving else None)
+    if reserving and _add_reservation_price(request, reservation_form):
+        return redirect("billing:prices")
+    form = PriceForm(request.POST if request.method == "POST" and not reserving else None)
+    if request.method == "POST" and not reserving and form.is_valid():
         data = form.cleaned_data
         try:
             invoicing.do_add_price(
@@ -168,21 +219,35 @@ def prices(request: HttpRequest) -> HttpResponse:
             messages.success(request, "Price added.")
             return redirect("billing:prices")
     today = invoicing.today_utc()
-    all_prices = list(GpuPrice.objects.select_related("created_by"))
     # Ordered by model, profile and date: the last one in effect of each pair is current.
-    in_effect = {
-        (p.gpu_model, p.mig_profile): p.pk for p in all_prices if p.effective_from <= today
-    }
-    current_ids = set(in_effect.values())
+    gpu_prices = list(GpuPrice.objects.select_related("created_by"))
     context = {
         "form": form,
-        "future": [p for p in all_prices if p.effective_from > today],
-        "current": [p for p in all_prices if p.pk in current_ids],
-        "past": [p for p in all_prices if p.effective_from <= today and p.pk not in current_ids],
+        **_split(gpu_prices, lambda p: (p.gpu_model, p.mig_profile), today),
         "may_manage": access.may(request.user, Action.MANAGE_PRICES),
         "currency": settings.BILLING_CURRENCY,
+        "reservation_form": reservation_form,
+        "reserved": _split(
+            list(ReservationPrice.objects.select_related("created_by")),
+            lambda p: p.gpu_model,
+            today,
+        ),
     }
-    return render(request, "billing/prices.html", context, status=400 if form.errors else 200)
+    failed = form.errors or reservation_form.errors
+    return render(request, "billing/prices.html", context, status=400 if failed else 200)
+
+
+@finance_page
+@require_POST
+def reservation_price_withdraw(request: HttpRequest, price_id: int) -> HttpResponse:
+    price = get_object_or_404(ReservationPrice, pk=price_id)
+    try:
+        invoicing.do_withdraw_reservation_price(price, acting_user=request.user)
+    except ValidationError as exc:
+        messages.error(request, exc.messages[0])
+    else:
+        messages.success(request, f"Withdrawn: {price}.")
+    return redirect("billing:prices")
 
 
 @finance_page
@@ -233,6 +298,9 @@ def invoice(request: HttpRequest, invoice_id: int) -> HttpResponse:
     context = {
         "invoice": shown,
         "lines": shown.lines.all(),
+        "reserved_total": shown.lines.filter(kind=InvoiceLine.Kind.RESERVED).aggregate(
+            total=Sum("amount")
+        )["total"],
         "form": form,
         "may_manage": may_manage,
         "superseded_by": Invoice.objects.filter(supersedes=shown).first(),
@@ -283,10 +351,15 @@ def tenant_invoices(request: HttpRequest, tenant: str) -> HttpResponse:
     invoices = Invoice.objects.filter(tenant=tenant_access.tenant)
     if not tenant_access.may(Action.VIEW_BILLING):
         invoices = invoices.filter(status=Invoice.Status.ISSUED)
+    start = invoicing.month_bounds(invoicing.today_utc())[0]
+    reserved = invoicing.reservation_lines(tenant_access.tenant, start, timezone.now())
     context = {
         "tenant": tenant_access.tenant,
         "access": tenant_access,
         "invoices": invoices,
+        "reserved": reserved.lines,
+        "reserved_total": sum((line.amount for line in reserved.lines), Decimal(0)),
+        "currency": settings.BILLING_CURRENCY,
         "tab": "invoices",
     }
     return render(request, "billing/tenant_invoices.html", context)
@@ -349,6 +422,11 @@ urlpatterns = [
     path("billing/finance/usage.csv", usage_csv, name="usage_csv"),
     path("billing/prices/", prices, name="prices"),
     path("billing/prices/<int:price_id>/withdraw/", price_withdraw, name="price_withdraw"),
+    path(
+        "billing/prices/reserved/<int:price_id>/withdraw/",
+        reservation_price_withdraw,
+        name="reservation_price_withdraw",
+    ),
     path("billing/invoices/<int:invoice_id>/", invoice, name="invoice"),
     path("billing/invoices/<int:invoice_id>/issue/", invoice_issue, name="invoice_issue"),
     path("billing/invoices/<int:invoice_id>/redraft/", invoice_redraft, name="invoice_redraft"),

@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from billing.costing import HOUR, PriceBook, money, priced, totals
 from billing.fractions import FractionError, mig_fraction
-from billing.models import Budget, GpuPrice, Invoice, InvoiceLine, UsageHour
+from billing.models import Budget, GpuPrice, Invoice, InvoiceLine, ReservationPrice, UsageHour
 from billing.opencost import CostTotals, OpenCostError, configured_client, costs_by_owner
+from billing.reservations import RESERVED_GPU_HOUR, is_reserved_flavor, overlapping, spans
 from fleet.services import platform_namespaces
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -37,6 +38,7 @@ from tenants.models import Tenant
 PRICE_PLACES = Decimal("0.0001")
 QUANTITY_PLACES = Decimal("0.001")
 Progress = Callable[[int, str], None]
+COVERED = "covered by the node reservation"
 
 
 # --- months ---------------------------------------------------------------------------------
@@ -164,6 +166,75 @@ def do_withdraw_price(price: GpuPrice, *, acting_user: Any) -> None:
         price.delete()
 
 
+def check_reservation_price(gpu_model: str, amount: Any, effective_from: date) -> Decimal:
+    """What ``do_add_reservation_price`` refuses, field by field."""
+    errors: dict[str, str] = {}
+    if not gpu_model.strip():
+        errors["gpu_model"] = "name the GPU model as GPU feature discovery does (NVIDIA-H200)"
+    if effective_from <= today_utc():
+        errors["effective_from"] = (
+            f"a price starts after today ({today_utc():%Y-%m-%d} UTC): prices never reach back "
+            "to hours already billed"
+        )
+    try:
+        checked = check_amount(amount)
+    except ValidationError as exc:
+        errors.update({k: v[0] for k, v in exc.message_dict.items()})
+        checked = Decimal(0)
+    if (
+        not errors
+        and ReservationPrice.objects.filter(
+            gpu_model=gpu_model.strip(), effective_from=effective_from
+        ).exists()
+    ):
+        errors["effective_from"] = "this model already has a reservation price from that date"
+    if errors:
+        raise ValidationError(errors)
+    return checked
+
+
+def do_add_reservation_price(
+    gpu_model: str, amount: Any, effective_from: date, note: str = "", *, acting_user: Any
+) -> ReservationPrice:
+    """A new price per GPU-hour of a reserved node of ``gpu_model``, from ``effective_from``
+    (a future date) on."""
+    access.require(acting_user, Action.MANAGE_PRICES)
+    checked = check_reservation_price(gpu_model, amount, effective_from)
+    with transaction.atomic():
+        price = ReservationPrice.objects.create(
+            gpu_model=gpu_model.strip(),
+            amount=checked,
+            effective_from=effective_from,
+            note=note.strip()[:200],
+            created_by=acting_user if getattr(acting_user, "pk", None) else None,
+        )
+        record_audit(
+            actor=acting_user,
+            action="billing.reservation_price_add",
+            target=price,
+            diff={"amount": [None, str(checked)], "effective_from": [None, str(effective_from)]},
+        )
+    return price
+
+
+def do_withdraw_reservation_price(price: ReservationPrice, *, acting_user: Any) -> None:
+    """Withdraw a reservation price that is not in effect yet."""
+    access.require(acting_user, Action.MANAGE_PRICES)
+    if price.effective_from <= today_utc():
+        raise ValidationError(
+            f"{price} is in effect since {price.effective_from}: a price already applied is "
+            "never withdrawn; add a new one from a future date instead"
+        )
+    with transaction.atomic():
+        record_audit(
+            actor=acting_user,
+            action="billing.reservation_price_withdraw",
+            target=price,
+            diff={"amount": [str(price.amount), None]},
+        )
+        price.delete()
+
+
 # --- invoice lines --------------------------------------------------------------------------
 
 
@@ -188,10 +259,15 @@ def gpu_lines(tenant: Tenant, start: datetime, end: datetime) -> Draft:
     lines = []
     for group in groups:
         flavor = str(group.key["flavor"])
+        description = _gpu_description(flavor, group.gpu_model, group.mig_profile)
+        if is_reserved_flavor(flavor, tenant.slug):
+            # The tenant's work on its own nodes: the reservation line pays for those GPUs.
+            group.unit_price, group.amount = Decimal(0), Decimal(0)
+            description = f"{description} ({COVERED})"
         lines.append(
             InvoiceLine(
                 kind=InvoiceLine.Kind.GPU,
-                description=_gpu_description(flavor, group.gpu_model, group.mig_profile),
+                description=description,
                 flavor=flavor,
                 gpu_model=group.gpu_model,
                 mig_profile=group.mig_profile,
@@ -221,6 +297,53 @@ def gpu_lines(tenant: Tenant, start: datetime, end: datetime) -> Draft:
             "whole hour observed): time without samples is not billed."
         )
     return Draft(lines, warnings, sum((g.gpu_hours for g in groups), Decimal(0)))
+
+
+def reservation_lines(
+    tenant: Tenant, start: datetime, end: datetime, now: datetime | None = None
+) -> Draft:
+    """One line per reserved node, GPU model and price period: the node's GPUs for the hours
+    of ``[start, end)`` (up to ``now``) it was the tenant's, whatever ran on it."""
+    now = now or timezone.now()
+    found = spans(overlapping(start, end, [tenant.slug]), start, end, now)
+    lines, unpriced = [], set()
+    for span in found:
+        node = span.reservation
+        if span.unit_price is None:
+            unpriced.add(node.gpu_product or "(unknown model)")
+        lines.append(
+            InvoiceLine(
+                kind=InvoiceLine.Kind.RESERVED,
+                description=(
+                    f"Reserved node {node.node_name}: {node.gpus} "
+                    f"{node.gpu_product or 'unknown model'} GPUs, "
+                    f"{span.node_hours.quantize(Decimal('0.01'))} node-hours"
+                ),
+                flavor=node.flavor,
+                gpu_model=node.gpu_product,
+                period_start=span.period_start,
+                period_end=span.period_end,
+                quantity=span.gpu_hours.quantize(QUANTITY_PLACES),
+                unit=RESERVED_GPU_HOUR,
+                unit_price=span.unit_price.quantize(PRICE_PLACES)
+                if span.unit_price is not None
+                else None,
+                amount=money(span.amount),
+            )
+        )
+    warnings = []
+    if unpriced:
+        warnings.append(
+            f"No reservation price for {', '.join(sorted(unpriced))}: its reserved nodes are "
+            "listed at zero."
+        )
+    if found:
+        warnings.append(
+            "Reserved nodes are billed per GPU-hour from acceptance to release, whatever they "
+            f"run; GPU usage on them is {COVERED} and listed at zero."
+        )
+    gpu_hours = sum((s.gpu_hours for s in found), Decimal(0))
+    return Draft(lines, warnings, gpu_hours)
 
 
 # OpenCost's categories as invoice lines. Its GPU cost is left out: it counts a MIG slice or a
@@ -299,6 +422,9 @@ def _fill(invoice: Invoice) -> None:
     """Replace the draft's lines and totals with what the ledger and OpenCost say now."""
     start, end = month_bounds(invoice.month)
     gpu = gpu_lines(invoice.tenant, start, end)
+    reserved = reservation_lines(invoice.tenant, start, end)
+    gpu.lines = reserved.lines + gpu.lines
+    gpu.warnings = reserved.warnings + gpu.warnings
     other = opencost_lines(invoice.tenant, start, end)
     invoice.lines.all().delete()
     for position, line in enumerate(gpu.lines + other.lines, start=1):
@@ -429,12 +555,15 @@ def is_superseded(invoice: Invoice) -> bool:
 
 
 def tenants_to_invoice(month: date) -> list[Tenant]:
-    """Tenants with usage in ``month`` or a budget."""
+    """Tenants with usage or a reserved node in ``month``, or a budget."""
     start, end = month_bounds(month)
     used = UsageHour.objects.filter(hour__gte=start, hour__lt=end).values("tenant_slug")
+    reserved = overlapping(start, end).values("tenant_slug")
     budgeted = Budget.objects.values("tenant_id")
     return list(
-        Tenant.objects.filter(Q(slug__in=used) | Q(pk__in=budgeted)).order_by("slug").distinct()
+        Tenant.objects.filter(Q(slug__in=used) | Q(slug__in=reserved) | Q(pk__in=budgeted))
+        .order_by("slug")
+        .distinct()
     )
 
 

@@ -287,6 +287,42 @@ class GpuPrice(models.Model):
         return f"{what} from {self.effective_from}: {self.amount}/h"
 
 
+class ReservationPrice(models.Model):
+    """What an hour of one GPU of a reserved node of a GPU model costs from ``effective_from``
+    on (UTC midnight): a dedicated tenant pays it for every GPU of its reserved nodes, from the
+    reservation's acceptance to its release, whatever runs there (issue 29).
+
+    Per GPU-hour rather than per node-hour: one unit with ``GpuPrice``, so the two read side by
+    side, and a node of eight GPUs pays twice one of four without a price per node size. A
+    model of its own rather than a kind of ``GpuPrice``: it has no MIG profile, and the usage
+    price book stays as it is. Never edited, as ``GpuPrice``: a new price takes over from its
+    date, and only one not yet in effect may be withdrawn.
+    """
+
+    gpu_model = models.CharField(max_length=120)
+    amount = models.DecimalField(max_digits=12, decimal_places=4)  # per GPU-hour
+    effective_from = models.DateField()
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["gpu_model", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_model", "effective_from"], name="reservation_price_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(amount__gte=0), name="reservation_price_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reserved {self.gpu_model} from {self.effective_from}: {self.amount}/GPU-h"
+
+
 class Invoice(models.Model):
     """One tenant's bill for one calendar month (UTC).
 
@@ -362,7 +398,8 @@ class Invoice(models.Model):
 
 
 class InvoiceLine(models.Model):
-    """One line of an invoice: a flavor's GPU time at one price, or an OpenCost category.
+    """One line of an invoice: a flavor's GPU time at one price, a reserved node's GPUs at one
+    price, or an OpenCost category.
 
     A month with a price change has one line per price period of the flavor, each with its
     own ``period_start``/``period_end``, so the bill shows which price applied when.
@@ -377,6 +414,8 @@ class InvoiceLine(models.Model):
         STORAGE = "storage", "Storage"
         NETWORK = "network", "Network"
         OTHER = "other", "Other"
+        # A reserved node's GPUs from acceptance to release (``ReservationPrice``).
+        RESERVED = "reserved", "Reserved node"
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     position = models.PositiveIntegerField()

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
-from billing import costing, ingest
+from billing import costing, ingest, reservations
 from billing.models import (
     ExporterSample,
     FleetDay,
@@ -82,12 +82,26 @@ def _check_range(start: datetime, end: datetime) -> None:
 # --- the inputs of a rollup ------------------------------------------------------------------
 
 
-def node_infos() -> dict[str, ingest.NodeInfo]:
-    """Each node by name and by hostname (the exporter labels the host)."""
+def node_infos(
+    start: datetime | None = None, end: datetime | None = None
+) -> dict[str, ingest.NodeInfo]:
+    """Each node by name and by hostname (the exporter labels the host). A node reserved for a
+    tenant during ``[start, end)`` files its usage under the tenant's own flavor
+    ``<pool>.<slug>`` (Kueue's name for it), which its reservation line pays for
+    (``billing.reservations``)."""
+    reserved: dict[str, str] = {}
+    if start is not None and end is not None:
+        longest = UsageHour._meta.get_field("flavor").max_length or 0
+        for row in reservations.overlapping(start, end):
+            name = reservations.reserved_flavor(row.flavor, row.tenant_slug)
+            # A pool and slug too long for the ledger's column (pool names are short; slugs
+            # at most 40) stay under the pool: billed as usage, beside the reservation.
+            if len(name) <= longest:
+                reserved[row.node_name] = name
     infos: dict[str, ingest.NodeInfo] = {}
     for node in Node.objects.filter(gpu_count__gt=0):
         info = ingest.NodeInfo(
-            flavor=node.flavor or node.pool,
+            flavor=reserved.get(node.name) or node.flavor or node.pool,
             mode=node.sharing or "whole",
             gpu_memory_mib=node.gpu_memory_mib,
             gpus=node.gpu_count,
@@ -167,7 +181,12 @@ def window_rollup(source: str, start: int, end: int, step: int) -> ingest.Rollup
     else:
         points = exporter_points(start, end, step)
     result = ingest.rollup(
-        points, start=start, end=end, step=step, nodes=node_infos(), holders=holders()
+        points,
+        start=start,
+        end=end,
+        step=step,
+        nodes=node_infos(datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)),
+        holders=holders(),
     )
     # The platform's own namespaces are no tenant's and not billed: among them is the
     # exporter's, which the plain labels name on idle GPUs when Prometheus renamed the

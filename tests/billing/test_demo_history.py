@@ -15,7 +15,7 @@ import pytest
 
 from billing import demo, services
 from billing.costing import PriceBook, priced, totals
-from billing.models import Budget, GpuPrice, Source, UsageHour
+from billing.models import Budget, GpuPrice, ReservationPrice, Source, UsageHour
 from fleet import services as fleet_services
 from portal.management.commands.seed_demo import planned_workloads
 from simulator import Simulator
@@ -123,6 +123,7 @@ def test_it_is_deterministic_and_idempotent(fleet: Simulator) -> None:
     assert again.rows == first.rows == len(rows) == UsageHour.objects.count()
     assert again.prices == 0
     assert list(GpuPrice.objects.values_list("gpu_model", "mig_profile", "amount")) == prices
+    assert ReservationPrice.objects.count() == 1
     assert list(Budget.objects.values_list("tenant__slug", "monthly_amount")) == budget
 
 
@@ -157,7 +158,11 @@ def test_it_prices_the_fleets_models_with_a_history_and_sets_a_budget(fleet: Sim
     assert whole == [amount for _, amount in demo.WHOLE_PRICES]  # older first
     profiles = set(GpuPrice.objects.exclude(mig_profile="").values_list("mig_profile", flat=True))
     assert profiles == {"1g.18gb", "2g.35gb", "3g.71gb"}
-    assert seeded.prices == 5
+    # Five usage prices and H200's price per reserved GPU-hour (bank-risk's nodes).
+    assert seeded.prices == 6
+    assert list(ReservationPrice.objects.values_list("gpu_model", "amount")) == [
+        ("NVIDIA-H200", demo.RESERVATION_PRICE)
+    ]
     # The price change falls inside the month: two price periods to bill.
     end = services.last_complete_hour() + HOUR
     start = end - timedelta(days=demo.DAYS)

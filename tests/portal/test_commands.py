@@ -105,6 +105,26 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
     held = {node: owner for node, (owner, _) in reservations_on_main().items()}
     assert held == {"h200-05": "bank-risk", "h200-06": "bank-risk"}
     assert NodeReservation.objects.filter(tenant_slug="bank-risk").count() == 2
+    # Accepted at the merge (the demo's first fleet sync follows main), then billed at the
+    # demo's reservation price: the lines bank-risk's invoices page shows for the month so
+    # far (an hour on, so that they are not empty).
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing import invoicing
+    from billing.demo import RESERVATION_PRICE
+    from fleet import reservations
+
+    reservations.follow()
+
+    start = invoicing.month_bounds(invoicing.today_utc())[0]
+    soon = timezone.now() + timedelta(hours=1)
+    lines = invoicing.reservation_lines(Tenant.objects.get(slug="bank-risk"), start, soon, soon)
+    assert sorted((line.description.split(":")[0], line.unit_price) for line in lines.lines) == [
+        ("Reserved node h200-05", RESERVATION_PRICE),
+        ("Reserved node h200-06", RESERVATION_PRICE),
+    ]
     assert PlatformRole.objects.get(user__username="platform").role == "platform-admin"
     assert PlatformRole.objects.get(user__username="finance").role == "finance"
     assert Membership.objects.get(user__username="alice").role == "admin"
