@@ -811,6 +811,14 @@ def _validate_reservations(errors: _Errors, tenant: TenantSpec, fleet: FleetSpec
                 f"{path}.flavor",
                 f"Nodes are reserved from whole-GPU pools; {pool.name} hands out {pool.mode} GPUs.",
             )
+        elif len(own := reservations.flavor_name(pool.name, tenant.slug)) > 63:
+            # The usage ledger keys rows by flavor in 63 characters (billing.models), and a
+            # longer name would leave the node's usage billed beside its reservation.
+            errors.add(
+                f"{path}.flavor",
+                f"The tenant's own flavor {own} would be {len(own)} characters; pool name and "
+                "tenant slug together must fit 62.",
+            )
         if (
             _check_int(errors, f"{path}.gpus", reservation.gpus, 1, 64, "The node's GPU count")
             and pool is not None

@@ -169,3 +169,18 @@ def test_a_pool_may_not_select_or_taint_by_the_reservation_key() -> None:
     with pytest.raises(SpecError) as caught:
         validate_fleet(dataclasses.replace(FLEET, flavors=(by_taint,)))
     assert "taint of reserved nodes" in caught.value.errors["flavors[0].taint_key"]
+
+
+def test_a_pool_and_slug_too_long_for_the_ledger_are_refused() -> None:
+    pool = "h200-" + "x" * 25  # a DNS label, 30 characters
+    flavors = tuple(
+        dataclasses.replace(f, name=pool) if f.name == "h200" else f for f in FLEET.flavors
+    )
+    fleet = dataclasses.replace(FLEET, flavors=flavors)
+    slug = "v" * 40
+    tenant = _reserve(
+        dataclasses.replace(reserved_tenant(), slug=slug), NodeReservation("h200-01", pool, 8)
+    )
+    with pytest.raises(SpecError) as caught:
+        validate_tenant(tenant, fleet)
+    assert "would be 71 characters" in caught.value.errors["reservations[0].flavor"]
