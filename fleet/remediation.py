@@ -13,6 +13,12 @@ Each round (``step``) reads the node rows the sync or the watcher wrote and the 
 Everything the loop knows lives in those rows, so a portal that restarts mid-way goes on from
 where the database says (tests/fleet/test_remediation.py restarts it).
 
+A drain a platform admin confirms before reserving or releasing a node (``do_drain_then``) is
+an incident too, with signal ``reservation`` or ``release``, started in draining::
+
+    draining --nothing left to evict--> waiting-change (the change opened)
+    waiting-change --main holds it and the node is (un)marked, or the change closed--> returned
+
 The blast-radius guard: remediation never holds more than ``RemediationPolicy.allowed`` nodes of
 a pool cordoned at once. A fault that would go over it is not cordoned: the pool is paused
 (``RemediationPause``), the admins are alerted, and no new cordon happens there until an admin

@@ -21,9 +21,11 @@ delete.
 
 Bad input is refused with a reason and nothing is written: a tenant that is not dedicated or
 not on main yet, an unknown node, a node of a pool that is not whole-GPU (or no GPU node), a
-node already reserved (on main or by a change still open), and a node that runs another
-tenant's work. Releasing refuses while the tenant's own work runs there (drain it first
-through the node page).
+node already reserved (on main or by a change still open, or being drained to be reserved),
+and a node that runs another tenant's work. Releasing refuses while the tenant's own work runs
+there. Either is possible after a drain the admin confirms: ``fleet.remediation.do_drain_then``
+cordons and drains the node through the remediation loop, which then opens the change here
+(``drained=True``) and uncordons the node once main holds it and the node is marked.
 """
 
 from __future__ import annotations
