@@ -465,3 +465,19 @@ def test_the_form_drains_on_confirm(
     assert _cordoned(sim, "h200-01")
     listing = pam.get(reverse("fleet:remediation"))
     assert b"h200-01" in listing.content
+
+
+def test_a_drained_node_whose_change_closes_unmerged_is_uncordoned(
+    sim: Simulator, world: dict[str, Any]
+) -> None:
+    remediation.do_drain_then("bravo", ["h200-07"], release=False, acting_user=world["pam"])
+    _until(Remediation.State.WAITING_CHANGE, "h200-07")
+    change = ChangeRequest.objects.get(title="Reserve h200-07 for bravo")
+    _round()  # not merged: the node stays cordoned
+    assert _cordoned(sim, "h200-07")
+    gitops.do_close(change, acting_user=world["pam"], reason="not now")
+    incident = _until(Remediation.State.RETURNED, "h200-07")
+    assert "closed unmerged" in incident.events.last().reason
+    assert not _cordoned(sim, "h200-07")
+    assert not NodeReservation.objects.exists()
+    assert _mark(sim, "h200-07") == (None, [])
