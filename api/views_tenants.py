@@ -38,7 +38,7 @@ from api.serializers import (
 )
 from billing.dashboards import RangeError, parse_range, tenant_dashboard
 from billing.models import Invoice
-from catalog.specs import offered_flavors
+from catalog.specs import mig_opt_in, offered_flavors
 from fleet.capacity import capacity_rows
 from fleet.models import Node, Workload
 from gitops.fleet import configured_fleet
@@ -264,7 +264,8 @@ class CapacityView(ApiViewMixin, GenericAPIView):  # type: ignore[type-arg]
         description="What is free decides what to ask for. Those who operate the fleet "
         "(platform admins, as on the fleet pages) get every flavor with what is in use, free "
         "and unavailable. Anyone else who can see a tenant gets what is free of the flavors "
-        "those tenants may ask for (a dedicated tenant none that shares GPUs), and nothing "
+        "those tenants may ask for (a dedicated tenant none that shares GPUs, and no MIG pool "
+        "unless a platform admin enabled MIG for it), and nothing "
         "about what others use.",
         responses=read_responses(FleetCapacitySerializer(many=True)),
     )
@@ -279,7 +280,9 @@ class CapacityView(ApiViewMixin, GenericAPIView):  # type: ignore[type-arg]
             raise PermissionDenied("Fleet capacity is shown to members of a tenant.")
         # A flavor any of the caller's tenants may ask for; only the dedicated lose some.
         dedicated = trust == {Tenant.TrustLevel.DEDICATED}
-        offered = {f.name for f in offered_flavors(fleet, dedicated=dedicated)}
+        # MIG pools too once one of them has the platform admin's opt-in.
+        mig = not dedicated or any(mig_opt_in(tenant) for tenant in tenants)
+        offered = {f.name for f in offered_flavors(fleet, dedicated=dedicated, mig=mig)}
         free = [
             {
                 "flavor": r.flavor,

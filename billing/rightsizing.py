@@ -49,7 +49,7 @@ from billing.fractions import hami_fraction, mig_fraction
 from billing.models import UsageHour
 from catalog.models import Kind, Resource
 from catalog.services import DEDICATED_KINDS
-from catalog.specs import from_json, to_json
+from catalog.specs import from_json, mig_opt_in, to_json
 from gitops.fleet import configured_fleet
 from gitops.specs import Flavor, FleetSpec, GpuShare, SpecError
 from tenants.models import Tenant
@@ -205,9 +205,11 @@ def _round_up(value: Decimal, step: int) -> int:
 
 def allowed_kinds(tenant: Tenant) -> tuple[str, ...]:
     """The share kinds the tenant may have: the catalog's rule (a dedicated tenant never gets
-    a shared GPU, ``catalog.services.check_request``)."""
+    a shared GPU, and MIG slices only with the platform admin's opt-in,
+    ``catalog.services.check_request``). The options here are all slices (MIG, DRA's MIG
+    devices, HAMi), so a dedicated tenant without the opt-in is advised none."""
     if tenant.trust_level == Tenant.TrustLevel.DEDICATED:
-        return DEDICATED_KINDS
+        return DEDICATED_KINDS if mig_opt_in(tenant) else ("whole",)
     return (*DEDICATED_KINDS, "hami")
 
 
@@ -315,6 +317,12 @@ def recommend(
         result.reason = (
             "The ledger has no memory readings for these GPUs (DCGM_FI_DEV_FB_USED), and no "
             "slice can be sized without them."
+        )
+        return result
+    if not set(kinds) - {"whole"}:
+        result.reason = (
+            "A dedicated tenant gets whole GPUs only: MIG slices are off until a platform admin "
+            "enables them for it."
         )
         return result
     fitting = [o for o in options(usage, flavor.product, fleet, kinds=kinds) if o.fraction < 1]

@@ -11,6 +11,7 @@ there is instead of "not one of the available choices".
 from __future__ import annotations
 
 from datetime import date
+from functools import cached_property
 from typing import Any, ClassVar
 
 from django import forms
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.services import Check, check_request, shares_of
-from catalog.specs import offered_flavors
+from catalog.specs import mig_opt_in, offered_flavors
 from gitops.render.vcluster import KUBERNETES_IMAGE_TAGS
 from gitops.specs import Flavor, FleetSpec, GpuShare
 from tenants.models import Tenant
@@ -146,6 +147,11 @@ class SpecForm(forms.Form):
     def dedicated(self) -> bool:
         return self.tenant.trust_level == Tenant.TrustLevel.DEDICATED
 
+    @cached_property
+    def mig(self) -> bool:
+        """Whether MIG pools are offered (a dedicated tenant's opt-in, ``mig_opt_in``)."""
+        return mig_opt_in(self.tenant)
+
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -233,13 +239,18 @@ class GpuShareForm(SpecForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        flavors = offered_flavors(self.fleet, dedicated=self.dedicated)
+        flavors = offered_flavors(self.fleet, dedicated=self.dedicated, mig=self.mig)
         self._choices("flavor", [(f.name, flavor_label(f)) for f in flavors])
         kinds = [(k, label) for k, label in SHARE_KINDS.items() if self._offered(k, flavors)]
         self._choices("kind", kinds)
         if self.dedicated:
             kind = self.fields["kind"]
-            kind.help_text = "A dedicated tenant gets whole GPUs and MIG slices only."
+            kind.help_text = (
+                "A dedicated tenant gets whole GPUs and MIG slices only."
+                if self.mig
+                else "A dedicated tenant gets whole GPUs only (MIG is off until a platform "
+                "admin enables it for the tenant)."
+            )
         profiles = [
             (f.name, [(p, f"{p} ({n} slices in the pool)") for p, n in f.mig_profiles])
             for f in flavors
@@ -312,7 +323,7 @@ class ClusterForm(SpecForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        flavors = offered_flavors(self.fleet, dedicated=self.dedicated)
+        flavors = offered_flavors(self.fleet, dedicated=self.dedicated, mig=self.mig)
         self._choices("node_pools", [(f.name, flavor_label(f)) for f in flavors])
 
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from gitops.models import ChangeRequest
 from gitops.render import resources as units
 from gitops.render.gateway import public_url
 from gitops.render.meta import FLUX_NAMESPACE
-from gitops.render.validate import validate_tenant
+from gitops.render.validate import MIG_OPT_IN, is_mig_share, validate_tenant
 from gitops.render.vcluster import release_name
 from gitops.specs import Flavor, FleetSpec, GpuShare, SpecError, TenantClusterSpec, TenantSpec
 from gitops.usertext import user_text
@@ -70,7 +70,7 @@ logger = logging.getLogger(__name__)
 
 S = ResourceRequest.State
 A = ResourceRequest.Action
-DEDICATED_KINDS = ("whole", "mig", "dra")
+DEDICATED_KINDS = ("whole", "mig", "dra")  # MIG only with the opt-in (``mig_opt_in``)
 CHANGE_KIND: dict[str, str] = {
     Kind.CLUSTER: ChangeRequest.Kind.CLUSTER,
     Kind.GPU_SHARE: ChangeRequest.Kind.GPU_SHARE,
@@ -323,8 +323,14 @@ def check_request(
     dedicated = tenant.trust_level == Tenant.TrustLevel.DEDICATED
     if dedicated and kind == Kind.GPU_SHARE and spec and spec.get("kind") not in DEDICATED_KINDS:
         errors["kind"] = (
-            "A dedicated tenant gets whole GPUs or MIG slices only, never a shared GPU."
+            "A dedicated tenant gets whole GPUs (or MIG slices, once a platform admin enables "
+            "them for it) only, never a shared GPU."
         )
+    elif dedicated and kind == Kind.GPU_SHARE and spec and not remove and not after.mig_allowed:
+        # MIG is opt-in for a dedicated tenant: held in its spec on main, as the render checks.
+        share = after.share(name)
+        if share is not None and is_mig_share(share):
+            errors["kind"] = MIG_OPT_IN
     equivalents = _equivalents(after, fleet)
     grows = equivalents > _equivalents(current, fleet)
     # Over quota is refused only when the request adds to it: shrinking is always allowed.

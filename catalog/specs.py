@@ -49,10 +49,24 @@ def from_json(kind: str, data: dict[str, Any]) -> Any:
     return specfiles.from_json(CLASSES[kind], data)
 
 
-def offered_flavors(fleet: FleetSpec, *, dedicated: bool) -> list[Flavor]:
+def offered_flavors(fleet: FleetSpec, *, dedicated: bool, mig: bool = True) -> list[Flavor]:
     """The flavors a tenant may ask for: a dedicated tenant never shares a GPU with another
-    (no HAMi pool)."""
-    return [f for f in fleet.flavors if not (dedicated and f.mode == "hami")]
+    (no HAMi pool), and gets no MIG pool (nor DRA on one) unless ``mig`` (``mig_opt_in``)."""
+    return [
+        f
+        for f in fleet.flavors
+        if not (dedicated and f.mode == "hami") and (mig or not (f.mode == "mig" or f.mig_profiles))
+    ]
+
+
+def mig_opt_in(tenant: Tenant) -> bool:
+    """Whether the tenant may have MIG slices: a shared tenant always; a dedicated one only
+    when main's spec holds the platform admin's opt-in (``TenantSpec.mig_allowed``, the same
+    rule the render applies: ``gitops.render.validate.mig_allowed``)."""
+    if tenant.trust_level != Tenant.TrustLevel.DEDICATED:
+        return True
+    on_main = gitops.tenant_spec_on_main(tenant.slug)
+    return on_main is not None and on_main.mig_allowed
 
 
 def live_resources(tenant: Tenant) -> QuerySet[Resource]:

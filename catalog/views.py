@@ -26,7 +26,7 @@ from catalog.forms import FORMS, NOUNS, SpecForm
 from catalog.keys import do_revoke_gateway_key, do_rotate_gateway_key
 from catalog.kubeconfig import KubeconfigUnavailable, kubeconfig_for
 from catalog.models import GatewayKey, Kind, Resource, ResourceRequest
-from catalog.specs import CLASSES
+from catalog.specs import CLASSES, mig_opt_in
 from fleet.models import Node, NodeReservation
 from fleet.watch import freshness
 from gitops import services as gitops
@@ -150,6 +150,7 @@ def home(request: HttpRequest, tenant: str) -> HttpResponse:
         "gpus_used": _gpus(usage.gpu_equivalents),
         "gpus_over": usage.gpu_equivalents > access.tenant.gpu_quota,
         "dedicated": access.tenant.trust_level == Tenant.TrustLevel.DEDICATED,
+        "mig": mig_opt_in(access.tenant),
         "own_nodes": _own_nodes(access.tenant),
         "first_request_wait": idle_actions.FIRST_REQUEST_WAIT,
     }

@@ -138,6 +138,12 @@ class ReservationForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="whole-GPU nodes that no tenant holds; each must run no other tenant's work",
     )
+    drain = forms.BooleanField(
+        required=False,
+        label="Drain first",
+        help_text="cordon the nodes and evict other tenants' work (disruption budgets honoured); "
+        "the change opens once they are empty",
+    )
 
     def __init__(self, *args: Any, nodes: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

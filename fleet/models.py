@@ -505,6 +505,8 @@ class Remediation(models.Model):
         BURN_IN = "burn-in", "Waiting for burn-in"  # after a fatal XID
         RECHECK = "recheck", "Health re-check"  # healthy for the hysteresis window?
         WAITING_ADMIN = "waiting-admin", "Waiting for an admin"
+        # A drain before a reservation or a release: drained, its change is open.
+        WAITING_CHANGE = "waiting-change", "Waiting for its change"
         RETURNED = "returned", "Returned"
 
     node_name = models.CharField(max_length=253, db_index=True)
@@ -522,6 +524,12 @@ class Remediation(models.Model):
     healthy_since = models.DateTimeField(null=True, blank=True)
     blocked = models.TextField(blank=True)  # what the eviction API refused last round
     closed_at = models.DateTimeField(null=True, blank=True)
+    # A drain an admin confirmed before reserving the node for (or releasing it from) this
+    # tenant (signal "reservation" / "release"); whose change opens once it is drained.
+    reserve_tenant = models.CharField(max_length=63, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-started_at", "-pk"]

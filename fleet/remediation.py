@@ -13,6 +13,12 @@ Each round (``step``) reads the node rows the sync or the watcher wrote and the 
 Everything the loop knows lives in those rows, so a portal that restarts mid-way goes on from
 where the database says (tests/fleet/test_remediation.py restarts it).
 
+A drain a platform admin confirms before reserving or releasing a node (``do_drain_then``) is
+an incident too, with signal ``reservation`` or ``release``, started in draining::
+
+    draining --nothing left to evict--> waiting-change (the change opened)
+    waiting-change --main holds it and the node is (un)marked, or the change closed--> returned
+
 The blast-radius guard: remediation never holds more than ``RemediationPolicy.allowed`` nodes of
 a pool cordoned at once. A fault that would go over it is not cordoned: the pool is paused
 (``RemediationPause``), the admins are alerted, and no new cordon happens there until an admin
@@ -42,23 +48,26 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from fleet import inventory, lifecycle, services
+from fleet import inventory, lifecycle, reservations, services
 from fleet.kube import Kube, KubeError
 from fleet.models import (
     Node,
+    NodeReservation,
     Remediation,
     RemediationEvent,
     RemediationPause,
     RemediationPolicy,
     RemediationWarning,
 )
-from fleet.reservations import reserved_nodes
+from fleet.reservations import DRAIN_RELEASE, DRAIN_RESERVE, reserved_nodes
 from fleet.signals import remediation_notice
+from gitops import services as gitops
+from gitops.render.reservations import RESERVED_KEY
 from portal.audit import record_audit
 from portal.jobs import enqueue_unless_waiting
 from tenants import access
@@ -348,6 +357,8 @@ def _advance(
         report.moved.append(incident.node_name)
     elif incident.state == State.DRAINING:
         _drain(incident, node, kube, now, report)
+    elif incident.state == State.WAITING_CHANGE:
+        _follow_change(incident, node, kube, now, report)
     elif incident.state == State.BURN_IN:
         asked = incident.burn_in_asked_at or incident.state_since
         if lifecycle.passed_since(incident.node_name, asked):
@@ -385,8 +396,16 @@ def _drain(
     """Evict what the drain plan names, each pod once a round: a 429 (a disruption budget)
     is recorded and shown, and tried again next round."""
     plan = services.drain_plan(node, kube)
+    evict = plan.evict
+    if incident.signal in (DRAIN_RESERVE, DRAIN_RELEASE):
+        # Before a reservation the other tenants' work leaves; before a release the owner's.
+        platform = services.platform_namespaces()
+        owner, leaving = incident.reserve_tenant, incident.signal == DRAIN_RELEASE
+        evict = tuple(
+            p for p in evict if (services.tenant_of(p.namespace, platform) == owner) == leaving
+        )
     refused: list[str] = []
-    for pod in plan.evict:
+    for pod in evict:
         ref = f"{pod.namespace}/{pod.name}"
         try:
             kube.evict(pod.namespace, pod.name)
@@ -408,7 +427,12 @@ def _drain(
         report.held.append(f"{incident.node_name}: {blocked}")
         return
     incident.blocked = ""
-    if incident.needs_burn_in:
+    if incident.signal in (DRAIN_RESERVE, DRAIN_RELEASE):
+        if evict:  # evicted this round: the change waits for a round that finds none left
+            incident.save(update_fields=["blocked"])
+            return
+        _open_change_after_drain(incident, node, kube, now)
+    elif incident.needs_burn_in:
         lifecycle.request_burn_in(
             incident.node_name, reason=f"remediation #{incident.pk}: {incident.reason}"
         )
@@ -556,3 +580,153 @@ def tenant_incidents(slug: str) -> list[Remediation]:
     return [
         r for r in Remediation.objects.filter(closed_at__isnull=True) if slug in (r.tenants or [])
     ]
+
+
+# --- drains an admin confirms before reserving or releasing a node -----------------------------
+# The same path as a fault's: cordon, drain through the eviction API (budgets honoured, a 429
+# recorded and tried again each round), within the blast-radius guard, its state in the
+# Remediation row (so a restart goes on). No grace (an admin confirmed) and no health re-check:
+# once drained the reserving or releasing change opens (``fleet.reservations``), and the node
+# is uncordoned once main holds it and the sync marked (or unmarked) it, or its change closed.
+
+
+@transaction.atomic
+def do_drain_then(
+    slug: str, nodes: list[str], *, release: bool, acting_user: Any
+) -> list[Remediation]:
+    """Cordon and drain ``nodes``, then open the change that reserves them for ``slug``
+    (other tenants' work leaves) or releases them from it (its own work leaves). Refused with
+    a reason, and nothing cordoned, when the change would be refused for anything but the work
+    running there, when remediation holds a node already, or past the guard."""
+    access.require(acting_user, Action.OPERATE_FLEET)
+    wanted = sorted(set(nodes))
+    with gitops.reading_main():
+        if release:
+            reservations.check_release(slug, wanted, busy_ok=True)
+        else:
+            reservations.check_reserve(slug, wanted, busy_ok=True)
+    policy = RemediationPolicy.current()
+    sizes, held = pool_sizes(), held_by_pool()
+    paused = set(RemediationPause.objects.values_list("pool", flat=True))
+    rows = {n.name: n for n in Node.objects.filter(name__in=wanted)}
+    busy = set(
+        Remediation.objects.filter(closed_at__isnull=True, node_name__in=wanted).values_list(
+            "node_name", flat=True
+        )
+    )
+    errors: list[str] = []
+    for name in wanted:
+        node = rows.get(name)
+        if node is None:
+            errors.append(f"{name}: not in the inventory; it cannot be drained.")
+        elif name in busy:
+            errors.append(f"{name}: remediation holds it already (see the remediation page).")
+        elif node.pool in paused:
+            errors.append(f"{name}: remediation is paused in pool {node.pool or '(none)'}.")
+        else:
+            held[node.pool] += 1
+            allowed = policy.allowed(sizes[node.pool])
+            if held[node.pool] > allowed:
+                errors.append(
+                    f"{name}: pool {node.pool or '(none)'} would have more than {allowed} nodes "
+                    f"cordoned at once (guard {policy.guard_percent}%); wait for a drain to end."
+                )
+    if errors:
+        raise ValidationError(errors)
+    signal = DRAIN_RELEASE if release else DRAIN_RESERVE
+    leaving = f"{slug}'s work" if release else "other tenants' work"
+    then = f"released from {slug}" if release else f"reserved for {slug}"
+    reason = f"drained before it is {then} (asked by {acting_user.get_username()})"
+    now = timezone.now()
+    incidents: list[Remediation] = []
+    with Kube() as kube:
+        for name in wanted:
+            node = rows[name]
+            try:
+                tenants = sorted({*_tenants_on(name, kube), slug})
+                if not node.unschedulable:
+                    kube.set_unschedulable(name, True)
+            except KubeError as exc:
+                raise ValidationError(f"{name}: {exc}") from exc
+            incident = Remediation.objects.create(
+                node_name=name,
+                pool=node.pool,
+                state=State.DRAINING,
+                signal=signal,
+                reason=reason,
+                tenants=tenants,
+                started_at=now,
+                state_since=now,
+                drain_after=now,
+                was_cordoned=node.unschedulable,
+                reserve_tenant=slug,
+                requested_by=acting_user,
+            )
+            if not node.unschedulable:
+                node.unschedulable = True
+                node.save(update_fields=["unschedulable"])
+            _event(incident, "cordon", f"cordoned: {reason}")
+            _notify(
+                f"Node {name} is drained: it is {then}",
+                f"The portal cordoned {name}; {leaving} there is drained now (evictions honour "
+                "PodDisruptionBudgets) and re-created elsewhere by its controllers. Then the "
+                "change opens for review.",
+                tenants=tenants,
+                node=name,
+            )
+            incidents.append(incident)
+    record_audit(
+        actor=acting_user,
+        action=f"fleet.drain_then_{'release' if release else 'reserve'}",
+        target=incidents[0],
+        tenant_slug=slug,
+        diff={"nodes": [None, ", ".join(wanted)]},
+    )
+    return incidents
+
+
+def _open_change_after_drain(incident: Remediation, node: Node, kube: Kube, now: datetime) -> None:
+    """The node is empty of the work that had to leave: open its change as the admin who
+    confirmed the drain; refused (main moved meanwhile), the node is given back."""
+    slug, names = incident.reserve_tenant, [incident.node_name]
+    user = incident.requested_by
+    try:
+        if user is None:
+            raise ValidationError("the admin who asked for it is gone")
+        with transaction.atomic():
+            if incident.signal == DRAIN_RELEASE:
+                change = reservations.do_release_nodes(slug, names, acting_user=user, drained=True)
+            else:
+                change = reservations.do_reserve_nodes(slug, names, acting_user=user, drained=True)
+    except (ValidationError, PermissionDenied) as exc:
+        messages = getattr(exc, "messages", None) or [str(exc)]
+        _return(incident, node, kube, now, f"drained, but no change opened: {'; '.join(messages)}")
+        return
+    _move(incident, State.WAITING_CHANGE, "change", f"drained; opened change #{change.pk}", now)
+
+
+def _follow_change(
+    incident: Remediation, node: Node, kube: Kube, now: datetime, report: StepReport
+) -> None:
+    """Uncordon once main holds what the change asked and the sync marked the node (or took
+    the mark off), or once the change closed unmerged."""
+    slug = incident.reserve_tenant
+    row = NodeReservation.objects.filter(
+        node_name=incident.node_name, tenant_slug=slug, released_at__isnull=True
+    ).first()
+    mark = (node.labels or {}).get(RESERVED_KEY)
+    if incident.signal == DRAIN_RESERVE:
+        if row is None:
+            why = "the reserving change closed unmerged"
+        elif row.accepted_at is not None and mark == slug:
+            why = f"reserved for {slug} and marked"
+        else:
+            return
+    elif row is None and mark is None:
+        why = f"released from {slug}; its mark is off"
+    elif row is not None and row.release_change_id is None:
+        why = f"the releasing change closed unmerged; it stays reserved for {slug}"
+    else:
+        return
+    _return(incident, node, kube, now, why)
+    report.moved.append(incident.node_name)

@@ -10,11 +10,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from fleet import reservations
+from fleet import remediation, reservations
 from fleet.forms import ReservationForm
 from fleet.models import Node, NodeReservation
 from gitops.fleet import configured_fleet
 from tenants.access import Action, action_page
+
+_DRAINING = "Draining {nodes}; the change opens for review once the work has left."
 
 
 def _free_nodes() -> list[str]:
@@ -32,13 +34,18 @@ def _free_nodes() -> list[str]:
 def reservations_page(request: HttpRequest) -> HttpResponse:
     form = ReservationForm(request.POST or None, nodes=_free_nodes())
     if request.method == "POST" and form.is_valid():
+        slug, nodes = form.cleaned_data["tenant"], form.cleaned_data["nodes"]
         try:
-            change = reservations.do_reserve_nodes(
-                form.cleaned_data["tenant"], form.cleaned_data["nodes"], acting_user=request.user
-            )
+            if form.cleaned_data["drain"]:
+                remediation.do_drain_then(slug, nodes, release=False, acting_user=request.user)
+            else:
+                change = reservations.do_reserve_nodes(slug, nodes, acting_user=request.user)
         except ValidationError as exc:
             form.add_error(None, exc)
         else:
+            if form.cleaned_data["drain"]:
+                messages.success(request, _DRAINING.format(nodes=", ".join(sorted(nodes))))
+                return redirect(reverse("fleet:remediation"))
             messages.success(request, f"Opened change #{change.pk} for review.")
             return redirect(reverse("gitops:detail", args=[change.pk]))
     rows = NodeReservation.objects.filter(released_at__isnull=True).select_related("change")
@@ -56,10 +63,20 @@ def release_node(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, f"{name} is not reserved.")
         return redirect(reverse("fleet:reservations"))
     try:
-        change = reservations.do_release_nodes(row.tenant_slug, [name], acting_user=request.user)
+        if request.POST.get("drain"):
+            remediation.do_drain_then(
+                row.tenant_slug, [name], release=True, acting_user=request.user
+            )
+        else:
+            change = reservations.do_release_nodes(
+                row.tenant_slug, [name], acting_user=request.user
+            )
     except ValidationError as exc:
         for message in exc.messages:
             messages.error(request, message)
         return redirect(reverse("fleet:reservations"))
+    if request.POST.get("drain"):
+        messages.success(request, _DRAINING.format(nodes=name))
+        return redirect(reverse("fleet:remediation"))
     messages.success(request, f"Opened change #{change.pk} for review.")
     return redirect(reverse("gitops:detail", args=[change.pk]))

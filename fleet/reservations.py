@@ -21,9 +21,11 @@ delete.
 
 Bad input is refused with a reason and nothing is written: a tenant that is not dedicated or
 not on main yet, an unknown node, a node of a pool that is not whole-GPU (or no GPU node), a
-node already reserved (on main or by a change still open), and a node that runs another
-tenant's work. Releasing refuses while the tenant's own work runs there (drain it first
-through the node page).
+node already reserved (on main or by a change still open, or being drained to be reserved),
+and a node that runs another tenant's work. Releasing refuses while the tenant's own work runs
+there. Either is possible after a drain the admin confirms: ``fleet.remediation.do_drain_then``
+cordons and drains the node through the remediation loop, which then opens the change here
+(``drained=True``) and uncordons the node once main holds it and the node is marked.
 """
 
 from __future__ import annotations
@@ -38,13 +40,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.kube import Kube
-from fleet.models import Node, NodeReservation, Workload
+from fleet.models import Node, NodeReservation, Remediation, Workload
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render.reservations import RESERVED_KEY, taint
 from gitops.specs import NodeReservation as ReservedNode
-from gitops.specs import SpecError
+from gitops.specs import SpecError, TenantSpec
 from portal.audit import record_audit
 from tenants.access import Action, require
 
@@ -54,6 +56,9 @@ RESERVE_TITLE = "Reserve {nodes} for {slug}"
 RELEASE_TITLE = "Release {nodes} from {slug}"
 # Pods that have finished hold nothing on the node.
 DONE = ("Succeeded", "Failed")
+# The signals of a remediation incident that drains a node an admin reserves or releases
+# (``fleet.remediation.do_drain_then``).
+DRAIN_RESERVE, DRAIN_RELEASE = "reservation", "release"
 
 
 def _names(nodes: Iterable[str]) -> str:
@@ -96,6 +101,75 @@ def inventory_facts(names: Iterable[str]) -> dict[str, NodeFacts]:
     }
 
 
+def draining_for() -> dict[str, str]:
+    """Nodes a confirmed drain empties before they are reserved -> the tenant
+    (``fleet.remediation.do_drain_then``): no one else may ask for them meanwhile."""
+    rows = Remediation.objects.filter(closed_at__isnull=True, signal=DRAIN_RESERVE)
+    return dict(rows.values_list("node_name", "reserve_tenant"))
+
+
+def check_reserve(
+    slug: str,
+    wanted: list[str],
+    *,
+    inventory: Mapping[str, NodeFacts] | None = None,
+    busy_ok: bool = False,
+) -> tuple[TenantSpec, list[ReservedNode], Mapping[str, NodeFacts]]:
+    """What reserving ``wanted`` for ``slug`` adds to main's spec, or a ``ValidationError``
+    naming each refused node. Call it while reading main. ``busy_ok``: other tenants' work on
+    a node is no refusal (a confirmed drain empties it first, or just did)."""
+    if not wanted:
+        raise ValidationError("Choose at least one node.")
+    fleet = configured_fleet()
+    # The tenant as main holds it: its trust level there is what the render checks.
+    on_main = gitops.tenant_spec_on_main(slug)
+    if on_main is None:
+        raise ValidationError(
+            f"There is no tenant {slug!r} on main; reserve nodes once it is onboarded."
+        )
+    if on_main.trust_level != "dedicated":
+        raise ValidationError(
+            f"{slug} is a {on_main.trust_level} tenant; only a dedicated tenant gets nodes "
+            "of its own. Change its trust level first."
+        )
+    taken = {node: owner for node, (owner, _) in gitops.reservations_on_main().items()}
+    pending = _pending()
+    draining = {} if busy_ok else draining_for()
+    facts = inventory if inventory is not None else inventory_facts(wanted)
+    errors: list[str] = []
+    added: list[ReservedNode] = []
+    for name in wanted:
+        node = facts.get(name)
+        pool = fleet.flavor(node.flavor) if node is not None else None
+        if node is None:
+            errors.append(f"{name}: there is no such node in the inventory.")
+        elif pool is None or not node.gpus:
+            errors.append(f"{name}: not a node of a GPU pool; only GPU nodes are reserved.")
+        elif pool.mode != "whole":
+            errors.append(
+                f"{name}: a node of the {pool.name} pool ({pool.mode}); nodes are reserved "
+                "from whole-GPU pools."
+            )
+        elif name in taken:
+            owner = taken[name]
+            whose = "this tenant" if owner == slug else owner
+            errors.append(f"{name}: already reserved for {whose}.")
+        elif name in pending:
+            errors.append(f"{name}: an open change already reserves it for {pending[name]}.")
+        elif name in draining:
+            errors.append(f"{name}: being drained to be reserved for {draining[name]}.")
+        elif not busy_ok and (busy := _others_work(name, slug)):
+            errors.append(
+                f"{name}: runs other tenants' work ({', '.join(busy[:3])}"
+                f'{", ..." if len(busy) > 3 else ""}); drain it first (tick "Drain first").'
+            )
+        else:
+            added.append(ReservedNode(name=name, flavor=pool.name, gpus=node.gpus))
+    if errors:
+        raise ValidationError(errors)
+    return on_main, added, facts
+
+
 @transaction.atomic
 def do_reserve_nodes(
     slug: str,
@@ -103,60 +177,19 @@ def do_reserve_nodes(
     *,
     acting_user: Any,
     inventory: Mapping[str, NodeFacts] | None = None,
+    drained: bool = False,
 ) -> ChangeRequest:
     """Open the change that reserves ``nodes`` (whole GPU nodes) for the dedicated tenant
     ``slug``; a ``ValidationError`` naming each refused node otherwise, and nothing written.
     ``inventory``: the nodes' facts when no sync has read them yet (the demo's seed, from the
-    simulator's configuration); by default the inventory's."""
+    simulator's configuration); by default the inventory's. ``drained``: a confirmed drain
+    just emptied the (cordoned) nodes, as the live pod list said; the inventory's pod rows may
+    lag behind it."""
     require(acting_user, Action.OPERATE_FLEET)
     wanted = sorted(set(nodes))
-    if not wanted:
-        raise ValidationError("Choose at least one node.")
     fleet = configured_fleet()
     with gitops.reading_main():
-        # The tenant as main holds it: its trust level there is what the render checks.
-        on_main = gitops.tenant_spec_on_main(slug)
-        if on_main is None:
-            raise ValidationError(
-                f"There is no tenant {slug!r} on main; reserve nodes once it is onboarded."
-            )
-        if on_main.trust_level != "dedicated":
-            raise ValidationError(
-                f"{slug} is a {on_main.trust_level} tenant; only a dedicated tenant gets nodes "
-                "of its own. Change its trust level first."
-            )
-        taken = {node: owner for node, (owner, _) in gitops.reservations_on_main().items()}
-        pending = _pending()
-        facts = inventory if inventory is not None else inventory_facts(wanted)
-        errors: list[str] = []
-        added: list[ReservedNode] = []
-        for name in wanted:
-            node = facts.get(name)
-            pool = fleet.flavor(node.flavor) if node is not None else None
-            if node is None:
-                errors.append(f"{name}: there is no such node in the inventory.")
-            elif pool is None or not node.gpus:
-                errors.append(f"{name}: not a node of a GPU pool; only GPU nodes are reserved.")
-            elif pool.mode != "whole":
-                errors.append(
-                    f"{name}: a node of the {pool.name} pool ({pool.mode}); nodes are reserved "
-                    "from whole-GPU pools."
-                )
-            elif name in taken:
-                owner = taken[name]
-                whose = "this tenant" if owner == slug else owner
-                errors.append(f"{name}: already reserved for {whose}.")
-            elif name in pending:
-                errors.append(f"{name}: an open change already reserves it for {pending[name]}.")
-            elif busy := _others_work(name, slug):
-                errors.append(
-                    f"{name}: runs other tenants' work ({', '.join(busy[:3])}"
-                    f"{', ...' if len(busy) > 3 else ''}); drain it first."
-                )
-            else:
-                added.append(ReservedNode(name=name, flavor=pool.name, gpus=node.gpus))
-        if errors:
-            raise ValidationError(errors)
+        on_main, added, facts = check_reserve(slug, wanted, inventory=inventory, busy_ok=drained)
         spec = dataclasses.replace(on_main, reservations=(*on_main.reservations, *added))
         try:
             changes = gitops.tenant_changes(spec, fleet)
@@ -200,28 +233,45 @@ def do_reserve_nodes(
     return change
 
 
-@transaction.atomic
-def do_release_nodes(slug: str, nodes: Iterable[str], *, acting_user: Any) -> ChangeRequest:
-    """Open the change that gives ``nodes`` back to the shared pool. Refused while the
-    tenant's own work runs on one of them (drain the node first)."""
-    require(acting_user, Action.OPERATE_FLEET)
-    wanted = sorted(set(nodes))
+def check_release(slug: str, wanted: list[str], *, busy_ok: bool = False) -> TenantSpec:
+    """Main's spec of ``slug`` when ``wanted`` may be released, or a ``ValidationError``
+    naming each refused node. Call it while reading main. ``busy_ok``: the tenant's work there
+    is no refusal (a confirmed drain empties the node first, or just did)."""
     if not wanted:
         raise ValidationError("Choose at least one node.")
+    on_main = gitops.tenant_spec_on_main(slug)
+    held = {r.name for r in on_main.reservations} if on_main is not None else set()
+    errors = [f"{n}: not reserved for {slug} on main." for n in wanted if n not in held]
+    releasing = set(
+        NodeReservation.objects.filter(
+            node_name__in=wanted, released_at__isnull=True, release_change__isnull=False
+        ).values_list("node_name", flat=True)
+    )
+    errors += [f"{n}: an open change already releases it." for n in sorted(releasing)]
+    for name in wanted:
+        running = Workload.objects.filter(node=name, namespace=slug).exclude(phase__in=DONE)
+        if not busy_ok and name in held and running.exists():
+            errors.append(
+                f"{name}: {slug}'s work still runs there ({running.count()} pods); drain the "
+                'node first (the "Drain, then release" button).'
+            )
+    if errors or on_main is None:
+        raise ValidationError(errors)
+    return on_main
+
+
+@transaction.atomic
+def do_release_nodes(
+    slug: str, nodes: Iterable[str], *, acting_user: Any, drained: bool = False
+) -> ChangeRequest:
+    """Open the change that gives ``nodes`` back to the shared pool. Refused while the
+    tenant's own work runs on one of them (drain the node first); ``drained``: a confirmed
+    drain just emptied them, as the live pod list said."""
+    require(acting_user, Action.OPERATE_FLEET)
+    wanted = sorted(set(nodes))
     fleet = configured_fleet()
     with gitops.reading_main():
-        on_main = gitops.tenant_spec_on_main(slug)
-        held = {r.name for r in on_main.reservations} if on_main is not None else set()
-        errors = [f"{n}: not reserved for {slug} on main." for n in wanted if n not in held]
-        for name in wanted:
-            running = Workload.objects.filter(node=name, namespace=slug).exclude(phase__in=DONE)
-            if name in held and running.exists():
-                errors.append(
-                    f"{name}: {slug}'s work still runs there ({running.count()} pods); drain the "
-                    "node first."
-                )
-        if errors or on_main is None:
-            raise ValidationError(errors)
+        on_main = check_release(slug, wanted, busy_ok=drained)
         spec = dataclasses.replace(
             on_main, reservations=tuple(r for r in on_main.reservations if r.name not in wanted)
         )

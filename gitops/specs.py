@@ -420,6 +420,9 @@ class TenantSpec:
     members: tuple[ClusterMember, ...] = ()
     # Whole nodes of its own (dedicated tenants only).
     reservations: tuple[NodeReservation, ...] = ()
+    # A dedicated tenant gets MIG slices only once a platform admin enabled them for it (MIG
+    # as a barrier between hostile tenants is still debated); in tenant.json only when set.
+    mig_allowed: bool = False
 
     def share(self, name: str) -> GpuShare | None:
         return next((s for s in self.shares if s.name == name), None)

@@ -16,6 +16,7 @@ urlpatterns = [
     path("t/<slug:tenant>/", views.tenant_detail, name="detail"),
     path("t/<slug:tenant>/settings/", views.tenant_settings, name="settings"),
     path("t/<slug:tenant>/settings/gpu-quota/", views.tenant_gpu_quota, name="gpu_quota"),
+    path("t/<slug:tenant>/settings/mig/", views.tenant_mig, name="mig"),
     path("t/<slug:tenant>/members/", views.tenant_members, name="members"),
     path("t/<slug:tenant>/members/<int:member_id>/role/", views.member_role, name="member_role"),
     path(

@@ -15,7 +15,7 @@ from django_htmx.http import HttpResponseLocation
 
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
-from tenants import services
+from tenants import mig, services
 from tenants.access import (
     Action,
     TenantAccess,
@@ -32,7 +32,7 @@ from tenants.forms import (
     TenantCreateForm,
     TenantSettingsForm,
 )
-from tenants.models import INVITATION_DAYS, Invitation, Membership
+from tenants.models import INVITATION_DAYS, Invitation, Membership, Tenant
 from tenants.quota import do_set_gpu_quota, require_quota_setter
 
 
@@ -130,7 +130,34 @@ def _settings_page(
         quota_form = GpuQuotaForm(initial={"gpu_quota": access.tenant.gpu_quota})
     template = "tenants/settings.html" + ("#gpu-quota" if fragment else "")
     context = {"access": access, "tenant": access.tenant, "form": form, "quota_form": quota_form}
+    if access.tenant.trust_level == Tenant.TrustLevel.DEDICATED and not fragment:
+        context["mig"] = {
+            "on_main": mig.mig_on_main(access.tenant),
+            "pending": mig.pending_change(access.tenant),
+            "caveat": mig.CAVEAT,
+            "may_set": access.may(Action.CHANGE_TRUST),
+        }
     return render(request, template, context, status=status)
+
+
+@login_required
+def tenant_mig(request: HttpRequest, tenant: str) -> HttpResponse:
+    """Enable or disable MIG slices for a dedicated tenant (platform admins), from the settings
+    page: opens the change (``tenants.mig``)."""
+    access = get_tenant_for_user(request, tenant)
+    if request.method != "POST":  # after the tenant check, so outsiders get 404, not 405
+        return HttpResponseNotAllowed(["POST"])
+    mig.require_mig_setter(request.user, access.tenant)
+    try:
+        change = mig.do_set_mig_allowed(
+            access.tenant, allowed=request.POST.get("allowed") == "on", acting_user=request.user
+        )
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+        return redirect(reverse("tenants:settings", kwargs={"tenant": access.tenant.slug}))
+    messages.success(request, f"Opened change #{change.pk} for review.")
+    return redirect(reverse("gitops:detail", args=[change.pk]))
 
 
 @login_required

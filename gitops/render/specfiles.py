@@ -119,6 +119,10 @@ def _dump(data: Any) -> bytes:
 def render_spec_files(tenant: TenantSpec) -> dict[str, bytes]:
     """``{path under tenants/<slug>/: bytes}`` of the tenant's spec."""
     settings = {key: value for key, value in to_json(tenant).items() if key not in _NOT_SETTINGS}
+    if not tenant.mig_allowed:
+        # Absent by default, so the tenants that never had it keep their settings file as is
+        # (a new key in every file would be a settings change no request of theirs asked for).
+        del settings["mig_allowed"]
     files = {
         SETTINGS_FILE: _dump(settings),
         MEMBERS_FILE: _dump([to_json(m) for m in canonical(tenant).members]),

@@ -6,7 +6,7 @@ check what the renderers rely on and what Kubernetes would reject later, where i
 to say it now: names that become object names or file names (DNS labels, so no path
 traversal either), derived names that must stay within 63 characters, counts against the
 fleet's capacity, and combinations the fleet cannot run (a MIG share on a whole-GPU pool, HAMi
-for a dedicated tenant).
+for a dedicated tenant, MIG for a dedicated tenant without the platform admin's opt-in).
 
 Checks that need the whole repository (two tenants' shares together against the fleet) are
 the capacity check's job in ``gitops.checks``.
@@ -719,6 +719,26 @@ def reserved_name_problem(slug: str, fleet: FleetSpec) -> str | None:
     return None
 
 
+# Why a dedicated tenant has no MIG slices by default (the seed: split a GPU only inside one
+# trust domain; a whole GPU is the conservative choice for low trust).
+MIG_OPT_IN = (
+    "MIG slices are off for a dedicated tenant unless a platform admin enables them for it "
+    "(MIG as a barrier between hostile tenants is still debated): ask for whole GPUs, or ask "
+    "a platform admin to enable MIG on the tenant's settings page."
+)
+
+
+def is_mig_share(share: GpuShare) -> bool:
+    """A share of MIG slices: of a MIG pool, or MIG devices claimed through DRA."""
+    return share.kind == "mig" or (share.kind == "dra" and bool(share.mig_profile))
+
+
+def mig_allowed(tenant: TenantSpec) -> bool:
+    """Whether the tenant may have MIG slices: a shared tenant always, a dedicated one only
+    with the platform admin's opt-in (``TenantSpec.mig_allowed``)."""
+    return tenant.trust_level != "dedicated" or tenant.mig_allowed is True
+
+
 def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
     """Raise ``SpecError`` unless the tenant can be rendered for this fleet."""
     errors = _Errors()
@@ -733,6 +753,8 @@ def validate_tenant(tenant: TenantSpec, fleet: FleetSpec) -> None:
     _check_choice(
         errors, "trust_level", tenant.trust_level, get_args(TrustLevel), "The trust level"
     )
+    if not isinstance(tenant.mig_allowed, bool):
+        errors.add("mig_allowed", "Whether MIG is enabled is true or false.")
     _check_int(errors, "cpu_quota", tenant.cpu_quota, 1, SANE_LIMITS["cpu_quota"], "The CPU quota")
     _check_int(
         errors, "memory_gib", tenant.memory_gib, 1, SANE_LIMITS["memory_gib"], "The memory quota"
@@ -886,6 +908,8 @@ def _validate_share(
             "A dedicated tenant gets hardware isolation only: ask for whole GPUs, MIG slices "
             "or DRA GPUs instead of HAMi fractions.",
         )
+    if kind_ok and is_mig_share(share) and not mig_allowed(tenant):
+        errors.add(f"{path}.kind", MIG_OPT_IN)
     if flavor is not None and kind_ok:
         _validate_share_on_flavor(errors, path, share, flavor)
     if kind_ok and share.kind != "hami":

@@ -303,9 +303,11 @@ def test_fleet_capacity_shows_a_tenant_what_is_free_and_nothing_of_others(
     }
     assert all(set(r) == {"flavor", "mode", "resource", "unit", "free"} for r in rows.values())
     assert "bravo" not in bob.content.decode()
-    # bravo is dedicated: no flavor that shares GPUs is its to ask for.
+    # bravo is dedicated: no flavor that shares GPUs is its to ask for, nor MIG (no opt-in).
+    mig = {f.name for f in flavors if f.mode == "mig" or f.mig_profiles}
+    assert "h200-mig" in mig
     charlie = api(token("charlie", "read")).get(CAPACITY).json()
-    assert {r["flavor"] for r in charlie} == every - sharing
+    assert {r["flavor"] for r in charlie} == every - sharing - mig
     assert all("in_use" not in r for r in charlie)
     # Finance sees every tenant, not the fleet pages: what is free, every flavor.
     fiona = api(token("fiona", "read")).get(CAPACITY).json()

@@ -15,11 +15,20 @@ from billing.models import GpuPrice, Source, UsageHour
 from billing.rightsizing import allowed_kinds, measure, options, tenant_recommendations
 from catalog.models import Resource, ResourceRequest
 from gitops.fleet import configured_fleet
+from gitops.specs import TenantSpec
 from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
 
 H200 = "NVIDIA-H200"
+
+
+@pytest.fixture(autouse=True)
+def bravo_has_mig(merged_change: Callable[..., Any]) -> None:
+    """bravo (dedicated) on main with MIG enabled by a platform admin (``tenants.mig``): the
+    advice offers it MIG slices. Without the opt-in: test_without_the_mig_opt_in_a_dedicated_
+    tenant_is_advised_no_slice."""
+    merged_change(TenantSpec(slug="bravo", trust_level="dedicated", mig_allowed=True))
 
 
 def _share(
@@ -351,3 +360,18 @@ def test_a_dedicated_tenant_asks_for_its_mig_slice(
     wanted = (made.spec["kind"], made.spec["mig_profile"], made.spec["count"])
     assert wanted == ("mig", "1g.18gb", 2)
     assert "No price" not in made.reason and "Saves" not in made.reason
+
+
+def test_without_the_mig_opt_in_a_dedicated_tenant_is_advised_no_slice(
+    world: dict[str, Any], merged_change: Callable[..., Any]
+) -> None:
+    merged_change(TenantSpec(slug="bravo", trust_level="dedicated"))
+    assert allowed_kinds(world["bravo"]) == ("whole",)
+    _share(world["bravo"], count=2)
+    _ledger(world["bravo"])
+    _price()
+    rec = _one(world["bravo"])
+    assert rec.option is None
+    assert rec.reason.startswith("A dedicated tenant gets whole GPUs only: MIG slices are off")
+    # A shared tenant is advised slices whatever the dedicated tenants' opt-in.
+    assert "mig" in allowed_kinds(world["alpha"])

@@ -4,6 +4,7 @@ and where check_request's messages land."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from gitops.fleet import configured_fleet, demo_fleet, flavor_mapping
 from gitops.models import FleetInventory
 from gitops.render.vcluster import KUBERNETES_IMAGE_TAGS
 from gitops.specs import EndpointSpec, GpuShare, TenantClusterSpec
+from tenants.specs import tenant_spec
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": "2", "borrow": "on"}
 SHARE_SPEC = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -291,3 +293,21 @@ def test_a_stored_spec_shows_and_posts_back_unchanged(world: dict[str, Any]) -> 
         form = _form(cls, world["alpha"], _post_data(initial), action="modify", fixed_name="x")
         assert form.is_valid(), (stored, form.errors)
         assert form.spec == {**full, "name": "x"}, stored
+
+
+@pytest.mark.django_db
+def test_a_dedicated_tenant_is_offered_mig_only_with_the_opt_in(
+    world: dict[str, Any], merged_change: Callable[..., Any]
+) -> None:
+    merged_change(tenant_spec(world["bravo"]))
+    form = _form(GpuShareForm, world["bravo"], None)
+    assert "mig" not in _choices(form, "kind") and "h200-mig" not in _choices(form, "flavor")
+    assert "h200-mig" not in _choices(_form(ClusterForm, world["bravo"], None), "node_pools")
+    mig = {**SHARE, "flavor": "h200-mig", "kind": "mig", "count": "4", "mig_profile": "1g.18gb"}
+    posted = _form(GpuShareForm, world["bravo"], mig)
+    assert not posted.is_valid()
+    assert "MIG slices are off for a dedicated tenant" in posted.errors["kind"][0]
+    merged_change(dataclasses.replace(tenant_spec(world["bravo"]), mig_allowed=True))
+    form = _form(GpuShareForm, world["bravo"], None)
+    assert "mig" in _choices(form, "kind") and "h200-mig" in _choices(form, "flavor")
+    assert _form(GpuShareForm, world["bravo"], mig).is_valid()

@@ -3,6 +3,7 @@ merge, and the cluster (the simulator) reporting the resource ready."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from gitops import services as gitops
 from gitops.models import ChangeRequest
 from portal.models import AuditEvent
 from simulator import Simulator
+from tenants.specs import tenant_spec
 from tests.support.kueue import nominal_gpus
 
 S = ResourceRequest.State
@@ -504,3 +506,32 @@ def test_a_status_event_moves_requests_on_without_the_schedule(
     follow_up(changes=False, requests=True)
     request.refresh_from_db()
     assert request.state == S.READY
+
+
+MIG_SHARE = {
+    "name": "slices",
+    "flavor": "h200-mig",
+    "kind": "mig",
+    "count": 4,
+    "mig_profile": "1g.18gb",
+}
+
+
+@pytest.mark.django_db
+def test_a_dedicated_tenant_gets_mig_only_with_the_opt_in(
+    onboarded: dict[str, Any], merged_change: Callable[..., Any]
+) -> None:
+    world = onboarded
+    refused = services.check_request(world["bravo"], "gpu-share", "slices", MIG_SHARE)
+    assert refused.errors["kind"].startswith("MIG slices are off for a dedicated tenant")
+    with pytest.raises(ValidationError) as caught:
+        services.do_create_request(
+            world["bravo"], acting_user=world["charlie"], kind="gpu-share", spec=MIG_SHARE
+        )
+    assert "MIG slices are off" in caught.value.message_dict["kind"][0]
+    assert not ResourceRequest.objects.filter(tenant=world["bravo"]).exists()
+    assert services.check_request(world["alpha"], "gpu-share", "slices", MIG_SHARE).ok
+    # A platform admin's opt-in, merged: main's spec holds it, and the same request passes.
+    merged_change(dataclasses.replace(tenant_spec(world["bravo"]), mig_allowed=True))
+    allowed = services.check_request(world["bravo"], "gpu-share", "slices", MIG_SHARE)
+    assert allowed.ok, allowed.errors

@@ -90,7 +90,7 @@ def test_the_catalog_shows_what_the_tenant_has_and_its_quota(
     assert reverse("catalog:request", args=["alpha", waiting.pk]) in page
     assert 'id="dedicated-note"' not in page and 'id="trust-note"' in page
     bravo = login("charlie").get("/t/bravo/catalog/").content.decode()
-    assert "offered whole GPUs and MIG slices only" in bravo
+    assert "offered whole GPUs only: MIG slices are off" in bravo
     assert 'href="/t/alpha/catalog/"' in login("bob").get("/t/alpha/").content.decode()
 
 
@@ -113,8 +113,10 @@ def test_a_dedicated_tenant_is_not_offered_hami(
     world: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
     page = login("charlie").get("/t/bravo/catalog/gpu-share/new/").content.decode()
-    assert 'value="whole"' in page and 'value="mig"' in page
+    assert 'value="whole"' in page and 'value="dra"' in page
     assert 'value="hami"' not in page and "h200-hami" not in page
+    # MIG is off for a dedicated tenant until a platform admin enables it (tenants.mig).
+    assert 'value="mig"' not in page and "h200-mig" not in page
 
 
 @pytest.mark.django_db

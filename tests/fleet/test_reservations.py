@@ -13,10 +13,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from fleet import reservations, services
+from fleet import remediation, reservations, services
 from fleet.capacity import capacity_rows, domain_free_gpus
 from fleet.kube import Kube
-from fleet.models import Node, NodeReservation, Workload
+from fleet.models import Node, NodeReservation, Remediation, RemediationEvent, Workload
 from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
@@ -167,7 +167,8 @@ def test_releasing_waits_for_the_tenant_work_and_takes_the_marks_off(
     with pytest.raises(ValidationError) as caught:
         reservations.do_release_nodes("bravo", ["h200-07"], acting_user=world["pam"])
     assert caught.value.messages == [
-        "h200-07: bravo's work still runs there (1 pods); drain the node first."
+        "h200-07: bravo's work still runs there (1 pods); drain the node first "
+        '(the "Drain, then release" button).'
     ]
     pod.delete()
     release = reservations.do_release_nodes("bravo", ["h200-07"], acting_user=world["pam"])
@@ -270,3 +271,213 @@ def test_a_reservation_closed_unmerged_holds_nothing(sim: Simulator, world: dict
     gitops.do_close(again, acting_user=world["pam"], reason="Not now either.")
     reservations.follow()
     assert not NodeReservation.objects.exists()
+
+
+# --- drained on confirm ------------------------------------------------------------------------
+
+
+def _budget(sim: Simulator, namespace: str, pod: str, min_available: Any) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget over the pod's labels, its status written by the
+    simulator's disruption controller (a tick)."""
+    labels = sim.get_object("pods", namespace, pod)["metadata"]["labels"]
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep", "namespace": namespace, "generation": 1},
+        "spec": {"selector": {"matchLabels": labels}, "minAvailable": min_available},
+    }
+    sim.put_object("poddisruptionbudgets", budget)
+    sim.tick()
+    return budget
+
+
+def _pods_on(name: str, namespace: str | None = None) -> list[str]:
+    with Kube() as kube:
+        pods = kube.list_pods(node=name)
+    return [
+        p["metadata"]["name"]
+        for p in pods
+        if namespace is None or p["metadata"]["namespace"] == namespace
+    ]
+
+
+def _round() -> remediation.StepReport:
+    """What the scheduled sync does: read the fleet, follow main, mark, a remediation round."""
+    services.sync_all()
+    reservations.follow()
+    with Kube() as kube:
+        reservations.apply_marks(kube)
+    return remediation.step()
+
+
+def _until(state: str, node: str, rounds: int = 4) -> Remediation:
+    """Rounds until the node's drain incident is in ``state`` (each round moves it one on)."""
+    for _ in range(rounds):
+        incident = Remediation.objects.filter(node_name=node).first()
+        if incident is not None and incident.state == state:
+            return incident
+        _round()
+    incident = Remediation.objects.get(node_name=node)
+    assert incident.state == state, (incident.state, incident.blocked)
+    return incident
+
+
+def _cordoned(sim: Simulator, name: str) -> bool:
+    return sim.get_object("nodes", "", name)["spec"].get("unschedulable") is True
+
+
+def test_reserving_a_busy_node_drains_it_on_confirm_then_opens_the_change(
+    sim: Simulator, world: dict[str, Any], make_user: Callable[..., Any]
+) -> None:
+    node = "h200-01"
+    vision = _pods_on(node, "vision")
+    assert vision, "the demo runs vision's work on h200-01"
+    with pytest.raises(ValidationError):
+        reservations.do_reserve_nodes("bravo", [node], acting_user=world["pam"])
+    budget = _budget(sim, "vision", vision[0], min_available="100%")
+    (incident,) = remediation.do_drain_then(
+        "bravo", [node], release=False, acting_user=world["pam"]
+    )
+    assert incident.state == Remediation.State.DRAINING and "vision" in incident.tenants
+    assert _cordoned(sim, node)
+    assert AuditEvent.objects.filter(action="fleet.drain_then_reserve").exists()
+    # Asked again meanwhile, for anyone: refused.
+    with pytest.raises(ValidationError) as caught:
+        reservations.do_reserve_nodes("bravo", [node], acting_user=world["pam"])
+    assert f"{node}: being drained to be reserved for bravo." in caught.value.messages
+    # The budget holds one pod: recorded, and no change opens.
+    report = _round()
+    incident.refresh_from_db()
+    assert incident.state == Remediation.State.DRAINING
+    assert vision[0] in incident.blocked and any(vision[0] in line for line in report.held)
+    assert not ChangeRequest.objects.filter(title=f"Reserve {node} for bravo").exists()
+    # The budget allows it: the drain ends, then the change opens as pam.
+    budget["spec"]["minAvailable"] = 0
+    budget["metadata"]["generation"] = 2
+    sim.put_object("poddisruptionbudgets", budget)
+    sim.tick()
+    incident = _until(Remediation.State.WAITING_CHANGE, node)
+    assert _pods_on(node, "vision") == []
+    assert RemediationEvent.objects.filter(remediation=incident, action="evict").exists()
+    change = ChangeRequest.objects.get(title=f"Reserve {node} for bravo")
+    assert change.author == world["pam"]
+    assert _cordoned(sim, node)  # until main holds it and the node carries the mark
+    _merge(change, world, make_user)
+    incident = _until(Remediation.State.RETURNED, node)
+    assert incident.closed_at is not None
+    assert not _cordoned(sim, node)
+    assert _mark(sim, node)[0] == "bravo"
+
+
+def test_releasing_drains_the_owner_work_then_opens_the_change(
+    sim: Simulator, world: dict[str, Any], make_user: Callable[..., Any]
+) -> None:
+    _merge(reservations.do_reserve_nodes("bravo", OWN, acting_user=world["pam"]), world, make_user)
+    _round()
+    sim.put_object(
+        "pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "train-0",
+                "namespace": "bravo",
+                "uid": "0b7d1c52-train-0",
+                "labels": {"app": "train"},
+            },
+            "spec": {
+                "nodeName": "h200-07",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "trainer",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    }
+                ],
+            },
+            "status": {"phase": "Running"},
+        },
+    )
+    services.sync_all()
+    with pytest.raises(ValidationError):
+        reservations.do_release_nodes("bravo", ["h200-07"], acting_user=world["pam"])
+    remediation.do_drain_then("bravo", ["h200-07"], release=True, acting_user=world["pam"])
+    assert _cordoned(sim, "h200-07")
+    _until(Remediation.State.WAITING_CHANGE, "h200-07")
+    assert _pods_on("h200-07", "bravo") == []
+    release = ChangeRequest.objects.get(title="Release h200-07 from bravo")
+    _merge(release, world, make_user)
+    _until(Remediation.State.RETURNED, "h200-07")
+    assert not _cordoned(sim, "h200-07")
+    assert _mark(sim, "h200-07") == (None, [])
+    release.refresh_from_db()
+    assert NodeReservation.objects.get(node_name="h200-07").released_at == release.merged_at
+
+
+@pytest.mark.parametrize(
+    ("slug", "release", "reason"),
+    [
+        ("alpha", False, "alpha is a shared tenant; only a dedicated tenant gets nodes"),
+        ("bravo", True, "h200-01: not reserved for bravo on main."),
+    ],
+)
+def test_a_drain_the_change_would_refuse_cordons_nothing(
+    sim: Simulator, world: dict[str, Any], slug: str, release: bool, reason: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        remediation.do_drain_then(slug, ["h200-01"], release=release, acting_user=world["pam"])
+    assert any(reason in message for message in caught.value.messages), caught.value.messages
+    assert not Remediation.objects.exists()
+    assert not _cordoned(sim, "h200-01")
+
+
+def test_a_drain_past_the_guard_is_refused(sim: Simulator, world: dict[str, Any]) -> None:
+    policy = remediation.RemediationPolicy.current()
+    policy.guard_percent, policy.guard_min_nodes = 0, 1
+    policy.save()
+    with pytest.raises(ValidationError) as caught:
+        remediation.do_drain_then(
+            "bravo", ["h200-01", "h200-02"], release=False, acting_user=world["pam"]
+        )
+    assert "h200-02: pool" in caught.value.messages[0]
+    assert "more than 1 nodes cordoned at once" in caught.value.messages[0]
+    assert not Remediation.objects.exists()
+    assert not _cordoned(sim, "h200-01")
+    with pytest.raises(PermissionDenied):
+        remediation.do_drain_then("bravo", ["h200-01"], release=False, acting_user=world["charlie"])
+
+
+def test_the_form_drains_on_confirm(
+    sim: Simulator, world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    page = reverse("fleet:reservations")
+    for outsider in ("alice", "charlie"):
+        assert (
+            login(outsider)
+            .post(page, {"tenant": "bravo", "nodes": ["h200-01"], "drain": "on"})
+            .status_code
+            == 404
+        )
+    pam = login("pam")
+    confirmed = pam.post(page, {"tenant": "bravo", "nodes": ["h200-01"], "drain": "on"})
+    assert confirmed["Location"] == reverse("fleet:remediation")
+    assert Remediation.objects.get().signal == reservations.DRAIN_RESERVE
+    assert _cordoned(sim, "h200-01")
+    listing = pam.get(reverse("fleet:remediation"))
+    assert b"h200-01" in listing.content
+
+
+def test_a_drained_node_whose_change_closes_unmerged_is_uncordoned(
+    sim: Simulator, world: dict[str, Any]
+) -> None:
+    remediation.do_drain_then("bravo", ["h200-07"], release=False, acting_user=world["pam"])
+    _until(Remediation.State.WAITING_CHANGE, "h200-07")
+    change = ChangeRequest.objects.get(title="Reserve h200-07 for bravo")
+    _round()  # not merged: the node stays cordoned
+    assert _cordoned(sim, "h200-07")
+    gitops.do_close(change, acting_user=world["pam"], reason="not now")
+    incident = _until(Remediation.State.RETURNED, "h200-07")
+    assert "closed unmerged" in incident.events.last().reason
+    assert not _cordoned(sim, "h200-07")
+    assert not NodeReservation.objects.exists()
+    assert _mark(sim, "h200-07") == (None, [])

@@ -92,6 +92,8 @@ def dedicated_tenant() -> TenantSpec:
             GpuShare(name="serving", flavor="h200", kind="whole", count=8),
             GpuShare(name="mig", flavor="h200-mig", kind="mig", count=4, mig_profile="3g.71gb"),
         ),
+        # A platform admin enabled MIG for it (tenants.mig).
+        mig_allowed=True,
         endpoints=(EndpointSpec(name="chat", model_uri="hf://org/chat-model", share="serving"),),
     )
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 
 import pytest
 
 from gitops.fleet import demo_fleet
-from gitops.render import render_repository, render_tenant_tree, render_tenants_index
+from gitops.render import render_repository, render_tenant_tree, render_tenants_index, specfiles
+from gitops.render.specfiles import SETTINGS_FILE, parse_spec_files, render_spec_files
 from gitops.render.validate import validate_fleet, validate_tenant
 from gitops.specs import (
     EndpointSpec,
@@ -353,6 +355,31 @@ def test_it_rejects_hami_for_a_dedicated_tenant() -> None:
 def test_it_allows_dra_and_mig_for_a_dedicated_tenant() -> None:
     tenant = dataclasses.replace(dedicated_tenant(), shares=(*dedicated_tenant().shares, CLAIMS))
     validate_tenant(tenant, FLEET)
+
+
+def test_it_refuses_mig_for_a_dedicated_tenant_without_the_opt_in() -> None:
+    off = dataclasses.replace(dedicated_tenant(), mig_allowed=False)
+    _expect(off, "shares[1].kind", "MIG slices are off for a dedicated tenant")
+    # MIG devices claimed through DRA are MIG slices too; whole DRA GPUs are not.
+    mig_claims = dataclasses.replace(CLAIMS, name="mig-claims", mig_profile="1g.18gb")
+    whole = dataclasses.replace(off, shares=(off.shares[0], CLAIMS))
+    validate_tenant(whole, FLEET)
+    _expect(
+        dataclasses.replace(whole, shares=(*whole.shares, mig_claims)),
+        "shares[2].kind",
+        "unless a platform admin enables them",
+    )
+    # A shared tenant needs no opt-in.
+    validate_tenant(dataclasses.replace(off, trust_level="shared"), FLEET)
+
+
+def test_the_mig_opt_in_is_in_the_settings_file_only_when_set() -> None:
+    on = json.loads(render_spec_files(dedicated_tenant())[SETTINGS_FILE])
+    assert on["mig_allowed"] is True
+    off = dataclasses.replace(dedicated_tenant(), mig_allowed=False)
+    assert "mig_allowed" not in json.loads(render_spec_files(off)[SETTINGS_FILE])
+    assert parse_spec_files("bravo", render_spec_files(off)) == specfiles.canonical(off)
+    _expect(dataclasses.replace(off, mig_allowed="yes"), "mig_allowed", "true or false")
 
 
 def test_it_caps_a_tenant_at_the_fleet_limit() -> None:
