@@ -69,7 +69,7 @@ def test_it_finds_a_long_decimal_outside_unit_prices_only() -> None:
     assert long_decimals(html) == ["3.028571428571428571428571429"]
 
 
-def _pages() -> list[str]:
+def _pages(invoice_id: int) -> list[str]:
     found: list[str] = []
 
     def walk(patterns: list[Any], prefix: str) -> None:
@@ -79,6 +79,7 @@ def _pages() -> list[str]:
             elif isinstance(p, URLPattern) and p.name:
                 route = prefix + str(p.pattern)
                 route = route.replace("<slug:tenant>", "alpha").replace("<str:kind>", "gpu-share")
+                route = route.replace("<int:invoice_id>", str(invoice_id))
                 if "<" not in route and "^" not in route and not route.startswith(SKIPPED_PREFIXES):
                     found.append("/" + route)
 
@@ -87,8 +88,10 @@ def _pages() -> list[str]:
 
 
 @pytest.fixture
-def odd_amounts(world: dict[str, Any]) -> None:
-    """Alpha holds a whole GPU and three MIG 1g slices, used for a day at a four-decimal price."""
+def odd_amounts(world: dict[str, Any]) -> int:
+    """Alpha holds a whole GPU and three MIG 1g slices, used for a day of this month and one of
+    last month at a four-decimal price; last month's invoice is drafted. Returns its id."""
+    from billing import invoicing, services
     from billing.models import Budget, GpuPrice, Source, UsageHour
     from catalog.models import Resource
 
@@ -119,10 +122,13 @@ def odd_amounts(world: dict[str, Any]) -> None:
         gpu_model="NVIDIA-H200", amount=Decimal("2.1234"), effective_from=date(2020, 1, 1)
     )
     Budget.objects.create(tenant=alpha, monthly_amount=Decimal("1000.00"))
-    start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=30)
-    for i in range(24):
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    this_month = now - timedelta(hours=30)
+    last_month = now.replace(day=1) - timedelta(days=2)
+    hours = [start + timedelta(hours=i) for start in (this_month, last_month) for i in range(24)]
+    for hour in hours:
         UsageHour.objects.create(
-            hour=start + timedelta(hours=i),
+            hour=hour,
             tenant_slug="alpha",
             namespace="tenant-alpha",
             flavor="h200",
@@ -134,16 +140,23 @@ def odd_amounts(world: dict[str, Any]) -> None:
             observed_seconds=3600,
             energy_kwh=Decimal("0.123457"),
         )
+    # The dashboards read the daily and monthly sums, as after the nightly roll-up.
+    services.rollup_days({hour.date() for hour in hours})
+    services.rollup_months({hour.date().replace(day=1) for hour in hours})
+    month = last_month.date().replace(day=1)
+    return invoicing.do_draft_invoice(alpha, month, acting_user=world["pam"]).pk
 
 
 @pytest.mark.parametrize("persona", ["alice", "vic", "pam", "fiona"])
 def test_no_page_prints_more_than_two_decimals(
-    persona: str, odd_amounts: None, login: Callable[[str], Client]
+    persona: str, odd_amounts: int, login: Callable[[str], Client]
 ) -> None:
     client = login(persona)
     offenders: dict[str, list[str]] = {}
-    pages = _pages()
-    assert {"/t/alpha/catalog/", "/billing/finance/", "/t/alpha/usage/"} <= set(pages)
+    pages = _pages(odd_amounts)
+    assert {"/t/alpha/catalog/", "/t/alpha/usage/", f"/billing/invoices/{odd_amounts}/"} <= set(
+        pages
+    )
     for url in pages:
         response = client.get(url)
         if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
