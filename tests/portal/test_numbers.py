@@ -56,3 +56,23 @@ def test_every_page_links_the_favicon_and_it_is_served(
     response = Client().get("/static/portal/favicon.svg")
     assert response.status_code == 200
     assert b"<svg" in b"".join(response.streaming_content)  # type: ignore[attr-defined]
+
+
+def test_htmx_injects_no_style_and_the_indicator_rules_are_in_the_stylesheet(
+    login: Callable[[str], Client],
+) -> None:
+    """The CSP allows no inline style: htmx's own <style> for its indicator is off (htmx
+    2.0.10, htmx.js insertIndicatorStyles reads includeIndicatorStyles) and portal.css has
+    the rules instead."""
+    import json
+    import re
+
+    page = login("alice").get("/tenants/").content.decode()
+    meta = re.search(r"<meta name=\"htmx-config\" content='([^']*)'>", page)
+    assert meta, "no htmx-config meta"
+    assert json.loads(meta.group(1))["includeIndicatorStyles"] is False
+    css_path = finders.find("portal/portal.css")
+    assert isinstance(css_path, str)
+    with open(css_path, encoding="utf-8") as css:
+        text = css.read()
+    assert ".htmx-indicator { opacity:0;" in text and ".htmx-request .htmx-indicator" in text
