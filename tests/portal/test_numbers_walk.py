@@ -69,7 +69,7 @@ def test_it_finds_a_long_decimal_outside_unit_prices_only() -> None:
     assert long_decimals(html) == ["3.028571428571428571428571429"]
 
 
-def _pages(invoice_id: int) -> list[str]:
+def _pages(ids: dict[str, int]) -> list[str]:
     found: list[str] = []
 
     def walk(patterns: list[Any], prefix: str) -> None:
@@ -79,7 +79,8 @@ def _pages(invoice_id: int) -> list[str]:
             elif isinstance(p, URLPattern) and p.name:
                 route = prefix + str(p.pattern)
                 route = route.replace("<slug:tenant>", "alpha").replace("<str:kind>", "gpu-share")
-                route = route.replace("<int:invoice_id>", str(invoice_id))
+                for name, pk in ids.items():
+                    route = route.replace(f"<int:{name}>", str(pk))
                 if "<" not in route and "^" not in route and not route.startswith(SKIPPED_PREFIXES):
                     found.append("/" + route)
 
@@ -88,12 +89,13 @@ def _pages(invoice_id: int) -> list[str]:
 
 
 @pytest.fixture
-def odd_amounts(world: dict[str, Any]) -> int:
+def odd_amounts(world: dict[str, Any]) -> dict[str, int]:
     """Alpha holds a whole GPU and three MIG 1g slices, used for a day of this month and one of
-    last month at a four-decimal price; last month's invoice is drafted. Returns its id."""
+    last month at a four-decimal price; last month's invoice is drafted, and a request for three
+    more slices waits for approval. Returns their ids."""
     from billing import invoicing, services
     from billing.models import Budget, GpuPrice, Source, UsageHour
-    from catalog.models import Resource
+    from catalog.models import Resource, ResourceRequest
 
     alpha = world["alpha"]
     alpha.gpu_quota = 4
@@ -105,7 +107,7 @@ def odd_amounts(world: dict[str, Any]) -> int:
         state="active",
         spec={"name": "train", "flavor": "h200", "kind": "whole", "count": 1},
     )
-    Resource.objects.create(
+    slices = Resource.objects.create(
         tenant=alpha,
         kind="gpu-share",
         name="slices",
@@ -144,19 +146,31 @@ def odd_amounts(world: dict[str, Any]) -> int:
     services.rollup_days({hour.date() for hour in hours})
     services.rollup_months({hour.date().replace(day=1) for hour in hours})
     month = last_month.date().replace(day=1)
-    return invoicing.do_draft_invoice(alpha, month, acting_user=world["pam"]).pk
+    invoice = invoicing.do_draft_invoice(alpha, month, acting_user=world["pam"])
+    request = ResourceRequest.objects.create(
+        tenant=alpha,
+        resource=slices,
+        state="submitted",
+        spec={**slices.spec, "count": 6},
+        requested_by=world["bob"],
+    )
+    return {"invoice_id": invoice.pk, "request_id": request.pk}
 
 
 @pytest.mark.parametrize("persona", ["alice", "vic", "pam", "fiona"])
 def test_no_page_prints_more_than_two_decimals(
-    persona: str, odd_amounts: int, login: Callable[[str], Client]
+    persona: str, odd_amounts: dict[str, int], login: Callable[[str], Client]
 ) -> None:
     client = login(persona)
     offenders: dict[str, list[str]] = {}
     pages = _pages(odd_amounts)
-    assert {"/t/alpha/catalog/", "/t/alpha/usage/", f"/billing/invoices/{odd_amounts}/"} <= set(
-        pages
-    )
+    invoice, request = odd_amounts["invoice_id"], odd_amounts["request_id"]
+    assert {
+        "/t/alpha/catalog/",
+        "/t/alpha/usage/",
+        f"/billing/invoices/{invoice}/",
+        f"/approvals/{request}/",
+    } <= set(pages)
     for url in pages:
         response = client.get(url)
         if response.status_code != 200 or "html" not in response.get("Content-Type", ""):
