@@ -163,6 +163,20 @@ def test_the_preview_shows_the_files_the_pull_request_changes(
 
 
 @pytest.mark.django_db
+def test_the_preview_prints_mig_slices_as_gpus_with_two_decimals(
+    onboarded: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    """Three 1g slices are 3/7 of a GPU: 0.43, not 0.4285714285714285714285714286."""
+    form = {"name": "slices", "flavor": "h200-mig", "kind": "mig", "mig_profile": "1g.18gb"}
+    response = login("bob").post(
+        "/t/alpha/catalog/gpu-share/preview/", {**form, "count": "3"}, **HTMX
+    )
+    page = response.content.decode()
+    assert "form-errors" not in page
+    assert "<strong>0.43</strong> of <strong>16</strong> GPUs" in page
+
+
+@pytest.mark.django_db
 def test_the_preview_shows_errors_for_bad_input(
     world: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
