@@ -252,7 +252,7 @@ def test_the_page_and_its_fragment_show_the_recommendation(
     page = login("bob").get("/t/alpha/rightsizing/")
     assert page.status_code == 200
     assert b"HAMi share of 12 GiB and 10% cores on h200-hami" in page.content
-    assert b"2628.00" in page.content
+    assert b"2,628.00 EUR" in page.content
     assert b"Request this change" in page.content
     fragment = login("fiona").get("/t/alpha/rightsizing/", headers={"HX-Request": "true"})
     assert fragment.status_code == 200

@@ -162,7 +162,7 @@ def test_it_shows_quota_capacity_before_and_after_and_the_diff(
     page = response.content.decode()
     assert 'class="plotly-chart" data-plotly-figure="{' in page
     assert "/static-vendor/plotly.min.js?v=" in page
-    assert "2 of 16 GPUs" in page
+    assert "2.00 of 16 GPUs" in page
     # the diff is what the pull request would write: the share's quota in the tenant's tree
     paths = [f.path for f in context["files"]]
     assert paths and all(p.startswith("tenants/") for p in paths)

@@ -82,7 +82,7 @@ def test_the_catalog_shows_what_the_tenant_has_and_its_quota(
     response = login("bob").get("/t/alpha/catalog/")
     assert response.status_code == 200
     page = response.content.decode()
-    assert "<strong>3</strong> of <strong>16</strong> GPUs" in page
+    assert "<strong>3.00</strong> of <strong>16</strong> GPUs" in page
     for kind in Kind.values:
         assert reverse("catalog:new", args=["alpha", kind]) in page
     assert reverse("catalog:modify", args=["alpha", share.pk]) in page
@@ -155,11 +155,25 @@ def test_the_preview_shows_the_files_the_pull_request_changes(
     assert "tenants/alpha/quota.yaml" in page
     assert "nvidia.com/gpu" in page
     assert "form-errors" not in page
-    assert "<strong>2</strong> of <strong>16</strong> GPUs" in page
+    assert "<strong>2.00</strong> of <strong>16</strong> GPUs" in page
     assert ChangeRequest.objects.count() == changes and not ResourceRequest.objects.exists()
     # Without htmx it answers the same fragment.
     plain = login("bob").post("/t/alpha/catalog/gpu-share/preview/", SHARE_FORM)
     assert "tenants/alpha/queues.yaml" in plain.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_preview_prints_mig_slices_as_gpus_with_two_decimals(
+    onboarded: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    """Three 1g slices are 3/7 of a GPU: 0.43, not 0.4285714285714285714285714286."""
+    form = {"name": "slices", "flavor": "h200-mig", "kind": "mig", "mig_profile": "1g.18gb"}
+    response = login("bob").post(
+        "/t/alpha/catalog/gpu-share/preview/", {**form, "count": "3"}, **HTMX
+    )
+    page = response.content.decode()
+    assert "form-errors" not in page
+    assert "<strong>0.43</strong> of <strong>16</strong> GPUs" in page
 
 
 @pytest.mark.django_db
