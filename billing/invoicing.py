@@ -150,6 +150,10 @@ def do_add_price(
 
 def do_withdraw_price(price: GpuPrice, *, acting_user: Any) -> None:
     """Withdraw a price that is not in effect yet; one in effect stays for good."""
+    _withdraw(price, "billing.price_withdraw", acting_user=acting_user)
+
+
+def _withdraw(price: GpuPrice | ReservationPrice, action: str, *, acting_user: Any) -> None:
     access.require(acting_user, Action.MANAGE_PRICES)
     if price.effective_from <= today_utc():
         raise ValidationError(
@@ -159,7 +163,7 @@ def do_withdraw_price(price: GpuPrice, *, acting_user: Any) -> None:
     with transaction.atomic():
         record_audit(
             actor=acting_user,
-            action="billing.price_withdraw",
+            action=action,
             target=price,
             diff={"amount": [str(price.amount), None]},
         )
@@ -219,20 +223,7 @@ def do_add_reservation_price(
 
 def do_withdraw_reservation_price(price: ReservationPrice, *, acting_user: Any) -> None:
     """Withdraw a reservation price that is not in effect yet."""
-    access.require(acting_user, Action.MANAGE_PRICES)
-    if price.effective_from <= today_utc():
-        raise ValidationError(
-            f"{price} is in effect since {price.effective_from}: a price already applied is "
-            "never withdrawn; add a new one from a future date instead"
-        )
-    with transaction.atomic():
-        record_audit(
-            actor=acting_user,
-            action="billing.reservation_price_withdraw",
-            target=price,
-            diff={"amount": [str(price.amount), None]},
-        )
-        price.delete()
+    _withdraw(price, "billing.reservation_price_withdraw", acting_user=acting_user)
 
 
 # --- invoice lines --------------------------------------------------------------------------
