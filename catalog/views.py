@@ -226,6 +226,7 @@ def _preview(form: SpecForm) -> dict[str, Any]:
         "files": files,
         "preview_failed": failed,
         "gpus_after": _gpus(check.gpu_equivalents) if check is not None else "",
+        "pools": services.free_pools(form.tenant, form.fleet, check),
     }
 
 
@@ -241,7 +242,11 @@ def _form_page(
         "tenant": access.tenant,
         "kind": kind,
         "preview_url": preview_url,
-        **(_preview(form) if form.is_bound else {"form": form}),
+        **(
+            _preview(form)
+            if form.is_bound
+            else {"form": form, "pools": services.free_pools(form.tenant, form.fleet)}
+        ),
         **context,
     }
     return render(request, "catalog/form.html", page, status=422 if form.is_bound else 200)
