@@ -227,7 +227,17 @@ def _preview(form: SpecForm) -> dict[str, Any]:
         "preview_failed": failed,
         "gpus_after": _gpus(check.gpu_equivalents) if check is not None else "",
         "pools": services.free_pools(form.tenant, form.fleet, check),
+        "spec_now": _spec_now(form),
     }
+
+
+def _spec_now(form: SpecForm) -> dict[str, Any]:
+    """The spec on main of the resource a modify changes ({} for anything else), so the
+    preview can show what it costs now beside what it would cost."""
+    if form.action != A.MODIFY or not form.fixed_name:
+        return {}
+    resource = form.tenant.resources.filter(kind=form.resource_kind, name=form.fixed_name).first()
+    return dict(resource.spec) if resource is not None else {}
 
 
 def _form_page(

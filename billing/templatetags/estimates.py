@@ -29,18 +29,16 @@ def cost_estimate(
     spec: Mapping[str, Any] | None,
     tenant: TenantSpec | None,
     fleet: FleetSpec | None = None,
+    runs_now: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The estimate block of ``spec`` (nothing when it holds no GPU or does not read)."""
-    found = (
-        estimate(
-            kind,
-            spec,
-            tenant,
-            fleet or configured_fleet(),
-            book=PriceBook.load(),
-            now=timezone.now(),
-        )
-        if spec
-        else None
-    )
-    return {"estimate": found, "currency": settings.BILLING_CURRENCY}
+    """The estimate block of ``spec`` (nothing when it holds no GPU or does not read), and of
+    ``runs_now`` beside it: what the resource a modify changes costs as it runs."""
+    if not spec:
+        return {"estimate": None}
+    fleet = fleet or configured_fleet()
+    book = PriceBook.load()
+    # Local time: a time-bound share ends with its end date where the portal runs.
+    now = timezone.localtime()
+    found = estimate(kind, spec, tenant, fleet, book=book, now=now)
+    current = estimate(kind, runs_now, tenant, fleet, book=book, now=now) if runs_now else None
+    return {"estimate": found, "current": current, "currency": settings.BILLING_CURRENCY}

@@ -125,3 +125,31 @@ def test_outsiders_get_404_from_the_preview_and_the_approval_page(
         assert client.post(PREVIEW, SHARE_FORM, **HTMX).status_code == 404
         assert client.get("/t/alpha/catalog/gpu-share/new/").status_code == 404
         assert client.get(f"/approvals/{req.pk}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_modify_shows_what_runs_now_beside_what_it_would_cost(
+    onboarded: dict[str, Any], prices: None, login: Callable[[str], Client]
+) -> None:
+    spec = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
+    share = Resource.objects.create(
+        tenant=onboarded["alpha"],
+        kind=Kind.GPU_SHARE,
+        name="train",
+        state=Resource.State.ACTIVE,
+        spec=spec,
+    )
+    bob = login("bob")
+    page = bob.post(
+        f"{PREVIEW}?resource={share.pk}", {**SHARE_FORM, "count": "4"}, **HTMX
+    ).content.decode()
+    assert "Runs now: 3,650.00 EUR a month" in page
+    assert "7,300.00 EUR</strong> a month" in page
+    new = bob.post(PREVIEW, {**SHARE_FORM, "name": "other"}, **HTMX).content.decode()
+    assert "Runs now" not in new
+    modify = services.do_modify_request(
+        share, acting_user=onboarded["bob"], spec={**spec, "count": 4}
+    )
+    approval = login("pam").get(f"/approvals/{modify.pk}/").content.decode()
+    assert "Runs now: 3,650.00 EUR a month" in approval
+    assert "7,300.00 EUR</strong> a month" in approval
