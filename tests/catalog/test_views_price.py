@@ -16,7 +16,7 @@ from django.utils import timezone
 from billing.models import GpuPrice
 from catalog import services
 from catalog.models import Kind, Resource
-from gitops.fleet import H200_PRODUCT
+from gitops.fleet import H200_PRODUCT, configured_fleet
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 SHARE_FORM = {"name": "train", "flavor": "h200", "kind": "whole", "count": "2", "borrow": "on"}
@@ -153,3 +153,13 @@ def test_a_modify_shows_what_runs_now_beside_what_it_would_cost(
     approval = login("pam").get(f"/approvals/{modify.pk}/").content.decode()
     assert "Runs now: 3,650.00 EUR a month" in approval
     assert "7,300.00 EUR</strong> a month" in approval
+
+
+@pytest.mark.django_db
+def test_free_pools_are_the_pools_the_tenant_may_ask_for(onboarded: dict[str, Any]) -> None:
+    fleet = configured_fleet()
+    shared = {row.flavor for row in services.free_pools(onboarded["alpha"], fleet)}
+    assert shared == {f.name for f in fleet.flavors}
+    # A dedicated tenant shares no GPU (no HAMi) and has no MIG (nor DRA on MIG) until allowed.
+    dedicated = {row.flavor for row in services.free_pools(onboarded["bravo"], fleet)}
+    assert dedicated == {"h200", "h200-dra"}
