@@ -37,6 +37,9 @@ HOUR = Decimal(3600)
 CENT = Decimal("0.01")
 GPU_HOUR = "GPU-hour"
 INSTANCE_HOUR = "instance-hour"
+# A month of an estimate (right-sizing's savings, a request's cost): a year's hours over
+# twelve, so that every month estimates the same.
+HOURS_PER_MONTH = 730
 TRUNC = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
 
 

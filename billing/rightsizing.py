@@ -44,7 +44,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from billing.costing import PriceBook, money
+from billing.costing import HOURS_PER_MONTH, PriceBook, money
 from billing.fractions import hami_fraction, mig_fraction
 from billing.models import UsageHour
 from catalog.models import Kind, Resource
@@ -58,7 +58,6 @@ WINDOW_DAYS = 14
 MIN_HOURS = 24
 # Room above what was measured: a job's next run may need a little more than its last.
 HEADROOM = Decimal("1.2")
-HOURS_PER_MONTH = 730
 # A MIG profile's name gives its memory in GB (10^9 bytes): 1g.18gb holds about 18 GB.
 MIB_PER_GB = Decimal(10**9) / Decimal(2**20)
 HAMI_MEMORY_STEP_MIB = 1024

@@ -18,8 +18,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import URLPattern, path, reverse
 from django_htmx.http import HttpResponseLocation
 
+from billing.costing import HOURS_PER_MONTH
 from billing.rightsizing import (
-    HOURS_PER_MONTH,
     WINDOW_DAYS,
     resource_recommendation,
     tenant_recommendations,

@@ -41,6 +41,8 @@ from catalog.specs import (
     errors_for,
     from_json,
     live_resources,
+    mig_opt_in,
+    offered_flavors,
     request_tenant,
     to_json,
 )
@@ -101,6 +103,15 @@ class CapacityRow:
     @property
     def changed(self) -> bool:
         return self.after != self.before
+
+    @property
+    def free_before(self) -> Decimal:
+        """What no tenant is promised yet and no reservation holds (never below zero)."""
+        return max(self.capacity - self.before, Decimal(0))
+
+    @property
+    def free_after(self) -> Decimal:
+        return max(self.capacity - self.after, Decimal(0))
 
 
 @dataclasses.dataclass
@@ -218,6 +229,17 @@ def capacity_rows(
                 )
             )
     return rows
+
+
+def free_pools(tenant: Tenant, fleet: FleetSpec, check: Check | None = None) -> list[CapacityRow]:
+    """The pools the tenant may ask for, with what is free in each now and, when ``check``
+    got as far as the capacity what-if, once its request is applied (else as now)."""
+    rows = check.capacity if check is not None and check.capacity else []
+    if not rows:
+        rows = check_request(tenant, Kind.GPU_SHARE, "", None, fleet=fleet).capacity
+    dedicated = tenant.trust_level == Tenant.TrustLevel.DEDICATED
+    offered = {f.name for f in offered_flavors(fleet, dedicated=dedicated, mig=mig_opt_in(tenant))}
+    return [row for row in rows if row.flavor in offered]
 
 
 def share_gpu_equivalents(share: GpuShare, flavor: Flavor) -> Decimal:

@@ -226,7 +226,18 @@ def _preview(form: SpecForm) -> dict[str, Any]:
         "files": files,
         "preview_failed": failed,
         "gpus_after": _gpus(check.gpu_equivalents) if check is not None else "",
+        "pools": services.free_pools(form.tenant, form.fleet, check),
+        "spec_now": _spec_now(form),
     }
+
+
+def _spec_now(form: SpecForm) -> dict[str, Any]:
+    """The spec on main of the resource a modify changes ({} for anything else), so the
+    preview can show what it costs now beside what it would cost."""
+    if form.action != A.MODIFY or not form.fixed_name:
+        return {}
+    resource = form.tenant.resources.filter(kind=form.resource_kind, name=form.fixed_name).first()
+    return dict(resource.spec) if resource is not None else {}
 
 
 def _form_page(
@@ -241,7 +252,11 @@ def _form_page(
         "tenant": access.tenant,
         "kind": kind,
         "preview_url": preview_url,
-        **(_preview(form) if form.is_bound else {"form": form}),
+        **(
+            _preview(form)
+            if form.is_bound
+            else {"form": form, "pools": services.free_pools(form.tenant, form.fleet)}
+        ),
         **context,
     }
     return render(request, "catalog/form.html", page, status=422 if form.is_bound else 200)
