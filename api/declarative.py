@@ -536,9 +536,9 @@ def export(resource: Resource) -> dict[str, Any]:
         verdict, message = services.readiness(latest)
         status["readiness"] = {"state": verdict, "message": message}
     if resource.kind == Kind.ENDPOINT:
-        status["url"] = (
-            services.endpoint_access(resource).get("url", "") if resource.on_main else ""
-        )
+        calling = services.endpoint_access(resource) if resource.on_main else {}
+        status["url"] = calling.get("url", "")
+        status["cluster_url"] = calling.get("cluster_url", "")
     return {
         "apiVersion": API_VERSION,
         "kind": KIND_NAMES[resource.kind],

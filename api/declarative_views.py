@@ -193,7 +193,16 @@ class DocumentStatusSerializer(serializers.Serializer):
     )
     readiness = DocumentReadinessSerializer(allow_null=True)
     url = serializers.CharField(
-        required=False, allow_blank=True, help_text="Model endpoints: the public URL."
+        required=False,
+        allow_blank=True,
+        help_text="Model endpoints: the public URL on the tenant's gateway host (append /v1 "
+        "for the OpenAI API; the tenant's gateway key goes in the x-api-key header).",
+    )
+    cluster_url = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="Model endpoints: the OpenAI API base inside the cluster (the KServe "
+        "predictor Service; pods of the tenant's namespace call it without a key).",
     )
 
 

@@ -53,7 +53,6 @@ from gitops.checks.capacity import flavor_pools
 from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from gitops.render import resources as units
-from gitops.render.gateway import public_url
 from gitops.render.meta import FLUX_NAMESPACE
 from gitops.render.validate import MIG_OPT_IN, is_mig_share, validate_tenant
 from gitops.render.vcluster import release_name
@@ -1410,16 +1409,11 @@ def expire_reservations(today: date | None = None) -> list[ResourceRequest]:
 
 # --- what the pages show ------------------------------------------------------------------
 
-# The shell variable the curl example reads the tenant's gateway key from.
-API_KEY_VARIABLE = "AI_FACTORY_API_KEY"
-
 
 def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str, str]:
-    """The public URL (on the tenant's own gateway host), the address inside the cluster, the
-    OpenAI model name and a curl example of a ready endpoint. The example names the key
-    header with a placeholder: the key itself is shown only once, when it is created."""
-    from gitops.render.gateway import API_KEY_HEADER, OPENAI_PREFIX, cluster_url
-    from gitops.render.litellm import model_name, served_name
+    """How to call a ready endpoint (``catalog.endpoints.how_to_call``): its public URL, model
+    name, curl example and address inside the cluster; {} for anything else."""
+    from catalog.endpoints import how_to_call  # it reads idle_actions, which imports us
 
     resource = (
         request_or_resource.resource
@@ -1428,39 +1422,11 @@ def endpoint_access(request_or_resource: ResourceRequest | Resource) -> dict[str
     )
     if resource.kind != Kind.ENDPOINT or not resource.spec:
         return {}
-    fleet = configured_fleet()
     tenant = desired_tenant(resource.tenant)
     endpoint = next((e for e in tenant.endpoints if e.name == resource.name), None)
     if endpoint is None:
         return {}
-    url = public_url(tenant, endpoint, fleet)
-    model = served_name(endpoint)  # what vLLM answers to behind the gateway
-    curl = (
-        f"curl {url.rstrip('/')}/v1/chat/completions \\\n"
-        f'  -H "{API_KEY_HEADER}: ${API_KEY_VARIABLE}" \\\n'
-        f"  -H 'Content-Type: application/json' \\\n"
-        f'  -d \'{{"model": "{model}", "messages": '
-        f'[{{"role": "user", "content": "Hello"}}]}}\''
-    )
-    # Inside the cluster: the address KServe reports (status.address.url) once the fleet sync
-    # has read it, the OpenAI prefix appended; until then the one the predictor Service has.
-    reported = (
-        FluxObject.objects.filter(
-            kind=FluxObject.Kind.INFERENCE_SERVICE, namespace=tenant.slug, name=endpoint.name
-        )
-        .values_list("address", flat=True)
-        .first()
-    )
-    return {
-        "url": url if endpoint.expose else "",
-        "model": model,
-        "litellm_model": model_name(tenant, endpoint) if endpoint.expose else "",
-        "curl": curl if endpoint.expose else "",
-        "cluster_url": f"{reported.rstrip('/')}{OPENAI_PREFIX}"
-        if reported
-        else cluster_url(tenant, endpoint),
-        "key_header": API_KEY_HEADER,
-    }
+    return how_to_call(tenant, endpoint)
 
 
 def shares_of(tenant: Tenant) -> list[GpuShare]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from catalog import views, views_jobs, views_webhooks
+from catalog import views, views_endpoints, views_jobs, views_webhooks
 
 app_name = "catalog"
 
@@ -33,6 +33,16 @@ urlpatterns = [
         name="wake",
     ),
     path("t/<slug:tenant>/gateway-key/", views.gateway_key, name="gateway_key"),
+    path(
+        "t/<slug:tenant>/endpoints/<slug:endpoint>/",
+        views_endpoints.endpoint,
+        name="endpoint",
+    ),
+    path(
+        "t/<slug:tenant>/endpoints/<slug:endpoint>/key/",
+        views_endpoints.endpoint_key,
+        name="endpoint_key",
+    ),
     path(
         "t/<slug:tenant>/resources/<int:resource_id>/kubeconfig/",
         views.kubeconfig,

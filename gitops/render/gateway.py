@@ -94,7 +94,11 @@ def public_url(tenant: TenantSpec, endpoint: EndpointSpec, fleet: FleetSpec) -> 
 
 
 def predictor_service(endpoint: EndpointSpec) -> str:
-    # KServe's Service for the predictor in Standard deployment mode.
+    # KServe's Service for the predictor in Standard deployment mode: ``<isvc>-predictor`` for a
+    # predictor without its own name (kserve v0.20.0 pkg/constants/constants.go
+    # ``PredictorServiceName``); its in-cluster host is that Service's DNS name in the
+    # InferenceService's namespace (ingress/httproute_reconciler.go ``getRawServiceHost``,
+    # whose test expects ``test-isvc-predictor.default.svc.cluster.local``).
     return f"{endpoint.name}-predictor"
 
 

@@ -339,6 +339,9 @@ def test_an_endpoint_exports_its_url(login: Callable[[str], Client], world: dict
     exported = login("bob").get("/api/v1/tenants/alpha/endpoints/chat/").json()
     assert exported["kind"] == "ModelEndpoint"
     assert exported["status"]["url"].startswith("https://")
+    assert exported["status"]["cluster_url"] == (
+        "http://chat-predictor.alpha.svc.cluster.local/openai"
+    )
     assert exported["status"]["readiness"]["state"] == "waiting"
     assert (
         put(login("bob"), exported, "/api/v1/tenants/alpha/endpoints/chat/").json()["outcome"]

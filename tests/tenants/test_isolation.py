@@ -49,6 +49,7 @@ def _url(route: str, tenant: str, member_id: int, **ids: int) -> str:
     ):
         url = url.replace(f"<int:{name}>", str(ids.get(name, 1)))
     url = url.replace("<str:kind>", "gpu-share").replace("<slug:job>", "train-1")
+    url = url.replace("<slug:endpoint>", "chat")
     assert "<" not in url, f"unfilled URL argument in {route}"
     return url
 
