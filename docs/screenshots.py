@@ -128,9 +128,9 @@ def demo_env(var_dir: Path, simulator_port: int, base: dict[str, str]) -> dict[s
     """The environment of a demo that keeps everything under ``var_dir``.
 
     Whatever in ``base`` would send the demo elsewhere (a PostgreSQL database, a Redis broker or
-    cache, another repository or schema folder) is dropped: the pictures come from the demo as
-    a clean clone gets it. The simulator gets a free port too, so a running `make demo` (8001)
-    does not collide."""
+    cache, another repository or schema folder, a real cluster, keys of a deployment) is
+    dropped: the pictures come from the demo as a clean clone gets it. The simulator gets a
+    free port too, so a running `make demo` (8001) does not collide."""
     env = {
         k: v
         for k, v in base.items()
