@@ -10,7 +10,7 @@ PYTEST_WORKERS ?= auto
 PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-sqlite-subset lint format worker system-deps node-deps clean
+.PHONY: demo test test-sqlite-subset lint format worker system-deps node-deps screenshots clean
 
 # The demo and the checks are local runs: DEBUG=true lets the settings use the embedded
 # SECRET_KEY, which they refuse anywhere else (a deployment sets its own; docs/operator-guide.md).
@@ -69,6 +69,10 @@ test: lint system-deps node-deps
 ## test-sqlite-subset: only the tests that depend on the database engine (marked db_engine), on SQLite
 test-sqlite-subset: $(VENV)/.installed-test system-deps node-deps
 	DATABASE_URL= $(PYTEST) -m db_engine $(PYTEST_ARGS)
+
+## screenshots: the guides' pictures (docs/img/) of a freshly seeded demo, in headless Chromium
+screenshots: $(VENV)/.installed-test system-deps
+	$(BIN)/python -m docs.screenshots
 
 ## lint: ruff (lint and format check) and mypy
 lint: $(VENV)/.installed-test

@@ -9,27 +9,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.conftest import PASSWORD
 from tests.support import skip_or_fail
+from tests.support.chromium import CHROMIUM, CHROMIUM_ARGS, watch_for_csp_violations
 
-CHROMIUM = Path("/usr/bin/chromium")
-# Root in a container needs --no-sandbox; the rest keep Chromium from reaching for a network
-# that is closed here (updates, sync, QUIC probes) and for a GPU the test runner lacks.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Long enough for a slow CI runner, short enough that a missing element fails in seconds
 # rather than after Playwright's default 30 s.
 TIMEOUT_MS = 10_000
@@ -73,31 +61,6 @@ def browser() -> Iterator[Browser]:
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-# The browser fires securitypolicyviolation at the document for everything the
-# Content-Security-Policy refuses (an inline script or handler, a style, eval); Chromium only
-# logs it to its own console, which Playwright does not relay, so hand it to Python.
-_REPORT_CSP_VIOLATIONS = """
-document.addEventListener("securitypolicyviolation", (event) => {
-  window.__reportCspViolation(
-    `${event.effectiveDirective} refused ${event.blockedURI || "inline"} ` +
-    `at ${event.sourceFile || document.location.href}:${event.lineNumber}`
-  );
-});
-"""
-
-
-def watch_for_csp_violations(context: BrowserContext) -> list[str]:
-    """Collect the Content-Security-Policy violations of every page in ``context``."""
-    violations: list[str] = []
-
-    def report(violation: str) -> None:
-        violations.append(violation)
-
-    context.expose_function("__reportCspViolation", report)
-    context.add_init_script(_REPORT_CSP_VIOLATIONS)
-    return violations
 
 
 @pytest.fixture
