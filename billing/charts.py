@@ -10,7 +10,7 @@ from decimal import Decimal
 import plotly.graph_objects as go
 
 from billing.dashboards import Bucket, FlavorQuota, TenantCost
-from fleet.charts import FREE_COLOUR, IN_USE_COLOUR, UNAVAILABLE_COLOUR
+from fleet.charts import FREE_COLOUR, IN_USE_COLOUR, UNAVAILABLE_COLOUR, figure_html
 
 WASTE_COLOUR = "#e8590c"
 ENERGY_COLOUR = "#f08c00"
@@ -35,6 +35,20 @@ def _layout(figure: go.Figure, *, yaxis: Mapping[str, object], **extra: object) 
         **extra,
     }
     return figure
+
+
+def has_data(figure: go.Figure) -> bool:
+    """Whether any trace of the figure has a value other than zero. A figure without points
+    draws blank axes over plotly's default range (-1 to 6), which reads as broken; the pages
+    say there is nothing to show instead."""
+    return any(
+        any(value for value in (trace.y if trace.y is not None else ())) for trace in figure.data
+    )
+
+
+def drawn(figure: go.Figure) -> str:
+    """The figure as a page fragment (``fleet.charts.figure_html``), or "" when it has no data."""
+    return figure_html(figure) if has_data(figure) else ""
 
 
 def _floats(values: Sequence[Decimal]) -> list[float]:
