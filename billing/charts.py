@@ -51,6 +51,20 @@ def drawn(figure: go.Figure) -> str:
     return figure_html(figure) if has_data(figure) else ""
 
 
+# Buckets long enough for a range to reach back before the ledger began (a year by week, two
+# by month): their charts start at the first bucket with data rather than with empty bars.
+TRIMMED_BUCKETS = ("week", "month")
+
+
+def from_first_data(buckets: Sequence[Bucket], bucket: str) -> list[Bucket]:
+    """The buckets of a weekly or monthly series from the first one with GPU-hours or energy;
+    shorter buckets are kept whole (an hour or a day without usage is worth seeing)."""
+    if bucket not in TRIMMED_BUCKETS:
+        return list(buckets)
+    first = next((i for i, b in enumerate(buckets) if b.gpu_hours or b.energy_kwh), len(buckets))
+    return list(buckets[first:])
+
+
 def _floats(values: Sequence[Decimal]) -> list[float]:
     return [float(v) for v in values]
 

@@ -68,15 +68,16 @@ def admin_dashboard_page(request: HttpRequest) -> HttpResponse:
     except RangeError as error:
         return _bad_range(request, template, error)
     board = admin_dashboard(window)
+    series = charts.from_first_data(board.series, window.bucket)
     context = {
         **_range_context(request, window),
         "board": board,
-        "allocation_chart": charts.drawn(charts.allocation_figure(board.series)),
+        "allocation_chart": charts.drawn(charts.allocation_figure(series)),
         "waste_chart": charts.drawn(charts.waste_figure(board.costs)),
         "cost_chart": charts.drawn(
             charts.cost_figure(board.costs, board.flavors, settings.BILLING_CURRENCY)
         ),
-        "energy_chart": charts.drawn(charts.energy_figure(board.series)),
+        "energy_chart": charts.drawn(charts.energy_figure(series)),
         "energy_tenant_chart": charts.drawn(charts.energy_by_tenant_figure(board.costs)),
         "quota_chart": charts.drawn(charts.quota_figure(board.quotas)),
         **_reclaimed(window, None),
@@ -109,15 +110,16 @@ def tenant_dashboard(request: HttpRequest, tenant: str) -> HttpResponse:
     except RangeError as error:
         return _bad_range(request, template, error, **page)
     board = tenant_rows(window, access.tenant.slug)
+    series = charts.from_first_data(board.series, window.bucket)
     context = {
         **_range_context(request, window),
         **page,
         "board": board,
-        "usage_chart": charts.drawn(charts.gpu_hours_figure(board.series)),
+        "usage_chart": charts.drawn(charts.gpu_hours_figure(series)),
         "cost_chart": charts.drawn(
             charts.cost_over_time_figure(board.cost_series, settings.BILLING_CURRENCY)
         ),
-        "energy_chart": charts.drawn(charts.energy_figure(board.series)),
+        "energy_chart": charts.drawn(charts.energy_figure(series)),
         "quota_chart": charts.drawn(charts.quota_figure(board.quotas)),
         **_reclaimed(window, access.tenant.slug),
     }

@@ -4,6 +4,9 @@ and finance's month to date for every tenant with a forecast."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -130,6 +133,17 @@ def test_a_tenant_with_usage_outside_the_range_gets_no_empty_charts(login: Login
     assert 'id="start-here"' not in page  # it has run things, just not in this range
     assert "plotly-chart" not in page
     assert "Nothing to draw in this range." in page
+
+
+def test_a_year_by_week_starts_at_the_first_week_with_usage(login: Login) -> None:
+    last = this_hour() - timedelta(days=20)
+    usage("alpha", last)
+    page = login("bob").get("/t/alpha/usage/?range=365d").content.decode()
+    figures = re.findall(r'data-plotly-figure="([^"]*)"', page)
+    usage_figure = json.loads(html.unescape(figures[0]))
+    first = datetime.fromisoformat(usage_figure["data"][0]["x"][0])
+    week = (last - timedelta(hours=2)).date()
+    assert first.date() == week - timedelta(days=week.weekday())
 
 
 def test_the_platform_dashboard_draws_no_empty_charts(login: Login) -> None:

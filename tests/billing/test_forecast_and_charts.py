@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from billing.budgets import forecast
 from billing.charts import drawn, gpu_hours_figure, has_data, quota_figure, reclaimed_figure
+from billing.charts import from_first_data as from_first_buckets
 from billing.dashboards import Bucket, FlavorQuota
 from billing.finance_charts import from_first_data
 
@@ -60,3 +61,15 @@ def test_a_chart_with_a_value_is_drawn() -> None:
     assert has_data(gpu_hours_figure([bucket(0, "0"), bucket(1, "0.25")]))
     assert has_data(quota_figure([FlavorQuota("h200", Decimal(2), Decimal(0))]))
     assert 'class="plotly-chart"' in drawn(reclaimed_figure([(date(2026, 3, 1), Decimal(1))]))
+
+
+def test_a_weekly_or_monthly_series_starts_at_its_first_bucket_with_data() -> None:
+    empty, used, later_empty = bucket(0, "0"), bucket(1, "2"), bucket(2, "0")
+    energy_only = Bucket(empty.start, Decimal(0), Decimal(0), Decimal("0.5"))
+    for size in ("week", "month"):
+        assert from_first_buckets([empty, empty, used, later_empty], size) == [used, later_empty]
+        assert from_first_buckets([empty, energy_only], size) == [energy_only]
+        assert from_first_buckets([empty, empty], size) == []
+    # An hour or a day without usage is worth seeing: those series are kept whole.
+    for size in ("hour", "day"):
+        assert from_first_buckets([empty, used], size) == [empty, used]
