@@ -216,6 +216,13 @@ class MonthOverview:
         return self.rows[0].spend.opencost_error if self.rows else ""
 
 
+def tenant_forecast(spend: Spend, as_of: datetime | None, now: datetime | None = None) -> Decimal:
+    """``forecast`` of one tenant's spend this month (``month_to_date`` of this month)."""
+    now = now or timezone.now()
+    start, end = month_bounds(now.astimezone(UTC).date().replace(day=1))
+    return forecast(spend.total, start, end, as_of or now)
+
+
 def month_overview(as_of: datetime | None, now: datetime | None = None) -> MonthOverview:
     """Every tenant's spend this month (budgeted or not), dearest first, each with its
     ``forecast`` from the spend up to ``as_of`` (the ledger's "data as of"; ``now`` when the

@@ -389,7 +389,10 @@ def tenant_budget(request: HttpRequest, tenant: str) -> HttpResponse:
                 messages.success(request, "Budget saved.")
                 return redirect("billing:tenant_budget", the_tenant.slug)
     [spend] = budgets.month_to_date([the_tenant])
+    freshness = ledger_freshness()
     context = {
+        "freshness": freshness,
+        "forecast": budgets.tenant_forecast(spend, freshness.as_of),
         "tenant": the_tenant,
         "access": tenant_access,
         "budget": budget,

@@ -30,6 +30,7 @@ PAGES = [
     ("pam", "/billing/idle/"),
     ("bob", "/t/alpha/usage/"),
     ("bob", "/t/alpha/idle/"),
+    ("bob", "/t/alpha/budget/"),
 ]
 
 
@@ -176,3 +177,18 @@ def test_finance_lists_every_tenants_month_with_a_forecast_and_totals(
     assert "none" in table  # bravo has no budget
     assert "Total" in table
     assert "linear run-rate" in page
+
+
+def test_a_tenants_budget_page_forecasts_its_month(login: Login, world: dict[str, Any]) -> None:
+    GpuPrice.objects.create(gpu_model=H200, amount=Decimal("2.00"), effective_from=date(2020, 1, 1))
+    now = this_hour()
+    elapsed = int((now - now.replace(day=1, hour=0)) / HOUR)
+    if elapsed < 2:
+        pytest.skip("the month's first hours have too little of it to run on")
+    usage("alpha", now - HOUR, hours=1)  # 2.00 spent in the month so far
+    page = login("bob").get("/t/alpha/budget/").content.decode()
+    month_hours = (now.replace(day=28) + timedelta(days=4)).replace(day=1, hour=0) - now.replace(
+        day=1, hour=0
+    )
+    expected = Decimal(2) * Decimal(month_hours / HOUR) / Decimal(elapsed)
+    assert f"{expected.quantize(Decimal('0.01')):,} EUR" in page
