@@ -787,6 +787,11 @@ class TenantDashboard:
     has_history: bool = True
 
     @property
+    def granted_flavors(self) -> list[str]:
+        """The flavors the tenant's approved GPU shares grant GPUs of."""
+        return [q.flavor for q in self.quotas if q.quota]
+
+    @property
     def starting(self) -> bool:
         """Nothing ever metered and nothing to pay: the page shows where to start instead of
         empty charts."""

@@ -20,6 +20,7 @@ from django.utils import timezone
 from billing.freshness import ledger_freshness
 from billing.models import Budget, GpuPrice, IngestCursor, Source, UsageHour
 from billing.services import rollup_days
+from catalog.models import Resource
 
 Login = Callable[[str], Client]
 H200 = "NVIDIA-H200"
@@ -119,6 +120,22 @@ def test_a_tenant_with_nothing_metered_gets_start_here_and_no_charts(login: Logi
     assert "/t/alpha/catalog/gpu-share/new/" in page
     assert "/t/alpha/catalog/" in page and "/t/alpha/jobs/new/" in page
     assert "plotly-chart" not in page
+
+
+def test_a_tenant_with_an_approved_share_but_nothing_run_is_told_to_run_work(
+    login: Login, world: dict[str, Any]
+) -> None:
+    Resource.objects.create(
+        tenant=world["alpha"],
+        kind="gpu-share",
+        name="train",
+        state="active",
+        spec={"name": "train", "flavor": "h200", "kind": "whole", "count": 2},
+    )
+    page = login("bob").get("/t/alpha/usage/").content.decode()
+    assert 'id="start-here"' in page
+    assert "Your GPU shares are approved (on h200)" in page
+    assert "/t/alpha/jobs/new/" in page
 
 
 def test_a_tenant_with_usage_gets_its_charts(login: Login) -> None:
