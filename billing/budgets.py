@@ -162,6 +162,81 @@ def month_to_date(
     ]
 
 
+def forecast(spent: Decimal, start: datetime, end: datetime, as_of: datetime) -> Decimal:
+    """The month's spend if it goes on as it has: a linear run-rate, ``spent`` over the time
+    from the month's ``start`` to ``as_of`` (the moment the ledger has data up to), scaled to
+    the whole month ``[start, end)``. Before any time has passed it is what is spent."""
+    elapsed = Decimal((min(max(as_of, start), end) - start).total_seconds())
+    if not elapsed:
+        return money(spent)
+    return money(spent * Decimal((end - start).total_seconds()) / elapsed)
+
+
+@dataclass(frozen=True)
+class MonthRow:
+    """A tenant's month so far and where it is heading."""
+
+    spend: Spend
+    forecast: Decimal
+
+
+@dataclass(frozen=True)
+class MonthOverview:
+    """Every tenant's month to date with a forecast for the month, and their totals."""
+
+    month: date
+    as_of: datetime
+    rows: list[MonthRow]
+
+    def _sum(self, pick: Any) -> Decimal:
+        return money(sum((pick(row) for row in self.rows), Decimal(0)))
+
+    @property
+    def gpu(self) -> Decimal:
+        return self._sum(lambda row: row.spend.gpu)
+
+    @property
+    def other(self) -> Decimal:
+        return self._sum(lambda row: row.spend.other)
+
+    @property
+    def total(self) -> Decimal:
+        return self._sum(lambda row: row.spend.total)
+
+    @property
+    def forecast(self) -> Decimal:
+        return self._sum(lambda row: row.forecast)
+
+    @property
+    def budgeted(self) -> list[Spend]:
+        return [row.spend for row in self.rows if row.spend.budget is not None]
+
+    @property
+    def opencost_error(self) -> str:
+        return self.rows[0].spend.opencost_error if self.rows else ""
+
+
+def tenant_forecast(spend: Spend, as_of: datetime | None, now: datetime | None = None) -> Decimal:
+    """``forecast`` of one tenant's spend this month (``month_to_date`` of this month)."""
+    now = now or timezone.now()
+    start, end = month_bounds(now.astimezone(UTC).date().replace(day=1))
+    return forecast(spend.total, start, end, as_of or now)
+
+
+def month_overview(as_of: datetime | None, now: datetime | None = None) -> MonthOverview:
+    """Every tenant's spend this month (budgeted or not), dearest first, each with its
+    ``forecast`` from the spend up to ``as_of`` (the ledger's "data as of"; ``now`` when the
+    ledger is empty)."""
+    now = now or timezone.now()
+    month = now.astimezone(UTC).date().replace(day=1)
+    start, end = month_bounds(month)
+    spends = month_to_date(list(Tenant.objects.order_by("slug")), month, now=now)
+    moment = as_of or now
+    rows = [MonthRow(s, forecast(s.total, start, end, moment)) for s in spends]
+    rows.sort(key=lambda row: (-row.spend.total, row.spend.tenant.slug))
+    return MonthOverview(month, moment, rows)
+
+
 def _raise_alert(spend: Spend, month: date, threshold: int) -> BudgetAlert | None:
     """The alert of ``threshold`` for the month, or None when it was raised before."""
     assert spend.budget is not None

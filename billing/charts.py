@@ -10,7 +10,7 @@ from decimal import Decimal
 import plotly.graph_objects as go
 
 from billing.dashboards import Bucket, FlavorQuota, TenantCost
-from fleet.charts import FREE_COLOUR, IN_USE_COLOUR, UNAVAILABLE_COLOUR
+from fleet.charts import FREE_COLOUR, IN_USE_COLOUR, UNAVAILABLE_COLOUR, figure_html
 
 WASTE_COLOUR = "#e8590c"
 ENERGY_COLOUR = "#f08c00"
@@ -35,6 +35,34 @@ def _layout(figure: go.Figure, *, yaxis: Mapping[str, object], **extra: object) 
         **extra,
     }
     return figure
+
+
+def has_data(figure: go.Figure) -> bool:
+    """Whether any trace of the figure has a value other than zero. A figure without points
+    draws blank axes over plotly's default range (-1 to 6), which reads as broken; the pages
+    say there is nothing to show instead."""
+    return any(
+        any(value for value in (trace.y if trace.y is not None else ())) for trace in figure.data
+    )
+
+
+def drawn(figure: go.Figure) -> str:
+    """The figure as a page fragment (``fleet.charts.figure_html``), or "" when it has no data."""
+    return figure_html(figure) if has_data(figure) else ""
+
+
+# Buckets long enough for a range to reach back before the ledger began (a year by week, two
+# by month): their charts start at the first bucket with data rather than with empty bars.
+TRIMMED_BUCKETS = ("week", "month")
+
+
+def from_first_data(buckets: Sequence[Bucket], bucket: str) -> list[Bucket]:
+    """The buckets of a weekly or monthly series from the first one with GPU-hours or energy;
+    shorter buckets are kept whole (an hour or a day without usage is worth seeing)."""
+    if bucket not in TRIMMED_BUCKETS:
+        return list(buckets)
+    first = next((i for i, b in enumerate(buckets) if b.gpu_hours or b.energy_kwh), len(buckets))
+    return list(buckets[first:])
 
 
 def _floats(values: Sequence[Decimal]) -> list[float]:

@@ -446,6 +446,23 @@ def _equivalents(spec: object, fleet: FleetSpec) -> tuple[str, Decimal]:
     return share.flavor, share_gpu_equivalents(share, flavor)
 
 
+def granted(
+    tenant: str | None = None, fleet: FleetSpec | None = None
+) -> dict[tuple[str, str], Decimal]:
+    """GPU-equivalents the approved GPU shares on main grant, per (tenant, flavor): what
+    Kueue's ClusterQueues promise. Two queries (the fleet's inventory unless given, the
+    shares)."""
+    fleet = fleet or configured_fleet()
+    shares = Resource.objects.filter(kind=Kind.GPU_SHARE, state__in=LIVE)
+    if tenant is not None:
+        shares = shares.filter(tenant__slug=tenant)
+    out: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for slug, spec in shares.values_list("tenant__slug", "spec"):
+        name, amount = _equivalents(spec, fleet)
+        out[(slug, name)] += amount
+    return dict(out)
+
+
 def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> list[FlavorQuota]:
     """Per flavor, in GPU-equivalents (the ledger's unit, ``catalog.services
     .share_gpu_equivalents``): the nominal quota of the approved GPU shares on main (what Kueue's
@@ -455,18 +472,15 @@ def quotas(latest: Mapping[tuple[str, ...], Any], tenant: str | None = None) -> 
     (``latest`` keyed by (tenant, flavor)); each row says which. Six queries: the Kueue
     freshness (2) and usage, the fleet's inventory, the shares, the open requests."""
     fleet = configured_fleet()
-    shares = Resource.objects.filter(kind=Kind.GPU_SHARE, state__in=LIVE)
     requests = ResourceRequest.objects.filter(
         resource__kind=Kind.GPU_SHARE,
         state__in=PENDING,
         action__in=[ResourceRequest.Action.CREATE, ResourceRequest.Action.MODIFY],
     )
     if tenant is not None:
-        shares = shares.filter(tenant__slug=tenant)
         requests = requests.filter(tenant__slug=tenant)
     quota: dict[str, Decimal] = defaultdict(Decimal)
-    for spec in shares.values_list("spec", flat=True):
-        name, amount = _equivalents(spec, fleet)
+    for (_, name), amount in granted(tenant, fleet).items():
         quota[name] += amount
     pending: dict[str, Decimal] = defaultdict(Decimal)
     for wanted, current, state in requests.values_list("spec", "resource__spec", "resource__state"):
@@ -769,6 +783,19 @@ class TenantDashboard:
     top: list[WorkloadUse]
     # Its reserved nodes' GPU-hours none of its work held: paid for, and its waste.
     reserved_idle_gpu_hours: Decimal = ZERO
+    # Whether the ledger holds any usage of the tenant, in any range.
+    has_history: bool = True
+
+    @property
+    def granted_flavors(self) -> list[str]:
+        """The flavors the tenant's approved GPU shares grant GPUs of."""
+        return [q.flavor for q in self.quotas if q.quota]
+
+    @property
+    def starting(self) -> bool:
+        """Nothing ever metered and nothing to pay: the page shows where to start instead of
+        empty charts."""
+        return not self.has_history and not self.reserved_idle_gpu_hours and not self.total.amount
 
 
 def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
@@ -803,4 +830,5 @@ def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:
         endpoints=endpoint_usage(uses, names),
         top=uses[:TOP_WORKLOADS],
         reserved_idle_gpu_hours=reserved_idle(window, tenant).total,
+        has_history=bool(lines) or UsageHour.objects.filter(tenant_slug=tenant).exists(),
     )

@@ -221,6 +221,38 @@ def placements(planned: Iterable[PlannedWorkload] = ()) -> list[Placement]:
     return synced_placements() or planned_placements(planned)
 
 
+def within_grants(
+    found: Iterable[Placement], grants: Mapping[tuple[str, str], Decimal]
+) -> list[Placement]:
+    """The placements cut down to ``grants`` (GPU-equivalents per tenant and flavor,
+    ``billing.dashboards.granted``): per tenant and flavor, endpoints' predictors first (main
+    holds them awake), then the smallest workloads, each holding what is left of the grant at
+    most; one with nothing left is left out. The demo cluster's seed workloads run outside
+    Kueue, so without this a tenant's history would hold more than its shares grant (vision's
+    16-GPU training job against a 2-GPU share). Cut down rather than left out whole, so every
+    workload the demo talks about (the idle tenant's predictor among them) keeps a history."""
+    platform = platform_namespaces()
+    left: dict[tuple[str, str], Fraction] = {}
+    kept = []
+    order = sorted(
+        found, key=lambda p: (not p.workload.startswith("ReplicaSet/"), p.gpu_equivalents)
+    )
+    for p in order:
+        key = (tenant_of(p.namespace, platform), p.flavor)
+        if key not in left:
+            # Decimal of a fraction (4/7 of a GPU, rounded): back to the fraction it stands for.
+            left[key] = Fraction(grants.get(key, Decimal(0))).limit_denominator(10**6)
+        held = min(p.gpu_equivalents, left[key])
+        if held <= 0:
+            continue
+        left[key] -= held
+        share = held / p.gpu_equivalents
+        kept.append(
+            dataclasses.replace(p, gpu_equivalents=held, memory_mib=int(p.memory_mib * share))
+        )
+    return sorted(kept, key=lambda p: (p.namespace, p.flavor, p.mig_profile, p.workload))
+
+
 def _busy(rng: random.Random, hour: datetime, idle: bool) -> float:
     """How busy the GPUs were: a working-day cycle peaking at 14:00 UTC, plus noise."""
     cycle = 0.5 + 0.5 * math.cos((hour.hour - 14) / 24 * 2 * math.pi)
@@ -371,13 +403,22 @@ def seed_budget(start: datetime, end: datetime) -> str:
 
 
 @transaction.atomic
-def seed_history(now: datetime | None = None, *, planned: Iterable[PlannedWorkload] = ()) -> Seeded:
+def seed_history(
+    now: datetime | None = None,
+    *,
+    planned: Iterable[PlannedWorkload] = (),
+    grants: Mapping[tuple[str, str], Decimal] | None = None,
+) -> Seeded:
     """Prices, the last ``DAYS`` days of demo ledger rows up to the last complete hour, and
-    a budget; ``planned``: what the cluster will run, for a fleet not synced yet.
-    Idempotent: the demo rows are replaced, other sources' hours skipped."""
+    a budget; ``planned``: what the cluster will run, for a fleet not synced yet; ``grants``:
+    what the tenants' shares on main grant (``within_grants``), None to keep every placement
+    as the cluster runs it. Idempotent: the demo rows are replaced, other sources' hours
+    skipped."""
     end = last_complete_hour(now) + HOUR
     start = end - timedelta(days=DAYS)
     found = placements(planned)
+    if grants is not None:
+        found = within_grants(found, grants)
     today = (now or timezone.now()).date()
     prices = seed_prices(found, today) + seed_reservation_prices(today)
     UsageHour.objects.filter(source=Source.DEMO).delete()

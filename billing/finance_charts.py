@@ -24,6 +24,17 @@ LAYOUT = {
 OVER_COLOUR = "#c92a2a"
 
 
+def from_first_data(
+    months: Sequence[date], by_tenant: Mapping[str, Mapping[date, Decimal]]
+) -> list[date]:
+    """``months`` from the first one any tenant has a cost in: the months before the ledger
+    began would be drawn as empty bars. Empty months after it stay: a month without cost is
+    worth seeing then."""
+    costly = {month for costs in by_tenant.values() for month, amount in costs.items() if amount}
+    first = next((index for index, month in enumerate(months) if month in costly), len(months))
+    return list(months[first:])
+
+
 def cost_trend_figure(
     months: Sequence[date], by_tenant: Mapping[str, Mapping[date, Decimal]], currency: str
 ) -> go.Figure:

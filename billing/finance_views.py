@@ -28,7 +28,7 @@ from django.views.decorators.http import require_POST
 
 from billing import budgets, exports, invoicing
 from billing.costing import money, priced, totals
-from billing.finance_charts import budget_figure, cost_trend_figure
+from billing.finance_charts import budget_figure, cost_trend_figure, from_first_data
 from billing.finance_forms import (
     BudgetForm,
     CorrectionForm,
@@ -37,6 +37,7 @@ from billing.finance_forms import (
     RangeForm,
     ReservationPriceForm,
 )
+from billing.freshness import ledger_freshness
 from billing.models import (
     Budget,
     BudgetAlert,
@@ -50,7 +51,6 @@ from fleet.charts import figure_html
 from portal.views import plotly_js_url
 from tenants import access
 from tenants.access import Action, get_tenant_for_user
-from tenants.models import Tenant
 
 View = Callable[..., HttpResponse]
 TREND_MONTHS = 12
@@ -99,7 +99,7 @@ def _trend(today: date) -> tuple[list[date], dict[str, dict[date, Decimal]]]:
     for key, total in totals(lines, ("tenant_slug", "bucket")).items():
         slug, bucket = cast(tuple[str, datetime], key)
         by_tenant[slug][bucket.date()] = money(total.amount)
-    return months, by_tenant
+    return from_first_data(months, by_tenant), by_tenant
 
 
 @finance_page
@@ -111,17 +111,18 @@ def finance(request: HttpRequest) -> HttpResponse:
         .annotate(count=Count("id"), total=Sum("total"))
         .order_by("-month", "status")
     )
-    spends = budgets.month_to_date(
-        list(Tenant.objects.filter(pk__in=Budget.objects.values("tenant_id")).order_by("slug"))
-    )
+    freshness = ledger_freshness()
+    overview = budgets.month_overview(freshness.as_of)
+    spends = overview.budgeted
     currency = settings.BILLING_CURRENCY
     context = {
         "by_month": by_month,
         "invoices": Invoice.objects.select_related("tenant")[:50],
         "trend_chart": figure_html(cost_trend_figure(months, by_tenant, currency))
-        if by_tenant
+        if months
         else "",
-        "spends": spends,
+        "overview": overview,
+        "freshness": freshness,
         "budget_chart": figure_html(budget_figure(spends, currency)) if spends else "",
         "last_month": invoicing.previous_month(today),
         "form": MonthForm(initial={"month": f"{invoicing.previous_month(today):%Y-%m}"}),
@@ -388,7 +389,10 @@ def tenant_budget(request: HttpRequest, tenant: str) -> HttpResponse:
                 messages.success(request, "Budget saved.")
                 return redirect("billing:tenant_budget", the_tenant.slug)
     [spend] = budgets.month_to_date([the_tenant])
+    freshness = ledger_freshness()
     context = {
+        "freshness": freshness,
+        "forecast": budgets.tenant_forecast(spend, freshness.as_of),
         "tenant": the_tenant,
         "access": tenant_access,
         "budget": budget,

@@ -15,9 +15,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from billing import idle
-from billing.charts import reclaimed_figure
+from billing.charts import drawn, reclaimed_figure
+from billing.freshness import ledger_freshness
 from billing.models import IdleCase, IdlePolicy
-from fleet.charts import figure_html
 from fleet.kube import KubeError
 from tenants import access
 from tenants.access import Action, get_tenant_for_user
@@ -60,7 +60,8 @@ def admin_idle(request: HttpRequest) -> HttpResponse:
         "errors": errors,
         "posted": request.POST if errors else {},
         "reclaimed_30d": idle.reclaimed_total(since=timezone.now() - timedelta(days=30)),
-        "chart": figure_html(reclaimed_figure(idle.reclaimed_by_day())),
+        "chart": drawn(reclaimed_figure(idle.reclaimed_by_day())),
+        "freshness": ledger_freshness(),
     }
     return render(request, "billing/idle_admin.html", context, status=400 if errors else 200)
 
@@ -80,7 +81,8 @@ def tenant_idle(request: HttpRequest, tenant: str) -> HttpResponse:
         "reclaimed_30d": idle.reclaimed_total(
             tenant_slug=slug, since=timezone.now() - timedelta(days=30)
         ),
-        "chart": figure_html(reclaimed_figure(idle.reclaimed_by_day(tenant_slug=slug))),
+        "chart": drawn(reclaimed_figure(idle.reclaimed_by_day(tenant_slug=slug))),
+        "freshness": ledger_freshness(),
     }
     return render(request, "billing/idle_tenant.html", context)
 

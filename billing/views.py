@@ -21,9 +21,9 @@ from django.views.decorators.http import require_safe
 from billing import charts, idle
 from billing.dashboards import PRESETS, Range, RangeError, admin_dashboard, parse_range
 from billing.dashboards import tenant_dashboard as tenant_rows
+from billing.freshness import ledger_freshness
 from billing.job_usage import job_usage as usage_of
 from catalog.jobs import job_named
-from fleet.charts import figure_html
 from portal.views import plotly_js_url
 from tenants.access import Action, get_tenant_for_user, may
 
@@ -41,6 +41,7 @@ def _range_context(request: HttpRequest, window: Range | None) -> dict[str, Any]
         "to": request.GET.get("to", ""),
         "currency": settings.BILLING_CURRENCY,
         "plotly_js_url": plotly_js_url(),
+        "freshness": ledger_freshness(),
     }
 
 
@@ -67,17 +68,18 @@ def admin_dashboard_page(request: HttpRequest) -> HttpResponse:
     except RangeError as error:
         return _bad_range(request, template, error)
     board = admin_dashboard(window)
+    series = charts.from_first_data(board.series, window.bucket)
     context = {
         **_range_context(request, window),
         "board": board,
-        "allocation_chart": figure_html(charts.allocation_figure(board.series)),
-        "waste_chart": figure_html(charts.waste_figure(board.costs)),
-        "cost_chart": figure_html(
+        "allocation_chart": charts.drawn(charts.allocation_figure(series)),
+        "waste_chart": charts.drawn(charts.waste_figure(board.costs)),
+        "cost_chart": charts.drawn(
             charts.cost_figure(board.costs, board.flavors, settings.BILLING_CURRENCY)
         ),
-        "energy_chart": figure_html(charts.energy_figure(board.series)),
-        "energy_tenant_chart": figure_html(charts.energy_by_tenant_figure(board.costs)),
-        "quota_chart": figure_html(charts.quota_figure(board.quotas)),
+        "energy_chart": charts.drawn(charts.energy_figure(series)),
+        "energy_tenant_chart": charts.drawn(charts.energy_by_tenant_figure(board.costs)),
+        "quota_chart": charts.drawn(charts.quota_figure(board.quotas)),
         **_reclaimed(window, None),
     }
     return render(request, _template(request, template), context)
@@ -90,7 +92,7 @@ def _reclaimed(window: Range, tenant_slug: str | None) -> dict[str, Any]:
         "reclaimed_gpu_hours": idle.reclaimed_total(
             tenant_slug=tenant_slug, since=window.start, end=window.end
         ),
-        "reclaimed_chart": figure_html(charts.reclaimed_figure(days)),
+        "reclaimed_chart": charts.drawn(charts.reclaimed_figure(days)),
     }
 
 
@@ -108,18 +110,21 @@ def tenant_dashboard(request: HttpRequest, tenant: str) -> HttpResponse:
     except RangeError as error:
         return _bad_range(request, template, error, **page)
     board = tenant_rows(window, access.tenant.slug)
+    series = charts.from_first_data(board.series, window.bucket)
     context = {
         **_range_context(request, window),
         **page,
         "board": board,
-        "usage_chart": figure_html(charts.gpu_hours_figure(board.series)),
-        "cost_chart": figure_html(
+        "usage_chart": charts.drawn(charts.gpu_hours_figure(series)),
+        "cost_chart": charts.drawn(
             charts.cost_over_time_figure(board.cost_series, settings.BILLING_CURRENCY)
         ),
-        "energy_chart": figure_html(charts.energy_figure(board.series)),
-        "quota_chart": figure_html(charts.quota_figure(board.quotas)),
+        "energy_chart": charts.drawn(charts.energy_figure(series)),
+        "quota_chart": charts.drawn(charts.quota_figure(board.quotas)),
         **_reclaimed(window, access.tenant.slug),
     }
+    # Idle reclaim having stopped its work means the tenant has run something.
+    context["start_here"] = board.starting and not context["reclaimed_gpu_hours"]
     return render(request, _template(request, template), context)
 
 

@@ -665,6 +665,9 @@ if BILLING_STEP_SECONDS < 1 or 3600 % BILLING_STEP_SECONDS:
     raise ImproperlyConfigured("BILLING_STEP_SECONDS must divide 3600 (e.g. 15, 30, 60)")
 # An hour is complete this long after it ends (the last scrapes have to land first).
 BILLING_INGEST_LAG_SECONDS = env_int("BILLING_INGEST_LAG_SECONDS", 120)
+# Dashboards mark their data as lagging when the ledger's latest complete hour ended more
+# than this long ago (an hour's ingest normally lands a few minutes after it ends).
+BILLING_LAGGING_AFTER_MINUTES = env_int("BILLING_LAGGING_AFTER_MINUTES", 120)
 # With no cursor yet, the periodic ingest starts this many hours back; it never catches up
 # more than BILLING_MAX_CATCHUP_HOURS in one run (a backfill job does longer ranges).
 BILLING_FIRST_HOURS = env_int("BILLING_FIRST_HOURS", 24)

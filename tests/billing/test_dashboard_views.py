@@ -208,13 +208,15 @@ def test_the_number_of_queries_does_not_grow_with_tenants_or_rows(
     # prices, one priced query per price period, series, inventory, shares, requests,
     # ingest runs); whether Kueue's queues are live (watch and sync states: not here, so the
     # ledger's hour stands); the nav's tenants and counters; the GPU-hours idle reclaim won
-    # back (total and by day); the reservations of the range (none here: no ledger query).
-    assert admin_before == 19
+    # back (total and by day); the reservations of the range (none here: no ledger query);
+    # how current the ledger is (its ingest cursor and latest hour).
+    assert admin_before == 21
     # The tenant's: session, user, roles, membership; prices, one priced query per price
     # period (by hour, which gives the series too), workloads, endpoints, latest hour,
     # inventory, shares, requests; whether Kueue's queues are live (two); the nav's two; the
-    # GPU-hours idle reclaim won back (total and by day); its reservations of the range.
-    assert tenant_before == 19
+    # GPU-hours idle reclaim won back (total and by day); its reservations of the range; how
+    # current the ledger is (two).
+    assert tenant_before == 21
 
 
 # --- landing pages --------------------------------------------------------------------------------

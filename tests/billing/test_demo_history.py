@@ -218,3 +218,58 @@ def test_the_demo_has_an_idle_policy_and_a_case_for_the_idle_tenant(fleet: Simul
     ).exists()
     # Seeding again opens nothing twice.
     assert demo.seed_idle() == 0
+
+
+@pytest.mark.django_db
+def test_the_history_holds_no_more_than_the_shares_on_main_grant_up_to_this_hour(
+    tenants: None, settings: Any
+) -> None:
+    from billing.dashboards import granted
+    from catalog.models import Resource
+
+    settings.FLEET_SIMULATOR_CONFIG = ""
+    shares = {
+        "vision": [
+            {"name": "serve", "flavor": "h200", "kind": "whole", "count": 2},
+            {"name": "eval", "flavor": "h200-mig", "kind": "mig", "count": 4}
+            | {"mig_profile": "1g.18gb"},
+        ],
+        "llm-platform": [
+            {"name": "small", "flavor": "h200-hami", "kind": "hami", "count": 2}
+            | {"gpumem_mib": 24000, "gpucores_percent": 25},
+        ],
+    }
+    for slug, specs in shares.items():
+        for spec in specs:
+            Resource.objects.create(
+                tenant=Tenant.objects.get(slug=slug),
+                kind="gpu-share",
+                name=spec["name"],
+                state="active",
+                spec=spec,
+            )
+    grants = granted()
+    assert grants[("vision", "h200")] == 2
+    now = datetime.fromisoformat("2026-06-01T12:30:00+00:00")
+
+    demo.seed_history(now=now, planned=planned_workloads(), grants=grants)
+
+    held: dict[tuple[Any, ...], Decimal] = defaultdict(Decimal)
+    for row in UsageHour.objects.all():
+        held[(row.hour, row.tenant_slug, row.flavor)] += row.allocated_gpu_seconds
+    assert held
+    for (_, slug, flavor), seconds in held.items():
+        # Each row's GPU-seconds are rounded to a thousandth (4/7 of an hour is not).
+        assert seconds <= grants[(slug, flavor)] * 3600 + Decimal("0.01"), (slug, flavor)
+    # vision's 16-GPU training job ran outside Kueue in the demo cluster: cut to its share.
+    assert max(v for (_, s, f), v in held.items() if (s, f) == ("vision", "h200")) == 7200
+    # Every workload the demo talks about keeps a history, the idle tenant's among them.
+    assert set(UsageHour.objects.values_list("workload", flat=True)) == {
+        "Job/finetune-vit",
+        "Job/eval-vit-small",
+        "Job/eval-vit-large",
+        "ReplicaSet/chat-small-predictor-6d5f8c7b9c",
+    }
+    # The history reaches the current hour: its last hour ends where this one begins.
+    last = UsageHour.objects.order_by("-hour").values_list("hour", flat=True)[0]
+    assert last + HOUR == now.replace(minute=0)

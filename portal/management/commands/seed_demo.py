@@ -466,9 +466,11 @@ class Command(BaseCommand):
     def _seed_billing(self) -> None:
         """Prices, a month of made-up GPU usage and a budget, so the cost pages have a
         history before the demo's own exporter has been scraped for an hour."""
+        from billing.dashboards import granted
         from billing.demo import seed_history, seed_idle
 
-        seeded = seed_history(planned=planned_workloads() + planned_endpoints())
+        # Within the shares on main: the quota chart then never shows more held than granted.
+        seeded = seed_history(planned=planned_workloads() + planned_endpoints(), grants=granted())
         self.stdout.write(
             f"Demo billing: {seeded.rows} usage rows over the last 30 days "
             f"({seeded.skipped_hours} hours already metered), {seeded.prices} new prices, "
