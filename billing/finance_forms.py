@@ -147,6 +147,25 @@ class CorrectionForm(forms.Form):
         return reason
 
 
+class IssueForm(forms.Form):
+    """Issuing cannot be undone (a mistake takes a correction, a new version), so the person
+    types the invoice's number, as a decommission asks for the resource's name."""
+
+    confirm = forms.CharField(max_length=64, required=False)
+
+    def __init__(self, *args: Any, number: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.number = number
+        self.fields["confirm"].label = f"Type the number, {number}, to confirm"
+        self.fields["confirm"].widget.attrs["autocomplete"] = "off"
+
+    def clean_confirm(self) -> str:
+        typed = str(self.cleaned_data["confirm"]).strip()
+        if typed != self.number:
+            raise ValidationError(f"Type the number {self.number} to confirm; nothing was issued.")
+        return typed
+
+
 class MonthForm(forms.Form):
     month = forms.CharField(max_length=7, help_text="YYYY-MM, a month that is over")
 

@@ -116,9 +116,35 @@ def test_bob_cannot_issue_and_fiona_can(invoices: dict[str, Invoice], login: Log
     response = login("bob").post(url("invoice", alpha.pk), {"reason": "cheaper please"})
     assert response.status_code == 403
     assert Invoice.objects.count() == 2
-    response = login("fiona").post(url("invoice_issue", bravo.pk))
+    response = login("fiona").post(url("invoice_issue", bravo.pk), {"confirm": bravo.number})
     assert response.status_code == 302
     assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.ISSUED
+
+
+def test_issuing_asks_to_confirm_first(invoices: dict[str, Invoice], login: Login) -> None:
+    bravo = invoices["bravo"]
+    fiona = login("fiona")
+    page = fiona.get(url("invoice", bravo.pk)).content.decode()
+    # The invoice page links to the confirm step; it has no form that issues at once.
+    assert f'href="{url("invoice_issue", bravo.pk)}"' in page
+    assert f'action="{url("invoice_issue", bravo.pk)}"' not in page
+    confirm = fiona.get(url("invoice_issue", bravo.pk))
+    assert confirm.status_code == 200
+    assert f"Type the number, {bravo.number}, to confirm" in confirm.content.decode()
+    assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.DRAFT
+    for typed in ({}, {"confirm": ""}, {"confirm": "alpha-2026-10-v1"}):
+        response = fiona.post(url("invoice_issue", bravo.pk), typed)
+        assert response.status_code == 422
+        assert "to confirm; nothing was issued" in response.content.decode()
+        assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.DRAFT
+    # A member of the tenant may read its issued invoice, never issue one.
+    alpha = invoices["alpha"]
+    assert login("alice").get(url("invoice_issue", alpha.pk)).status_code == 403
+    response = fiona.post(url("invoice_issue", bravo.pk), {"confirm": f" {bravo.number} "})
+    assert response["Location"] == url("invoice", bravo.pk)
+    assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.ISSUED
+    again = fiona.get(url("invoice_issue", bravo.pk), follow=True).content.decode()
+    assert f"{bravo.number} is issued already" in again
 
 
 def test_a_correction_from_the_page(invoices: dict[str, Invoice], login: Login) -> None:
@@ -132,7 +158,7 @@ def test_a_correction_from_the_page(invoices: dict[str, Invoice], login: Login) 
     correction = Invoice.objects.get(version=2)
     assert response["Location"] == url("invoice", correction.pk)
     assert correction.supersedes == alpha and correction.reason == "late hours"
-    fiona.post(url("invoice_issue", correction.pk))
+    fiona.post(url("invoice_issue", correction.pk), {"confirm": correction.number})
     page = fiona.get(url("invoice", alpha.pk)).content.decode()
     assert "superseded" in page and correction.number in page
 
