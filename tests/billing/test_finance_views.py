@@ -17,6 +17,7 @@ from django.urls import reverse
 from billing import invoicing
 from billing.exports import cell, safe_filename
 from billing.models import Budget, GpuPrice, Invoice, Source, UsageHour
+from fleet.models import Node
 from portal.models import Job
 
 H200 = "NVIDIA-H200"
@@ -184,10 +185,19 @@ def test_the_month_job_from_the_dashboard(
 def test_the_price_form_refuses_bad_input_and_writes_nothing(
     world: dict[str, Any], login: Login
 ) -> None:
+    Node.objects.create(name="h200-01", flavor="h200", product=H200, gpu_count=8)
     fiona = login("fiona")
     tomorrow = invoicing.today_utc() + timedelta(days=1)
     good = {"gpu_model": H200, "mig_profile": "", "amount": "2.5", "effective_from": tomorrow}
+    page = fiona.get(url("prices")).content.decode()
+    # The GPU model is a select of the models the fleet's nodes have.
+    assert f'<option value="{H200}">{H200}</option>' in page
     for change, message in (
+        (
+            {"gpu_model": "NVIDIA-B300"},
+            f"is not a GPU model of the fleet&#x27;s nodes (they have: {H200})",
+        ),
+        ({"gpu_model": ""}, "This field is required"),
         ({"effective_from": invoicing.today_utc()}, "prices never reach back"),
         ({"amount": "2.12345"}, "at most four decimals"),
         ({"amount": "-1"}, "zero or more"),
