@@ -20,7 +20,7 @@ class GpuModelField(forms.ChoiceField):
     model the fleet has not got would never meet a metered hour, and is most likely a typo."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(choices=(), **kwargs)
+        super().__init__(choices=(), label="GPU model", **kwargs)
         self.models: list[str] = []
 
     def refresh(self) -> None:
@@ -45,7 +45,10 @@ class GpuModelField(forms.ChoiceField):
 class PriceForm(forms.Form):
     gpu_model = GpuModelField(help_text="A GPU model of the fleet's nodes")
     mig_profile = forms.CharField(
-        max_length=32, required=False, help_text="Empty for a whole GPU-hour; else e.g. 1g.18gb"
+        label="MIG profile",
+        max_length=32,
+        required=False,
+        help_text="Empty for a whole GPU-hour; else e.g. 1g.18gb",
     )
     amount = forms.CharField(max_length=20, help_text="Per hour, at most four decimals")
     effective_from = forms.DateField(

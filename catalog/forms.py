@@ -323,7 +323,7 @@ class GpuShareForm(SpecForm):
             for f in flavors
             if f.mig_profiles
         ]
-        self._choices("mig_profile", [("", "none (not MIG)"), *profiles])
+        self._choices("mig_profile", [("", "choose a slice size"), *profiles])
         self._tag(
             "mig_profile",
             {p: {"data-pool": f.name} for f in flavors for p, _ in f.mig_profiles},
