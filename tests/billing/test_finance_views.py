@@ -138,6 +138,7 @@ def test_issuing_asks_to_confirm_first(invoices: dict[str, Invoice], login: Logi
         assert response.status_code == 422
         assert "to confirm; nothing was issued" in response.content.decode()
         assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.DRAFT
+    assert login("charlie").get(url("invoice_issue", bravo.pk)).status_code == 404
     # A member of the tenant may read its issued invoice, never issue one.
     alpha = invoices["alpha"]
     assert login("alice").get(url("invoice_issue", alpha.pk)).status_code == 403
