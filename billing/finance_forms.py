@@ -15,12 +15,40 @@ from billing.fractions import FractionError, mig_fraction
 from billing.models import Budget
 
 
+class GpuModelField(forms.ChoiceField):
+    """A select of the GPU models of the fleet's nodes (``inventory_models``): a price for a
+    model the fleet has not got would never meet a metered hour, and is most likely a typo."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=(), label="GPU model", **kwargs)
+        self.models: list[str] = []
+
+    def refresh(self) -> None:
+        """Offer the inventory as it is now (the form is built per request)."""
+        models = self.models = inventory_models()
+        self.choices = [(m, m) for m in models]
+        if not models:
+            self.help_text = (
+                "No GPU nodes are known yet: the fleet's inventory fills on its first sync."
+            )
+
+    def validate(self, value: Any) -> None:
+        if value and not self.valid_value(value):
+            there = ", ".join(self.models) or "none yet"
+            raise ValidationError(
+                f"{value!r} is not a GPU model of the fleet's nodes (they have: {there}).",
+                code="invalid_choice",
+            )
+        super().validate(value)
+
+
 class PriceForm(forms.Form):
-    gpu_model = forms.CharField(
-        max_length=120, help_text="As GPU feature discovery labels it: NVIDIA-H200"
-    )
+    gpu_model = GpuModelField(help_text="A GPU model of the fleet's nodes")
     mig_profile = forms.CharField(
-        max_length=32, required=False, help_text="Empty for a whole GPU-hour; else e.g. 1g.18gb"
+        label="MIG profile",
+        max_length=32,
+        required=False,
+        help_text="Empty for a whole GPU-hour; else e.g. 1g.18gb",
     )
     amount = forms.CharField(max_length=20, help_text="Per hour, at most four decimals")
     effective_from = forms.DateField(
@@ -29,8 +57,11 @@ class PriceForm(forms.Form):
     )
     note = forms.CharField(max_length=200, required=False)
 
-    def clean_gpu_model(self) -> str:
-        return str(self.cleaned_data["gpu_model"]).strip()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["gpu_model"]
+        assert isinstance(field, GpuModelField)
+        field.refresh()
 
     def clean_mig_profile(self) -> str:
         profile = str(self.cleaned_data["mig_profile"]).strip()
@@ -74,7 +105,7 @@ class ReservationPriceForm(forms.Form):
     """A price per GPU-hour of a reserved node, for a GPU model of the inventory."""
 
     prefix = "reservation"
-    gpu_model = forms.ChoiceField(choices=(), help_text="A GPU model of the fleet's nodes")
+    gpu_model = GpuModelField(help_text="A GPU model of the fleet's nodes")
     amount = forms.CharField(
         max_length=20, help_text="Per GPU-hour of a reserved node, at most four decimals"
     )
@@ -87,8 +118,8 @@ class ReservationPriceForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["gpu_model"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = [(m, m) for m in inventory_models()]
+        assert isinstance(field, GpuModelField)
+        field.refresh()
 
     def clean_amount(self) -> Decimal:
         try:
@@ -145,6 +176,25 @@ class CorrectionForm(forms.Form):
         if not reason:
             raise ValidationError("Say why the invoice is corrected.")
         return reason
+
+
+class IssueForm(forms.Form):
+    """Issuing cannot be undone (a mistake takes a correction, a new version), so the person
+    types the invoice's number, as a decommission asks for the resource's name."""
+
+    confirm = forms.CharField(max_length=64, required=False)
+
+    def __init__(self, *args: Any, number: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.number = number
+        self.fields["confirm"].label = f"Type the number, {number}, to confirm"
+        self.fields["confirm"].widget.attrs["autocomplete"] = "off"
+
+    def clean_confirm(self) -> str:
+        typed = str(self.cleaned_data["confirm"]).strip()
+        if typed != self.number:
+            raise ValidationError(f"Type the number {self.number} to confirm; nothing was issued.")
+        return typed
 
 
 class MonthForm(forms.Form):

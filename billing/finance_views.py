@@ -32,6 +32,7 @@ from billing.finance_charts import budget_figure, cost_trend_figure, from_first_
 from billing.finance_forms import (
     BudgetForm,
     CorrectionForm,
+    IssueForm,
     MonthForm,
     PriceForm,
     RangeForm,
@@ -311,16 +312,28 @@ def invoice(request: HttpRequest, invoice_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
 def invoice_issue(request: HttpRequest, invoice_id: int) -> HttpResponse:
+    """The confirm step of issuing: the page says what issuing does, and the POST issues only
+    with the invoice's number typed (``IssueForm``)."""
     shown = _visible_invoice(request, invoice_id)
-    try:
-        invoicing.do_issue_invoice(shown, acting_user=request.user)
-    except ValidationError as exc:
-        messages.error(request, exc.messages[0])
-    else:
-        messages.success(request, f"Issued {shown.number}.")
-    return redirect("billing:invoice", shown.pk)
+    if not access.may(request.user, Action.MANAGE_INVOICES):
+        raise PermissionDenied(access.DENIED[Action.MANAGE_INVOICES])
+    if shown.issued:
+        messages.info(request, f"{shown.number} is issued already.")
+        return redirect("billing:invoice", shown.pk)
+    form = IssueForm(request.POST if request.method == "POST" else None, number=shown.number)
+    if request.method == "POST" and form.is_valid():
+        try:
+            invoicing.do_issue_invoice(shown, acting_user=request.user)
+        except ValidationError as exc:
+            messages.error(request, exc.messages[0])
+        else:
+            messages.success(request, f"Issued {shown.number}.")
+        return redirect("billing:invoice", shown.pk)
+    context = {"invoice": shown, "form": form, "lines": shown.lines.count()}
+    return render(
+        request, "billing/invoice_issue.html", context, status=422 if form.errors else 200
+    )
 
 
 @login_required

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 from datetime import date
 from functools import cached_property
+from itertools import combinations
 from typing import Any, ClassVar
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from catalog.models import Kind, Resource, ResourceRequest
 from catalog.services import Check, check_request, shares_of
-from catalog.specs import mig_opt_in, offered_flavors
-from gitops.render.vcluster import KUBERNETES_IMAGE_TAGS
+from catalog.specs import desired_tenant, mig_opt_in, offered_flavors
+from gitops.render.reservations import reserved_gpus
+from gitops.render.resources import MIG_PROFILE, MIG_SLICES_PER_GPU
+from gitops.render.vcluster import KUBERNETES_IMAGE_TAGS, node_selector
 from gitops.specs import Flavor, FleetSpec, GpuShare
 from tenants.models import Tenant
 from tenants.names import validate_text
@@ -52,6 +58,20 @@ SCALE_METRICS = (
     ("cpu", "CPU utilisation (%)"),
     ("memory", "Memory utilisation (%)"),
 )
+
+
+class TaggedSelect(forms.Select):
+    """A select whose options carry data attributes (``tags``: value -> attributes), so that
+    static/portal/portal.js can show the fields that go with the chosen option."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.tags: dict[str, dict[str, str]] = {}
+
+    def create_option(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option: dict[str, Any] = super().create_option(*args, **kwargs)
+        option["attrs"].update(self.tags.get(str(option["value"]), {}))
+        return option
 
 
 class FleetChoiceField(forms.ChoiceField):
@@ -91,6 +111,29 @@ def flavor_label(flavor: Flavor) -> str:
     return f"{flavor.name}: {flavor.gpus} x {flavor.product}, {mode or MODES[flavor.mode]}"
 
 
+def share_kind(flavor: Flavor) -> str:
+    """Which of the share form's fields go with ``flavor``: its mode, or ``dra-mig`` for MIG
+    devices claimed through DRA (a DRA pool that lists MIG profiles needs a profile too)."""
+    return "dra-mig" if flavor.mode == "dra" and flavor.mig_profiles else flavor.mode
+
+
+def mig_profile_label(profile: str, slices: int) -> str:
+    """``1g.18gb: 1/7 of the compute, 18 GB memory (32 in the pool)``.
+
+    The fleet lists MIG profiles by name only, so their size is read from NVIDIA's naming
+    (``<compute slices>g.<memory>gb``, out of the seven compute slices of a GPU), the rule the
+    renderer and the quota count already use (``gitops.render.resources.mig_slices``).
+    """
+    match = MIG_PROFILE.fullmatch(profile)
+    if match is None:
+        return f"{profile} ({slices} in the pool)"
+    compute, memory = match.groups()
+    return (
+        f"{profile}: {compute}/{MIG_SLICES_PER_GPU} of the compute, {memory} GB memory "
+        f"({slices} in the pool)"
+    )
+
+
 def share_unit(share: GpuShare) -> str:
     if share.kind == "hami":
         return "vGPU slots"
@@ -108,6 +151,8 @@ class SpecForm(forms.Form):
     """
 
     resource_kind: ClassVar[str]
+    # Spec fields the checks name that the form asks through another field.
+    error_fields: ClassVar[dict[str, str]] = {}
     name = forms.CharField(
         max_length=63,
         help_text="Lower-case letters, digits and '-', starting with a letter (a DNS label).",
@@ -189,7 +234,8 @@ class SpecForm(forms.Form):
             action=self.action,
             fleet=self.fleet,
         )
-        for field, message in self.check.errors.items():
+        for spec_field, message in self.check.errors.items():
+            field = self.error_fields.get(spec_field, spec_field)
             self.add_error(field if field in self.fields else None, message)
         return cleaned
 
@@ -204,12 +250,30 @@ class SpecForm(forms.Form):
 
 
 class GpuShareForm(SpecForm):
+    """A share of one pool. The pool is the one Kind control: a pool hands out its GPUs one
+    way (``Flavor.mode``), so choosing it chooses the kind, and the kind decides which of the
+    fields below apply (``DISCLOSED``). The others are ignored whatever they hold, so a
+    browser without JavaScript, which shows them all, cannot trip over them."""
+
     resource_kind = Kind.GPU_SHARE
-    flavor = FleetChoiceField(help_text="The pool of GPUs the share draws on.")
-    kind = FleetChoiceField()
+    error_fields = {"kind": "flavor"}
+    # The fields of some kinds only (``share_kind``); portal.js hides them for the others.
+    DISCLOSED: ClassVar[dict[str, tuple[str, ...]]] = {
+        "mig_profile": ("mig", "dra-mig"),
+        "gpumem_mib": ("hami",),
+        "gpucores_percent": ("hami",),
+    }
+    flavor = FleetChoiceField(
+        label="Kind",
+        widget=TaggedSelect(attrs={"data-disclose": ""}),
+        help_text="How the GPUs are handed out, and the pool they come from.",
+    )
     count = _number(1, low=1, help_text="GPUs, MIG slices or vGPU slots, by the kind of share.")
     mig_profile = FleetChoiceField(
-        label="MIG profile", required=False, help_text="For MIG slices (and DRA on a MIG pool)."
+        label="MIG profile",
+        required=False,
+        widget=TaggedSelect(),
+        help_text="MIG slices only: the size of each slice.",
     )
     gpumem_mib = _number(
         required=False, label="GPU memory per slot (MiB)", help_text="Fractions (HAMi) only."
@@ -240,27 +304,47 @@ class GpuShareForm(SpecForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         flavors = offered_flavors(self.fleet, dedicated=self.dedicated, mig=self.mig)
-        self._choices("flavor", [(f.name, flavor_label(f)) for f in flavors])
-        kinds = [(k, label) for k, label in SHARE_KINDS.items() if self._offered(k, flavors)]
-        self._choices("kind", kinds)
+        # One option per pool, grouped by kind: "MIG slices" > "h200-mig: 16 x NVIDIA-H200".
+        grouped = [
+            (label, [(f.name, flavor_label(f)) for f in flavors if f.mode == kind])
+            for kind, label in SHARE_KINDS.items()
+        ]
+        self._choices("flavor", [group for group in grouped if group[1]])
+        self._tag("flavor", {f.name: {"data-kind": share_kind(f)} for f in flavors})
         if self.dedicated:
-            kind = self.fields["kind"]
-            kind.help_text = (
+            self.fields["flavor"].help_text = (
                 "A dedicated tenant gets whole GPUs and MIG slices only."
                 if self.mig
                 else "A dedicated tenant gets whole GPUs only (MIG is off until a platform "
                 "admin enables it for the tenant)."
             )
         profiles = [
-            (f.name, [(p, f"{p} ({n} slices in the pool)") for p, n in f.mig_profiles])
+            (f.name, [(p, mig_profile_label(p, n)) for p, n in f.mig_profiles])
             for f in flavors
             if f.mig_profiles
         ]
-        self._choices("mig_profile", [("", "none (not MIG)"), *profiles])
+        self._choices("mig_profile", [("", "choose a slice size"), *profiles])
+        self._tag(
+            "mig_profile",
+            {p: {"data-pool": f.name} for f in flavors for p, _ in f.mig_profiles},
+        )
+        for name, kinds in self.DISCLOSED.items():
+            self.fields[name].widget.attrs["data-show-for"] = " ".join(kinds)
 
-    @staticmethod
-    def _offered(kind: str, flavors: list[Flavor]) -> bool:
-        return any(f.mode == kind for f in flavors)
+    def _tag(self, field: str, tags: dict[str, dict[str, str]]) -> None:
+        widget = self.fields[field].widget
+        assert isinstance(widget, TaggedSelect)
+        widget.tags = tags
+
+    def clean(self) -> dict[str, Any]:
+        flavor = self.fleet.flavor(self.cleaned_data.get("flavor") or "")
+        kind = share_kind(flavor) if flavor else ""
+        for name, kinds in self.DISCLOSED.items():
+            if kind not in kinds:
+                # Another kind's field: what it holds is not asked for, so not an error either.
+                self.errors.pop(name, None)
+                self.cleaned_data[name] = None
+        return super().clean()
 
     def clean_until(self) -> date | None:
         until: date | None = self.cleaned_data["until"]
@@ -269,11 +353,11 @@ class GpuShareForm(SpecForm):
         return until
 
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:
-        kind = data["kind"]
         flavor = self.fleet.flavor(data["flavor"])
-        on_mig = kind == "mig" or (
-            kind == "dra" and flavor is not None and bool(flavor.mig_profiles)
-        )
+        # An unknown pool has no kind: "whole" asks nothing more of the checks, which then
+        # name the pools there are.
+        kind = flavor.mode if flavor else "whole"
+        on_mig = flavor is not None and share_kind(flavor) in ("mig", "dra-mig")
         hami = kind == "hami"
         # Unticked: a borrowing limit of 0 (Kueue's None would mean borrowing without limit).
         borrowing = data["borrowing_limit"] if data["borrow"] else 0
@@ -321,17 +405,48 @@ class ClusterForm(SpecForm):
     memory_gib = _number(64, low=1, label="Memory (GiB)")
     max_pods = _number(100, low=1, label="Most pods")
 
+    # More pools than this and the form does not look for a set that may go together.
+    MOST_POOLS_TRIED = 8
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         flavors = offered_flavors(self.fleet, dedicated=self.dedicated, mig=self.mig)
-        self._choices("node_pools", [(f.name, flavor_label(f)) for f in flavors])
+        pools = [(f.name, flavor_label(f)) for f in flavors]
+        if self._one_pool_only(flavors):
+            self.fields["node_pools"] = FleetChoiceField(
+                label="Node pool",
+                required=False,
+                choices=[("", "none (no GPUs)"), *pools],
+                help_text="The GPU pool its workloads run on; the tenant needs a GPU share on "
+                "it. One pool: the tenant's pools have no node labels in common that a "
+                "cluster could select them by together.",
+            )
+        else:
+            self._choices("node_pools", pools)
+
+    def _one_pool_only(self, flavors: list[Flavor]) -> bool:
+        """Whether a cluster of this tenant can run on one pool at most: a vCluster selects
+        its nodes by one set of labels (``gitops.render.vcluster.node_selector``), and runs
+        only on the pools the tenant has a share or reserved nodes on."""
+        spec = desired_tenant(self.tenant)
+        usable = {share.flavor for share in spec.shares} | set(reserved_gpus(spec))
+        pools = [f for f in flavors if f.name in usable]
+        if len(pools) > self.MOST_POOLS_TRIED:
+            return False
+        return not any(
+            node_selector(together, self.fleet) is not None
+            for size in range(2, len(pools) + 1)
+            for together in combinations(pools, size)
+        )
 
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:
+        pools = data["node_pools"]
         return {
             "name": data["name"],
             "kubernetes_version": data["kubernetes_version"],
             "size": data["size"],
-            "node_pools": list(data["node_pools"]),
+            # A list from the multiple select; one name (or none) from the single one.
+            "node_pools": [pools] if isinstance(pools, str) and pools else list(pools or []),
             "gpu_quota": data["gpu_quota"],
             "cpu_quota": data["cpu_quota"],
             "memory_gib": data["memory_gib"],
@@ -385,6 +500,25 @@ class EndpointForm(SpecForm):
             "share",
             [(s.name, f"{s.name}: {s.count} {share_unit(s)} of {s.flavor}") for s in shares],
         )
+        if not shares:
+            self.fields["share"].help_text = self.no_share_help()
+
+    def no_share_help(self) -> SafeString:
+        """Why the list of shares is empty, and where to ask for one."""
+        shares = self.tenant.resources.filter(kind=Kind.GPU_SHARE)
+        waiting = sorted(shares.filter(state=Resource.State.PENDING).values_list("name", flat=True))
+        leaving = shares.filter(state=Resource.State.DECOMMISSIONING).exists()
+        if waiting:
+            why = (
+                f"The tenant's GPU share {', '.join(waiting)} is requested but not merged yet; "
+                "an endpoint can use it once it is."
+            )
+        elif leaving:
+            why = "The tenant's GPU shares are being decommissioned: no endpoint starts there."
+        else:
+            why = "The tenant has no GPU share yet, and an endpoint's replicas run on one."
+        url = reverse("catalog:new", args=[self.tenant.slug, Kind.GPU_SHARE])
+        return format_html('{} <a href="{}">Ask for a GPU share</a>.', why, url)
 
     def build_spec(self, data: dict[str, Any]) -> dict[str, Any]:
         args = [line.strip() for line in data["args"].splitlines() if line.strip()]

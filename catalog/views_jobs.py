@@ -188,10 +188,16 @@ def job_logs(request: HttpRequest, tenant: str, job: str) -> HttpResponse:
 
 @login_required
 def job_cancel(request: HttpRequest, tenant: str, job: str) -> HttpResponse:
+    """The confirm step of cancelling: its work is lost, so the POST cancels only with the
+    job's name typed (as a decommission asks for the resource's name)."""
     access = get_tenant_for_user(request, tenant)
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
     found = _job_of(access, job)
+    context: dict[str, Any] = {"access": access, "tenant": access.tenant, "job": found}
+    if request.method != "POST":
+        return render(request, "catalog/job_cancel.html", context)
+    if request.POST.get("confirm", "").strip() != found.name:
+        context["error"] = f"Type the name {found.name} to confirm; nothing was cancelled."
+        return render(request, "catalog/job_cancel.html", context, status=422)
     try:
         jobs.do_cancel_job(found, acting_user=request.user)
     except ValidationError as exc:

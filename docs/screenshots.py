@@ -110,7 +110,7 @@ CATALOG_FORM = CatalogForm(
         ("Count", "4"),
         ("Reason", "Fine-tuning the captioning model for the spring release"),
     ),
-    choices=(("Flavor", "h200"), ("Kind", "whole")),
+    choices=(("Kind", "h200"),),
     # The request's cost at current prices (templates/billing/_estimate.html).
     shows="#preview [data-testid=cost-estimate]",
 )

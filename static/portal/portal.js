@@ -81,3 +81,34 @@ htmx.onLoad(function (root) {
     window.Plotly.newPlot(chart, figure.data, figure.layout, config);
   });
 });
+
+// Progressive disclosure (catalog.forms.GpuShareForm): a select marked data-disclose shows the
+// fields whose data-show-for lists the chosen option's data-kind and hides the others, and
+// offers only the options tagged with the chosen pool (data-pool). Without this script every
+// field shows, and the server ignores those of another kind.
+function disclose(select) {
+  var chosen = select.selectedOptions[0];
+  var kind = chosen ? chosen.getAttribute("data-kind") : "";
+  var pool = chosen ? chosen.value : "";
+  select.form.querySelectorAll("[data-show-for]").forEach(function (input) {
+    var field = input.closest(".field") || input;
+    field.hidden = input.getAttribute("data-show-for").split(" ").indexOf(kind) < 0;
+  });
+  select.form.querySelectorAll("option[data-pool]").forEach(function (option) {
+    option.hidden = option.getAttribute("data-pool") !== pool;
+    if (option.parentElement.tagName === "OPTGROUP") option.parentElement.hidden = option.hidden;
+    // A slice size of another pool would be sent although no longer shown.
+    if (option.hidden && option.selected) option.parentElement.closest("select").value = "";
+  });
+}
+// Capturing, so the fields are right before htmx posts the form for the live preview.
+document.addEventListener(
+  "change",
+  function (event) {
+    if (event.target.matches("select[data-disclose]")) disclose(event.target);
+  },
+  true
+);
+htmx.onLoad(function (root) {
+  root.querySelectorAll("select[data-disclose]").forEach(disclose);
+});

@@ -17,6 +17,7 @@ from django.urls import reverse
 from billing import invoicing
 from billing.exports import cell, safe_filename
 from billing.models import Budget, GpuPrice, Invoice, Source, UsageHour
+from fleet.models import Node
 from portal.models import Job
 
 H200 = "NVIDIA-H200"
@@ -116,9 +117,36 @@ def test_bob_cannot_issue_and_fiona_can(invoices: dict[str, Invoice], login: Log
     response = login("bob").post(url("invoice", alpha.pk), {"reason": "cheaper please"})
     assert response.status_code == 403
     assert Invoice.objects.count() == 2
-    response = login("fiona").post(url("invoice_issue", bravo.pk))
+    response = login("fiona").post(url("invoice_issue", bravo.pk), {"confirm": bravo.number})
     assert response.status_code == 302
     assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.ISSUED
+
+
+def test_issuing_asks_to_confirm_first(invoices: dict[str, Invoice], login: Login) -> None:
+    bravo = invoices["bravo"]
+    fiona = login("fiona")
+    page = fiona.get(url("invoice", bravo.pk)).content.decode()
+    # The invoice page links to the confirm step; it has no form that issues at once.
+    assert f'href="{url("invoice_issue", bravo.pk)}"' in page
+    assert f'action="{url("invoice_issue", bravo.pk)}"' not in page
+    confirm = fiona.get(url("invoice_issue", bravo.pk))
+    assert confirm.status_code == 200
+    assert f"Type the number, {bravo.number}, to confirm" in confirm.content.decode()
+    assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.DRAFT
+    for typed in ({}, {"confirm": ""}, {"confirm": "alpha-2026-10-v1"}):
+        response = fiona.post(url("invoice_issue", bravo.pk), typed)
+        assert response.status_code == 422
+        assert "to confirm; nothing was issued" in response.content.decode()
+        assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.DRAFT
+    assert login("charlie").get(url("invoice_issue", bravo.pk)).status_code == 404
+    # A member of the tenant may read its issued invoice, never issue one.
+    alpha = invoices["alpha"]
+    assert login("alice").get(url("invoice_issue", alpha.pk)).status_code == 403
+    response = fiona.post(url("invoice_issue", bravo.pk), {"confirm": f" {bravo.number} "})
+    assert response["Location"] == url("invoice", bravo.pk)
+    assert Invoice.objects.get(pk=bravo.pk).status == Invoice.Status.ISSUED
+    again = fiona.get(url("invoice_issue", bravo.pk), follow=True).content.decode()
+    assert f"{bravo.number} is issued already" in again
 
 
 def test_a_correction_from_the_page(invoices: dict[str, Invoice], login: Login) -> None:
@@ -132,7 +160,7 @@ def test_a_correction_from_the_page(invoices: dict[str, Invoice], login: Login) 
     correction = Invoice.objects.get(version=2)
     assert response["Location"] == url("invoice", correction.pk)
     assert correction.supersedes == alpha and correction.reason == "late hours"
-    fiona.post(url("invoice_issue", correction.pk))
+    fiona.post(url("invoice_issue", correction.pk), {"confirm": correction.number})
     page = fiona.get(url("invoice", alpha.pk)).content.decode()
     assert "superseded" in page and correction.number in page
 
@@ -158,10 +186,19 @@ def test_the_month_job_from_the_dashboard(
 def test_the_price_form_refuses_bad_input_and_writes_nothing(
     world: dict[str, Any], login: Login
 ) -> None:
+    Node.objects.create(name="h200-01", flavor="h200", product=H200, gpu_count=8)
     fiona = login("fiona")
     tomorrow = invoicing.today_utc() + timedelta(days=1)
     good = {"gpu_model": H200, "mig_profile": "", "amount": "2.5", "effective_from": tomorrow}
+    page = fiona.get(url("prices")).content.decode()
+    # The GPU model is a select of the models the fleet's nodes have.
+    assert f'<option value="{H200}">{H200}</option>' in page
     for change, message in (
+        (
+            {"gpu_model": "NVIDIA-B300"},
+            f"is not a GPU model of the fleet&#x27;s nodes (they have: {H200})",
+        ),
+        ({"gpu_model": ""}, "This field is required"),
         ({"effective_from": invoicing.today_utc()}, "prices never reach back"),
         ({"amount": "2.12345"}, "at most four decimals"),
         ({"amount": "-1"}, "zero or more"),

@@ -246,7 +246,7 @@ def test_the_reservation_price_form_refuses_bad_input_and_writes_nothing(
         ({"reservation-effective_from": invoicing.today_utc()}, "prices never reach back"),
         ({"reservation-amount": "2.12345"}, "at most four decimals"),
         ({"reservation-amount": "-1"}, "zero or more"),
-        ({"reservation-gpu_model": "NVIDIA-B300"}, "Select a valid choice"),
+        ({"reservation-gpu_model": "NVIDIA-B300"}, "is not a GPU model of the fleet"),
     ):
         response = fiona.post(url("prices"), {**good, **change})
         assert response.status_code == 400

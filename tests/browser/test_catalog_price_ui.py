@@ -47,8 +47,7 @@ def test_the_member_and_the_approver_see_price_and_free_capacity(
     expect(h200.locator("td.num").first).to_have_text("64.00")
 
     page.get_by_label("Name", exact=True).fill("train")
-    page.get_by_label("Flavor", exact=True).select_option("h200")
-    page.get_by_label("Kind", exact=True).select_option("whole")
+    page.get_by_label("Kind", exact=True).select_option("h200")
     page.get_by_label("Count", exact=True).fill("2")
     estimate = page.locator("#preview .cost-estimate-month")
     expect(estimate).to_contain_text("3,650.00 EUR")  # 2 GPUs x 2.50 x 730 h

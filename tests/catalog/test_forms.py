@@ -9,9 +9,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django import forms
 from django.utils import timezone
 
-from catalog.forms import ClusterForm, EndpointForm, GpuShareForm, SpecForm
+from catalog.forms import ClusterForm, EndpointForm, GpuShareForm, SpecForm, mig_profile_label
 from catalog.models import Kind, Resource
 from catalog.specs import from_json
 from gitops.fleet import configured_fleet, demo_fleet, flavor_mapping
@@ -40,7 +41,7 @@ CLUSTER = {
     "name": "lab",
     "kubernetes_version": "1.33",
     "size": "small",
-    "node_pools": ["h200"],
+    "node_pools": "h200",  # one select: a tenant with a share on h200 only
     "gpu_quota": "2",
     "cpu_quota": "16",
     "memory_gib": "64",
@@ -50,6 +51,15 @@ CLUSTER = {
 
 def _form(cls: type[SpecForm], tenant: Any, data: dict[str, Any] | None, **kw: Any) -> SpecForm:
     return cls(data, tenant=tenant, fleet=configured_fleet(), **kw)
+
+
+def _groups(form: SpecForm, field: str) -> dict[str, list[str]]:
+    """The option values of each optgroup of a select."""
+    return {
+        str(group): [v for v, _ in options]
+        for group, options in form.fields[field].choices  # type: ignore[attr-defined]
+        if isinstance(options, list | tuple)
+    }
 
 
 def _choices(form: SpecForm, field: str) -> list[str]:
@@ -89,10 +99,17 @@ def _post_data(initial: dict[str, Any]) -> dict[str, Any]:
 def test_it_offers_the_fleet_flavors_kinds_and_profiles(world: dict[str, Any]) -> None:
     form = _form(GpuShareForm, world["alpha"], None)
     assert _choices(form, "flavor") == ["h200", "h200-mig", "h200-hami", "h200-dra"]
-    assert _choices(form, "kind") == ["whole", "mig", "hami", "dra"]
+    # One Kind control: the pools grouped by how they hand out GPUs.
+    assert "kind" not in form.fields
+    assert _groups(form, "flavor") == {
+        "Whole GPUs": ["h200"],
+        "MIG slices": ["h200-mig"],
+        "Fraction of a GPU (HAMi)": ["h200-hami"],
+        "GPUs claimed through DRA": ["h200-dra"],
+    }
     assert set(_choices(form, "mig_profile")) == {"", "1g.18gb", "2g.35gb", "3g.71gb"}
     cluster = _form(ClusterForm, world["alpha"], None)
-    assert _choices(cluster, "node_pools") == ["h200", "h200-mig", "h200-hami", "h200-dra"]
+    assert _choices(cluster, "node_pools") == ["", "h200", "h200-mig", "h200-hami", "h200-dra"]
     assert _choices(cluster, "kubernetes_version") == sorted(KUBERNETES_IMAGE_TAGS)
 
 
@@ -101,17 +118,16 @@ def test_it_follows_the_live_inventory(world: dict[str, Any]) -> None:
     counted = dataclasses.replace(demo_fleet().flavors[1], name="b200-mig")
     FleetInventory.objects.create(flavors=[flavor_mapping(counted)], topology_levels=[])
     form = _form(GpuShareForm, world["alpha"], None)
-    assert _choices(form, "flavor") == ["b200-mig"]
-    assert _choices(form, "kind") == ["mig"]
+    assert _groups(form, "flavor") == {"MIG slices": ["b200-mig"]}
 
 
 @pytest.mark.django_db
 def test_a_dedicated_tenant_is_offered_no_fractions(world: dict[str, Any]) -> None:
     form = _form(GpuShareForm, world["bravo"], None)
-    assert "hami" not in _choices(form, "kind")
+    assert "Fraction of a GPU (HAMi)" not in _groups(form, "flavor")
     assert "h200-hami" not in _choices(form, "flavor")
     assert "h200-hami" not in _choices(_form(ClusterForm, world["bravo"], None), "node_pools")
-    # Posting it anyway is refused by the one check, on the kind field.
+    # Posting it anyway is refused by the one check, on the Kind control.
     form = _form(
         GpuShareForm,
         world["bravo"],
@@ -124,7 +140,7 @@ def test_a_dedicated_tenant_is_offered_no_fractions(world: dict[str, Any]) -> No
         },
     )
     assert not form.is_valid()
-    assert "dedicated tenant" in form.errors["kind"][0]
+    assert "dedicated tenant" in form.errors["flavor"][0]
 
 
 @pytest.mark.django_db
@@ -301,13 +317,127 @@ def test_a_dedicated_tenant_is_offered_mig_only_with_the_opt_in(
 ) -> None:
     merged_change(tenant_spec(world["bravo"]))
     form = _form(GpuShareForm, world["bravo"], None)
-    assert "mig" not in _choices(form, "kind") and "h200-mig" not in _choices(form, "flavor")
+    assert "MIG slices" not in _groups(form, "flavor") and "h200-mig" not in _choices(
+        form, "flavor"
+    )
     assert "h200-mig" not in _choices(_form(ClusterForm, world["bravo"], None), "node_pools")
     mig = {**SHARE, "flavor": "h200-mig", "kind": "mig", "count": "4", "mig_profile": "1g.18gb"}
     posted = _form(GpuShareForm, world["bravo"], mig)
     assert not posted.is_valid()
-    assert "MIG slices are off for a dedicated tenant" in posted.errors["kind"][0]
+    assert "MIG slices are off for a dedicated tenant" in posted.errors["flavor"][0]
     merged_change(dataclasses.replace(tenant_spec(world["bravo"]), mig_allowed=True))
     form = _form(GpuShareForm, world["bravo"], None)
-    assert "mig" in _choices(form, "kind") and "h200-mig" in _choices(form, "flavor")
+    assert _groups(form, "flavor")["MIG slices"] == ["h200-mig"]
     assert _form(GpuShareForm, world["bravo"], mig).is_valid()
+
+
+# --- forms that explain -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_each_kind_of_share_validates_only_its_own_fields(world: dict[str, Any]) -> None:
+    garbage = {"mig_profile": "9g.1gb", "gpumem_mib": "lots", "gpucores_percent": "-x"}
+    cases = [
+        # (kind's pool, the kind's own fields, fields of other kinds that hold garbage)
+        ("h200", {}, garbage),
+        ("h200-dra", {}, garbage),
+        ("h200-mig", {"mig_profile": "2g.35gb"}, {k: garbage[k] for k in ("gpumem_mib",)}),
+        (
+            "h200-hami",
+            {"gpumem_mib": "4096", "gpucores_percent": "30"},
+            {"mig_profile": garbage["mig_profile"]},
+        ),
+    ]
+    for flavor, own, others in cases:
+        form = _form(GpuShareForm, world["alpha"], {**SHARE, "flavor": flavor, **own, **others})
+        assert form.is_valid(), (flavor, form.errors)
+        assert form.spec["kind"] == configured_fleet().flavor(flavor).mode  # type: ignore[union-attr]
+    # The kind's own fields are still checked, with the sentence on the field.
+    hami = _form(
+        GpuShareForm,
+        world["alpha"],
+        {**SHARE, "flavor": "h200-hami", "gpumem_mib": "lots", "gpucores_percent": "30"},
+    )
+    assert not hami.is_valid()
+    assert "whole number" in hami.errors["gpumem_mib"][0]
+    mig = _form(GpuShareForm, world["alpha"], {**SHARE, "flavor": "h200-mig"})
+    assert not mig.is_valid()
+    assert "mig_profile" in mig.errors
+    # An unknown pool is refused on the Kind control, naming the pools there are.
+    unknown = _form(GpuShareForm, world["alpha"], {**SHARE, "flavor": "b300", **garbage})
+    assert not unknown.is_valid()
+    assert list(unknown.errors) == ["flavor"]
+    assert "h200-hami" in unknown.errors["flavor"][0]
+
+
+@pytest.mark.django_db
+def test_the_kind_control_tags_its_options_and_the_fields_of_each_kind(
+    world: dict[str, Any],
+) -> None:
+    html = str(_form(GpuShareForm, world["alpha"], None))
+    for pool, kind in (("h200", "whole"), ("h200-mig", "mig"), ("h200-hami", "hami")):
+        assert f'<option value="{pool}" data-kind="{kind}">' in html
+    assert 'data-show-for="mig dra-mig"' in html and html.count('data-show-for="hami"') == 2
+    assert '<option value="1g.18gb" data-pool="h200-mig">' in html
+
+
+def test_mig_profiles_say_their_compute_and_memory() -> None:
+    assert mig_profile_label("1g.18gb", 32) == (
+        "1g.18gb: 1/7 of the compute, 18 GB memory (32 in the pool)"
+    )
+    assert mig_profile_label("3g.71gb", 16).startswith("3g.71gb: 3/7 of the compute, 71 GB")
+
+
+@pytest.mark.django_db
+def test_the_mig_profile_choices_explain_themselves(world: dict[str, Any]) -> None:
+    form = _form(GpuShareForm, world["alpha"], None)
+    [(pool, profiles)] = [c for c in form.fields["mig_profile"].choices if c[0]]  # type: ignore[attr-defined]
+    assert pool == "h200-mig"
+    assert dict(profiles)["2g.35gb"] == "2g.35gb: 2/7 of the compute, 35 GB memory (16 in the pool)"
+
+
+@pytest.mark.django_db
+def test_the_cluster_form_offers_one_pool_when_only_one_may_be_chosen(
+    world: dict[str, Any],
+) -> None:
+    _active_share(world["alpha"])
+    one = _form(ClusterForm, world["alpha"], None)
+    assert not isinstance(one.fields["node_pools"], forms.MultipleChoiceField)
+    assert '<select name="node_pools"' in str(one) and "multiple" not in str(one)
+    # HAMi and DRA pools share the label that keeps NVIDIA's device plugin off their nodes, and
+    # no other pool has it: a cluster may select both together.
+    _active_share(
+        world["alpha"],
+        name="slots",
+        flavor="h200-hami",
+        kind="hami",
+        count=2,
+        gpumem_mib=4096,
+        gpucores_percent=30,
+    )
+    _active_share(world["alpha"], name="claims", flavor="h200-dra", kind="dra", count=1)
+    several = _form(ClusterForm, world["alpha"], None)
+    assert isinstance(several.fields["node_pools"], forms.MultipleChoiceField)
+    form = _form(
+        ClusterForm,
+        world["alpha"],
+        {**CLUSTER, "node_pools": ["h200-hami", "h200-dra"], "gpu_quota": "0"},
+    )
+    assert form.is_valid(), form.errors
+    assert form.spec["node_pools"] == ["h200-hami", "h200-dra"]
+    # With the single select, nothing chosen is no pool (a cluster without GPUs).
+    none = _form(ClusterForm, world["bravo"], {**CLUSTER, "node_pools": "", "gpu_quota": "0"})
+    assert none.is_valid(), none.errors
+    assert none.spec["node_pools"] == []
+
+
+@pytest.mark.django_db
+def test_the_endpoint_form_says_why_there_is_no_share(world: dict[str, Any]) -> None:
+    ask = f'<a href="/t/alpha/catalog/{Kind.GPU_SHARE}/new/">Ask for a GPU share</a>'
+    help_text = str(_form(EndpointForm, world["alpha"], None).fields["share"].help_text)
+    assert help_text.startswith("The tenant has no GPU share yet") and ask in help_text
+    Resource.objects.create(tenant=world["alpha"], kind=Kind.GPU_SHARE, name="soon")
+    help_text = str(_form(EndpointForm, world["alpha"], None).fields["share"].help_text)
+    assert "GPU share soon is requested but not merged yet" in help_text and ask in help_text
+    _active_share(world["alpha"])
+    assert "Ask for" not in str(_form(EndpointForm, world["alpha"], None).fields["share"].help_text)

@@ -110,7 +110,17 @@ def test_a_member_runs_reads_and_cancels_a_job(
     # A viewer may not cancel; bob, who submitted it, may.
     with pytest.raises(PermissionDenied):
         jobs.do_cancel_job(job, acting_user=world["vic"])
-    response = login("bob").post("/t/alpha/jobs/ft-1/cancel/")
+    # Cancelling loses the work: a confirm step that wants the name typed, 404 for outsiders.
+    assert login("charlie").get("/t/alpha/jobs/ft-1/cancel/").status_code == 404
+    assert "/t/alpha/jobs/ft-1/cancel/" in page.content.decode()
+    confirm = login("bob").get("/t/alpha/jobs/ft-1/cancel/")
+    assert "Type the name, <code>ft-1</code>, to confirm" in confirm.content.decode()
+    for typed in ({}, {"confirm": "ft-2"}):
+        response = login("bob").post("/t/alpha/jobs/ft-1/cancel/", typed)
+        assert response.status_code == 422
+        assert "nothing was cancelled" in response.content.decode()
+        assert sim.store.get(JOBS, "alpha", "ft-1") is not None
+    response = login("bob").post("/t/alpha/jobs/ft-1/cancel/", {"confirm": "ft-1"})
     assert response.status_code == 302
     assert sim.store.get(JOBS, "alpha", "ft-1") is None
     sim.tick()

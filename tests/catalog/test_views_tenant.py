@@ -99,8 +99,10 @@ def test_the_form_offers_the_live_flavors(
     world: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
     page = login("bob").get("/t/alpha/catalog/gpu-share/new/").content.decode()
-    for value in ["h200", "h200-mig", "h200-hami", "hami", "mig", "dra", "1g.18gb", "3g.71gb"]:
+    for value in ["h200", "h200-mig", "h200-hami", "h200-dra", "1g.18gb", "3g.71gb"]:
         assert f'value="{value}"' in page, value
+    # One Kind control: the pools, grouped by how they hand out GPUs; no second select.
+    assert '<optgroup label="MIG slices">' in page and 'name="kind"' not in page
     assert 'hx-post="/t/alpha/catalog/gpu-share/preview/"' in page
     assert 'hx-trigger="input changed delay:400ms, change"' in page
     cluster = login("bob").get("/t/alpha/catalog/cluster/new/").content.decode()
@@ -113,10 +115,10 @@ def test_a_dedicated_tenant_is_not_offered_hami(
     world: dict[str, Any], login: Callable[[str], Client]
 ) -> None:
     page = login("charlie").get("/t/bravo/catalog/gpu-share/new/").content.decode()
-    assert 'value="whole"' in page and 'value="dra"' in page
-    assert 'value="hami"' not in page and "h200-hami" not in page
+    assert 'data-kind="whole"' in page and 'data-kind="dra"' in page
+    assert 'data-kind="hami"' not in page and "h200-hami" not in page
     # MIG is off for a dedicated tenant until a platform admin enables it (tenants.mig).
-    assert 'value="mig"' not in page and "h200-mig" not in page
+    assert 'data-kind="mig"' not in page and "h200-mig" not in page
 
 
 @pytest.mark.django_db
