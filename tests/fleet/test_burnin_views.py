@@ -87,7 +87,7 @@ def test_an_admin_reruns_burn_in_and_the_page_shows_the_result(
                 break
     assert _state(node) == State.READY and not _unschedulable(sim, node)
     page = pam.get(f"/fleet/nodes/{node}/").content.decode()
-    assert "480.00 GB/s of 450.00 GB/s expected (pass at 0.90)" in page
+    assert "480.00 GB/s of 450.00 GB/s expected (pass at 90.00 %)" in page
     assert 'hx-trigger="every 5s"' not in page
     listing = pam.get("/fleet/nodes/").content.decode()
     assert "<th>Lifecycle</th>" in listing and ">ready</span>" in listing
