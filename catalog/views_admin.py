@@ -35,8 +35,10 @@ from catalog.specs import CLASSES
 from fleet.capacity import total_requests
 from fleet.charts import figure_html
 from fleet.models import Workload
+from gitops import services as gitops
 from gitops.diffview import RenderedFile, render_file_diff
 from gitops.models import ChangeRequest
+from portal.live import admin_poll, unchanged, version_of
 from portal.views import plotly_js_url
 from tenants.access import Action, action_page
 
@@ -234,9 +236,32 @@ def _page(
         "reject_form": RejectForm(prefix="reject"),
         "changes_form": ChangesForm(prefix="changes"),
         "plotly_js_url": plotly_js_url(),
+        "live_version": approval_version(request),
+        "live_poll": "" if request.state in states.TERMINAL else admin_poll(),
         **extra,
     }
-    return render(http, "catalog/admin_detail.html", context, status=status)
+    template = "catalog/admin_detail.html"
+    if http.htmx:  # type: ignore[attr-defined]
+        template += "#live"
+    return render(http, template, context, status=status)
+
+
+def approval_version(request: ResourceRequest) -> str:
+    """What the approval page's live region shows moves with the request's and its pull
+    request's rows, with main (the capacity and the quota are read against it) and with the
+    tenant's GPU pods (its use now)."""
+    change = request.change
+    return version_of(
+        request.updated_at,
+        request.state,
+        (change.updated_at, change.status, change.checks_state) if change else None,
+        gitops.main_sha(),
+        list(
+            Workload.objects.filter(tenant_slug=request.tenant.slug).values_list(
+                "pk", "gpu_requests"
+            )
+        ),
+    )
 
 
 def _get(request_id: int) -> ResourceRequest:
@@ -294,7 +319,13 @@ def approve_many(request: HttpRequest) -> HttpResponse:
 
 @action_page(Action.DECIDE)
 def detail(request: HttpRequest, request_id: int) -> HttpResponse:
-    return _page(request, _get(request_id))
+    """The approval page; its ``live`` region polls with ``?since=`` and gets a 204 while
+    nothing it shows has moved (the decision forms sit outside it, so a reason being typed is
+    never swapped away)."""
+    req = _get(request_id)
+    if same := unchanged(request, approval_version(req)):
+        return same
+    return _page(request, req)
 
 
 @action_page(Action.DECIDE)

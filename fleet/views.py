@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -18,11 +18,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseLocation
@@ -56,6 +57,7 @@ from fleet.models import (
 from fleet.watch import freshness
 from gitops.fleet import configured_fleet
 from portal.jobs import enqueue
+from portal.live import admin_poll, unchanged, version_of
 from portal.views import plotly_js_url
 from tenants.access import Action, action_page, get_tenant_for_user
 
@@ -229,7 +231,13 @@ def _resources(node: Node) -> list[tuple[str, Any, Any]]:
 
 @action_page(Action.OPERATE_FLEET)
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """The node page; its ``live`` region (health, cordon, burn-in, workloads, staleness)
+    polls with ``?since=`` and gets a 204 while nothing it shows has moved."""
     node = _node(name)
+    sync = sync_context()
+    version = node_version(node, sync)
+    if same := unchanged(request, version):
+        return same
     context = {
         "node": node,
         "labels": sorted(node.labels.items()) if isinstance(node.labels, Mapping) else [],
@@ -241,16 +249,47 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         "problems": _texts(node.problems),
         "workloads": Workload.objects.filter(node=node.name),
         "incidents": Remediation.objects.filter(node_name=node.name)[:10],
+        "reservation": _reservation(node).first(),
         **burn_in_context(node),
-        **sync_context(),
+        **sync,
         "netbox": netbox.node_context(node.name),
+        "node_old": node_is_old(node),
+        "stale_after": settings.FLEET_STALE_AFTER_SECONDS,
+        "live_version": version,
+        "live_poll": admin_poll(),
     }
-    if request.GET.get("part") == "burnin":
-        return render(request, "fleet/node.html#burnin", context)
-    context["reservation"] = NodeReservation.objects.filter(
-        node_name=node.name, released_at__isnull=True
-    ).first()
-    return render(request, "fleet/node.html", context)
+    return render(request, _partial(request, "fleet/node.html", "live"), context)
+
+
+def _reservation(node: Node) -> QuerySet[NodeReservation]:
+    return NodeReservation.objects.filter(node_name=node.name, released_at__isnull=True)
+
+
+def node_is_old(node: Node) -> bool:
+    """Not read by a sync for longer than ``FLEET_STALE_AFTER_SECONDS``: the page may show a
+    node that has changed, or gone, since."""
+    limit = timedelta(seconds=settings.FLEET_STALE_AFTER_SECONDS)
+    return timezone.now() - node.last_seen > limit
+
+
+def node_version(node: Node, sync: Mapping[str, Any]) -> str:
+    """What the node's live region shows: the node's row (``last_seen`` moves at every sync,
+    so the "read ... ago" line stays true), its lifecycle, burn-in runs and its domain's
+    runs, GPU pods, open reservation, incidents, and which cluster sources are stale."""
+    runs = BurnInRun.objects.filter(node_name=node.name)
+    domains = BurnInDomainRun.objects.filter(clique=node.clique) if node.clique else None
+    return version_of(
+        [getattr(node, field.attname) for field in Node._meta.concrete_fields],
+        node_is_old(node),
+        [(s.source, s.stale, s.last_success, s.error) for s in sync["states"]],
+        sync["freshness"].watching,
+        list(NodeLifecycle.objects.filter(node_name=node.name).values()),
+        list(runs.values()[:20]),
+        list(domains.values()[:20]) if domains is not None else [],
+        list(Workload.objects.filter(node=node.name).values()),
+        list(_reservation(node).values()),
+        list(Remediation.objects.filter(node_name=node.name).values()[:10]),
+    )
 
 
 def burn_in_context(node: Node) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from gitops import services
 from gitops.diffview import render_file_diff
 from gitops.merge_queue import queue_position
 from gitops.models import ChangeRequest, MergeQueueBatch, MergeQueueEntry, Review
-from portal.live import POLL, unchanged, version_of
+from portal.live import POLL, admin_poll, unchanged, version_of
 from tenants.access import Action, may, sees_all_tenants, visible_tenants
 
 
@@ -118,14 +118,59 @@ def change_detail(request: HttpRequest, number: int) -> HttpResponse:
     if request.htmx and request.GET.get("part") == "checks":  # type: ignore[attr-defined]
         return render(request, "gitops/detail.html#checks", _detail_context(access))
     change = access.change
+    if request.GET.get("part") == "queue":
+        return _queue_part(request, change)
     version = version_of(change.updated_at, change.status, change.apply_state)
     if request.GET.get("part") == "apply":
         if same := unchanged(request, version):
             return same
         context = {"change": change, "apply_version": version, "live_poll": POLL}
         return render(request, "gitops/detail.html#apply", context)
-    context = {**_detail_context(access), "apply_version": version, "live_poll": POLL}
+    context = {
+        **_detail_context(access),
+        **queue_status(change),
+        "apply_version": version,
+        "live_poll": POLL,
+    }
     return render(request, "gitops/detail.html", context)
+
+
+def queue_status(change: ChangeRequest) -> dict[str, Any]:
+    """The change's place in the merge queue for its live region: its newest entry, the
+    entry's position among the queued ones (1 = next) and how many are queued, and the
+    region's version. It polls while the entry is queued or being checked; merged, failed or
+    taken out is final for that entry."""
+    entry = change.queue_entries.order_by("-enqueued_at", "-id").first()
+    active = list(
+        MergeQueueEntry.objects.filter(state__in=MergeQueueEntry.ACTIVE).only(
+            "state", "enqueued_at"
+        )
+    )
+    positions = queue_position(active)
+    position = positions.get(entry.pk) if entry else None
+    waiting = entry is not None and entry.state in MergeQueueEntry.ACTIVE
+    return {
+        "entry": entry,
+        "position": position,
+        "queued": len(positions),
+        "queue_poll": admin_poll() if waiting else "",
+        "queue_version": version_of(
+            change.updated_at,
+            change.status,
+            change.checks_state,
+            change.apply_state,
+            (entry.pk, entry.state, entry.batch_id, entry.reason) if entry else None,
+            position,
+            len(positions),
+        ),
+    }
+
+
+def _queue_part(request: HttpRequest, change: ChangeRequest) -> HttpResponse:
+    status = queue_status(change)
+    if same := unchanged(request, status["queue_version"]):
+        return same
+    return render(request, "gitops/detail.html#queue", {"change": change, **status})
 
 
 def _action(request: HttpRequest, number: int) -> ChangeAccess | HttpResponse:
@@ -238,9 +283,13 @@ def change_dequeue(request: HttpRequest, number: int) -> HttpResponse:
 @login_required
 def merge_queue(request: HttpRequest) -> HttpResponse:
     """The merge queue for platform admins: what waits (with its place), what is being
-    checked, and how the last batches went, with each change's reason."""
+    checked, and how the last batches went, with each change's reason. The whole page is a
+    live region; an unchanged poll is a 204 after three small reads (``queue_version``)."""
     if not may(request.user, Action.MERGE):
         raise PermissionDenied("Only platform admins see the merge queue.")
+    version = queue_version()
+    if same := unchanged(request, version):
+        return same
     active = list(
         MergeQueueEntry.objects.filter(state__in=MergeQueueEntry.ACTIVE)
         .select_related("change", "enqueued_by", "batch")
@@ -252,13 +301,37 @@ def merge_queue(request: HttpRequest) -> HttpResponse:
         .order_by("-finished_at", "-id")[:50]
     )
     positions = queue_position(active)
+    template = "gitops/queue.html#live" if request.htmx else "gitops/queue.html"  # type: ignore[attr-defined]
     return render(
         request,
-        "gitops/queue.html",
+        template,
         {
             "active": [(positions.get(e.pk), e) for e in active],
             "finished": finished,
             "batches": MergeQueueBatch.objects.all()[:10],
             "batch_size": settings.GITOPS_MERGE_QUEUE_BATCH,
+            "live_version": version,
+            "live_poll": admin_poll(),
         },
+    )
+
+
+def queue_version() -> str:
+    """What the queue page shows moves with the active entries, the newest finished one and
+    the last batches (an entry's change title is fixed while it is queued)."""
+    return version_of(
+        list(
+            MergeQueueEntry.objects.filter(state__in=MergeQueueEntry.ACTIVE).values_list(
+                "pk", "state", "batch_id"
+            )
+        ),
+        MergeQueueEntry.objects.exclude(state__in=MergeQueueEntry.ACTIVE)
+        .order_by("-finished_at", "-id")
+        .values_list("pk", "state", "finished_at")
+        .first(),
+        list(
+            MergeQueueBatch.objects.values_list(
+                "pk", "state", "merged", "size", "check_runs", "rebuilds", "tip_sha"
+            )[:10]
+        ),
     )

@@ -501,6 +501,9 @@ FLEET_API_TIMEOUT = float(env("FLEET_API_TIMEOUT", "10"))
 # How often the inventory and status are read, and after how long unread data counts as stale.
 FLEET_SYNC_SECONDS = env_int("FLEET_SYNC_SECONDS", 5 if FLEET_SIMULATOR else 30)
 FLEET_STALE_AFTER_SECONDS = env_int("FLEET_STALE_AFTER_SECONDS", 300)
+# How often the admin pages' live regions (approval, change, merge queue, node) ask for news;
+# an unchanged answer is a 204 from a few indexed reads (portal/live.py).
+LIVE_ADMIN_POLL_MS = env_int("LIVE_ADMIN_POLL_MS", 2000)
 # A drain retries an eviction a PodDisruptionBudget refused after this long, twice.
 FLEET_EVICTION_RETRY_SECONDS = float(env("FLEET_EVICTION_RETRY_SECONDS", "5"))
 # Node label naming the pool (the portal flavor) a GPU node belongs to.

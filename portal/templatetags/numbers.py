@@ -52,3 +52,12 @@ def gpus(value: object) -> object:
     if text is value:
         return text
     return f"{text} GPU" if _decimal(value) == 1 else f"{text} GPUs"
+
+
+@register.filter
+def percent(value: object) -> object:
+    """A share (0.9) as a percentage with two decimals: ``90.00 %``."""
+    number = _decimal(value)
+    if number is None:
+        return value
+    return f"{num(number * 100)} %"

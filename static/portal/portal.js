@@ -112,3 +112,18 @@ document.addEventListener(
 htmx.onLoad(function (root) {
   root.querySelectorAll("select[data-disclose]").forEach(disclose);
 });
+
+// Live regions (data-live, portal/live.py): an "unchanged" 204 still moves the "Updated" stamp
+// on (its X-Live-Checked header); a poll that fails marks the region stale until one answers.
+document.addEventListener("htmx:afterRequest", function (event) {
+  var region = event.detail.elt;
+  if (!region.hasAttribute || !region.hasAttribute("data-live")) return;
+  region.classList.toggle("live-stale", !event.detail.successful);
+  var checked = event.detail.xhr && event.detail.xhr.getResponseHeader("X-Live-Checked");
+  var time = region.querySelector("[data-live-checked]");
+  if (checked && time) time.textContent = checked;
+});
+document.addEventListener("htmx:sendError", function (event) {
+  var region = event.detail.elt;
+  if (region.hasAttribute && region.hasAttribute("data-live")) region.classList.add("live-stale");
+});

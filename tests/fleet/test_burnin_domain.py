@@ -124,7 +124,7 @@ def test_a_node_joining_a_ready_domain_is_tested_with_an_idle_peer(
     # The Job and its Service are gone once judged.
     assert sim.store.get(JOBS, NAMESPACE, domain_run.job) is None
     assert sim.store.get(SERVICES, NAMESPACE, domain_run.job) is None
-    page = login("pam").get(f"/fleet/nodes/{node}/?part=burnin").content.decode()
+    page = login("pam").get(f"/fleet/nodes/{node}/").content.decode()
     assert "370.00 GB/s of 350.00 GB/s expected" in page and f"ready peer {others[0]}" in page
     peer_page = login("pam").get(f"/fleet/nodes/{others[0]}/").content.decode()
     assert "As a ready peer" in peer_page and "370.00 GB/s" in peer_page
@@ -232,8 +232,10 @@ def test_the_burn_in_part_reads_runs_and_domain_runs_in_a_fixed_number_of_querie
         )
         BurnInRun.objects.create(node_name="gb-01", gpus=4, domain_run=domain_run)
         BurnInDomainRun.objects.create(clique="u.1", gpus=4, nodes=["x", "gb-01"], peers=["gb-01"])
-    # Session, user, role, node, runs with their domain runs (joined), lifecycle, sync and
-    # watch states, tenants, the runs it joined as a peer: none per run.
-    with django_assert_max_num_queries(10):
-        page = pam.get("/fleet/nodes/gb-01/?part=burnin").content.decode()
+    # The node page's live region: session, user, role, node, sync and watch states, the
+    # version's reads (fleet.views.node_version), then runs with their domain runs (joined),
+    # lifecycle, workloads, reservation, incidents, NetBox, the runs it joined as a peer: none
+    # per run.
+    with django_assert_max_num_queries(19):
+        page = pam.get("/fleet/nodes/gb-01/", HTTP_HX_REQUEST="true").content.decode()
     assert page.count("700.00 GB/s") == 12 and "As a ready peer" in page

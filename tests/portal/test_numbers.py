@@ -10,7 +10,7 @@ from django.contrib.staticfiles import finders
 from django.template import Context, Template
 from django.test import Client
 
-from portal.templatetags.numbers import amount, gpus, num
+from portal.templatetags.numbers import amount, gpus, num, percent
 
 
 @pytest.mark.parametrize(
@@ -44,6 +44,12 @@ def test_it_names_the_unit() -> None:
         Context({"v": Decimal("1000"), "g": Decimal("0.142857")})
     )
     assert html == "1,000.00 EUR · 0.14 GPUs"
+
+
+def test_a_share_prints_as_a_percentage() -> None:
+    assert percent(0.9) == "90.00 %"
+    assert percent(Decimal("0.12345")) == "12.35 %"
+    assert percent(None) is None
 
 
 def test_every_page_links_the_favicon_and_it_is_served(
