@@ -1,0 +1,87 @@
+"""The API's request preview carries the price and free capacity the approval page shows:
+money as decimal strings with the currency, GPUs as numbers, unpriced models named."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from billing.models import GpuPrice
+from catalog import services as catalog
+from catalog.models import Kind, Resource, ResourceRequest
+from gitops.fleet import H200_PRODUCT
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def prices(db: None) -> None:
+    """2.50 EUR a whole H200-hour since last year."""
+    GpuPrice.objects.create(
+        gpu_model=H200_PRODUCT, amount=Decimal("2.5"), effective_from=date(2025, 1, 1)
+    )
+
+
+def test_the_preview_names_the_monthly_cost_and_the_free_gpus(
+    waiting: ResourceRequest, prices: None, api: Callable, token: Callable
+) -> None:
+    body = api(token("bob", "read")).get(f"/api/v1/requests/{waiting.pk}/preview/").json()
+    cost = body["cost"]
+    assert cost["currency"] == "EUR" and cost["billed_directly"] is True
+    assert cost["change_per_month"] == "1825.00"  # 1 GPU x 2.50 x 730 h
+    assert cost["before"] is None
+    after = cost["after"]
+    assert after["per_month"] == "1825.00" and after["low_per_month"] is None
+    assert after["hours_per_month"] == 730 and after["unpriced"] == []
+    [line] = after["lines"]
+    assert line["unit_price"] == "2.5000" and line["unit"] == "GPU-hour"
+    assert line["quantity"] == "1.0000"
+    h200 = next(p for p in body["free_capacity"] if p["flavor"] == "h200" and p["unit"] == "GPUs")
+    assert h200 == {
+        "flavor": "h200",
+        "unit": "GPUs",
+        "capacity": 64.0,
+        "free_now": 64.0,
+        "free_after": 63.0,
+        "changed": True,
+    }
+
+
+def test_a_model_without_a_price_is_named_not_counted(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
+    cost = api(token("bob", "read")).get(f"/api/v1/requests/{waiting.pk}/preview/").json()["cost"]
+    assert cost["after"]["per_month"] == "0.00"
+    assert cost["after"]["lines"][0]["unit_price"] is None
+    assert cost["after"]["unpriced"] == [
+        f"No price set for {H200_PRODUCT}: it counts as zero here."
+    ]
+
+
+def test_a_decommission_preview_says_what_it_saves(
+    onboarded: dict[str, Any], prices: None, api: Callable, token: Callable
+) -> None:
+    resource = Resource.objects.create(
+        tenant=onboarded["alpha"],
+        kind=Kind.GPU_SHARE,
+        name="old",
+        state=Resource.State.ACTIVE,
+        spec={"name": "old", "flavor": "h200", "kind": "whole", "count": 2},
+    )
+    request = catalog.do_decommission_request(resource, acting_user=onboarded["bob"], reason="")
+    cost = api(token("bob", "read")).get(f"/api/v1/requests/{request.pk}/preview/").json()["cost"]
+    assert cost["after"] is None
+    assert cost["before"]["per_month"] == "3650.00"
+    assert cost["change_per_month"] == "-3650.00"
+
+
+def test_a_non_member_gets_404_for_the_preview(
+    waiting: ResourceRequest, api: Callable, token: Callable
+) -> None:
+    url = f"/api/v1/requests/{waiting.pk}/preview/"
+    assert api(token("charlie", "admin")).get(url).status_code == 404
+    assert api(token("vic", "read")).get(url).status_code == 200
