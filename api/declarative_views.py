@@ -40,6 +40,8 @@ from api.base import ApiViewMixin
 from api.declarative import Outcome, Plan
 from api.parsers import MAX_DOCUMENTS, LegacyYAMLParser, LimitedJSONParser, YAMLParser
 from api.problems import MEDIA_TYPE, problem
+from api.serializers import RequestCostSerializer, cost_data
+from billing.request_costs import spec_cost
 from catalog.specs import CLASSES
 from tenants import access
 from tenants.access import Action
@@ -295,6 +297,11 @@ class ApplyResultSerializer(serializers.Serializer):
     diff = serializers.DictField(child=DocumentDiffEntrySerializer())
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
     detail = serializers.CharField(allow_blank=True)
+    cost = RequestCostSerializer(
+        allow_null=True,
+        help_text="A create, modify or decommission (dry run or not): what it changes in a "
+        "month's cost at current prices; null for anything else.",
+    )
 
 
 class ApplyResponseSerializer(serializers.Serializer):
@@ -369,6 +376,21 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+PRICED = (Outcome.CREATED, Outcome.MODIFIED, Outcome.DECOMMISSION)
+
+
+def _cost(result: Plan, user: Any) -> Any:
+    """What the planned request changes in a month's cost, as the request preview says it."""
+    if result.outcome not in PRICED:
+        return None
+    resource = result.resource
+    document = result.document
+    tenant = resource.tenant if resource else declarative.tenant_for(user, document.tenant)
+    running = resource.spec or None if resource else None
+    wanted = None if result.outcome == Outcome.DECOMMISSION else document.spec
+    return RequestCostSerializer(cost_data(spec_cost(tenant, document.kind, wanted, running))).data
+
+
 def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
     """One document's part of an apply: independent of the others (its own transaction)."""
     metadata = data.get("metadata") if isinstance(data, dict) else None
@@ -384,6 +406,7 @@ def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
         "diff": {},
         "errors": {},
         "detail": "",
+        "cost": None,
     }
     try:
         if isinstance(data, dict) and data.get("kind") == declarative.JOB_KIND:
@@ -416,6 +439,7 @@ def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
         request=result.request.pk if result.request is not None else None,
         diff=result.diff,
         detail=result.detail,
+        cost=_cost(result, user),
     )
     return out
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.models import ApiToken, Robot
+from billing.request_costs import RequestCost
 from catalog.jobs import STATES, state_from, workload_of
 from catalog.models import BatchJob, RequestEvent, ResourceRequest
 from catalog.services import APPROVE_MANY_MAX
@@ -291,6 +293,17 @@ class RequestCostSerializer(serializers.Serializer[Any]):
         help_text="A GPU share is paid for itself; an endpoint's or a cluster's cost is use of "
         "the tenant's shares, part of theirs."
     )
+
+
+def cost_data(cost: RequestCost) -> dict[str, Any]:
+    """``cost`` as ``RequestCostSerializer`` reads it."""
+    return {
+        "currency": settings.BILLING_CURRENCY,
+        "after": cost.after,
+        "before": cost.before,
+        "change_per_month": cost.change,
+        "billed_directly": cost.billed_directly,
+    }
 
 
 class FreePoolSerializer(serializers.Serializer[Any]):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
@@ -29,6 +28,7 @@ from api.serializers import (
     RequestSerializer,
     RequiredNoteInput,
     ReviewInput,
+    cost_data,
 )
 from billing.request_costs import request_costs
 from catalog import services as catalog
@@ -148,7 +148,7 @@ class RequestViewSet(ScopedViewSet):
             "errors": check.errors if check else {},
             "warnings": check.warnings if check else [],
             "overcommit": bool(check and check.overcommit),
-            "cost": _cost(resource_request),
+            "cost": cost_data(request_costs([resource_request])[0]),
             "free_capacity": [
                 {
                     "flavor": row.flavor,
@@ -224,18 +224,6 @@ class RequestViewSet(ScopedViewSet):
             RequiredNoteInput,
             lambda r, d: catalog.do_request_changes(r, acting_user=request.user, note=d["note"]),
         )
-
-
-def _cost(resource_request: ResourceRequest) -> dict[str, Any]:
-    """The request's cost at current prices, as ``RequestCostSerializer`` reads it."""
-    cost = request_costs([resource_request])[0]
-    return {
-        "currency": settings.BILLING_CURRENCY,
-        "after": cost.after,
-        "before": cost.before,
-        "change_per_month": cost.change,
-        "billed_directly": cost.billed_directly,
-    }
 
 
 class ChangeQuery(serializers.Serializer[Any]):

@@ -26,6 +26,7 @@ from catalog.models import Kind, Resource, ResourceRequest
 from catalog.specs import from_json
 from gitops.fleet import configured_fleet
 from gitops.specs import FleetSpec, GpuShare, SpecError, TenantSpec
+from tenants.models import Tenant
 
 A = ResourceRequest.Action
 LIVE = (Resource.State.ACTIVE, Resource.State.DECOMMISSIONING)
@@ -36,9 +37,10 @@ class RequestCost:
     """A request's monthly cost once applied (``after``; None for a decommission) and its
     resource's as it runs (``before``; None for a create)."""
 
-    request: ResourceRequest
+    kind: str
     after: Estimate | None
     before: Estimate | None
+    request: ResourceRequest | None = None
 
     @property
     def change(self) -> Decimal | None:
@@ -59,7 +61,7 @@ class RequestCost:
     def billed_directly(self) -> bool:
         """A GPU share is what is paid for; an endpoint or a cluster is use of shares, so its
         figure is part of theirs and a total adds only the shares'."""
-        return self.request.kind == Kind.GPU_SHARE
+        return self.kind == Kind.GPU_SHARE
 
     @property
     def unpriced(self) -> list[str]:
@@ -126,24 +128,28 @@ def request_costs(
 
         after = priced(request.spec) if request.action != A.DECOMMISSION else None
         before = priced(request.resource.spec) if request.action != A.CREATE else None
-        costs.append(RequestCost(request, after, before))
+        costs.append(RequestCost(request.kind, after, before, request))
     return costs
+
+
+def spec_cost(
+    tenant: Tenant, kind: str, spec: dict[str, Any] | None, running: dict[str, Any] | None
+) -> RequestCost:
+    """What setting a ``kind`` resource of ``tenant`` to ``spec`` (None: removing it) costs a
+    month, beside ``running``, the spec it has now (None: a new one); a document's dry run."""
+    shares = _shares_by_tenant([tenant.pk]) if kind == Kind.ENDPOINT else {}
+    owner = TenantSpec(slug=tenant.slug, shares=shares.get(tenant.pk, ()))
+    fleet, book, now = configured_fleet(), PriceBook.load(), timezone.localtime()
+    after, before = (
+        estimate(kind, part, owner, fleet, book=book, now=now) if part else None
+        for part in (spec, running)
+    )
+    return RequestCost(kind, after, before)
 
 
 def running_cost(resource: Resource) -> Estimate | None:
     """What ``resource`` costs a month as it runs: what decommissioning it saves."""
-    if not resource.spec:
-        return None
-    shares = _shares_by_tenant([resource.tenant_id]) if resource.kind == Kind.ENDPOINT else {}
-    tenant = TenantSpec(slug=resource.tenant.slug, shares=shares.get(resource.tenant_id, ()))
-    return estimate(
-        resource.kind,
-        resource.spec,
-        tenant,
-        configured_fleet(),
-        book=PriceBook.load(),
-        now=timezone.localtime(),
-    )
+    return spec_cost(resource.tenant, resource.kind, None, resource.spec or None).before
 
 
 def queue_costs(requests: Sequence[ResourceRequest]) -> QueueCosts:

@@ -1,5 +1,6 @@
-"""The API's request preview carries the price and free capacity the approval page shows:
-money as decimal strings with the currency, GPUs as numbers, unpriced models named."""
+"""The API's request preview and its dry runs carry the price (and the preview the free
+capacity) the approval page shows: money as decimal strings with the currency, GPUs as
+numbers, unpriced models named; portalctl's diff prints the cost."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+import yaml
+from django.test import Client
 
 from billing.models import GpuPrice
 from catalog import services as catalog
 from catalog.models import Kind, Resource, ResourceRequest
 from gitops.fleet import H200_PRODUCT
+from portalctl import cli
+from tests.api.test_declarative import SHARE_SPEC, active, document
 
 pytestmark = pytest.mark.django_db
 
@@ -85,3 +90,52 @@ def test_a_non_member_gets_404_for_the_preview(
     url = f"/api/v1/requests/{waiting.pk}/preview/"
     assert api(token("charlie", "admin")).get(url).status_code == 404
     assert api(token("vic", "read")).get(url).status_code == 200
+
+
+def test_a_dry_run_says_what_each_document_costs_and_portalctl_prints_it(
+    world: dict[str, Any], prices: None, login: Callable[[str], Client]
+) -> None:
+    active(world, "gpu-share", {"name": "train", **SHARE_SPEC})
+    body = yaml.safe_dump_all(
+        [
+            document({**SHARE_SPEC, "count": 4}),  # 2 -> 4 GPUs
+            document({**SHARE_SPEC, "count": 1}, name="small"),  # a new 1-GPU share
+            document(),  # as it runs
+        ]
+    )
+    response = login("bob").post(
+        "/api/v1/apply/?dry_run=true", data=body.encode(), content_type="application/yaml"
+    )
+    grown, new, unchanged = response.json()["results"]
+    assert grown["outcome"] == "modified"
+    assert grown["cost"]["change_per_month"] == "3650.00"
+    assert grown["cost"]["before"]["per_month"] == "3650.00"
+    assert grown["cost"]["after"]["per_month"] == "7300.00"
+    assert new["cost"]["change_per_month"] == "1825.00" and new["cost"]["before"] is None
+    assert unchanged["outcome"] == "unchanged" and unchanged["cost"] is None
+    assert cli._cost_lines(grown) == ["  cost: +3650.00 EUR a month at current prices"]
+    GpuPrice.objects.all().delete()
+    shrink = document({**SHARE_SPEC, "count": 1})
+    response = login("bob").post(
+        "/api/v1/apply/?dry_run=true",
+        data=yaml.safe_dump(shrink).encode(),
+        content_type="application/yaml",
+    )
+    [unpriced] = response.json()["results"]
+    assert cli._cost_lines(unpriced) == [
+        "  cost: +0.00 EUR a month at current prices",
+        f"  ! No price set for {H200_PRODUCT}: it counts as zero here.",
+    ]
+
+
+def test_portalctl_says_what_a_smaller_share_saves(
+    world: dict[str, Any], prices: None, login: Callable[[str], Client]
+) -> None:
+    active(world, "gpu-share", {"name": "train", **SHARE_SPEC})
+    response = login("bob").post(
+        "/api/v1/apply/?dry_run=true",
+        data=yaml.safe_dump(document({**SHARE_SPEC, "count": 1})).encode(),
+        content_type="application/yaml",
+    )
+    [smaller] = response.json()["results"]
+    assert cli._cost_lines(smaller) == ["  cost: saves 1825.00 EUR a month at current prices"]
