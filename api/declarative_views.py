@@ -261,6 +261,11 @@ def _kind_shapes(kind: str) -> KindShapes:
             ),
             "diff": serializers.DictField(child=DocumentDiffEntrySerializer()),
             "document": document(),
+            "cost": RequestCostSerializer(
+                allow_null=True,
+                help_text="What the request changes in a month's cost at current prices; "
+                "null when unchanged.",
+            ),
         },
         serializers.Serializer,
     )
@@ -346,7 +351,7 @@ def _problems(*codes: int) -> dict[Any, Any]:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _written(result: Plan, *, status: int | None = None) -> Response:
+def _written(result: Plan, user: Any, *, status: int | None = None) -> Response:
     request_id = result.request.pk if result.request is not None else None
     if result.outcome == Outcome.CONFLICT:
         response = problem(409, result.detail, kind="conflict")
@@ -359,6 +364,7 @@ def _written(result: Plan, *, status: int | None = None) -> Response:
         "request": request_id,
         "diff": result.diff,
         "document": declarative.export(result.resource),
+        "cost": _cost(result, user),
     }
     return Response(body, status=status or STATUS[result.outcome])
 
@@ -522,14 +528,14 @@ class DocumentView(DeclarativeView):
         found = declarative.tenant_for(request.user, tenant)
         access.require(request.user, Action.REQUEST, found)
         document = declarative.parse(request.data, kind=self.kind, tenant=found.slug, name=name)
-        return _written(declarative.apply(document, request.user))
+        return _written(declarative.apply(document, request.user), request.user)
 
     def delete(self, request: Request, tenant: str, name: str) -> Response:
         reason = request.query_params.get("reason", "")
         dry_run = _flag(request.query_params.get("dry_run"), "dry_run")
         act = declarative.plan_delete if dry_run else declarative.delete
         result = act(tenant, self.kind, name, request.user, reason=reason)
-        return _written(result, status=200 if dry_run else None)
+        return _written(result, request.user, status=200 if dry_run else None)
 
 
 def _kind_views(kind: str, plural: str) -> tuple[type[APIView], type[APIView]]:

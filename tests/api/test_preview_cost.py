@@ -4,6 +4,7 @@ numbers, unpriced models named; portalctl's diff prints the cost."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
@@ -139,3 +140,28 @@ def test_portalctl_says_what_a_smaller_share_saves(
     )
     [smaller] = response.json()["results"]
     assert cli._cost_lines(smaller) == ["  cost: saves 1825.00 EUR a month at current prices"]
+
+
+def test_putting_and_deleting_one_document_answers_with_its_cost(
+    world: dict[str, Any], prices: None, login: Callable[[str], Client]
+) -> None:
+    active(world, "gpu-share", {"name": "train", **SHARE_SPEC})
+    bob = login("bob")
+    url = "/api/v1/tenants/alpha/gpushares/train/"
+    grown = bob.put(
+        url, data=json.dumps(document({**SHARE_SPEC, "count": 3})), content_type="application/json"
+    ).json()
+    assert grown["outcome"] == "modified" and grown["cost"]["change_per_month"] == "1825.00"
+    removed = bob.delete("/api/v1/tenants/alpha/gpushares/serve/?dry_run=true")
+    assert removed.status_code == 404
+    active(world, "gpu-share", {"name": "serve", **SHARE_SPEC})
+    removed = bob.delete("/api/v1/tenants/alpha/gpushares/serve/?dry_run=true").json()
+    assert removed["outcome"] == "decommission"
+    assert removed["cost"]["change_per_month"] == "-3650.00"
+    assert removed["cost"]["after"] is None
+    assert (
+        login("charlie")
+        .put(url, data=json.dumps(document()), content_type="application/json")
+        .status_code
+        == 404
+    )
