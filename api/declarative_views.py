@@ -40,6 +40,8 @@ from api.base import ApiViewMixin
 from api.declarative import Outcome, Plan
 from api.parsers import MAX_DOCUMENTS, LegacyYAMLParser, LimitedJSONParser, YAMLParser
 from api.problems import MEDIA_TYPE, problem
+from api.serializers import RequestCostSerializer, cost_data
+from billing.request_costs import spec_cost
 from catalog.specs import CLASSES
 from tenants import access
 from tenants.access import Action
@@ -259,6 +261,11 @@ def _kind_shapes(kind: str) -> KindShapes:
             ),
             "diff": serializers.DictField(child=DocumentDiffEntrySerializer()),
             "document": document(),
+            "cost": RequestCostSerializer(
+                allow_null=True,
+                help_text="What the request changes in a month's cost at current prices; "
+                "null when unchanged.",
+            ),
         },
         serializers.Serializer,
     )
@@ -295,6 +302,11 @@ class ApplyResultSerializer(serializers.Serializer):
     diff = serializers.DictField(child=DocumentDiffEntrySerializer())
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
     detail = serializers.CharField(allow_blank=True)
+    cost = RequestCostSerializer(
+        allow_null=True,
+        help_text="A create, modify or decommission (dry run or not): what it changes in a "
+        "month's cost at current prices; null for anything else.",
+    )
 
 
 class ApplyResponseSerializer(serializers.Serializer):
@@ -339,7 +351,7 @@ def _problems(*codes: int) -> dict[Any, Any]:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _written(result: Plan, *, status: int | None = None) -> Response:
+def _written(result: Plan, user: Any, *, status: int | None = None) -> Response:
     request_id = result.request.pk if result.request is not None else None
     if result.outcome == Outcome.CONFLICT:
         response = problem(409, result.detail, kind="conflict")
@@ -352,6 +364,7 @@ def _written(result: Plan, *, status: int | None = None) -> Response:
         "request": request_id,
         "diff": result.diff,
         "document": declarative.export(result.resource),
+        "cost": _cost(result, user),
     }
     return Response(body, status=status or STATUS[result.outcome])
 
@@ -369,6 +382,21 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+PRICED = (Outcome.CREATED, Outcome.MODIFIED, Outcome.DECOMMISSION)
+
+
+def _cost(result: Plan, user: Any) -> Any:
+    """What the planned request changes in a month's cost, as the request preview says it."""
+    if result.outcome not in PRICED:
+        return None
+    resource = result.resource
+    document = result.document
+    tenant = resource.tenant if resource else declarative.tenant_for(user, document.tenant)
+    running = resource.spec or None if resource else None
+    wanted = None if result.outcome == Outcome.DECOMMISSION else document.spec
+    return RequestCostSerializer(cost_data(spec_cost(tenant, document.kind, wanted, running))).data
+
+
 def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
     """One document's part of an apply: independent of the others (its own transaction)."""
     metadata = data.get("metadata") if isinstance(data, dict) else None
@@ -384,6 +412,7 @@ def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
         "diff": {},
         "errors": {},
         "detail": "",
+        "cost": None,
     }
     try:
         if isinstance(data, dict) and data.get("kind") == declarative.JOB_KIND:
@@ -416,6 +445,7 @@ def _result(index: int, data: Any, user: Any, dry_run: bool) -> dict[str, Any]:
         request=result.request.pk if result.request is not None else None,
         diff=result.diff,
         detail=result.detail,
+        cost=_cost(result, user),
     )
     return out
 
@@ -498,14 +528,14 @@ class DocumentView(DeclarativeView):
         found = declarative.tenant_for(request.user, tenant)
         access.require(request.user, Action.REQUEST, found)
         document = declarative.parse(request.data, kind=self.kind, tenant=found.slug, name=name)
-        return _written(declarative.apply(document, request.user))
+        return _written(declarative.apply(document, request.user), request.user)
 
     def delete(self, request: Request, tenant: str, name: str) -> Response:
         reason = request.query_params.get("reason", "")
         dry_run = _flag(request.query_params.get("dry_run"), "dry_run")
         act = declarative.plan_delete if dry_run else declarative.delete
         result = act(tenant, self.kind, name, request.user, reason=reason)
-        return _written(result, status=200 if dry_run else None)
+        return _written(result, request.user, status=200 if dry_run else None)
 
 
 def _kind_views(kind: str, plural: str) -> tuple[type[APIView], type[APIView]]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.models import ApiToken, Robot
+from billing.request_costs import RequestCost
 from catalog.jobs import STATES, state_from, workload_of
 from catalog.models import BatchJob, RequestEvent, ResourceRequest
 from catalog.services import APPROVE_MANY_MAX
@@ -233,6 +235,88 @@ class FilePatchSerializer(serializers.Serializer[Any]):
     patch = serializers.CharField(help_text="A unified diff against main.")
 
 
+def _money(help_text: str, *, nullable: bool = False) -> serializers.DecimalField:
+    """An amount of the billing currency as a decimal string, two decimals: ``"3650.00"``."""
+    return serializers.DecimalField(
+        max_digits=None, decimal_places=2, allow_null=nullable, help_text=help_text
+    )
+
+
+class EstimateLineSerializer(serializers.Serializer[Any]):
+    what = serializers.CharField(help_text="What is held, as a person reads it.")
+    gpu_model = serializers.CharField()
+    mig_profile = serializers.CharField()
+    quantity = serializers.DecimalField(
+        max_digits=None, decimal_places=4, help_text="Units held at once, in `unit`s an hour."
+    )
+    unit = serializers.CharField(help_text="GPU-hour or instance-hour.")
+    unit_price = serializers.DecimalField(
+        max_digits=None,
+        decimal_places=4,
+        allow_null=True,
+        help_text="The price of one unit in the currency; null: no price set (counts as zero).",
+    )
+
+
+class EstimateSerializer(serializers.Serializer[Any]):
+    """A cost at current prices, as the request form and approval page show it."""
+
+    per_month = _money("The most it costs a month: every unit held all month.")
+    low_per_month = _money(
+        "The least, when it runs on a range (an endpoint's replicas); else null.", nullable=True
+    )
+    hours_per_month = serializers.IntegerField()
+    ends = serializers.DateField(allow_null=True, help_text="A time-bound share's end date.")
+    hours_to_end = serializers.DecimalField(max_digits=None, decimal_places=2, allow_null=True)
+    until_end = _money("What it costs from now to its end date.", nullable=True)
+    basis = serializers.CharField(help_text="What the figure assumes.")
+    lines = EstimateLineSerializer(many=True)
+    unpriced = serializers.ListField(
+        child=serializers.CharField(), help_text="A sentence per GPU model with no price set."
+    )
+
+
+class RequestCostSerializer(serializers.Serializer[Any]):
+    """What approving the request changes in a month's cost, at the prices in effect now."""
+
+    currency = serializers.CharField()
+    after = EstimateSerializer(
+        allow_null=True, help_text="Once applied; null for a decommission or when it holds no GPU."
+    )
+    before = EstimateSerializer(
+        allow_null=True, help_text="Its resource as it runs; null for a create."
+    )
+    change_per_month = _money(
+        "after less before (negative: it saves); null when neither is priced.", nullable=True
+    )
+    billed_directly = serializers.BooleanField(
+        help_text="A GPU share is paid for itself; an endpoint's or a cluster's cost is use of "
+        "the tenant's shares, part of theirs."
+    )
+
+
+def cost_data(cost: RequestCost) -> dict[str, Any]:
+    """``cost`` as ``RequestCostSerializer`` reads it."""
+    return {
+        "currency": settings.BILLING_CURRENCY,
+        "after": cost.after,
+        "before": cost.before,
+        "change_per_month": cost.change,
+        "billed_directly": cost.billed_directly,
+    }
+
+
+class FreePoolSerializer(serializers.Serializer[Any]):
+    """One pool the tenant may ask for: its capacity and what no tenant is promised yet."""
+
+    flavor = serializers.CharField()
+    unit = serializers.CharField(help_text="What the pool counts: GPUs, MIG slices, vGPU slots.")
+    capacity = serializers.FloatField()
+    free_now = serializers.FloatField()
+    free_after = serializers.FloatField(help_text="Once the request is applied.")
+    changed = serializers.BooleanField(help_text="The request changes this pool.")
+
+
 class RequestPreviewSerializer(serializers.Serializer[Any]):
     """What approving a request would write, as the approval page shows it."""
 
@@ -254,6 +338,8 @@ class RequestPreviewSerializer(serializers.Serializer[Any]):
         help_text="Approving needs allow_overcommit: true (the request promises more than a "
         "flavor has)."
     )
+    cost = RequestCostSerializer(help_text="What it would cost at current prices.")
+    free_capacity = FreePoolSerializer(many=True, help_text="Free capacity per pool.")
 
 
 class CheckSerializer(serializers.ModelSerializer[CheckRun]):

@@ -28,11 +28,14 @@ from api.serializers import (
     RequestSerializer,
     RequiredNoteInput,
     ReviewInput,
+    cost_data,
 )
+from billing.request_costs import request_costs
 from catalog import services as catalog
 from catalog.models import Kind, ResourceRequest
 from catalog.preview import file_patches, preview_of
 from gitops import services as gitops
+from gitops.fleet import configured_fleet
 from gitops.models import ChangeRequest
 from portal.models import Job
 from portal.views import visible_jobs
@@ -126,7 +129,10 @@ class RequestViewSet(ScopedViewSet):
         description="The files its pull request would change, as unified diffs against main "
         "now, the check's errors and warnings, and seen_digest: the digest of these files, "
         "which approve requires. No files once the request is decided or when it fails its "
-        "check. Anyone who may see the request may preview it (as its form previews it).",
+        "check. With it, what the request would cost at current prices (cost: money as "
+        "decimal strings in cost.currency; a GPU model with no price named in unpriced) and "
+        "each pool's free capacity now and once it is applied (free_capacity). Anyone who may "
+        "see the request may preview it (as its form previews it).",
         responses=read_responses(RequestPreviewSerializer),
     )
     @action(detail=True, methods=["get"])
@@ -142,6 +148,18 @@ class RequestViewSet(ScopedViewSet):
             "errors": check.errors if check else {},
             "warnings": check.warnings if check else [],
             "overcommit": bool(check and check.overcommit),
+            "cost": cost_data(request_costs([resource_request])[0]),
+            "free_capacity": [
+                {
+                    "flavor": row.flavor,
+                    "unit": row.unit,
+                    "capacity": row.capacity,
+                    "free_now": row.free_before,
+                    "free_after": row.free_after,
+                    "changed": row.changed,
+                }
+                for row in catalog.free_pools(resource_request.tenant, configured_fleet(), check)
+            ],
         }
         return Response(RequestPreviewSerializer(body).data)
 

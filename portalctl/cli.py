@@ -269,6 +269,22 @@ def _diff_lines(result: dict[str, Any]) -> list[str]:
     return [f"  {line}" for line in str(diff).splitlines()]
 
 
+def _cost_lines(result: dict[str, Any]) -> list[str]:
+    """What the change costs a month at current prices (the server's figure), and any GPU
+    model it could not price."""
+    cost = result.get("cost")
+    if not isinstance(cost, dict) or cost.get("change_per_month") is None:
+        return []
+    change, currency = str(cost["change_per_month"]), cost.get("currency", "")
+    shown = f"saves {change.lstrip('-')}" if change.startswith("-") else f"+{change}"
+    note = "" if cost.get("billed_directly") else " (use of the tenant's shares)"
+    lines = [f"  cost: {shown} {currency} a month at current prices{note}"]
+    for side in ("after", "before"):
+        estimate = cost.get(side) or {}
+        lines += [f"  ! {sentence}" for sentence in estimate.get("unpriced", [])]
+    return list(dict.fromkeys(lines))
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     client = _client()
     results = _apply(client, _read(args.filename), dry_run=True).get("results", [])
@@ -282,7 +298,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         elif outcome != "unchanged":
             changed = True
             print(f"~ {label}: would be {outcome}")
-            for line in _diff_lines(result):
+            for line in _diff_lines(result) + _cost_lines(result):
                 print(line)
     if failed:
         return 2

@@ -102,6 +102,7 @@ def test_what_a_request_in_flight_asks_for_is_unchanged(login: Callable[[str], C
         "request": created["request"],
         "diff": {},
         "document": None,
+        "cost": None,  # nothing asked, nothing priced
     }
     assert counts() == before
 
