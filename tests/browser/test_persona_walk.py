@@ -26,7 +26,8 @@ from playwright.sync_api import Browser, ConsoleMessage, Page, Response, Viewpor
 
 from fleet import services as fleet
 from simulator import Simulator
-from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
+from tests.browser.conftest import TIMEOUT_MS
+from tests.support.chromium import watch_for_csp_violations
 from tests.support.numbers import SKIPPED_TAGS, UNIT_PRICE_CLASS, long_decimals_in
 
 pytestmark = pytest.mark.browser
