@@ -22,7 +22,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, Response, ViewportSize
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Page,
+    Response,
+    ViewportSize,
+)
 
 from fleet import services as fleet
 from simulator import Simulator
@@ -146,19 +153,25 @@ def inspect(page: Page) -> dict[str, Any]:
 
 
 class Walk:
-    """One persona's walk in one browser context: ``problems`` holds all it found, ``checked``
-    the pages (paths) it checked."""
+    """One persona's walk in one browser context (``problems`` holds all it found, ``checked``
+    the pages, as paths, it checked)."""
 
-    def __init__(self, page: Page, origin: str, csp_violations: list[str]) -> None:
-        self.page = page
+    def __init__(self, context: BrowserContext, origin: str) -> None:
         self.origin = origin
-        self.csp_violations = csp_violations
+        self.csp_violations = watch_for_csp_violations(context)
+        # A page per screen size, each keeping its size: resizing one page would lay out (and
+        # redraw the charts of) the page it holds, only to leave it.
+        self.pages: list[tuple[ViewportSize, Page]] = []
+        for viewport in (NARROW, WIDE):
+            page = context.new_page()
+            page.set_viewport_size(viewport)
+            page.on("pageerror", lambda error: self.report(f"JavaScript error: {error}"))
+            page.on("console", self._console)
+            page.on("response", self._response)
+            self.pages.append((viewport, page))
         self.problems: list[str] = []
         self.checked: set[str] = set()
         self.where = "signing in"
-        page.on("pageerror", lambda error: self.report(f"JavaScript error: {error}"))
-        page.on("console", self._console)
-        page.on("response", self._response)
 
     def report(self, problem: str) -> None:
         self.problems.append(f"{self.where}: {problem}")
@@ -174,10 +187,10 @@ class Walk:
     def path(self, url: str) -> str:
         return url.removeprefix(self.origin) or "/"
 
-    def run(self) -> None:
-        """Follow every link of the top bar and the tab bars once, breadth first, from the
-        page the sign-in landed on."""
-        queue = [_same_origin_page(self.page.url, self.origin)]
+    def run(self, start: str) -> None:
+        """Follow every link of the top bar and the tab bars once, breadth first, from
+        ``start``."""
+        queue = [_same_origin_page(start, self.origin)]
         linked = set(queue)
         while queue:
             for link in self.visit(queue.pop(0)):
@@ -190,19 +203,18 @@ class Walk:
         links: list[str] = []
         if self.path(url) in self.checked:
             return links
-        for viewport in (NARROW, WIDE):
-            self.page.set_viewport_size(viewport)
+        for viewport, page in self.pages:
             self.where = f"{self.path(url)} at {viewport['width']} px"
             violations = len(self.csp_violations)
-            self.page.goto(url, wait_until="load")
-            landed = self.path(self.page.url.partition("#")[0])
+            page.goto(url, wait_until="load")
+            landed = self.path(page.url.partition("#")[0])
             if landed != self.path(url):
                 # A redirect (home to the landing page, the switcher to a tenant's page): the
                 # page it ends on is checked as a page of its own, once.
                 self.where = f"{landed} (from {self.path(url)}) at {viewport['width']} px"
                 if landed in self.checked:
                     return []
-            found = inspect(self.page)
+            found = inspect(page)
             for problem in problems_of(found, viewport):
                 self.report(problem)
             for violation in self.csp_violations[violations:]:
@@ -256,14 +268,13 @@ def test_persona_walk_finds_no_broken_page(
     fleet_seen: None,
     sign_in: Callable[[Page, str], None],
 ) -> None:
-    context = browser.new_context(base_url=live_server.url, viewport=WIDE)
+    context = browser.new_context(base_url=live_server.url)
     context.set_default_timeout(TIMEOUT_MS)
-    csp_violations = watch_for_csp_violations(context)
     try:
-        page = context.new_page()
-        walk = Walk(page, live_server.url, csp_violations)
+        walk = Walk(context, live_server.url)
+        page = walk.pages[0][1]
         sign_in(page, persona)
-        walk.run()
+        walk.run(page.url)
     finally:
         context.close()
     # A walk that stopped early would find nothing wrong; these pages lie at its far end.
