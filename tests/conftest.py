@@ -230,3 +230,13 @@ def start_fleet(settings: Any) -> Iterator[Callable[..., Any]]:
     yield start
     for simulator in started:
         simulator.stop()
+
+
+@pytest.fixture
+def odd_amounts(world: dict[str, Any]) -> dict[str, int]:
+    """Amounts that do not round to two places, for the walks that check numbers: MIG slices
+    used at a four-decimal price, a drafted invoice, a request waiting for approval
+    (tests/support/numbers.py). Returns the invoice's and the request's ids."""
+    from tests.support.numbers import seed_odd_amounts
+
+    return seed_odd_amounts(world)

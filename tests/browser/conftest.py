@@ -91,15 +91,15 @@ def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator
 @pytest.fixture
 def sign_in(live_server: Any) -> Callable[[Page, str], None]:
     """Sign in through allauth's real login form, as a person would, and land where the home
-    page sends them: the usage dashboard of a platform admin or of a member's tenant, else
-    home itself."""
+    page sends them: the usage dashboard of a platform admin or of a member's tenant, finance's
+    page, else home itself."""
 
     def submit(page: Page, username: str) -> None:
         page.goto("/accounts/login/")
         page.locator("input[name=login]").fill(username)
         page.locator("input[name=password]").fill(PASSWORD)
         page.locator("form[action='/accounts/login/'] button[type=submit]").click()
-        landing = r"/(billing/|t/[a-z0-9-]+/usage/)?$"
+        landing = r"/(billing/(finance/)?|t/[a-z0-9-]+/usage/)?$"
         expect(page).to_have_url(re.compile(rf"^{re.escape(live_server.url)}{landing}"))
 
     return submit
