@@ -64,9 +64,10 @@ from simulator.dcgm import GpuSample
 from simulator.hami import HamiWebhook
 from simulator.jobs import Batch
 from simulator.kserve import StorageInitializerWebhook
-from simulator.kueue import Kueue
+from simulator.kueue import Kueue, quantity_string
 from simulator.kueue import gated as kueue_gated
 from simulator.opencost import NodeCapacity, Placement, pod_requests
+from simulator.pods_ready import PODS_READY
 from simulator.store import (
     CLAIM_TEMPLATES,
     EVENTS,
@@ -85,6 +86,7 @@ from simulator.store import (
 )
 from simulator.workloads import (
     MAIN,
+    PRIORITY_CLASS_LABEL,
     QUOTA_RESERVED,
     condition,
     finisher,
@@ -93,7 +95,10 @@ from simulator.workloads import (
     is_finished,
     new_workload,
     owner_of,
+    per_pod_requests,
     pod_set,
+    reserve_quota,
+    set_condition,
     workload_name,
 )
 
@@ -974,6 +979,56 @@ class Cluster:
                 "spec": spec,
             }
             self.create_pod(pod, workload.name, now, admission=False)
+        if workload.cluster_queue:
+            owner = {
+                "apiVersion": owner_api,
+                "metadata": {
+                    "namespace": workload.namespace,
+                    "name": workload.name,
+                    "uid": owner_uid,
+                    "labels": {QUEUE_LABEL: workload.queue},
+                },
+            }
+            template = {"metadata": {"labels": labels}, "spec": spec}
+            self._seed_admission(workload, owner, template, now)
+
+    def _seed_admission(
+        self, workload: SeedWorkload, owner: JsonObject, template: JsonObject, now: float
+    ) -> None:
+        """The Workload Kueue admitted the seed's Job or ReplicaSet with before the simulator
+        started: one pod set of its pods, their requests held in ``workload.cluster_queue`` on
+        its flavor, as ``Kueue.usage`` and the ClusterQueue's status count them, its pods
+        ready. A pod its controller replaces runs under the same admission, as a Job's do."""
+        podset = pod_set(MAIN, template, workload.pods)
+        requests = per_pod_requests(podset)
+        flavor = workload.flavor or workload.pool
+        admission: JsonObject = {
+            "clusterQueue": workload.cluster_queue,
+            "podSetAssignments": [
+                {
+                    "name": MAIN,
+                    "count": workload.pods,
+                    "flavors": {resource: flavor for resource in sorted(requests)},
+                    "resourceUsage": {
+                        resource: quantity_string(resource, amount * workload.pods)
+                        for resource, amount in sorted(requests.items())
+                    },
+                }
+            ],
+        }
+        group = "batch" if workload.kind == "Job" else "apps"
+        wl = new_workload(self.store, owner, workload.kind, group, [podset])
+        if workload.priority_class:
+            wl["metadata"]["labels"][PRIORITY_CLASS_LABEL] = workload.priority_class
+            wl["spec"]["priority"] = workload.priority
+            wl["spec"]["priorityClassRef"] = {
+                "group": "kueue.x-k8s.io",
+                "kind": "WorkloadPriorityClass",
+                "name": workload.priority_class,
+            }
+        reserve_quota(wl, admission, now)
+        set_condition(wl, PODS_READY, True, "PodsReady", "All pods reached readiness", now)
+        self.store.apply(WORKLOADS, wl, now)
 
     def _pod_name(self, namespace: str, base: str) -> str:
         while True:

@@ -99,6 +99,13 @@ class SeedWorkload:
     """Pods that run from the start, owned by a Job or a ReplicaSet called ``name``.
 
     ``resources`` are each pod's container limits; ``pool`` pins the pods to a pool's nodes.
+    ``cluster_queue``: Kueue admitted the pods before the simulator started, to that
+    ClusterQueue on ResourceFlavor ``flavor`` (the pool's name when empty): the Workload of
+    their Job or ReplicaSet holds their requests there, so they count against the tenant's
+    quota once its queues are applied. Empty: the pods run outside Kueue. ``priority_class``
+    and ``priority``: the WorkloadPriorityClass Kueue resolved for it and its value (the
+    simulator starts before Flux applies the classes), so a job of lower priority does not
+    preempt it.
     """
 
     namespace: str
@@ -109,6 +116,10 @@ class SeedWorkload:
     pool: str = ""
     queue: str = "gpu"
     image: str = "nvcr.io/nvidia/pytorch:25.01-py3"
+    cluster_queue: str = ""
+    flavor: str = ""
+    priority_class: str = ""
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -214,6 +225,14 @@ class SimConfig:
             # vision's endpoint ``caption`` (seeded by ``seed_demo``) is asked nothing: idle
             # reclaim puts it to sleep after its grace, and its tenant wakes it.
             idle_pods=("vision/caption-predictor-",),
+            # Every seed workload was admitted by its tenant's Kueue queue, within the shares
+            # seed_demo grants (vision: train 16 whole H200s, eval 4 x 1g.18gb, eval-large 1 x
+            # 3g.71gb; llm-platform: small, 2 HAMi slots of 14000 MiB and 10% of the cores):
+            # what the cluster runs then never exceeds what the tenant's ClusterQueue promises,
+            # so the metered history matches the quota charts. Rather than shrinking vision's
+            # training run into its 2-GPU serving share (which its endpoint and its portal
+            # jobs fill), it has a training share of its own, as a tenant running 16-GPU jobs
+            # would. ClusterQueues and priority classes as gitops.render.kueue renders them.
             seed_workloads=(
                 SeedWorkload(
                     "vision",
@@ -223,6 +242,9 @@ class SimConfig:
                     # endpoint: the API server counts these pods against it too.
                     resources=(("nvidia.com/gpu", "8"), ("cpu", "16"), ("memory", "128Gi")),
                     pool="h200",
+                    cluster_queue="vision",
+                    priority_class="training",
+                    priority=500,
                 ),
                 SeedWorkload(
                     "vision",
@@ -230,27 +252,38 @@ class SimConfig:
                     pods=3,
                     resources=(("nvidia.com/mig-1g.18gb", "1"), ("cpu", "2"), ("memory", "32Gi")),
                     pool="h200-mig",
+                    cluster_queue="vision",
+                    priority_class="batch-low",
+                    priority=100,
                 ),
                 SeedWorkload(
                     "vision",
                     "eval-vit-large",
                     resources=(("nvidia.com/mig-3g.71gb", "1"), ("cpu", "8"), ("memory", "64Gi")),
                     pool="h200-mig",
+                    cluster_queue="vision",
+                    priority_class="batch-low",
+                    priority=100,
                 ),
                 SeedWorkload(
                     "llm-platform",
                     "chat-small-predictor-6d5f8c7b9c",
                     kind="ReplicaSet",
                     pods=2,
+                    # One slot of the share each: the tenant's policy refuses a container
+                    # asking more than its largest slot (gitops.render.resources).
                     resources=(
                         ("nvidia.com/vgpu", "1"),
-                        ("nvidia.com/gpumem", "24000"),
-                        ("nvidia.com/gpucores", "30"),
+                        ("nvidia.com/gpumem", "14000"),
+                        ("nvidia.com/gpucores", "10"),
                         ("cpu", "8"),
                         ("memory", "64Gi"),
                     ),
                     pool="h200-hami",
                     image="docker.io/vllm/vllm-openai:v0.10.1",
+                    cluster_queue="llm-platform",
+                    priority_class="inference-critical",
+                    priority=1000,
                 ),
             ),
         )

@@ -45,10 +45,12 @@ class DemoJob:
     expect: str = ADMITTED
 
 
-# vision holds two whole H200s (``serve``) and four MIG slices (``eval``). The baseline
+# vision holds two whole H200s to serve (``serve``, one held by its endpoint), sixteen to train
+# (``train``, all held by the simulator's seed run) and four MIG slices (``eval``, three held
+# by the seed's evaluations); Kueue counts a flavor's shares together. The baseline
 # evaluation on a MIG slice has finished; the fine-tuning run takes a whole GPU; the
-# evaluation over both whole GPUs then waits behind quota (Kueue's reason and position on the
-# queue page).
+# evaluation over both serving GPUs then waits behind quota (Kueue's reason and position on
+# the queue page).
 DEMO_JOBS: tuple[DemoJob, ...] = (
     DemoJob(
         "vision",

@@ -186,9 +186,9 @@ def test_it_uses_the_simulators_workloads_before_the_fleet_is_synced(
         (p.namespace, p.flavor, p.mig_profile, p.workload): p for p in demo.placements(planned)
     }
     assert {key: p.gpu_equivalents for key, p in found.items()} == {
-        # Two HAMi shares of 24000 MiB and 30% of the cores: 0.3 of an H200 each.
+        # Two HAMi slots of 14000 MiB and 10% of the cores: 0.1 of an H200 each.
         ("llm-platform", "h200-hami", "", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): (
-            Fraction(3, 5)
+            Fraction(1, 5)
         ),
         ("vision", "h200", "", "Job/finetune-vit"): 16,
         ("vision", "h200-mig", "1g.18gb", "Job/eval-vit-small"): Fraction(3, 7),
@@ -261,7 +261,7 @@ def test_the_history_holds_no_more_than_the_shares_on_main_grant_up_to_this_hour
     for (_, slug, flavor), seconds in held.items():
         # Each row's GPU-seconds are rounded to a thousandth (4/7 of an hour is not).
         assert seconds <= grants[(slug, flavor)] * 3600 + Decimal("0.01"), (slug, flavor)
-    # vision's 16-GPU training job ran outside Kueue in the demo cluster: cut to its share.
+    # Without its training share, vision's 16-GPU training job is cut to its serving share.
     assert max(v for (_, s, f), v in held.items() if (s, f) == ("vision", "h200")) == 7200
     # Every workload the demo talks about keeps a history, the idle tenant's among them.
     assert set(UsageHour.objects.values_list("workload", flat=True)) == {
@@ -273,3 +273,85 @@ def test_the_history_holds_no_more_than_the_shares_on_main_grant_up_to_this_hour
     # The history reaches the current hour: its last hour ends where this one begins.
     last = UsageHour.objects.order_by("-hour").values_list("hour", flat=True)[0]
     assert last + HOUR == now.replace(minute=0)
+
+
+def _demo_share_equivalents(spec: dict[str, Any]) -> tuple[str, Decimal]:
+    """(flavor, GPU-equivalents) of a share spec as the catalog counts it."""
+    from catalog.models import Kind
+    from catalog.services import share_gpu_equivalents
+    from catalog.specs import from_json
+    from gitops.fleet import configured_fleet
+
+    share = from_json(Kind.GPU_SHARE, spec)
+    flavor = configured_fleet().flavor(share.flavor)
+    assert flavor is not None, share.flavor
+    return share.flavor, share_gpu_equivalents(share, flavor)
+
+
+@pytest.mark.django_db
+def test_the_demo_clusters_seed_workloads_are_metered_within_the_shares_seed_demo_grants(
+    fleet: Simulator,
+) -> None:
+    """What the live demo meters (the simulator's exporter, as the ingest reads it) stays
+    within the shares seed_demo merges, with room for what the demo adds through the portal:
+    its endpoints' predictors and the jobs meant to run; the job meant to wait does not fit
+    even with everything the other tenants could lend."""
+    from billing.dashboards import granted
+    from catalog.models import Resource
+    from portal.management.commands.seed_demo import CATALOG
+    from portal.management.demo_jobs import DEMO_JOBS, PENDING
+
+    specs = {
+        (slug, spec["name"]): spec
+        for slug, _, kind, spec, merged in CATALOG
+        if kind == "gpu-share" and merged and slug in ("vision", "llm-platform")
+    }
+    for (slug, name), spec in specs.items():
+        Resource.objects.create(
+            tenant=Tenant.objects.get(slug=slug),
+            kind="gpu-share",
+            name=name,
+            state="active",
+            spec=spec,
+        )
+    grants = granted()
+    metered = services.last_complete_hour() - 5 * HOUR
+    for slot in range(-1, 60):
+        moment = metered.timestamp() + slot * STEP + 7.5
+        fleet.clock = lambda moment=moment: moment
+        services.scrape_exporters(now=moment)
+    services.ingest_hour(metered, Source.EXPORTER)
+
+    held: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for row in UsageHour.objects.filter(hour=metered).exclude(tenant_slug=""):
+        held[(row.tenant_slug, row.flavor)] += row.allocated_gpu_seconds / 3600
+    # Every seed workload metered in full (none cut down, none left out): 16 whole GPUs,
+    # three 1g.18gb slices and a 3g.71gb one (6/7 of a GPU), two HAMi slots of a tenth.
+    mig = ("vision", "h200-mig")
+    assert set(held) == {("vision", "h200"), mig, ("llm-platform", "h200-hami")}
+    assert held[("vision", "h200")] == 16
+    assert abs(held[mig] - Decimal(6) / 7) < Decimal("0.001")
+    assert held[("llm-platform", "h200-hami")] == Decimal("0.2")
+    # What the portal adds: the endpoints main holds awake, the demo jobs meant to run.
+    added: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for slug, _, kind, spec, merged in CATALOG:
+        if kind == "endpoint" and merged:
+            share = specs[(slug, spec["share"])]
+            flavor, amount = _demo_share_equivalents({**share, "count": spec["gpus_per_replica"]})
+            added[(slug, flavor)] += amount
+    waiting = []
+    for job in DEMO_JOBS:
+        share = specs[(job.tenant, job.data["share"])]
+        flavor, amount = _demo_share_equivalents({**share, "count": job.data["gpus"]})
+        if job.expect == PENDING:
+            waiting.append(((job.tenant, flavor), amount))
+        else:
+            added[(job.tenant, flavor)] += amount
+    for key in {*held, *added}:
+        assert held[key] + added[key] <= grants[key] + Decimal("0.001"), key
+    assert waiting
+    for (slug, flavor), amount in waiting:
+        lendable = sum(v for (s, f), v in grants.items() if f == flavor and s != slug)
+        assert held[(slug, flavor)] + added[(slug, flavor)] + amount > grants[(slug, flavor)] + (
+            lendable
+        )

@@ -131,8 +131,9 @@ def test_it_ingests_prometheus_to_the_gpu_second(
         finetune: 16 * seconds,
         ("vision", "h200-mig", "Job/eval-vit-small"): Fraction(3 * seconds, 7),
         ("vision", "h200-mig", "Job/eval-vit-large"): Fraction(3 * seconds, 7),
+        # Two HAMi slots of 10% of the cores (above 14000 MiB of the memory): 0.1 each.
         ("llm-platform", "h200-hami", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): Fraction(
-            6 * seconds, 10
+            2 * seconds, 10
         ),
     }
     for line in lines.values():

@@ -113,8 +113,9 @@ def test_it_meters_the_simulators_placements_to_the_gpu_second(fleet: Simulator)
         # Three 1g.18gb slices and one 3g.71gb slice: 3/7 of a GPU each way.
         ("vision", "h200-mig", "Job/eval-vit-small"): (3 * seventh).quantize(Decimal("0.001")),
         ("vision", "h200-mig", "Job/eval-vit-large"): (3 * seventh).quantize(Decimal("0.001")),
-        # Two HAMi shares of 24000 MiB and 30% of the cores: 0.3 of an H200 each.
-        ("llm-platform", "h200-hami", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): Decimal(2160),
+        # Two HAMi slots of 14000 MiB and 10% of the cores: 0.1 of an H200 each (the cores,
+        # above 14000/143771 of the memory).
+        ("llm-platform", "h200-hami", "ReplicaSet/chat-small-predictor-6d5f8c7b9c"): Decimal(720),
         ("scratch", "h200", "Job/notebook"): Decimal(3600),
         ("vision", "h200", "Job/impostor"): Decimal(3600),
     }

@@ -27,7 +27,8 @@ GPUS = {"cpu": "1", "nvidia.com/gpu": "2"}
 def queued(start_fleet: Callable[..., Simulator], world: dict[str, Any]) -> Simulator:
     """alpha's queue of 2 GPUs: one workload admitted, five waiting behind it (two of them in
     a second LocalQueue of alpha's)."""
-    sim = start_fleet(watch_bookmark_seconds=0.2)
+    # Without the demo's seed workloads (their Workloads are Kueue's too): only alpha's.
+    sim = start_fleet(watch_bookmark_seconds=0.2, seed_workloads=())
     store = sim.store
     store.apply(RESOURCE_FLAVORS, {"metadata": {"name": "h100"}, "spec": {}}, 0)
     store.apply(NAMESPACES, {"metadata": {"name": "alpha", "labels": {TENANT_LABEL: "alpha"}}}, 0)

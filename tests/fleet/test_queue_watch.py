@@ -34,7 +34,8 @@ def _watched(name: str) -> watch.Watched:
 
 @pytest.fixture
 def still(start_fleet: Callable[..., Simulator]) -> Simulator:
-    return start_fleet(watch_bookmark_seconds=0.2)
+    # Without the demo's seed workloads (their Workloads are Kueue's too): only the test's own.
+    return start_fleet(watch_bookmark_seconds=0.2, seed_workloads=())
 
 
 def _put(sim: Simulator, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:

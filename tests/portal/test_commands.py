@@ -20,6 +20,8 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
         ("vision", "serve"),
         ("vision", "eval"),
         ("vision", "claims"),
+        ("vision", "train"),
+        ("vision", "eval-large"),
         ("vision", "lab"),
         ("vision", "caption"),
         ("llm-platform", "serve"),
@@ -98,6 +100,8 @@ def test_it_seeds_the_demo_idempotently(transactional_db: None) -> None:
         "bank-risk",
     }
     assert Tenant.objects.get(slug="bank-risk").trust_level == "dedicated"
+    # Raised for vision's training share, through the platform admin's quota setting.
+    assert Tenant.objects.get(slug="vision").gpu_quota == 24
     # Its two H200 nodes of its own, reserved through a merged change (and only once).
     from fleet.models import NodeReservation
     from gitops.services import reservations_on_main

@@ -18,6 +18,7 @@ from gitops import services as gitops
 from gitops.models import ChangeRequest
 from tenants import services
 from tenants.models import Membership, PlatformRole, Role, Tenant
+from tenants.quota import do_set_gpu_quota
 
 if TYPE_CHECKING:
     from simulator.config import SimConfig
@@ -128,6 +129,9 @@ USERS = [
 ]
 
 MERGED_ONBOARDINGS = ("vision", "llm-platform", "bank-risk")
+# GPU quotas above the default of 16, set by a platform admin: vision's shares add up to 21
+# GPUs (its training share among them).
+GPU_QUOTAS = {"vision": 24}
 # The dedicated tenant's own nodes (issue 29): whole H200 nodes, away from the node the first
 # sync sends to burn-in (demo_jobs.DEMO_BURN_IN_NODE) and from where the seed's jobs run.
 DEMO_RESERVATIONS = {"bank-risk": ("h200-05", "h200-06")}
@@ -175,6 +179,30 @@ CATALOG = [
         {"name": "claims", "flavor": "h200-dra", "kind": "dra", "count": 2},
         True,
     ),
+    # What the simulator's seed workloads were admitted on (SimConfig.demo): vision's 16-GPU
+    # training run (two H200 nodes; 19 whole GPUs granted of the 48 no reservation holds) and
+    # its large evaluation on a 3g.71gb slice. The serving share stays 2, so a portal job
+    # asking for both its GPUs waits behind quota.
+    (
+        "vision",
+        "alice",
+        "gpu-share",
+        {"name": "train", "flavor": "h200", "kind": "whole", "count": 16},
+        True,
+    ),
+    (
+        "vision",
+        "alice",
+        "gpu-share",
+        {
+            "name": "eval-large",
+            "flavor": "h200-mig",
+            "kind": "mig",
+            "count": 1,
+            "mig_profile": "3g.71gb",
+        },
+        True,
+    ),
     (
         "vision",
         "alice",
@@ -200,8 +228,11 @@ CATALOG = [
             "flavor": "h200-hami",
             "kind": "hami",
             "count": 2,
-            "gpumem_mib": 24000,
-            "gpucores_percent": 25,
+            # A tenth of an H200 per slot, as the GPU quota counts a slot of a flavor split in
+            # ten (gitops.render.resources.gpu_equivalents) and the ledger meters the larger of
+            # its memory and cores: what chat-small's predictor runs on (SimConfig.demo).
+            "gpumem_mib": 14000,
+            "gpucores_percent": 10,
         },
         True,
     ),
@@ -334,6 +365,8 @@ class Command(BaseCommand):
                     cost_centre=cost_centre,
                     contacts=[f"{slug}-team@example.com"],
                 )
+            if slug in GPU_QUOTAS:
+                do_set_gpu_quota(tenant, acting_user=platform, quota=GPU_QUOTAS[slug])
             for username, role in members.items():
                 if not Membership.objects.filter(tenant=tenant, user=users[username]).exists():
                     services.do_add_member(
