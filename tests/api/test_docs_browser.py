@@ -44,5 +44,10 @@ def test_it_renders_the_operations_under_the_csp(
     page.goto("/api/v1/docs/")
     expect(page.locator(".opblock-summary-path").first).to_be_visible()
     expect(page.get_by_text("/api/v1/requests/{id}/approve/")).to_be_visible()
+    # In the portal's layout: its header, nav and sign-out stay on the page.
+    expect(page.locator("header.topbar .brand")).to_have_text("AI factory")
+    expect(page.locator("header.topbar").get_by_role("link", name="Changes")).to_be_visible()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    expect(page).to_have_title("API docs · AI factory")
     assert not errors, errors
     assert not violations, violations
