@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
+from tests.browser.conftest import TIMEOUT_MS, watch_for_console_errors, watch_for_csp_violations
 
 # The browser fixtures, re-exported so pytest finds them here (tests/browser is a sibling).
 from tests.browser.conftest import browser as browser
@@ -28,10 +28,12 @@ def docs_page(
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    console = watch_for_console_errors(page)
     try:
         yield page, violations, errors
     finally:
         context.close()
+    assert not console, f"Console errors: {console}"
 
 
 def test_it_renders_the_operations_under_the_csp(

@@ -2,7 +2,9 @@
 compact nav at 390 px without sideways scrolling of the page, and tenant tabs that scroll with
 a fade on the edge that hides more of them.
 
-Personas from tests/conftest.py: pam is a platform admin, alice admins alpha.
+Personas from tests/conftest.py: pam is a platform admin, alice admins alpha, bob is a member.
+The page fixture fails each test on any console error, so the preview test below also checks
+that a preview overtaken by more typing logs nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
+
+from tenants.specs import tenant_spec
 
 pytestmark = pytest.mark.browser
 
@@ -93,3 +97,45 @@ def test_it_fades_the_edge_of_tenant_tabs_that_hide_more(
     page.evaluate("() => { document.querySelector('nav.tabs').style.width = '200rem'; }")
     page.evaluate("() => window.dispatchEvent(new Event('resize'))")
     expect(tabs).not_to_have_class(re.compile(r"tabs-more"))
+
+
+def test_a_preview_overtaken_by_typing_logs_no_error(
+    page: Page, sign_in: SignIn, world: dict[str, Any], merged_change: Callable[..., Any]
+) -> None:
+    merged_change(tenant_spec(world["alpha"]))
+    sign_in(page, "bob")
+    page.goto("/t/alpha/catalog/gpu-share/new/")
+    h200 = page.locator('#preview tr[data-pool="h200 GPUs"] td.num')
+    expect(h200.first).to_have_text("64.00")
+    page.get_by_label("Name", exact=True).fill("train")
+    page.get_by_label("Flavor", exact=True).select_option("h200")
+    expect(h200).to_have_text(["64.00", "63.00", "64.00"])
+
+    # Hold the first answer, so that its preview is still out when bob types again.
+    held: list[Route] = []
+
+    def hold_first(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(re.compile(r"/preview/"), hold_first)
+    page.get_by_label("Count", exact=True).fill("2")
+    _wait_until(page, lambda: bool(held))
+    page.get_by_label("Count", exact=True).fill("3")
+    # The preview still out is not cancelled (cancelling makes htmx log an error): it answers,
+    # and only then the one for the latest input goes out.
+    with page.expect_request(re.compile(r"/preview/")) as latest:
+        held[0].continue_()
+    assert "count=3" in (latest.value.post_data or "")
+    expect(h200).to_have_text(["64.00", "61.00", "64.00"])
+
+
+def _wait_until(page: Page, condition: Callable[[], bool]) -> None:
+    """Let Playwright dispatch its events (route handlers run then) until ``condition``."""
+    for _ in range(500):
+        if condition():
+            return
+        page.wait_for_timeout(20)
+    raise AssertionError("the condition never held")
