@@ -108,7 +108,7 @@ def test_a_preview_overtaken_by_typing_logs_no_error(
     h200 = page.locator('#preview tr[data-pool="h200 GPUs"] td.num')
     expect(h200.first).to_have_text("64.00")
     page.get_by_label("Name", exact=True).fill("train")
-    page.get_by_label("Flavor", exact=True).select_option("h200")
+    page.get_by_label("Kind", exact=True).select_option("h200")
     expect(h200).to_have_text(["64.00", "63.00", "64.00"])
 
     # Hold the first answer, so that its preview is still out when bob types again.
