@@ -68,8 +68,9 @@ def browser() -> Iterator[Browser]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
-def expected_statuses(request: pytest.FixtureRequest) -> set[int]:
-    """The HTTP statuses a test declared with ``@pytest.mark.expected_responses(...)``."""
+def expected_statuses(request: pytest.FixtureRequest) -> set[int | str]:
+    """What a test declared with ``@pytest.mark.expected_responses(...)``: HTTP statuses, and
+    ``"network"`` for requests it makes fail without a response."""
     marker = request.node.get_closest_marker("expected_responses")
     return set(marker.args) if marker else set()
 
@@ -90,8 +91,9 @@ def page(
     "Failed to load resource: the server responded with a status of 422", and htmx "Response
     Status Error Code 400 from ..." for one it does not swap. A test that provokes such
     responses on purpose (a 403 page, a 404 for an outsider, a form answered with its errors)
-    declares their statuses, ``@pytest.mark.expected_responses(403, 422)``; any other status,
-    and every other console error, still fails it.
+    declares their statuses, ``@pytest.mark.expected_responses(403, 422)``, and a test that
+    cuts requests off (``route.abort()``, a poll that must fail) declares ``"network"``; any
+    other status, and every other console error, still fails it.
     """
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
     context.set_default_timeout(TIMEOUT_MS)

@@ -56,18 +56,27 @@ _FAILED_RESPONSE = re.compile(
     r"^(?:Failed to load resource: the server responded with a status of"
     r"|Response Status Error Code) (\d{3})\b"
 )
+# The console lines of a request that got no response at all: Chromium's (net::ERR_FAILED and
+# the like) and htmx's events for it.
+_NO_RESPONSE = re.compile(
+    r"^(?:Failed to load resource: net::|htmx:sendError\b|htmx:afterRequest\b)"
+)
+NETWORK = "network"
 
 
-def watch_for_console_errors(page: Page, expected_statuses: Collection[int] = ()) -> list[str]:
+def watch_for_console_errors(page: Page, expected: Collection[int | str] = ()) -> list[str]:
     """Collect the console errors of ``page``, but for the lines of a response whose status is
-    in ``expected_statuses`` (see the ``page`` fixture in tests/browser/conftest.py)."""
+    in ``expected``, and of a request that got no response when ``expected`` holds
+    ``NETWORK`` (see the ``page`` fixture in tests/browser/conftest.py)."""
     errors: list[str] = []
 
     def seen(message: ConsoleMessage) -> None:
         if message.type != "error":
             return
         failed = _FAILED_RESPONSE.match(message.text)
-        if failed and int(failed.group(1)) in expected_statuses:
+        if failed and int(failed.group(1)) in expected:
+            return
+        if NETWORK in expected and _NO_RESPONSE.match(message.text):
             return
         where = message.location.get("url", "")
         errors.append(f"{message.text} ({where})" if where else message.text)
