@@ -19,6 +19,7 @@ from billing.charts import drawn, reclaimed_figure
 from billing.freshness import ledger_freshness
 from billing.models import IdleCase, IdlePolicy
 from fleet.kube import KubeError
+from portal.views import plotly_js_url
 from tenants import access
 from tenants.access import Action, get_tenant_for_user
 from tenants.models import Tenant
@@ -62,6 +63,7 @@ def admin_idle(request: HttpRequest) -> HttpResponse:
         "reclaimed_30d": idle.reclaimed_total(since=timezone.now() - timedelta(days=30)),
         "chart": drawn(reclaimed_figure(idle.reclaimed_by_day())),
         "freshness": ledger_freshness(),
+        "plotly_js_url": plotly_js_url(),
     }
     return render(request, "billing/idle_admin.html", context, status=400 if errors else 200)
 
@@ -83,6 +85,7 @@ def tenant_idle(request: HttpRequest, tenant: str) -> HttpResponse:
         ),
         "chart": drawn(reclaimed_figure(idle.reclaimed_by_day(tenant_slug=slug))),
         "freshness": ledger_freshness(),
+        "plotly_js_url": plotly_js_url(),
     }
     return render(request, "billing/idle_tenant.html", context)
 

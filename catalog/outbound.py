@@ -48,7 +48,7 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog.models import ResourceRequest, WebhookDelivery, WebhookEndpoint
+from catalog.models import Notification, ResourceRequest, WebhookDelivery, WebhookEndpoint
 from portal import encryption
 from portal.audit import record_audit
 from portal.jobs import enqueue
@@ -645,6 +645,13 @@ def do_disable_webhook(endpoint: WebhookEndpoint, *, acting_user: Any) -> None:
     )
 
 
+def _settle_disabled_notices(endpoint: WebhookEndpoint) -> None:
+    """Mark read, for everyone told, the notices that the endpoint was disabled (the only ones
+    linking to its page): enabled again or removed, there is nothing left to do about it."""
+    url = reverse("catalog:webhook", args=[endpoint.tenant.slug, endpoint.pk])
+    Notification.objects.filter(url=url, read_at__isnull=True).update(read_at=timezone.now())
+
+
 @transaction.atomic
 def do_enable_webhook(endpoint: WebhookEndpoint, *, acting_user: Any) -> None:
     """Call the endpoint again (its URL is checked again); waiting deliveries go out now."""
@@ -656,6 +663,7 @@ def do_enable_webhook(endpoint: WebhookEndpoint, *, acting_user: Any) -> None:
     endpoint.disabled_reason = ""
     endpoint.consecutive_failures = 0
     endpoint.save(update_fields=["active", "disabled_reason", "consecutive_failures"])
+    _settle_disabled_notices(endpoint)
     record_audit(
         actor=acting_user,
         action="webhook.enable",
@@ -673,6 +681,7 @@ def do_enable_webhook(endpoint: WebhookEndpoint, *, acting_user: Any) -> None:
 def do_remove_webhook(endpoint: WebhookEndpoint, *, acting_user: Any) -> None:
     """Forget the endpoint and its delivery log."""
     _require(endpoint.tenant, acting_user)
+    _settle_disabled_notices(endpoint)
     record_audit(
         actor=acting_user,
         action="webhook.remove",

@@ -14,7 +14,7 @@ import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -433,8 +433,9 @@ def _move(request: ResourceRequest, to: str, *, actor: Any, note: str = "") -> N
             f"The request is {request.get_state_display().lower()}; it cannot become "
             f"{S(to).label.lower()}."
         )
-    request.state = to
     now = timezone.now()
+    _settle_notices(request, current, now)
+    request.state = to
     if to == S.SUBMITTED:
         request.submitted_at = now
     if to in (S.APPROVED, S.REJECTED, S.CHANGES_REQUESTED):
@@ -474,6 +475,22 @@ NOTICES: dict[str, str] = {
     S.FAILED: "{title} failed",
     S.DECOMMISSIONED: "{title} is done: the resource is gone",
 }
+
+
+def _settle_notices(request: ResourceRequest, leaving: str, now: datetime) -> None:
+    """Mark read the notices that asked someone to act on ``request`` in the state it is
+    leaving, for everyone told: once the request is decided (or resubmitted) they point at
+    nothing left to do. In the transaction of the move, so the inbox never counts a decided
+    request."""
+    if leaving == S.SUBMITTED:
+        # The platform admins' "waits for a platform admin", linking to the approval page.
+        asked = Notification.objects.filter(url=reverse("approvals:detail", args=[request.pk]))
+    elif leaving == S.CHANGES_REQUESTED and request.decided_at is not None:
+        # The tenant's "changes requested", made when the request entered that state.
+        asked = Notification.objects.filter(created_at__gte=request.decided_at)
+    else:
+        return
+    asked.filter(request=request, read_at__isnull=True).update(read_at=now)
 
 
 def _notify(request: ResourceRequest, state: str, note: str) -> None:

@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 
@@ -19,7 +19,7 @@ from gitops.diffview import render_file_diff
 from gitops.merge_queue import queue_position
 from gitops.models import ChangeRequest, MergeQueueBatch, MergeQueueEntry, Review
 from portal.live import POLL, admin_poll, unchanged, version_of
-from tenants.access import Action, may, sees_all_tenants, visible_tenants
+from tenants.access import Action, may, sees_all_tenants, tenants_where, visible_tenants
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,26 @@ def visible_changes(user: Any) -> QuerySet[ChangeRequest]:
     return ChangeRequest.objects.filter(tenant_slug__in=list(slugs))
 
 
+def changes_to_act_on(user: Any) -> QuerySet[ChangeRequest]:
+    """The open changes ``user`` can move on: every one for those who review and merge; for
+    others their own (to update or close) and those of tenants they may close changes in."""
+    changes = visible_changes(user).filter(status=ChangeRequest.Status.OPEN)
+    if may(user, Action.REVIEW) or may(user, Action.MERGE):
+        return changes
+    closable = tenants_where(user, Action.CLOSE).values("slug")
+    return changes.filter(Q(author=user) | Q(requested_by=user) | Q(tenant_slug__in=closable))
+
+
+# The Changes page's tabs: what the person can act on first, then by status.
+CHANGE_TABS = {
+    "act": "To act on",
+    "open": "Open",
+    "merged": "Merged",
+    "closed": "Closed",
+    "all": "All",
+}
+
+
 def get_change_for_user(request: HttpRequest, number: int) -> ChangeAccess:
     """Resolve a change for the signed-in user; 404 when it is not theirs to see."""
     change = visible_changes(request.user).filter(pk=number).first()
@@ -54,15 +74,21 @@ def get_change_for_user(request: HttpRequest, number: int) -> ChangeAccess:
 
 @login_required
 def change_list(request: HttpRequest) -> HttpResponse:
-    changes = visible_changes(request.user).select_related("author", "requested_by")
     filters = {
-        "status": request.GET.get("status", "open"),
+        "status": request.GET.get("status", "act"),
         "tenant": request.GET.get("tenant", ""),
         "kind": request.GET.get("kind", ""),
         "checks": request.GET.get("checks", ""),
     }
+    if filters["status"] not in CHANGE_TABS:
+        filters["status"] = "act"
+    if filters["status"] == "act":
+        changes = changes_to_act_on(request.user)
+    else:
+        changes = visible_changes(request.user)
     if filters["status"] in ChangeRequest.Status.values:
         changes = changes.filter(status=filters["status"])
+    changes = changes.select_related("author", "requested_by")
     if filters["tenant"]:
         changes = changes.filter(tenant_slug=filters["tenant"])
     if filters["kind"] in ChangeRequest.Kind.values:
@@ -77,7 +103,7 @@ def change_list(request: HttpRequest) -> HttpResponse:
         {
             "page": page,
             "filters": filters,
-            "statuses": ChangeRequest.Status.choices,
+            "tabs": CHANGE_TABS,
             "kinds": ChangeRequest.Kind.choices,
             "check_states": ChangeRequest.Checks.choices,
             "queue_visible": may(request.user, Action.MERGE),

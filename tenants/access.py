@@ -19,7 +19,8 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse
 
 from tenants.models import Membership, PlatformRole, Role, Tenant
@@ -214,6 +215,25 @@ COUNTED = Q(user__robot__isnull=True) | Q(user__robot__tenant=F("tenant"))
 def counted_memberships() -> QuerySet[Membership]:
     """Memberships that grant their role: a person's, and a robot's in its own tenant."""
     return Membership.objects.filter(COUNTED)
+
+
+def active_memberships() -> QuerySet[Membership]:
+    """Who is a tenant's member today: a counted membership of an active account. Every page
+    that counts or lists a tenant's members reads these, so the counts agree."""
+    return counted_memberships().filter(user__is_active=True)
+
+
+def with_member_counts(tenants: QuerySet[Tenant]) -> QuerySet[Tenant]:
+    """``tenants``, each with ``member_count``: its active memberships."""
+    counted = (
+        active_memberships()
+        .filter(tenant=OuterRef("pk"))
+        .order_by()
+        .values("tenant")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return tenants.annotate(member_count=Coalesce(Subquery(counted), 0))
 
 
 def role_in(user: Any, tenant: Tenant | str) -> str | None:

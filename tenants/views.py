@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,11 +19,13 @@ from tenants import mig, services
 from tenants.access import (
     Action,
     TenantAccess,
+    active_memberships,
     get_tenant_for_user,
     may,
     memberships_of,
     require,
     visible_tenants,
+    with_member_counts,
 )
 from tenants.forms import (
     AddMemberForm,
@@ -38,9 +40,7 @@ from tenants.quota import do_set_gpu_quota, require_quota_setter
 
 @login_required
 def tenant_list(request: HttpRequest) -> HttpResponse:
-    tenants = visible_tenants(request.user).annotate(
-        member_count=Count("memberships", distinct=True)
-    )
+    tenants = with_member_counts(visible_tenants(request.user))
     mine = dict(memberships_of(request.user).values_list("tenant__slug", "role"))
     return render(
         request,
@@ -76,7 +76,7 @@ def tenant_create(request: HttpRequest) -> HttpResponse:
 @login_required
 def tenant_detail(request: HttpRequest, tenant: str) -> HttpResponse:
     access = get_tenant_for_user(request, tenant)
-    members = access.tenant.memberships.select_related("user")
+    members = active_memberships().filter(tenant=access.tenant).select_related("user")
     recent = access.tenant.jobs.all()[:5] if access.may(Action.VIEW_AUDIT) else []
     changes = ChangeRequest.objects.filter(tenant_slug=access.tenant.slug)[:10]
     return render(
@@ -195,6 +195,9 @@ def _members_page(
             "access": access,
             "tenant": tenant,
             "members": tenant.memberships.select_related("user"),
+            "active_ids": set(
+                active_memberships().filter(tenant=tenant).values_list("pk", flat=True)
+            ),
             "invitations": (
                 tenant.invitations.filter(
                     accepted_at=None, revoked_at=None, expires_at__gt=timezone.now()

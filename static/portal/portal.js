@@ -127,3 +127,42 @@ document.addEventListener("htmx:sendError", function (event) {
   var region = event.detail.elt;
   if (region.hasAttribute && region.hasAttribute("data-live")) region.classList.add("live-stale");
 });
+
+// The nav's <details> menus: one open at a time; a click elsewhere or Escape closes them.
+document.addEventListener("click", function (event) {
+  var inside = event.target.closest("details.navgroup");
+  document.querySelectorAll("details.navgroup[open]").forEach(function (group) {
+    if (group !== inside) group.removeAttribute("open");
+  });
+});
+document.addEventListener("keydown", function (event) {
+  if (event.key !== "Escape") return;
+  document.querySelectorAll("details.navgroup[open]").forEach(function (group) {
+    var focused = group.contains(document.activeElement);
+    group.removeAttribute("open");
+    if (focused) group.querySelector("summary").focus();
+  });
+});
+
+// Tabs that do not fit scroll sideways: mark which edges hide more tabs (the CSS fades them),
+// and bring the active tab into view.
+function markTabsOverflow(tabs) {
+  var hidden = tabs.scrollWidth - tabs.clientWidth;
+  tabs.classList.toggle("tabs-more-start", tabs.scrollLeft > 1);
+  tabs.classList.toggle("tabs-more-end", hidden - tabs.scrollLeft > 1);
+}
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll(".tabs").forEach(function (tabs) {
+    var active = tabs.querySelector(".active");
+    if (active && tabs.scrollWidth > tabs.clientWidth) {
+      tabs.scrollLeft = active.offsetLeft - tabs.offsetLeft - tabs.clientWidth / 2;
+    }
+    markTabsOverflow(tabs);
+    tabs.addEventListener("scroll", function () {
+      markTabsOverflow(tabs);
+    });
+  });
+});
+window.addEventListener("resize", function () {
+  document.querySelectorAll(".tabs").forEach(markTabsOverflow);
+});

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
+from tests.browser.conftest import TIMEOUT_MS, watch_for_console_errors, watch_for_csp_violations
 
 # The browser fixtures, re-exported so pytest finds them here (tests/browser is a sibling).
 from tests.browser.conftest import browser as browser
@@ -28,10 +28,12 @@ def docs_page(
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    console = watch_for_console_errors(page)
     try:
         yield page, violations, errors
     finally:
         context.close()
+    assert not console, f"Console errors: {console}"
 
 
 def test_it_renders_the_operations_under_the_csp(
@@ -44,5 +46,10 @@ def test_it_renders_the_operations_under_the_csp(
     page.goto("/api/v1/docs/")
     expect(page.locator(".opblock-summary-path").first).to_be_visible()
     expect(page.get_by_text("/api/v1/requests/{id}/approve/")).to_be_visible()
+    # In the portal's layout: its header, nav and sign-out stay on the page.
+    expect(page.locator("header.topbar .brand")).to_have_text("AI factory")
+    expect(page.locator("header.topbar").get_by_role("link", name="Changes")).to_be_visible()
+    expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    expect(page).to_have_title("API docs · AI factory")
     assert not errors, errors
     assert not violations, violations

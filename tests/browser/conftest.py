@@ -16,7 +16,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.conftest import PASSWORD
 from tests.support import skip_or_fail
-from tests.support.chromium import CHROMIUM, CHROMIUM_ARGS, watch_for_csp_violations
+from tests.support.chromium import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    watch_for_console_errors,
+    watch_for_csp_violations,
+)
 
 # Long enough for a slow CI runner, short enough that a missing element fails in seconds
 # rather than after Playwright's default 30 s.
@@ -63,12 +68,32 @@ def browser() -> Iterator[Browser]:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
+def expected_statuses(request: pytest.FixtureRequest) -> set[int | str]:
+    """What a test declared with ``@pytest.mark.expected_responses(...)``: HTTP statuses, and
+    ``"network"`` for requests it makes fail without a response."""
+    marker = request.node.get_closest_marker("expected_responses")
+    return set(marker.args) if marker else set()
+
+
 @pytest.fixture
-def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator[Page]:
+def page(
+    browser: Browser, live_server: Any, transactional_db: None, request: pytest.FixtureRequest
+) -> Iterator[Page]:
     """A page in a fresh context (no cookies, no storage) whose relative URLs hit the live server.
 
     transactional_db: the live server answers from its own thread and connection, so it only
     sees rows the test has committed, and the test only sees what the server committed.
+
+    The test fails on a JavaScript error, a Content-Security-Policy violation, or any console
+    message of type "error": htmx logs there what went wrong (a swap target missing, a request
+    failing, a request aborted), and a script's ``console.error`` is a bug too. One kind of
+    console error can be expected: for every response with an error status Chromium logs
+    "Failed to load resource: the server responded with a status of 422", and htmx "Response
+    Status Error Code 400 from ..." for one it does not swap. A test that provokes such
+    responses on purpose (a 403 page, a 404 for an outsider, a form answered with its errors)
+    declares their statuses, ``@pytest.mark.expected_responses(403, 422)``, and a test that
+    cuts requests off (``route.abort()``, a poll that must fail) declares ``"network"``; any
+    other status, and every other console error, still fails it.
     """
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
     context.set_default_timeout(TIMEOUT_MS)
@@ -79,6 +104,7 @@ def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator
     # show up as a confusing timeout further down; collect them and fail the test on any.
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    console = watch_for_console_errors(page, expected_statuses(request))
     try:
         yield page
     finally:
@@ -86,6 +112,10 @@ def page(browser: Browser, live_server: Any, transactional_db: None) -> Iterator
     assert not errors, f"JavaScript errors in the page: {errors}"
     # Every browser test doubles as a check of the policy against what the page really does.
     assert not violations, f"Content-Security-Policy violations: {violations}"
+    assert not console, (
+        f"Console errors in the page: {console}. Fix their cause; for an error status the test "
+        "provokes on purpose, declare it: @pytest.mark.expected_responses(<status>)."
+    )
 
 
 @pytest.fixture

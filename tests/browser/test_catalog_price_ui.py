@@ -18,7 +18,11 @@ from billing.models import GpuPrice
 from catalog.models import ResourceRequest
 from gitops.fleet import H200_PRODUCT
 from tenants.specs import tenant_spec
-from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
+from tests.browser.conftest import (
+    TIMEOUT_MS,
+    watch_for_console_errors,
+    watch_for_csp_violations,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -69,6 +73,7 @@ def test_the_member_and_the_approver_see_price_and_free_capacity(
     admin = context.new_page()
     errors: list[str] = []
     admin.on("pageerror", lambda exc: errors.append(str(exc)))
+    console = watch_for_console_errors(admin)
     sign_in(admin, "pam")
     admin.goto(f"/approvals/{request.pk}/")
     expect(admin.locator(".cost-estimate-month")).to_contain_text("7,300.00 EUR")
@@ -79,3 +84,4 @@ def test_the_member_and_the_approver_see_price_and_free_capacity(
     context.close()
     assert not errors, f"JavaScript errors on the approval page: {errors}"
     assert not violations, f"Content-Security-Policy violations: {violations}"
+    assert not console, f"Console errors on the approval page: {console}"

@@ -21,7 +21,11 @@ from gitops import services as gitops
 from gitops.fleet import configured_fleet
 from simulator import Simulator
 from tenants.specs import tenant_spec
-from tests.browser.conftest import TIMEOUT_MS, watch_for_csp_violations
+from tests.browser.conftest import (
+    TIMEOUT_MS,
+    watch_for_console_errors,
+    watch_for_csp_violations,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -89,10 +93,12 @@ def alpha_with_a_share(world: dict[str, Any]) -> dict[str, Any]:
     return world
 
 
-def _context_page(browser: Browser, live_server: Any) -> tuple[Page, list[str]]:
+def _context_page(browser: Browser, live_server: Any) -> tuple[Page, list[str], list[str]]:
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
-    return context.new_page(), watch_for_csp_violations(context)
+    violations = watch_for_csp_violations(context)
+    page = context.new_page()
+    return page, violations, watch_for_console_errors(page)
 
 
 def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
@@ -122,7 +128,7 @@ def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
     bob_url = page.url
 
     # pam sees it waiting, with the diff, and approves: the pull request opens
-    admin, admin_violations = _context_page(browser, live_server)
+    admin, admin_violations, admin_console = _context_page(browser, live_server)
     sign_in(admin, "pam")
     admin.goto("/approvals/")
     admin.get_by_role("link", name=re.compile("chat")).first.click()
@@ -147,6 +153,7 @@ def test_a_tenant_gets_a_model_endpoint_from_request_to_ready(
     assert request.state == "ready"
     admin.context.close()
     assert not admin_violations, f"Content-Security-Policy violations: {admin_violations}"
+    assert not admin_console, f"Console errors: {admin_console}"
 
 
 def test_a_platform_admin_approves_the_selected_requests_at_once(

@@ -99,6 +99,7 @@ def _request_id() -> int:
     return request.pk
 
 
+@pytest.mark.expected_responses(422)
 def test_issuing_an_invoice_asks_to_confirm(page: Page, world: dict[str, Any]) -> None:
     GpuPrice.objects.create(gpu_model=H200, amount=Decimal(2), effective_from=date(2026, 9, 1))
     UsageHour.objects.create(

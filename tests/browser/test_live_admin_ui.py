@@ -34,6 +34,7 @@ def fast_polls(settings: Any) -> None:
     settings.LIVE_ADMIN_POLL_MS = 200
 
 
+@pytest.mark.expected_responses("network")
 def test_the_node_page_shows_a_cordon_made_elsewhere_and_marks_a_failed_poll(
     page: Page,
     sign_in: Callable[[Page, str], None],

@@ -123,6 +123,7 @@ def test_charts_plot_and_replot_after_an_htmx_refresh(
     _plotted(page, "#overview .fleet-chart")
 
 
+@pytest.mark.expected_responses(403)
 def test_confirmations_and_links_work_without_inline_handlers(
     page: Page, sign_in: SignIn, submitted: ResourceRequest, live_server: Any
 ) -> None:
@@ -179,6 +180,7 @@ def test_polls_say_so_and_what_the_person_does_does_not(
     assert "x-portal-background" not in change.value.request.headers
 
 
+@pytest.mark.expected_responses(400)
 def test_the_usage_dashboard_replots_after_a_range_change(
     page: Page, sign_in: SignIn, world: dict[str, Any], live_server: Any
 ) -> None:

@@ -54,6 +54,7 @@ def _path_is(live_server: Any, path: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(live_server.url + path)}$")
 
 
+@pytest.mark.expected_responses(404)
 def test_it_switches_to_own_tenant_and_hides_others(
     page: Page, sign_in: SignIn, live_server: Any, world: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -145,6 +146,7 @@ def test_it_lets_a_tenant_admin_manage_members_in_place(
     assert Membership.objects.get(tenant=world["alpha"], user=world["vic"]).role == "member"
 
 
+@pytest.mark.expected_responses(403)
 def test_it_gives_a_plain_member_a_read_only_members_page(
     page: Page, sign_in: SignIn, world: dict[str, Any]
 ) -> None:

@@ -16,6 +16,7 @@ from catalog.context_processors import inbox
 from catalog.models import Notification
 from gitops.fleet import configured_fleet
 from tenants.access import platform_roles
+from tenants.models import PlatformRole
 
 
 def _notice(user: Any, title: str, *, ago: int = 0, read: bool = False) -> Notification:
@@ -178,3 +179,47 @@ def test_the_navigation_counts_cost_one_query_and_only_when_shown(
     with django_assert_num_queries(1):
         assert context["nav_unread"]() == 1  # the submitted request's notice
         assert context["nav_approvals_waiting"]() == 1
+
+
+def test_notices_asking_for_a_decision_turn_read_when_it_is_made(
+    world: dict[str, Any], make_user: Callable[..., Any]
+) -> None:
+    paula = make_user("paula")
+    PlatformRole.objects.create(user=paula, role=PlatformRole.Name.PLATFORM_ADMIN)
+    flavor = next(f.name for f in configured_fleet().flavors if f.mode == "whole")
+    request = services.do_create_request(
+        world["alpha"],
+        acting_user=world["bob"],
+        kind="gpu-share",
+        spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 2},
+    )
+
+    def unread(user: Any) -> list[str]:
+        return list(
+            Notification.objects.filter(user=user, read_at__isnull=True).values_list(
+                "title", flat=True
+            )
+        )
+
+    waiting = f"{request.title} was submitted and waits for a platform admin"
+    assert unread(world["pam"]) == unread(paula) == [waiting]
+
+    # pam asks for changes: the request no longer waits, for paula either; the tenant is asked.
+    services.do_request_changes(request, acting_user=world["pam"], note="fewer GPUs")
+    assert unread(world["pam"]) == unread(paula) == []
+    asked = f"{request.title}: changes requested"
+    assert unread(world["bob"]) == unread(world["alice"]) == [asked]
+
+    # bob answers: the tenant's notice is settled, the admins are asked again.
+    services.do_update_request(
+        request,
+        acting_user=world["bob"],
+        spec={"name": "train", "flavor": flavor, "kind": "whole", "count": 1},
+    )
+    assert unread(world["bob"]) == unread(world["alice"]) == []
+    assert unread(paula) == [waiting]
+
+    # A rejection decides it too; the rejection itself is news for the tenant, left unread.
+    services.do_reject(request, acting_user=paula, note="not this quarter")
+    assert unread(world["pam"]) == unread(paula) == []
+    assert unread(world["bob"]) == [f"{request.title} was rejected"]

@@ -3,6 +3,7 @@ requests, changes to what the tenant has, the kubeconfig download, and who sees 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -356,6 +357,39 @@ def test_edit_after_changes_requested(
     # Submitted again, it is no longer editable.
     response = bob.get(f"/t/alpha/requests/{req.pk}/edit/")
     assert response.status_code == 302
+
+
+HEADER_STATE = re.compile(
+    r'<span id="request-state"( hx-swap-oob="true")?><span class="badge catalog-state '
+    r'catalog-state-(\w+)">'
+)
+PROGRESS_STATE = re.compile(
+    r'<h2>Progress</h2>\s*<p><span class="badge catalog-state catalog-state-(\w+)">'
+)
+
+
+@pytest.mark.django_db
+def test_the_header_badge_follows_the_progress_line(
+    world: dict[str, Any], login: Callable[[str], Client]
+) -> None:
+    # A change to an active share: the header used to show the resource's "Active" while the
+    # progress line said the request was submitted.
+    share = _resource(world["alpha"], Kind.GPU_SHARE, SHARE)
+    req = _request(
+        share, S.SUBMITTED, action=ResourceRequest.Action.MODIFY, requested_by=world["bob"]
+    )
+    bob = login("bob")
+    url = f"/t/alpha/requests/{req.pk}/"
+    page = bob.get(url).content.decode()
+    header, progress = HEADER_STATE.findall(page), PROGRESS_STATE.findall(page)
+    assert header == [("", "submitted")] and progress == ["submitted"]
+    assert 'catalog-resource-active">Active</span>' in page  # still shown, as the resource's
+
+    # The poll's answer carries the header's badge out of band, with the same state.
+    services.do_reject(req, acting_user=world["pam"], note="Not now.")
+    fragment = bob.get(url, **HTMX).content.decode()
+    assert HEADER_STATE.findall(fragment) == [(' hx-swap-oob="true"', "rejected")]
+    assert PROGRESS_STATE.findall(fragment) == ["rejected"]
 
 
 @pytest.mark.django_db

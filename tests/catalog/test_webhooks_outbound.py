@@ -216,6 +216,13 @@ def test_it_gives_up_after_the_last_retry_and_disables_after_n_failures(
     assert len(receiver.calls) == calls
     assert WebhookDelivery.objects.count() == 2
 
+    # Enabled again, the notice has nothing left to ask: it turns read.
+    notice = Notification.objects.get(title__contains="was disabled")
+    assert notice.read_at is None
+    outbound.do_enable_webhook(hook, acting_user=world["alice"])
+    notice.refresh_from_db()
+    assert notice.read_at is not None
+
 
 def test_verify_rejects_a_replay_a_future_stamp_a_wrong_secret_and_a_changed_body(
     receiver: Receiver, hook: WebhookEndpoint, ask: Callable[..., Any]

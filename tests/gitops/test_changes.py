@@ -387,6 +387,55 @@ def test_it_filters_the_change_list(
     assert fragment.lstrip().startswith('<div id="changes">') and alpha_change.title in fragment
 
 
+@pytest.mark.parametrize(
+    ("who", "to_act_on"),
+    [
+        ("pam", {"alpha", "bravo"}),  # reviews and merges every change
+        ("bob", {"alpha"}),  # opened the alpha change: may update or close it
+        ("alice", {"alpha"}),  # admin of alpha: may close its changes
+        ("charlie", {"bravo"}),  # admin of bravo, not a member of alpha
+        ("vic", set()),  # viewer of alpha: can only look
+        ("fiona", set()),  # finance sees every change and acts on none
+    ],
+)
+def test_it_lists_first_the_changes_the_person_can_act_on(
+    world: dict[str, Any],
+    on_commit: Any,
+    login: Callable[[str], Client],
+    who: str,
+    to_act_on: set[str],
+) -> None:
+    changes = {
+        "alpha": _open(world["bob"], on_commit, RICH),
+        "bravo": _open(world["pam"], on_commit, TenantSpec(slug="bravo")),
+    }
+    client = login(who)
+
+    def listed(query: str = "") -> set[str]:
+        page = client.get(f"/changes/{query}").content.decode()
+        return {slug for slug, c in changes.items() if f'href="/changes/{c.pk}/"' in page}
+
+    assert listed() == to_act_on
+    page = client.get("/changes/").content.decode()
+    assert '<a href="?status=act" class="active" aria-current="page">To act on</a>' in page
+    if not to_act_on:
+        assert "Nothing waits for you." in page
+    visible = (
+        {"alpha", "bravo"}
+        if who in {"pam", "fiona"}
+        else {"bravo" if who == "charlie" else "alpha"}
+    )
+    assert listed("?status=open") == visible
+    assert listed("?status=merged") == set()
+
+    ChangeRequest.objects.filter(pk=changes["alpha"].pk).update(
+        status=ChangeRequest.Status.MERGED, merge_sha="0" * 40
+    )
+    assert "alpha" not in listed()
+    assert listed("?status=merged") == visible & {"alpha"}
+    assert listed("?status=all") == visible
+
+
 def test_it_merges_side_by_side_onboardings_despite_the_shared_index(
     world: dict[str, Any], on_commit: Any
 ) -> None:

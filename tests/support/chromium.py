@@ -4,9 +4,11 @@ the guides are taken by the same browser, under the same checks, as the tests.""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Collection
 from pathlib import Path
 
-from playwright.sync_api import BrowserContext
+from playwright.sync_api import BrowserContext, ConsoleMessage, Page
 
 # Debian's own package (`make system-deps`), never one fetched by `playwright install`: browser
 # downloads are not possible where the suite runs.
@@ -46,3 +48,38 @@ def watch_for_csp_violations(context: BrowserContext) -> list[str]:
     context.expose_function("__reportCspViolation", report)
     context.add_init_script(_REPORT_CSP_VIOLATIONS)
     return violations
+
+
+# The console lines of a response with an error status: Chromium's, for a page or an XHR
+# alike, and htmx's for a response it does not swap (base.html's responseHandling).
+_FAILED_RESPONSE = re.compile(
+    r"^(?:Failed to load resource: the server responded with a status of"
+    r"|Response Status Error Code) (\d{3})\b"
+)
+# The console lines of a request that got no response at all: Chromium's (net::ERR_FAILED and
+# the like) and htmx's events for it.
+_NO_RESPONSE = re.compile(
+    r"^(?:Failed to load resource: net::|htmx:sendError\b|htmx:afterRequest\b)"
+)
+NETWORK = "network"
+
+
+def watch_for_console_errors(page: Page, expected: Collection[int | str] = ()) -> list[str]:
+    """Collect the console errors of ``page``, but for the lines of a response whose status is
+    in ``expected``, and of a request that got no response when ``expected`` holds
+    ``NETWORK`` (see the ``page`` fixture in tests/browser/conftest.py)."""
+    errors: list[str] = []
+
+    def seen(message: ConsoleMessage) -> None:
+        if message.type != "error":
+            return
+        failed = _FAILED_RESPONSE.match(message.text)
+        if failed and int(failed.group(1)) in expected:
+            return
+        if NETWORK in expected and _NO_RESPONSE.match(message.text):
+            return
+        where = message.location.get("url", "")
+        errors.append(f"{message.text} ({where})" if where else message.text)
+
+    page.on("console", seen)
+    return errors

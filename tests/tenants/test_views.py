@@ -7,6 +7,7 @@ import pytest
 from allauth.account.models import EmailAddress
 from django.test import Client
 
+from api.models import Robot
 from portal.models import AuditEvent
 from tenants.models import Membership, Tenant
 
@@ -267,3 +268,27 @@ def test_it_replaces_an_unsafe_request_id(login: Callable[[str], Client]) -> Non
     response = login("alice").get("/", HTTP_X_REQUEST_ID="bad id\nwith newline")
     assert response["X-Request-ID"] != "bad id\nwith newline"
     assert len(response["X-Request-ID"]) == 32
+
+
+def test_members_counts_agree_across_pages(
+    world: dict[str, Any], login: Callable[[str], Client], make_user: Callable[..., Any]
+) -> None:
+    """The list, the overview and the members page count the same people: not a disabled
+    account, nor a robot of another tenant (neither grants anything in alpha)."""
+    world["vic"].is_active = False
+    world["vic"].save()
+    stray = make_user("bravo-bot")
+    Robot.objects.create(user=stray, tenant=world["bravo"], name="bot")
+    Membership.objects.create(user=stray, tenant=world["alpha"], role="member")
+
+    alice = login("alice")
+    listing = alice.get("/tenants/")
+    assert {t.slug: t.member_count for t in listing.context["tenants"]}["alpha"] == 2
+    overview = alice.get("/t/alpha/").content.decode()
+    assert "<dt>Members</dt><dd>2</dd>" in overview
+    assert "<li>alice <span" in overview and "<li>bob <span" in overview
+    assert "<li>vic <span" not in overview and "<li>bravo-bot <span" not in overview
+    members = alice.get("/t/alpha/members/").content.decode()
+    assert '<p class="muted" id="member-count">2 members</p>' in members
+    # Still listed there, for an admin to remove, and marked as not counted.
+    assert members.count(">not counted</span>") == 2
