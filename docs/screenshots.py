@@ -106,8 +106,8 @@ CATALOG_FORM = CatalogForm(
     kind="gpu-share",
     image="catalog-form-price.png",
     text=(
-        ("Name", "train"),
-        ("Count", "4"),
+        ("Name", "finetune-spring"),
+        ("Count", "2"),
         ("Reason", "Fine-tuning the captioning model for the spring release"),
     ),
     choices=(("Kind", "h200"),),
