@@ -793,9 +793,15 @@ class TenantDashboard:
 
     @property
     def starting(self) -> bool:
-        """Nothing ever metered and nothing to pay: the page shows where to start instead of
-        empty charts."""
-        return not self.has_history and not self.reserved_idle_gpu_hours and not self.total.amount
+        """Nothing ever metered, nothing held now and nothing to pay: the page shows where to
+        start instead of empty charts. Work Kueue holds GPUs for right now is not metered until
+        its first hour is ingested, but it has started: the page shows its live allocation."""
+        return (
+            not self.has_history
+            and not self.reserved_idle_gpu_hours
+            and not self.total.amount
+            and not any(q.allocated for q in self.quotas)
+        )
 
 
 def tenant_dashboard(window: Range, tenant: str) -> TenantDashboard:

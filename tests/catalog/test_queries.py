@@ -154,5 +154,6 @@ def test_an_approval_costs_the_same_queries_at_3_and_30_tenants(
     assert small == large
     # Before the people came with the request and the refusal was read under its lock, it was
     # 50 on PostgreSQL: 6 of them the people again, a second read of the request and a
-    # savepoint of its own around the merge queue's.
-    assert large <= 44, large
+    # savepoint of its own around the merge queue's. One more since the decision marks the
+    # admins' "waits for a platform admin" notices read (one UPDATE, whatever their number).
+    assert large <= 45, large
