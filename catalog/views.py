@@ -232,8 +232,9 @@ def _preview(form: SpecForm) -> dict[str, Any]:
 
 
 def _spec_now(form: SpecForm) -> dict[str, Any]:
-    """The spec on main of the resource a modify changes ({} for anything else), so the
-    preview can show what it costs now beside what it would cost."""
+    """The spec of the resource a modify changes as its row last recorded it from main ({} for
+    anything else), so the preview can show what it costs now beside what it would cost. A
+    display only: the change itself is rendered from main's content."""
     if form.action != A.MODIFY or not form.fixed_name:
         return {}
     resource = form.tenant.resources.filter(kind=form.resource_kind, name=form.fixed_name).first()

@@ -10,7 +10,8 @@ import pytest
 
 from catalog import idle_actions
 from catalog.models import Kind, Resource, ResourceRequest
-from tests.catalog.test_idle_actions import ENDPOINT, SHARE, _through_main
+from tests.catalog.test_idle_actions import ENDPOINT, SHARE
+from tests.support.catalog import through_main
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/tenants/alpha/resources/endpoint/chat/wake/"
@@ -27,8 +28,8 @@ def run_jobs(django_capture_on_commit_callbacks: Any) -> Callable[..., Any]:
 
 @pytest.fixture
 def asleep(world: dict[str, Any], onboarded: Any, run_jobs: Any) -> Resource:
-    _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
-    endpoint: Resource = _through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
+    through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
+    endpoint: Resource = through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
     run_jobs(idle_actions.sleep, endpoint, reason="idle")
     run_jobs(idle_actions.merge_ready)
     assert idle_actions.is_asleep(endpoint)

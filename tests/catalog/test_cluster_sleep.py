@@ -11,20 +11,19 @@ from typing import Any
 
 import pytest
 
-from catalog import cluster_sleep, idle_actions, services, tasks
+from catalog import cluster_sleep, idle_actions, tasks
 from catalog.models import Kind, Resource
 from fleet import services as fleet
 from fleet.kube import Kube, KubeError
 from fleet.models import Workload
-from gitops import services as gitops
 from gitops.fleet import configured_fleet
-from gitops.models import ChangeRequest
 from gitops.render import portal
 from portal.models import AuditEvent, Job
 from simulator import Simulator
 from simulator.store import PODS, resource_of
 from simulator.virtual import VirtualCluster
 from tests.simulator.test_simulator_vcluster_sync import gpu_pod
+from tests.support.catalog import through_main
 
 pytestmark = [pytest.mark.db_engine, pytest.mark.django_db]
 
@@ -33,24 +32,6 @@ DEV = {"name": "dev", "node_pools": ["h200"], "gpu_quota": 2}
 OPS = {"name": "ops", "node_pools": ["h200"], "gpu_quota": 2}
 DEV_POD = "train-1-x-default-x-dev"
 OPS_POD = "train-1-x-default-x-ops"
-
-
-def _through_main(
-    world: dict[str, Any], run_jobs: Any, kind: str, spec: dict[str, Any]
-) -> Resource:
-    """bob asks, pam approves, the checks are passed and pam merges: the resource is active."""
-    req = run_jobs(
-        services.do_create_request, world["alpha"], acting_user=world["bob"], kind=kind, spec=spec
-    )
-    req = run_jobs(services.do_approve, req, acting_user=world["pam"])
-    assert req.change is not None, req.error
-    ChangeRequest.objects.filter(pk=req.change.pk).update(checks_state="passed")
-    req.change.refresh_from_db()
-    run_jobs(gitops.do_merge, req.change, acting_user=world["pam"])
-    run_jobs(services.advance_requests)
-    req.resource.refresh_from_db()
-    assert req.resource.state == Resource.State.ACTIVE
-    return req.resource
 
 
 def _run_gpu_pod(sim: Simulator, release: str) -> VirtualCluster:
@@ -84,9 +65,9 @@ def _asleep_on_main(run_jobs: Any, cluster: Resource) -> None:
 def _scene(
     world: dict[str, Any], run_jobs: Any, start_fleet: Callable[..., Simulator], **options: Any
 ) -> tuple[Simulator, Resource, VirtualCluster]:
-    _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
-    dev = _through_main(world, run_jobs, Kind.CLUSTER, DEV)
-    _through_main(world, run_jobs, Kind.CLUSTER, OPS)
+    through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
+    dev = through_main(world, run_jobs, Kind.CLUSTER, DEV)
+    through_main(world, run_jobs, Kind.CLUSTER, OPS)
     sim = start_fleet(**options)
     for _ in range(3):
         sim.tick()

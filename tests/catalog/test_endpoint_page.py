@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from catalog import idle_actions, services
+from catalog import idle_actions
 from catalog.models import GatewayKey, Kind, Resource, ResourceRequest
 from fleet import services as fleet
 from fleet.models import FluxObject
-from gitops import services as gitops
-from gitops.models import ChangeRequest
 from simulator import Simulator
+from tests.support.catalog import through_main
 
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
 ENDPOINT = {"name": "chat", "model_uri": "hf://org/chat-model", "share": "train"}
@@ -30,22 +29,6 @@ CLUSTER_URL = "http://chat-predictor.alpha.svc.cluster.local/openai"
 pytestmark = pytest.mark.django_db
 
 
-def _through_main(world: dict[str, Any], run_jobs: Any, kind: str, spec: dict[str, Any]) -> Any:
-    """bob asks, pam approves, the checks pass and pam merges: the resource is active."""
-    req = run_jobs(
-        services.do_create_request, world["alpha"], acting_user=world["bob"], kind=kind, spec=spec
-    )
-    req = run_jobs(services.do_approve, req, acting_user=world["pam"])
-    assert req.change is not None, req.error
-    ChangeRequest.objects.filter(pk=req.change.pk).update(checks_state="passed")
-    req.change.refresh_from_db()
-    run_jobs(gitops.do_merge, req.change, acting_user=world["pam"])
-    run_jobs(services.advance_requests)
-    req.resource.refresh_from_db()
-    assert req.resource.state == Resource.State.ACTIVE
-    return req.resource
-
-
 @pytest.fixture
 def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
     return start_fleet()
@@ -54,8 +37,8 @@ def sim(start_fleet: Callable[..., Simulator]) -> Simulator:
 @pytest.fixture
 def endpoint(world: dict[str, Any], onboarded: Any, run_jobs: Any) -> Resource:
     """alpha's endpoint chat on main, on its share train; nothing reported by a cluster yet."""
-    _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
-    return _through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
+    through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
+    return through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
 
 
 def _serve(sim: Simulator) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from catalog import idle_actions, services
+from catalog import idle_actions
 from catalog.models import Kind, Resource, ResourceRequest
 from gitops import services as gitops
-from gitops.models import ChangeRequest
 from portal.models import AuditEvent
+from tests.support.catalog import through_main
 
 S = ResourceRequest.State
 SHARE = {"name": "train", "flavor": "h200", "kind": "whole", "count": 2}
@@ -20,22 +20,6 @@ ENDPOINT = {"name": "chat", "model_uri": "hf://org/chat-model", "share": "train"
 CLUSTER = {"name": "dev"}
 
 pytestmark = pytest.mark.django_db
-
-
-def _through_main(world: dict[str, Any], run_jobs: Any, kind: str, spec: dict[str, Any]) -> Any:
-    """bob asks, pam approves, the checks pass and pam merges: the resource is active."""
-    req = run_jobs(
-        services.do_create_request, world["alpha"], acting_user=world["bob"], kind=kind, spec=spec
-    )
-    req = run_jobs(services.do_approve, req, acting_user=world["pam"])
-    assert req.change is not None, req.error
-    ChangeRequest.objects.filter(pk=req.change.pk).update(checks_state="passed")
-    req.change.refresh_from_db()
-    run_jobs(gitops.do_merge, req.change, acting_user=world["pam"])
-    run_jobs(services.advance_requests)
-    req.resource.refresh_from_db()
-    assert req.resource.state == Resource.State.ACTIVE
-    return req.resource
 
 
 def _checked(request: ResourceRequest) -> None:
@@ -49,11 +33,11 @@ def _checked(request: ResourceRequest) -> None:
 
 @pytest.fixture
 def endpoint(world: dict[str, Any], onboarded: Any, run_jobs: Any) -> Resource:
-    _through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
-    return _through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
+    through_main(world, run_jobs, Kind.GPU_SHARE, SHARE)
+    return through_main(world, run_jobs, Kind.ENDPOINT, ENDPOINT)
 
 
-def test_an_endpoint_sleeps_and_wakes_through_main(
+def test_an_endpoint_sleeps_and_wakesthrough_main(
     world: dict[str, Any], endpoint: Resource, run_jobs: Any
 ) -> None:
     assert not idle_actions.is_asleep(endpoint)
@@ -130,10 +114,8 @@ def test_policy_merges_can_be_turned_off(
     assert not idle_actions.is_asleep(endpoint)
 
 
-def test_a_cluster_sleeps_through_main(
-    world: dict[str, Any], onboarded: Any, run_jobs: Any
-) -> None:
-    cluster = _through_main(world, run_jobs, Kind.CLUSTER, CLUSTER)
+def test_a_cluster_sleepsthrough_main(world: dict[str, Any], onboarded: Any, run_jobs: Any) -> None:
+    cluster = through_main(world, run_jobs, Kind.CLUSTER, CLUSTER)
     request = run_jobs(idle_actions.sleep, cluster, reason="idle for 8 hours")
     _checked(request)
     assert run_jobs(idle_actions.merge_ready) == 1
